@@ -1,0 +1,111 @@
+//! Short-code grammar.
+//!
+//! Pre-generated codes are exactly [`CODE_LEN`] characters of [`ALPHABET`];
+//! custom codes are 4–32 characters of `[0-9A-Za-z_-]`. A request path is only
+//! looked up when it matches the custom grammar (which contains the
+//! pre-generated one), so garbage never costs a Redis or MySQL round trip.
+
+/// The base62 alphabet, in the order used to encode code indexes.
+pub const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+/// Length of a pre-generated code.
+pub const CODE_LEN: usize = 6;
+/// Number of distinct pre-generated codes: 62^6.
+pub const CODE_SPACE: u64 = 56_800_235_584;
+/// Shortest custom code.
+pub const CUSTOM_MIN: usize = 4;
+/// Longest custom code.
+pub const CUSTOM_MAX: usize = 32;
+
+/// Encodes `index` (< [`CODE_SPACE`]) as a fixed-width 6-character base62 code.
+/// Returns `None` when the index is outside the code space.
+pub fn encode_index(mut index: u64) -> Option<[u8; CODE_LEN]> {
+    if index >= CODE_SPACE {
+        return None;
+    }
+    let mut out = [b'0'; CODE_LEN];
+    for slot in out.iter_mut().rev() {
+        *slot = ALPHABET[(index % 62) as usize];
+        index /= 62;
+    }
+    Some(out)
+}
+
+/// Decodes a 6-character base62 code back to its index, `None` if it is not one.
+pub fn decode_index(code: &str) -> Option<u64> {
+    if code.len() != CODE_LEN {
+        return None;
+    }
+    code.bytes().try_fold(0u64, |acc, b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'A'..=b'Z' => b - b'A' + 10,
+            b'a'..=b'z' => b - b'a' + 36,
+            _ => return None,
+        };
+        Some(acc * 62 + u64::from(digit))
+    })
+}
+
+fn is_code_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+/// True when `s` may name a link: 4–32 of `[0-9A-Za-z_-]`. This is the
+/// grammar the edge and the origin check before any lookup.
+pub fn is_valid_code(s: &str) -> bool {
+    (CUSTOM_MIN..=CUSTOM_MAX).contains(&s.len()) && s.bytes().all(is_code_byte)
+}
+
+/// Extracts the code from a redirect request path (`/{code}`), or `None` when
+/// the path is not a single valid code segment. A query string is ignored.
+pub fn code_from_path(path: &str) -> Option<&str> {
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let code = path.strip_prefix('/')?;
+    is_valid_code(code).then_some(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode_roundtrip_at_edges() {
+        for i in [0, 1, 61, 62, 3843, CODE_SPACE / 2, CODE_SPACE - 1] {
+            let code = encode_index(i).map(|c| String::from_utf8_lossy(&c).into_owned());
+            let code = code.unwrap_or_default();
+            assert_eq!(code.len(), CODE_LEN);
+            assert_eq!(decode_index(&code), Some(i), "index {i} via {code}");
+        }
+        assert_eq!(encode_index(CODE_SPACE), None);
+        assert_eq!(
+            encode_index(0).as_ref().map(|c| &c[..]),
+            Some(&b"000000"[..])
+        );
+        assert_eq!(
+            encode_index(CODE_SPACE - 1).as_ref().map(|c| &c[..]),
+            Some(&b"zzzzzz"[..])
+        );
+    }
+
+    #[test]
+    fn code_space_is_62_pow_6() {
+        assert_eq!(CODE_SPACE, 62u64.pow(6));
+    }
+
+    #[test]
+    fn grammar() {
+        assert!(is_valid_code("aB3xYz"));
+        assert!(is_valid_code("my-promo_2026"));
+        assert!(!is_valid_code("abc"));
+        assert!(!is_valid_code(&"a".repeat(33)));
+        assert!(!is_valid_code("abc/def"));
+        assert!(!is_valid_code("abc.def"));
+        assert!(!is_valid_code("ab%20cd"));
+        assert_eq!(code_from_path("/aB3xYz"), Some("aB3xYz"));
+        assert_eq!(code_from_path("/aB3xYz?utm=1"), Some("aB3xYz"));
+        assert_eq!(code_from_path("/aB3xYz/"), None);
+        assert_eq!(code_from_path("/"), None);
+        assert_eq!(code_from_path("aB3xYz"), None);
+        assert_eq!(decode_index("aB3xY!"), None);
+    }
+}

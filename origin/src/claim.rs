@@ -1,0 +1,82 @@
+//! Group commit for id claims.
+//!
+//! A durable single-row UPDATE costs one redo-log flush per commit, which
+//! caps a 2-core MariaDB at about 10k commits/s. Creations instead hand their
+//! claim to a few batching workers: each takes every claim waiting in the
+//! queue (up to `claim_batch`) and commits them in one transaction, so the
+//! flush is shared and throughput grows with concurrency while a lone
+//! creation still commits at once.
+
+use crate::store::{DbError, LinkData, Store};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+type Reply = oneshot::Sender<Result<bool, DbError>>;
+
+struct Claim {
+    id: u64,
+    data: Arc<LinkData>,
+    reply: Reply,
+}
+
+/// Front of the claim queue.
+#[derive(Clone)]
+pub struct Claimer {
+    tx: mpsc::Sender<Claim>,
+}
+
+impl Claimer {
+    /// Starts `workers` batching tasks over `store`.
+    pub fn start(store: Store, workers: usize, batch: usize) -> Claimer {
+        let (tx, rx) = mpsc::channel::<Claim>(workers * batch * 4);
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..workers {
+            let rx = Arc::clone(&rx);
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut buf: Vec<Claim> = Vec::with_capacity(batch);
+                loop {
+                    {
+                        let mut rx = rx.lock().await;
+                        match rx.recv().await {
+                            Some(c) => buf.push(c),
+                            None => return,
+                        }
+                        while buf.len() < batch {
+                            match rx.try_recv() {
+                                Ok(c) => buf.push(c),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    let items: Vec<(u64, Arc<LinkData>)> =
+                        buf.iter().map(|c| (c.id, Arc::clone(&c.data))).collect();
+                    match store.claim_batch(&items).await {
+                        Ok(claimed) => {
+                            for (c, ok) in buf.drain(..).zip(claimed) {
+                                let _ = c.reply.send(Ok(ok));
+                            }
+                        }
+                        Err(e) => {
+                            for c in buf.drain(..) {
+                                let _ = c.reply.send(Err(e.clone()));
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        Claimer { tx }
+    }
+
+    /// Claims row `id` for `data`; `Ok(false)` when the row is not free.
+    pub async fn claim(&self, id: u64, data: Arc<LinkData>) -> Result<bool, DbError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Claim { id, data, reply })
+            .await
+            .map_err(|_| DbError("claim queue closed".into()))?;
+        rx.await
+            .map_err(|_| DbError("claim worker stopped".into()))?
+    }
+}

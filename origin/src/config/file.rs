@@ -1,0 +1,101 @@
+//! The YAML file format of `conf/origin.yaml`. Only serde lives here; the
+//! validated model the service uses is [`super::Config`].
+
+use serde::Deserialize;
+use shorturl_common::redirect::RedirectPolicy;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: String,
+    pub default_domain: String,
+    #[serde(default = "default_scheme")]
+    pub public_scheme: String,
+    #[serde(default)]
+    pub public_port: Option<u16>,
+    pub mysql: MysqlFile,
+    pub redis: RedisFile,
+    #[serde(default)]
+    pub issuer: IssuerFile,
+    #[serde(default)]
+    pub links: LinksFile,
+    #[serde(default)]
+    pub redirect: RedirectPolicy,
+    #[serde(default)]
+    pub apps: Vec<AppFile>,
+    #[serde(default)]
+    pub apollo: Option<crate::apollo::ApolloFile>,
+    #[serde(default)]
+    pub shutdown_grace_secs: Option<u64>,
+}
+
+fn default_scheme() -> String {
+    "https".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MysqlFile {
+    pub url: String,
+    #[serde(default)]
+    pub pool_max: Option<usize>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub claim_batch: Option<usize>,
+    #[serde(default)]
+    pub claim_workers: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisFile {
+    pub url: String,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub record_ttl_secs: Option<u64>,
+    #[serde(default)]
+    pub negative_ttl_secs: Option<u64>,
+    #[serde(default)]
+    pub dedup_ttl_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerFile {
+    #[serde(default)]
+    pub backend: Option<String>,
+    #[serde(default)]
+    pub block: Option<u64>,
+    #[serde(default)]
+    pub low_water: Option<u64>,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinksFile {
+    #[serde(default)]
+    pub default_ttl_days: Option<u32>,
+    #[serde(default)]
+    pub max_ttl_days: Option<u32>,
+    #[serde(default)]
+    pub max_url_bytes: Option<usize>,
+    #[serde(default)]
+    pub max_body_bytes: Option<usize>,
+    #[serde(default)]
+    pub allowed_domains: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppFile {
+    pub name: String,
+    pub key_sha256: String,
+    #[serde(default)]
+    pub rate_per_sec: Option<f64>,
+    #[serde(default)]
+    pub burst: Option<f64>,
+}

@@ -1,0 +1,362 @@
+//! The origin's configuration: the validated internal model.
+//!
+//! [`file`] is the YAML format; [`Config::load`] reads it, applies the
+//! environment overrides (`SHORTURL_MYSQL_URL`, `SHORTURL_REDIS_URL`), and
+//! validates everything at once so a bad file fails at start with a message
+//! naming the field, never later on a request.
+
+pub mod file;
+
+use file::FileConfig;
+use shorturl_common::host::normalize_host;
+use shorturl_common::redirect::RedirectPolicy;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// Which durable counter hands out id blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterBackend {
+    /// One row in MySQL, `UPDATE ... SET value = LAST_INSERT_ID(value + n)`.
+    Mysql,
+    /// Redis `INCRBY` (needs a persistent Redis; claims stay safe either way).
+    Redis,
+}
+
+/// MySQL settings.
+#[derive(Debug, Clone)]
+pub struct MysqlConfig {
+    pub url: String,
+    pub pool_max: usize,
+    /// Bound on any one MySQL operation; past it the request fails with 503.
+    pub timeout: Duration,
+    /// Most claims committed in one transaction (group commit).
+    pub claim_batch: usize,
+    /// Concurrent claim transactions.
+    pub claim_workers: usize,
+}
+
+/// Redis settings (Redis is a cache: every timeout falls back to MySQL).
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub url: String,
+    pub timeout: Duration,
+    pub record_ttl: Duration,
+    pub negative_ttl: Duration,
+    pub dedup_ttl: Duration,
+}
+
+/// Issuer settings.
+#[derive(Debug, Clone)]
+pub struct IssuerConfig {
+    pub backend: CounterBackend,
+    /// Ids fetched from the counter per call (the old "HBase increment" of 100).
+    pub block: u64,
+    /// Prefetch the next block when this many ids are left in the current one.
+    pub low_water: u64,
+    /// Counter name (row in `counter`, or Redis key suffix).
+    pub name: String,
+}
+
+/// Link rules.
+#[derive(Debug, Clone)]
+pub struct LinksConfig {
+    pub default_ttl_days: u32,
+    pub max_ttl_days: u32,
+    pub max_url_bytes: usize,
+    pub max_body_bytes: usize,
+    /// Static whitelist (normalised), not including the default domain.
+    pub allowed_domains: BTreeSet<String>,
+}
+
+/// One API caller.
+#[derive(Debug, Clone)]
+pub struct AppConfig {
+    pub name: String,
+    /// SHA-256 of the bearer key.
+    pub key_hash: [u8; 32],
+    pub rate_per_sec: f64,
+    pub burst: f64,
+}
+
+/// The whole validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub default_domain: String,
+    pub public_scheme: String,
+    pub public_port: Option<u16>,
+    pub mysql: MysqlConfig,
+    pub redis: RedisConfig,
+    pub issuer: IssuerConfig,
+    pub links: LinksConfig,
+    pub redirect: RedirectPolicy,
+    pub apps: Vec<AppConfig>,
+    pub apollo: Option<crate::apollo::ApolloConfig>,
+    pub shutdown_grace: Duration,
+}
+
+/// A configuration problem, naming the field.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(msg.into()))
+}
+
+impl Config {
+    /// Reads, overrides from the environment, and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+        Config::parse(&text, |k| std::env::var(k).ok())
+    }
+
+    /// Parses YAML text; `env` looks up override variables.
+    pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut f: FileConfig =
+            serde_yaml::from_str(text).map_err(|e| ConfigError(format!("config: {e}")))?;
+        if let Some(v) = env("SHORTURL_MYSQL_URL") {
+            f.mysql.url = v;
+        }
+        if let Some(v) = env("SHORTURL_REDIS_URL") {
+            f.redis.url = v;
+        }
+        Config::from_file(f, &env)
+    }
+
+    fn from_file(
+        f: FileConfig,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let listen: SocketAddr = f
+            .listen
+            .parse()
+            .map_err(|_| ConfigError(format!("listen: not an address:port: {:?}", f.listen)))?;
+        let Some(default_domain) = normalize_host(&f.default_domain) else {
+            return err(format!(
+                "default_domain: not a valid host: {:?}",
+                f.default_domain
+            ));
+        };
+        if f.public_scheme != "http" && f.public_scheme != "https" {
+            return err("public_scheme: must be http or https");
+        }
+        if !f.mysql.url.starts_with("mysql://") {
+            return err("mysql.url: must start with mysql://");
+        }
+        if !(f.redis.url.starts_with("redis://") || f.redis.url.starts_with("unix://")) {
+            return err("redis.url: must start with redis:// or unix://");
+        }
+        let mysql = MysqlConfig {
+            url: f.mysql.url,
+            pool_max: positive(f.mysql.pool_max, 32, "mysql.pool_max")?,
+            timeout: Duration::from_millis(positive(f.mysql.timeout_ms, 2000, "mysql.timeout_ms")?),
+            claim_batch: positive(f.mysql.claim_batch, 64, "mysql.claim_batch")?,
+            claim_workers: positive(f.mysql.claim_workers, 4, "mysql.claim_workers")?,
+        };
+        let redis = RedisConfig {
+            url: f.redis.url,
+            timeout: Duration::from_millis(positive(f.redis.timeout_ms, 50, "redis.timeout_ms")?),
+            record_ttl: Duration::from_secs(positive(
+                f.redis.record_ttl_secs,
+                6 * 86_400,
+                "redis.record_ttl_secs",
+            )?),
+            negative_ttl: Duration::from_secs(positive(
+                f.redis.negative_ttl_secs,
+                60,
+                "redis.negative_ttl_secs",
+            )?),
+            dedup_ttl: Duration::from_secs(positive(
+                f.redis.dedup_ttl_secs,
+                86_400,
+                "redis.dedup_ttl_secs",
+            )?),
+        };
+        let backend = match f.issuer.backend.as_deref().unwrap_or("mysql") {
+            "mysql" => CounterBackend::Mysql,
+            "redis" => CounterBackend::Redis,
+            other => {
+                return err(format!(
+                    "issuer.backend: must be mysql or redis (got {other:?})"
+                ))
+            }
+        };
+        let block = positive(f.issuer.block, 100, "issuer.block")?;
+        let low_water = f.issuer.low_water.unwrap_or(block / 5);
+        if low_water >= block {
+            return err("issuer.low_water: must be smaller than issuer.block");
+        }
+        let issuer = IssuerConfig {
+            backend,
+            block,
+            low_water,
+            name: f.issuer.name.unwrap_or_else(|| "default".into()),
+        };
+        if issuer.name.is_empty()
+            || !issuer
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return err("issuer.name: use [A-Za-z0-9_-]");
+        }
+        let mut allowed = BTreeSet::new();
+        for d in &f.links.allowed_domains {
+            let Some(n) = normalize_host(d) else {
+                return err(format!("links.allowed_domains: not a valid host: {d:?}"));
+            };
+            allowed.insert(n);
+        }
+        let default_ttl_days = positive(f.links.default_ttl_days, 730, "links.default_ttl_days")?;
+        let max_ttl_days = positive(f.links.max_ttl_days, 3650, "links.max_ttl_days")?;
+        if default_ttl_days > max_ttl_days {
+            return err("links.default_ttl_days: larger than links.max_ttl_days");
+        }
+        let links = LinksConfig {
+            default_ttl_days,
+            max_ttl_days,
+            max_url_bytes: positive(f.links.max_url_bytes, 2048, "links.max_url_bytes")?,
+            max_body_bytes: positive(f.links.max_body_bytes, 16 * 1024, "links.max_body_bytes")?,
+            allowed_domains: allowed,
+        };
+        f.redirect.validate().map_err(ConfigError)?;
+        let mut apps = Vec::new();
+        let mut names = BTreeSet::new();
+        for a in f.apps {
+            if a.name.is_empty() || a.name.len() > 64 || !names.insert(a.name.clone()) {
+                return err(format!(
+                    "apps: name {:?} is empty, too long or repeated",
+                    a.name
+                ));
+            }
+            let key_hash: [u8; 32] = hex::decode(a.key_sha256.trim())
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| {
+                    ConfigError(format!(
+                        "apps.{}.key_sha256: expected 64 hex digits",
+                        a.name
+                    ))
+                })?;
+            let rate_per_sec = a.rate_per_sec.unwrap_or(1000.0);
+            let burst = a.burst.unwrap_or(rate_per_sec * 2.0);
+            if !(rate_per_sec > 0.0 && burst >= 1.0) {
+                return err(format!(
+                    "apps.{}: rate_per_sec must be > 0 and burst >= 1",
+                    a.name
+                ));
+            }
+            apps.push(AppConfig {
+                name: a.name,
+                key_hash,
+                rate_per_sec,
+                burst,
+            });
+        }
+        let apollo = match f.apollo {
+            Some(a) => Some(crate::apollo::ApolloConfig::from_file(a, env).map_err(ConfigError)?),
+            None => None,
+        };
+        Ok(Config {
+            listen,
+            default_domain,
+            public_scheme: f.public_scheme,
+            public_port: f.public_port,
+            mysql,
+            redis,
+            issuer,
+            links,
+            redirect: f.redirect,
+            apps,
+            apollo,
+            shutdown_grace: Duration::from_secs(f.shutdown_grace_secs.unwrap_or(10)),
+        })
+    }
+
+    /// The public short URL of `code` on `domain`.
+    pub fn short_url(&self, domain: &str, code: &str) -> String {
+        match self.public_port {
+            Some(p) => format!("{}://{domain}:{p}/{code}", self.public_scheme),
+            None => format!("{}://{domain}/{code}", self.public_scheme),
+        }
+    }
+}
+
+fn positive<T: PartialOrd + Default + Copy>(
+    v: Option<T>,
+    default: T,
+    name: &str,
+) -> Result<T, ConfigError> {
+    let v = v.unwrap_or(default);
+    if v <= T::default() {
+        return err(format!("{name}: must be greater than zero"));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = "listen: 127.0.0.1:8081\ndefault_domain: Sho.RT.\nmysql: {url: 'mysql://root@127.0.0.1:3306/x'}\nredis: {url: 'redis://127.0.0.1:6379/'}\n";
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = Config::parse(MIN, |_| None).unwrap();
+        assert_eq!(c.default_domain, "sho.rt");
+        assert_eq!(c.issuer.block, 100);
+        assert_eq!(c.issuer.low_water, 20);
+        assert_eq!(c.links.default_ttl_days, 730);
+        assert_eq!(c.links.max_url_bytes, 2048);
+        assert_eq!(c.redirect.status, 302);
+        assert_eq!(c.short_url("sho.rt", "abc123"), "https://sho.rt/abc123");
+    }
+
+    #[test]
+    fn env_overrides_urls() {
+        let c = Config::parse(MIN, |k| {
+            (k == "SHORTURL_MYSQL_URL").then(|| "mysql://u:p@db/y".to_string())
+        })
+        .unwrap();
+        assert_eq!(c.mysql.url, "mysql://u:p@db/y");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (MIN.replace("127.0.0.1:8081", "nope"), "listen"),
+            (
+                format!("{MIN}redirect: {{status: 200}}\n"),
+                "redirect.status",
+            ),
+            (
+                format!("{MIN}issuer: {{backend: hbase}}\n"),
+                "issuer.backend",
+            ),
+            (
+                format!("{MIN}issuer: {{block: 10, low_water: 10}}\n"),
+                "issuer.low_water",
+            ),
+            (
+                format!("{MIN}links: {{allowed_domains: ['a b']}}\n"),
+                "links.allowed_domains",
+            ),
+            (
+                format!("{MIN}apps: [{{name: a, key_sha256: xyz}}]\n"),
+                "apps.a.key_sha256",
+            ),
+            (format!("{MIN}bogus: 1\n"), "bogus"),
+        ];
+        for (text, field) in cases {
+            let e = Config::parse(&text, |_| None)
+                .err()
+                .map(|e| e.0)
+                .unwrap_or_default();
+            assert!(e.contains(field), "{field}: {e}");
+        }
+    }
+}

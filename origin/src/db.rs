@@ -1,0 +1,134 @@
+//! MySQL connection pool, versioned migrations and installation metadata.
+
+use crate::config::MysqlConfig;
+use crate::permutation::Permutation;
+use mysql_async::prelude::*;
+use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+
+/// Versioned schema migrations, applied in order, each once.
+pub const MIGRATIONS: &[(u32, &str, &str)] =
+    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+
+/// First id used for custom codes that are not pre-generated codes.
+pub const CUSTOM_ID_BASE: u64 = 1 << 40;
+
+/// Opens the pool (connections are made on demand).
+pub fn pool(cfg: &MysqlConfig) -> Result<Pool, mysql_async::Error> {
+    let opts = Opts::from_url(&cfg.url)?;
+    let constraints = PoolConstraints::new(0, cfg.pool_max).unwrap_or_default();
+    let builder = OptsBuilder::from_opts(opts)
+        .pool_opts(PoolOpts::default().with_constraints(constraints))
+        .tcp_nodelay(true)
+        .prefer_socket(false);
+    Ok(Pool::new(builder))
+}
+
+/// Applies pending migrations under a named lock, so several origins
+/// starting at once do not race. Returns the versions applied.
+pub async fn migrate(pool: &Pool) -> Result<Vec<u32>, mysql_async::Error> {
+    let mut conn = pool.get_conn().await?;
+    let got: Option<i64> = conn
+        .query_first("SELECT GET_LOCK('shorturl_migrate', 60)")
+        .await?;
+    if got != Some(1) {
+        return Err(mysql_async::Error::Other(
+            "could not take the migration lock".into(),
+        ));
+    }
+    let result = async {
+        conn.query_drop(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INT UNSIGNED NOT NULL PRIMARY KEY, \
+             name VARCHAR(255) NOT NULL, applied_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP) ENGINE=InnoDB",
+        )
+        .await?;
+        let done: Vec<u32> = conn.query("SELECT version FROM schema_migrations").await?;
+        let mut applied = Vec::new();
+        for (version, name, sql) in MIGRATIONS {
+            if done.contains(version) {
+                continue;
+            }
+            for stmt in split_statements(sql) {
+                conn.query_drop(stmt).await?;
+            }
+            conn.exec_drop("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (version, name)).await?;
+            applied.push(*version);
+        }
+        // The permutation key is created once per installation, at random.
+        let key: [u8; 32] = rand::random();
+        conn.exec_drop("INSERT IGNORE INTO meta (name, value) VALUES ('perm_key', ?)", (hex::encode(key),)).await?;
+        conn.query_drop("INSERT IGNORE INTO meta (name, value) VALUES ('pregen_done', '0')").await?;
+        conn.exec_drop("INSERT IGNORE INTO counter (name, value) VALUES ('custom', ?)", (CUSTOM_ID_BASE,)).await?;
+        Ok::<_, mysql_async::Error>(applied)
+    }
+    .await;
+    let _ = conn.query_drop("DO RELEASE_LOCK('shorturl_migrate')").await;
+    result
+}
+
+/// Splits a migration file into statements (`;` at end of line; `--` comments dropped).
+fn split_statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for line in sql.lines() {
+        let t = line.trim();
+        if t.starts_with("--") || t.is_empty() {
+            continue;
+        }
+        cur.push_str(line);
+        cur.push('\n');
+        if t.ends_with(';') {
+            out.push(cur.trim().trim_end_matches(';').to_owned());
+            cur.clear();
+        }
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_owned());
+    }
+    out
+}
+
+/// Reads the installation's permutation key (created by `migrate`).
+pub async fn load_permutation(pool: &Pool) -> Result<Permutation, mysql_async::Error> {
+    let mut conn = pool.get_conn().await?;
+    let key: Option<String> = conn
+        .query_first("SELECT value FROM meta WHERE name = 'perm_key'")
+        .await?;
+    key.as_deref()
+        .and_then(Permutation::from_hex)
+        .ok_or_else(|| {
+            mysql_async::Error::Other(
+                "meta.perm_key missing or invalid: run `shorturl-origin migrate`".into(),
+            )
+        })
+}
+
+/// Number of pre-generated codes (ids 1..=n are in the table).
+pub async fn capacity(pool: &Pool) -> Result<u64, mysql_async::Error> {
+    let mut conn = pool.get_conn().await?;
+    let v: Option<String> = conn
+        .query_first("SELECT value FROM meta WHERE name = 'pregen_done'")
+        .await?;
+    Ok(v.and_then(|s| s.parse().ok()).unwrap_or(0))
+}
+
+/// True when `e` is a duplicate-key error (1062).
+pub fn is_duplicate(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(s) if s.code == 1062)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_statements;
+
+    #[test]
+    fn splits_migration_files() {
+        let s = split_statements("-- c\nCREATE TABLE a (\n x INT\n);\n\nCREATE TABLE b (y INT);\n");
+        assert_eq!(
+            s,
+            vec![
+                "CREATE TABLE a (\n x INT\n)".to_string(),
+                "CREATE TABLE b (y INT)".to_string()
+            ]
+        );
+    }
+}

@@ -1,0 +1,118 @@
+//! Durable counters that hand out id blocks. Each call moves the counter by
+//! a whole block, so the counter sees 1/block of the creation rate.
+
+use futures::future::BoxFuture;
+use mysql_async::prelude::*;
+use mysql_async::Pool;
+use redis::aio::ConnectionManager;
+use shorturl_common::keys;
+
+/// A durable, atomic counter.
+pub trait Counter: Send + Sync + 'static {
+    /// Atomically adds `n` and returns the new value: the block
+    /// `value - n + 1 ..= value` now belongs to the caller alone.
+    fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, String>>;
+    /// Backend name for logs and status.
+    fn kind(&self) -> &'static str;
+}
+
+/// One row of the `counter` table; `LAST_INSERT_ID(expr)` returns the value
+/// this connection wrote, so no second statement and no explicit lock.
+pub struct MysqlCounter {
+    pool: Pool,
+    name: String,
+}
+
+impl MysqlCounter {
+    /// Counter row `name` (created at 0 if missing).
+    pub fn new(pool: Pool, name: String) -> Self {
+        MysqlCounter { pool, name }
+    }
+}
+
+impl Counter for MysqlCounter {
+    fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            let mut conn = self.pool.get_conn().await.map_err(|e| e.to_string())?;
+            conn.exec_drop(
+                "INSERT INTO counter (name, value) VALUES (?, LAST_INSERT_ID(?)) \
+                 ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + ?)",
+                (&self.name, n, n),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            conn.last_insert_id()
+                .ok_or_else(|| "counter: no LAST_INSERT_ID".to_string())
+        })
+    }
+
+    fn kind(&self) -> &'static str {
+        "mysql"
+    }
+}
+
+/// Redis `INCRBY`, guarded by a floor: if the key was lost (Redis restarted
+/// without persistence) the counter is first raised to the highest id known
+/// to be used, so it never walks back over issued ids. Claims check
+/// `state = free` too, so even a lower value could not issue a code twice.
+pub struct RedisCounter {
+    conn: ConnectionManager,
+    key: String,
+    floor: std::sync::atomic::AtomicU64,
+}
+
+const INCR_WITH_FLOOR: &str = r"
+local v = tonumber(redis.call('GET', KEYS[1]) or '0')
+local floor = tonumber(ARGV[2])
+if v < floor then redis.call('SET', KEYS[1], floor) end
+return redis.call('INCRBY', KEYS[1], ARGV[1])
+";
+
+impl RedisCounter {
+    /// Counter `su:1:issuer:<name>`; `floor` is the highest used id known now.
+    pub fn new(conn: ConnectionManager, name: &str, floor: u64) -> Self {
+        RedisCounter {
+            conn,
+            key: keys::issuer_key(name),
+            floor: floor.into(),
+        }
+    }
+}
+
+impl Counter for RedisCounter {
+    fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async move {
+            let mut c = self.conn.clone();
+            let floor = self.floor.load(std::sync::atomic::Ordering::Relaxed);
+            let v: u64 = redis::Script::new(INCR_WITH_FLOOR)
+                .key(&self.key)
+                .arg(n)
+                .arg(floor)
+                .invoke_async(&mut c)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.floor
+                .fetch_max(v, std::sync::atomic::Ordering::Relaxed);
+            Ok(v)
+        })
+    }
+
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+}
+
+/// Highest id of a row that is not free: the floor for a lost Redis counter.
+/// Uses the `(state, id)` index, so it is a few index dives, not a scan.
+pub async fn highest_used_id(pool: &Pool) -> Result<u64, mysql_async::Error> {
+    let mut conn = pool.get_conn().await?;
+    let v: Option<Option<u64>> = conn
+        .exec_first(
+            "SELECT GREATEST(COALESCE((SELECT MAX(id) FROM short_code WHERE state = 1 AND id < ?), 0), \
+             COALESCE((SELECT MAX(id) FROM short_code WHERE state = 2 AND id < ?), 0), \
+             COALESCE((SELECT MAX(id) FROM short_code WHERE state = 3 AND id < ?), 0))",
+            (crate::db::CUSTOM_ID_BASE, crate::db::CUSTOM_ID_BASE, crate::db::CUSTOM_ID_BASE),
+        )
+        .await?;
+    Ok(v.flatten().unwrap_or(0))
+}

@@ -1,0 +1,269 @@
+//! The issuer: hands out ids (issue order) from a local block with atomics.
+//!
+//! The hot path is one `fetch_add` on the current block. The next block is
+//! fetched in the background when the current one falls to the low-water
+//! mark, so in steady state no creation waits for the durable counter; only
+//! the caller that finds the block empty (rare: a burst faster than the
+//! prefetch) takes the slow path, under an async mutex that never blocks the
+//! hot path. Every id comes from a block that the durable counter gave this
+//! process alone, so ids are never issued twice across processes, crashes
+//! and restarts (an unused remainder is a gap, which is fine).
+
+pub mod counter;
+
+use crate::metrics::Metrics;
+use arc_swap::ArcSwap;
+use counter::Counter;
+use shorturl_common::status::IssuerDim;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// Why no id could be issued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IssueError {
+    /// The counter has passed the number of pre-generated codes.
+    #[error("all {capacity} pre-generated codes have been issued; run `shorturl-origin pregen --count <more>`")]
+    Exhausted { capacity: u64 },
+    /// The durable counter could not be reached.
+    #[error("id counter unavailable: {0}")]
+    Counter(String),
+}
+
+struct Block {
+    next: AtomicU64,
+    end: u64,
+}
+
+/// Ids from a durable counter, a block at a time.
+pub struct Issuer {
+    counter: Box<dyn Counter>,
+    block: u64,
+    low_water: u64,
+    current: ArcSwap<Block>,
+    /// The prefetched next block, if any; held while fetching.
+    spare: Mutex<Option<(u64, u64)>>,
+    prefetching: AtomicBool,
+    capacity: AtomicU64,
+    highest: AtomicU64,
+    metrics: Arc<Metrics>,
+}
+
+impl Issuer {
+    /// An issuer with no block yet; `capacity` is the table size.
+    pub fn new(
+        counter: Box<dyn Counter>,
+        block: u64,
+        low_water: u64,
+        capacity: u64,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        metrics
+            .issuer_capacity
+            .set(i64::try_from(capacity).unwrap_or(i64::MAX));
+        Arc::new(Issuer {
+            counter,
+            block,
+            low_water,
+            current: ArcSwap::from_pointee(Block {
+                next: AtomicU64::new(1),
+                end: 0,
+            }),
+            spare: Mutex::new(None),
+            prefetching: AtomicBool::new(false),
+            capacity: AtomicU64::new(capacity),
+            highest: AtomicU64::new(0),
+            metrics,
+        })
+    }
+
+    /// Updates the table size (after `pregen` extended it).
+    pub fn set_capacity(&self, capacity: u64) {
+        self.capacity.store(capacity, Ordering::Relaxed);
+        self.metrics
+            .issuer_capacity
+            .set(i64::try_from(capacity).unwrap_or(i64::MAX));
+        if capacity > self.highest.load(Ordering::Relaxed) {
+            self.metrics.issuer_exhausted.set(0);
+        }
+    }
+
+    fn is_exhausted(&self) -> bool {
+        self.metrics.issuer_exhausted.get() == 1
+    }
+
+    /// The next id. Never returns an id above the table size.
+    pub async fn next_id(self: &Arc<Self>) -> Result<u64, IssueError> {
+        loop {
+            let blk = self.current.load_full();
+            let id = blk.next.fetch_add(1, Ordering::Relaxed);
+            if id <= blk.end {
+                if blk.end - id == self.low_water {
+                    self.prefetch();
+                }
+                let capacity = self.capacity.load(Ordering::Relaxed);
+                if id > capacity {
+                    if !self.is_exhausted() {
+                        tracing::error!(
+                            capacity,
+                            id,
+                            "issuer exhausted: every pre-generated code has been issued"
+                        );
+                    }
+                    self.metrics.issuer_exhausted.set(1);
+                    return Err(IssueError::Exhausted { capacity });
+                }
+                self.metrics.issuer_exhausted.set(0);
+                let prev = self.highest.fetch_max(id, Ordering::Relaxed);
+                if id > prev {
+                    self.metrics
+                        .issuer_current
+                        .set(i64::try_from(id).unwrap_or(i64::MAX));
+                }
+                return Ok(id);
+            }
+            self.advance(&blk).await?;
+        }
+    }
+
+    /// Installs the next block after `old` ran out (slow path).
+    async fn advance(self: &Arc<Self>, old: &Arc<Block>) -> Result<(), IssueError> {
+        let mut spare = self.spare.lock().await;
+        if !Arc::ptr_eq(&self.current.load(), old) {
+            return Ok(()); // another caller already advanced
+        }
+        let (start, end) = match spare.take() {
+            Some(r) => r,
+            None => self.fetch().await?,
+        };
+        self.current.store(Arc::new(Block {
+            next: AtomicU64::new(start),
+            end,
+        }));
+        drop(spare);
+        Ok(())
+    }
+
+    fn prefetch(self: &Arc<Self>) {
+        if self.prefetching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut spare = me.spare.lock().await;
+            if spare.is_none() {
+                match me.fetch().await {
+                    Ok(r) => *spare = Some(r),
+                    Err(e) => tracing::warn!(error = %e, "prefetching the next id block failed"),
+                }
+            }
+            me.prefetching.store(false, Ordering::Release);
+        });
+    }
+
+    async fn fetch(&self) -> Result<(u64, u64), IssueError> {
+        match self.counter.advance(self.block).await {
+            Ok(end) if end >= self.block => Ok((end - self.block + 1, end)),
+            Ok(end) => Err(IssueError::Counter(format!(
+                "counter returned {end}, below one block"
+            ))),
+            Err(e) => {
+                self.metrics.issuer_error.inc();
+                tracing::error!(backend = self.counter.kind(), error = %e, "id counter failed");
+                Err(IssueError::Counter(e))
+            }
+        }
+    }
+
+    /// The `issuer` status dimension.
+    pub fn dim(&self) -> IssuerDim {
+        let current = self.highest.load(Ordering::Relaxed);
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        IssuerDim {
+            current,
+            capacity,
+            remaining: capacity.saturating_sub(current),
+            error: self.metrics.issuer_error.get(),
+            exhausted: self.is_exhausted(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::future::BoxFuture;
+    use std::collections::HashSet;
+
+    /// In-process counter for unit tests of the block logic only (the real
+    /// backends are tested against real MySQL and Redis).
+    struct LocalCounter(AtomicU64, AtomicU64);
+
+    impl Counter for LocalCounter {
+        fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, String>> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            let v = self.0.fetch_add(n, Ordering::SeqCst) + n;
+            Box::pin(async move { Ok(v) })
+        }
+        fn kind(&self) -> &'static str {
+            "local"
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_ids_are_unique_and_counter_sees_one_call_per_block() {
+        let m = Arc::new(Metrics::new().unwrap());
+        let c = Arc::new(LocalCounter(AtomicU64::new(0), AtomicU64::new(0)));
+        struct Shared(Arc<LocalCounter>);
+        impl Counter for Shared {
+            fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, String>> {
+                self.0.advance(n)
+            }
+            fn kind(&self) -> &'static str {
+                "local"
+            }
+        }
+        let iss = Issuer::new(Box::new(Shared(c.clone())), 100, 20, 1_000_000, m);
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let iss = iss.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut v = Vec::new();
+                for _ in 0..2500 {
+                    v.push(iss.next_id().await.unwrap());
+                }
+                v
+            }));
+        }
+        let mut all = HashSet::new();
+        for t in tasks {
+            for id in t.await.unwrap() {
+                assert!(all.insert(id), "duplicate id {id}");
+            }
+        }
+        assert_eq!(all.len(), 20_000);
+        let calls = c.1.load(Ordering::Relaxed);
+        assert!((200..=202).contains(&calls), "counter calls {calls}");
+    }
+
+    #[tokio::test]
+    async fn exhaustion_is_an_error_not_a_wrap() {
+        let m = Arc::new(Metrics::new().unwrap());
+        let iss = Issuer::new(
+            Box::new(LocalCounter(AtomicU64::new(0), AtomicU64::new(0))),
+            10,
+            2,
+            25,
+            m,
+        );
+        for want in 1..=25 {
+            assert_eq!(iss.next_id().await, Ok(want));
+        }
+        assert_eq!(
+            iss.next_id().await,
+            Err(IssueError::Exhausted { capacity: 25 })
+        );
+        assert!(iss.dim().exhausted);
+        assert_eq!(iss.dim().remaining, 0);
+    }
+}

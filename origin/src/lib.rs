@@ -1,0 +1,22 @@
+//! The origin: creates short links and answers the edge's misses.
+//!
+//! See `docs/architecture.md` for the request paths and `docs/protocol.md`
+//! for the contract with the edge.
+
+pub mod apollo;
+pub mod auth;
+pub mod cache;
+pub mod claim;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod http;
+pub mod issuer;
+pub mod links;
+pub mod metrics;
+pub mod permutation;
+pub mod pregen;
+pub mod serve;
+pub mod store;
+pub mod validate;
+pub mod whitelist;

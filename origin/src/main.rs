@@ -1,0 +1,115 @@
+//! `shorturl-origin`: serve, migrate, pregen, check.
+
+use clap::{Parser, Subcommand};
+use shorturl_origin::config::Config;
+use shorturl_origin::{db, pregen, serve};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "shorturl-origin",
+    version,
+    about = "Short-link origin: creation API and miss resolution"
+)]
+struct Cli {
+    /// Configuration file (YAML).
+    #[arg(short = 'c', long, global = true, default_value = "conf/origin.yaml")]
+    config: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the HTTP service (applies pending migrations first).
+    Serve,
+    /// Apply pending schema migrations and exit.
+    Migrate,
+    /// Extend the pre-generated code table to COUNT codes (resumable).
+    Pregen {
+        #[arg(long)]
+        count: u64,
+        /// Rows per INSERT/commit.
+        #[arg(long, default_value_t = 20_000)]
+        chunk: u64,
+        /// Hide the progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Validate the configuration and exit.
+    Check,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let cfg = match Config::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("invalid configuration {}: {e}", cli.config.display());
+            return ExitCode::from(2);
+        }
+    };
+    if let Cmd::Check = cli.cmd {
+        println!("{}: ok", cli.config.display());
+        return ExitCode::SUCCESS;
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        match cli.cmd {
+            Cmd::Serve => serve::run(cfg).await,
+            Cmd::Migrate => {
+                let pool = db::pool(&cfg.mysql).map_err(|e| e.to_string())?;
+                let applied = db::migrate(&pool).await.map_err(|e| e.to_string())?;
+                println!("migrations applied: {applied:?}");
+                Ok(())
+            }
+            Cmd::Pregen {
+                count,
+                chunk,
+                quiet,
+            } => {
+                let pool = db::pool(&cfg.mysql).map_err(|e| e.to_string())?;
+                db::migrate(&pool).await.map_err(|e| e.to_string())?;
+                let perm = db::load_permutation(&pool)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let r = pregen::run(&pool, &perm, count, chunk.max(1), !quiet).await?;
+                if r.to == r.from {
+                    println!("short_code already holds {} codes; nothing to do", r.to);
+                } else {
+                    println!(
+                        "pregen: ids {}..={} written, {:.0} rows/s",
+                        r.from + 1,
+                        r.to,
+                        r.rows_per_sec
+                    );
+                }
+                Ok(())
+            }
+            Cmd::Check => Ok(()),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! `shorturl-origin pregen --count N`: fills `short_code` with ids 1..=N.
+//!
+//! Row `id` gets the code `P(id)` (see [`crate::permutation`]), so codes are
+//! unique by construction. Work goes in chunks of multi-row
+//! `INSERT IGNORE`s, each committed together with the `pregen_done` mark in
+//! `meta`: an interrupted run loses at most its open chunk and a re-run
+//! continues from the mark; extending to a larger N is the same operation.
+//! Code computation runs on a separate thread, one chunk ahead of MySQL.
+
+use crate::permutation::Permutation;
+use indicatif::{ProgressBar, ProgressStyle};
+use mysql_async::prelude::*;
+use mysql_async::{Pool, TxOpts};
+use shorturl_common::code::CODE_SPACE;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// Result of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct PregenReport {
+    pub from: u64,
+    pub to: u64,
+    pub rows_per_sec: f64,
+}
+
+fn chunk_sql(perm: &Permutation, start: u64, end: u64) -> String {
+    let mut sql = String::with_capacity(((end - start + 1) * 22 + 64) as usize);
+    sql.push_str("INSERT IGNORE INTO short_code (id, code) VALUES ");
+    for id in start..=end {
+        if id != start {
+            sql.push(',');
+        }
+        // Codes are base62 and ids integers: nothing here needs escaping.
+        let code = perm.code_for_id(id).unwrap_or_default();
+        let _ = write!(sql, "({id},'{code}')");
+    }
+    sql
+}
+
+/// Extends the table to `count` codes.
+pub async fn run(
+    pool: &Pool,
+    perm: &Permutation,
+    count: u64,
+    chunk: u64,
+    progress: bool,
+) -> Result<PregenReport, String> {
+    if count > CODE_SPACE {
+        return Err(format!(
+            "--count {count} exceeds the code space (62^6 = {CODE_SPACE})"
+        ));
+    }
+    let mut conn = pool.get_conn().await.map_err(|e| e.to_string())?;
+    let done: u64 = conn
+        .query_first::<String, _>("SELECT value FROM meta WHERE name = 'pregen_done'")
+        .await
+        .map_err(|e| e.to_string())?
+        .and_then(|v| v.parse().ok())
+        .ok_or("meta.pregen_done missing: run `shorturl-origin migrate` first")?;
+    if done >= count {
+        return Ok(PregenReport {
+            from: done,
+            to: done,
+            rows_per_sec: 0.0,
+        });
+    }
+    let bar = if progress {
+        ProgressBar::new(count - done)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} rows  {per_sec}  eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, u64, String)>(2);
+    let perm = perm.clone();
+    let producer = std::thread::spawn(move || {
+        let mut start = done + 1;
+        while start <= count {
+            let end = (start + chunk - 1).min(count);
+            if tx
+                .blocking_send((start, end, chunk_sql(&perm, start, end)))
+                .is_err()
+            {
+                return;
+            }
+            start = end + 1;
+        }
+    });
+    let t0 = Instant::now();
+    while let Some((start, end, sql)) = rx.recv().await {
+        let mut t = conn
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        t.query_drop(sql).await.map_err(|e| e.to_string())?;
+        // The mark only moves forward from exactly where this chunk starts:
+        // two concurrent runs cannot both commit the same chunk.
+        t.exec_drop(
+            "UPDATE meta SET value = ? WHERE name = 'pregen_done' AND value = ?",
+            (end.to_string(), (start - 1).to_string()),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        if t.affected_rows() != 1 {
+            return Err("another pregen run is extending the table concurrently; stopped".into());
+        }
+        t.commit().await.map_err(|e| e.to_string())?;
+        bar.inc(end - start + 1);
+    }
+    let _ = producer.join();
+    bar.finish_and_clear();
+    let secs = t0.elapsed().as_secs_f64().max(1e-9);
+    Ok(PregenReport {
+        from: done,
+        to: count,
+        rows_per_sec: (count - done) as f64 / secs,
+    })
+}

@@ -1,0 +1,263 @@
+//! Validation of creation requests: every rule that turns bad input into a
+//! 400 with a precise kind, before anything is written.
+
+use crate::config::LinksConfig;
+use crate::error::ApiError;
+use serde_json::{Map, Value};
+use shorturl_common::code::is_valid_code;
+use shorturl_common::host::normalize_host;
+
+/// A creation request after validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateRequest {
+    pub url: String,
+    /// Normalised; `None` means the default domain.
+    pub domain: Option<String>,
+    pub client_app: Option<String>,
+    pub client_version: Option<String>,
+    pub kdt_id: Option<u64>,
+    pub code: Option<String>,
+    pub ttl_days: Option<u32>,
+}
+
+const FIELDS: [&str; 7] = [
+    "url", "domain", "app", "version", "kdt_id", "code", "ttl_days",
+];
+
+/// Parses and validates a creation body.
+pub fn parse_create(body: &[u8], cfg: &LinksConfig) -> Result<CreateRequest, ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request("invalid_json", format!("body is not valid JSON: {e}"))
+    })?;
+    let Value::Object(obj) = v else {
+        return Err(ApiError::bad_request(
+            "invalid_json",
+            "body must be a JSON object",
+        ));
+    };
+    if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("unknown field {k:?}"),
+        ));
+    }
+    let url = match obj.get("url") {
+        Some(Value::String(s)) => validate_url(s, cfg.max_url_bytes)?,
+        Some(_) => return Err(ApiError::bad_request("invalid_url", "url must be a string")),
+        None => return Err(ApiError::bad_request("invalid_url", "url is required")),
+    };
+    let domain = match opt_str(&obj, "domain", "invalid_domain")? {
+        Some(d) => Some(normalize_host(d).ok_or_else(|| {
+            ApiError::bad_request("invalid_domain", format!("not a valid domain: {d:?}"))
+        })?),
+        None => None,
+    };
+    let client_app = opt_label(&obj, "app", 64)?;
+    let client_version = opt_label(&obj, "version", 32)?;
+    let kdt_id = match obj.get("kdt_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => Some(n.as_u64().ok_or_else(|| {
+            ApiError::bad_request("invalid_kdt_id", "kdt_id must be an integer >= 0")
+        })?),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_kdt_id",
+                "kdt_id must be an integer >= 0",
+            ))
+        }
+    };
+    let code = match opt_str(&obj, "code", "invalid_code")? {
+        Some(c) if is_valid_code(c) => Some(c.to_owned()),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_code",
+                "code must be 4-32 characters of [0-9A-Za-z_-]",
+            ))
+        }
+        None => None,
+    };
+    let ttl_days = match obj.get("ttl_days") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(d) if d >= 1 && d <= u64::from(cfg.max_ttl_days) => Some(d as u32),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_ttl",
+                    format!("ttl_days must be an integer from 1 to {}", cfg.max_ttl_days),
+                ))
+            }
+        },
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_ttl",
+                "ttl_days must be an integer",
+            ))
+        }
+    };
+    Ok(CreateRequest {
+        url,
+        domain,
+        client_app,
+        client_version,
+        kdt_id,
+        code,
+        ttl_days,
+    })
+}
+
+fn opt_str<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    kind: &'static str,
+) -> Result<Option<&'a str>, ApiError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ApiError::bad_request(
+            kind,
+            format!("{key} must be a string"),
+        )),
+    }
+}
+
+fn opt_label(obj: &Map<String, Value>, key: &str, max: usize) -> Result<Option<String>, ApiError> {
+    match opt_str(obj, key, "invalid_field")? {
+        Some(s) if s.chars().count() > max || s.chars().any(char::is_control) => {
+            Err(ApiError::bad_request(
+                "invalid_field",
+                format!("{key} must be at most {max} characters without control characters"),
+            ))
+        }
+        Some(s) => Ok(Some(s.to_owned())),
+        None => Ok(None),
+    }
+}
+
+/// Checks a long URL and returns the form to store (ASCII: non-ASCII
+/// characters are percent-encoded / punycoded, so records stay one line of
+/// ASCII that Lua can parse).
+pub fn validate_url(raw: &str, max_bytes: usize) -> Result<String, ApiError> {
+    if raw.len() > max_bytes {
+        return Err(ApiError::bad_request(
+            "url_too_long",
+            format!("url is longer than {max_bytes} bytes"),
+        ));
+    }
+    if raw.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ApiError::bad_request(
+            "invalid_url",
+            "url must not contain whitespace or control characters",
+        ));
+    }
+    let lower = raw.get(..8).unwrap_or(raw).to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        return Err(ApiError::bad_request(
+            "invalid_url",
+            "url must be an absolute http:// or https:// URL",
+        ));
+    }
+    let parsed = url::Url::parse(raw)
+        .map_err(|e| ApiError::bad_request("invalid_url", format!("url does not parse: {e}")))?;
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(ApiError::bad_request("invalid_url", "url must have a host"));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_url",
+            "url must not carry credentials",
+        ));
+    }
+    let stored = if raw.is_ascii() {
+        raw.to_owned()
+    } else {
+        parsed.as_str().to_owned()
+    };
+    if stored.len() > max_bytes {
+        return Err(ApiError::bad_request(
+            "url_too_long",
+            format!("url is longer than {max_bytes} bytes once encoded"),
+        ));
+    }
+    Ok(stored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn cfg() -> LinksConfig {
+        LinksConfig {
+            default_ttl_days: 730,
+            max_ttl_days: 3650,
+            max_url_bytes: 2048,
+            max_body_bytes: 16384,
+            allowed_domains: BTreeSet::new(),
+        }
+    }
+
+    fn kind(body: &str) -> String {
+        match parse_create(body.as_bytes(), &cfg()) {
+            Ok(_) => "ok".into(),
+            Err(e) => e.kind.to_string(),
+        }
+    }
+
+    #[test]
+    fn table_of_inputs() {
+        let long = format!("{{\"url\":\"https://x.com/{}\"}}", "a".repeat(2100));
+        let cases: &[(&str, &str)] = &[
+            (r#"{"url":"https://example.com/a?b=c"}"#, "ok"),
+            (r#"{"url":"HTTPS://EXAMPLE.COM"}"#, "ok"),
+            (r#"{"url":"https://例え.jp/パス"}"#, "ok"),
+            (
+                r#"{"url":"https://x.com","domain":"S.Shop55.com.","kdt_id":55,"code":"my_code-1","ttl_days":7,"app":"a","version":"1"}"#,
+                "ok",
+            ),
+            ("", "invalid_json"),
+            ("not json", "invalid_json"),
+            ("[1]", "invalid_json"),
+            ("{}", "invalid_url"),
+            (r#"{"url":5}"#, "invalid_url"),
+            (r#"{"url":"ftp://x.com"}"#, "invalid_url"),
+            (r#"{"url":"javascript:alert(1)"}"#, "invalid_url"),
+            (r#"{"url":"/relative"}"#, "invalid_url"),
+            (r#"{"url":"https://"}"#, "invalid_url"),
+            (r#"{"url":"https://x.com/a b"}"#, "invalid_url"),
+            (r#"{"url":"https://x.com/a\tb"}"#, "invalid_url"),
+            (r#"{"url":"https://x.com/a\u0000"}"#, "invalid_url"),
+            (r#"{"url":"https://u:p@x.com/"}"#, "invalid_url"),
+            (&long, "url_too_long"),
+            (
+                r#"{"url":"https://x.com","domain":"bad domain"}"#,
+                "invalid_domain",
+            ),
+            (r#"{"url":"https://x.com","domain":7}"#, "invalid_domain"),
+            (r#"{"url":"https://x.com","code":"ab"}"#, "invalid_code"),
+            (r#"{"url":"https://x.com","code":"ab/cd"}"#, "invalid_code"),
+            (r#"{"url":"https://x.com","kdt_id":-1}"#, "invalid_kdt_id"),
+            (r#"{"url":"https://x.com","kdt_id":"55"}"#, "invalid_kdt_id"),
+            (r#"{"url":"https://x.com","ttl_days":0}"#, "invalid_ttl"),
+            (r#"{"url":"https://x.com","ttl_days":99999}"#, "invalid_ttl"),
+            (r#"{"url":"https://x.com","ttl_days":1.5}"#, "invalid_ttl"),
+            (r#"{"url":"https://x.com","evil":1}"#, "invalid_field"),
+            (r#"{"url":"https://x.com","app":"\u0007"}"#, "invalid_field"),
+        ];
+        for (body, want) in cases {
+            assert_eq!(kind(body), *want, "{body}");
+        }
+    }
+
+    #[test]
+    fn non_ascii_urls_are_stored_encoded() {
+        let u = validate_url("https://例え.jp/パス", 2048).unwrap();
+        assert!(u.is_ascii(), "{u}");
+        assert!(u.starts_with("https://xn--"), "{u}");
+        let r = parse_create(
+            br#"{"url":"https://x.com","domain":"S.Shop55.com."}"#,
+            &cfg(),
+        )
+        .unwrap();
+        assert_eq!(r.domain.as_deref(), Some("s.shop55.com"));
+    }
+}

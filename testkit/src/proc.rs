@@ -1,0 +1,155 @@
+//! Child processes tied to the test process's lifetime.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+
+type SpawnReq = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, so
+/// all children are forked by this one thread, which lives as long as the
+/// process.
+fn supervisor() -> &'static Mutex<mpsc::Sender<SpawnReq>> {
+    static TX: OnceLock<Mutex<mpsc::Sender<SpawnReq>>> = OnceLock::new();
+    TX.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnReq>();
+        std::thread::Builder::new()
+            .name("testkit-supervisor".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+                // Keep the thread (and so the children) alive until exit.
+                loop {
+                    std::thread::park();
+                }
+            })
+            .expect("spawn supervisor");
+        Mutex::new(tx)
+    })
+}
+
+/// A running child process, killed (SIGKILL) on drop.
+pub struct Proc {
+    child: Option<Child>,
+    name: String,
+    log: PathBuf,
+}
+
+/// Spawns `cmd` with stdout/stderr appended to `log`; the child gets SIGKILL
+/// if the test process dies.
+pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Proc {
+    use std::os::unix::process::CommandExt;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("open log");
+    let err = out.try_clone().expect("clone log fd");
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    // SAFETY: prctl is async-signal-safe and touches no Rust state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (tx, rx) = mpsc::channel();
+    supervisor()
+        .lock()
+        .expect("supervisor lock")
+        .send((cmd, tx))
+        .expect("supervisor alive");
+    let child = rx
+        .recv()
+        .expect("supervisor reply")
+        .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+    Proc {
+        child: Some(child),
+        name: name.to_owned(),
+        log: log.to_owned(),
+    }
+}
+
+impl Proc {
+    /// Process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Sends `sig` (e.g. `libc::SIGTERM`).
+    pub fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: plain kill(2) on our own child.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then wait for exit (SIGKILL after `grace`). Returns the exit code if any.
+    pub fn terminate(&mut self, grace: std::time::Duration) -> Option<i32> {
+        let mut c = self.child.take()?;
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + grace;
+        loop {
+            if let Ok(Some(st)) = c.try_wait() {
+                return st.code();
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = c.kill();
+                return c.wait().ok().and_then(|s| s.code());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// True while the child has not exited.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// The log file's contents (for assertions and failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Name given at spawn.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Path of a binary built by this workspace (`target/<profile>/<name>`),
+/// found next to the running test executable (`target/<profile>/deps/...`).
+/// Build it first (`cargo build --workspace`, which `make test` does).
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
+    let p = profile_dir.join(name);
+    assert!(
+        p.exists(),
+        "{} not built: run `cargo build --workspace` first",
+        p.display()
+    );
+    p
+}

@@ -1,0 +1,226 @@
+//! Private Redis and MariaDB servers from the Debian packages.
+
+use crate::proc::{spawn, Proc};
+use crate::wait::{wait_for, wait_for_tcp};
+use crate::{free_port, TempDir};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn require(bin: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).exists()))
+        .unwrap_or(false);
+    let sbin =
+        Path::new("/usr/sbin").join(bin).exists() || Path::new("/usr/bin").join(bin).exists();
+    assert!(
+        found || sbin,
+        "{bin} is not installed: run `make deps` (apt-get install redis-server mariadb-server)"
+    );
+}
+
+/// A private `redis-server` (no persistence) on a free loopback port.
+pub struct Redis {
+    port: u16,
+    dir: TempDir,
+    proc: Option<Proc>,
+}
+
+impl Redis {
+    /// Starts a server and waits until it accepts connections.
+    pub fn start() -> Redis {
+        require("redis-server");
+        let mut r = Redis {
+            port: free_port(),
+            dir: TempDir::new("redis"),
+            proc: None,
+        };
+        r.restart();
+        r
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (SIGKILL): a crash, as far as clients can tell.
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+        crate::wait::wait_for("redis port to close", START_TIMEOUT, || {
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
+        });
+    }
+
+    /// (Re)starts the server on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(self.dir.path())
+        .args(["--daemonize", "no", "--protected-mode", "no"]);
+        let log = self.dir.path().join("redis.log");
+        self.proc = Some(spawn("redis-server", cmd, &log));
+        wait_for_tcp(self.port, START_TIMEOUT);
+    }
+}
+
+/// A private `mariadbd` with its own datadir, on a free loopback port; the
+/// user `root` has no password over TCP from 127.0.0.1.
+pub struct MariaDb {
+    port: u16,
+    dir: TempDir,
+    proc: Option<Proc>,
+}
+
+fn template_dir() -> PathBuf {
+    // One initialised datadir per machine user, copied for each server: saves
+    // the install step (and its fsyncs) for every test.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("shorturl-mariadb-template-{uid}"))
+}
+
+fn ensure_template() -> PathBuf {
+    let tpl = template_dir();
+    if tpl.join("mysql").exists() {
+        return tpl;
+    }
+    require("mariadb-install-db");
+    let staging = tpl.with_extension(format!("staging-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    let out = Command::new("mariadb-install-db")
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", staging.display()))
+        .args([
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+            "--user=root",
+        ])
+        .output()
+        .expect("run mariadb-install-db");
+    assert!(
+        out.status.success(),
+        "mariadb-install-db failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Rename is atomic: a concurrent test process either wins or finds the template.
+    if std::fs::rename(&staging, &tpl).is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    tpl
+}
+
+impl MariaDb {
+    /// Starts a server with a fresh datadir and waits until it is ready.
+    pub fn start() -> MariaDb {
+        require("mariadbd");
+        let tpl = ensure_template();
+        let dir = TempDir::new("mariadb");
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(&tpl)
+            .arg(dir.path().join("data"))
+            .status()
+            .expect("cp");
+        assert!(st.success(), "copy mariadb template");
+        let mut m = MariaDb {
+            port: free_port(),
+            dir,
+            proc: None,
+        };
+        m.restart();
+        m
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `mysql://root@127.0.0.1:<port>/<db>`.
+    pub fn url(&self, db: &str) -> String {
+        format!("mysql://root@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Creates database `db` (via the `mariadb` client) and returns its URL.
+    pub fn create_database(&self, db: &str) -> String {
+        self.sql(&format!("CREATE DATABASE IF NOT EXISTS `{db}`"));
+        self.url(db)
+    }
+
+    /// Runs SQL through the `mariadb` command-line client; returns stdout (tab-separated, no headers).
+    pub fn sql(&self, sql: &str) -> String {
+        let out = Command::new("mariadb")
+            .args(["-h127.0.0.1", "-uroot", "-N", "-B"])
+            .arg(format!("-P{}", self.port))
+            .arg("-e")
+            .arg(sql)
+            .output()
+            .expect("run mariadb client");
+        assert!(
+            out.status.success(),
+            "sql {sql:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Kills the server (SIGKILL: InnoDB recovers on restart).
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+        wait_for("mariadb port to close", START_TIMEOUT, || {
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
+        });
+    }
+
+    /// (Re)starts the server on the same port and datadir.
+    pub fn restart(&mut self) {
+        self.stop();
+        let d = self.dir.path();
+        let mut cmd = Command::new("mariadbd");
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", d.join("data").display()))
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--socket={}", d.join("mysqld.sock").display()))
+            .arg(format!("--pid-file={}", d.join("mysqld.pid").display()))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--user=root",
+                "--skip-name-resolve",
+                "--innodb-buffer-pool-size=64M",
+                "--max-connections=500",
+                "--skip-log-bin",
+            ]);
+        let log = d.join("mariadb.log");
+        let _ = std::fs::remove_file(&log);
+        let proc = spawn("mariadbd", cmd, &log);
+        wait_for("mariadb ready for connections", START_TIMEOUT, || {
+            std::fs::read_to_string(&log)
+                .map(|s| s.contains("ready for connections"))
+                .unwrap_or(false)
+        });
+        wait_for_tcp(self.port, START_TIMEOUT);
+        self.proc = Some(proc);
+    }
+}
