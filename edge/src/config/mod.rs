@@ -1,0 +1,343 @@
+//! Configuration: the file format lives in [`file`]; this module turns it
+//! into the internal model the rest of the edge uses, applies environment
+//! overrides (secrets never have to live in the file) and validates it, so
+//! `shorturl-edge --test -c ...` catches every mistake before a deploy.
+
+pub mod file;
+
+use pingora::server::configuration::ServerConf;
+use shorturl_common::host::normalize_host;
+use shorturl_common::redirect::RedirectPolicy;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Environment variable overriding `edge.redis.url` (it may carry a password).
+pub const ENV_REDIS_URL: &str = "SHORTURL_EDGE_REDIS_URL";
+/// Environment variable overriding `edge.origin.servers` (comma-separated).
+pub const ENV_ORIGINS: &str = "SHORTURL_EDGE_ORIGINS";
+
+/// A configuration problem, with the offending key in the message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(msg.into()))
+}
+
+/// Everything the edge needs, in the units the code uses.
+#[derive(Debug, Clone)]
+pub struct EdgeConfig {
+    pub listen: Vec<String>,
+    pub metrics_listen: Option<String>,
+    /// Domain assumed when a request carries no `Host` (HTTP/1.0).
+    pub default_domain: String,
+    pub redis: RedisConfig,
+    pub origin: OriginConfig,
+    pub cache: CacheConfig,
+    pub redirect: RedirectPolicy,
+    pub limits: LimitsConfig,
+    pub access_log: AccessLogConfig,
+}
+
+/// Redis, the shared cache in front of the origin.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub url: String,
+    /// Budget for one `GET` inside a lookup (connection wait included).
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+/// The origin pool.
+#[derive(Debug, Clone)]
+pub struct OriginConfig {
+    pub servers: Vec<SocketAddr>,
+    pub connect_timeout: Duration,
+    /// Read timeout for forwarded API requests.
+    pub read_timeout: Duration,
+    /// Whole budget of one record fetch on the miss path.
+    pub record_timeout: Duration,
+    /// Whole budget of the status fetch behind `/shorturl_status`.
+    pub status_timeout: Duration,
+    pub health_check_interval: Duration,
+    pub health_check_path: String,
+}
+
+/// The in-process cache.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    pub max_bytes: usize,
+    pub positive_ttl: Duration,
+    pub negative_ttl: Duration,
+    pub unavailable_ttl: Duration,
+}
+
+/// Abuse limits; a rate of 0 disables that limit.
+#[derive(Debug, Clone)]
+pub struct LimitsConfig {
+    pub unknown_per_ip_per_sec: u32,
+    pub creations_per_ip_per_sec: u32,
+    pub max_uri_bytes: usize,
+    pub max_header_bytes: usize,
+    pub client_timeout: Duration,
+    pub keepalive_timeout_secs: u64,
+}
+
+/// Where access-log lines go.
+#[derive(Debug, Clone)]
+pub enum AccessLogTarget {
+    Off,
+    Stdout,
+    File(PathBuf),
+}
+
+/// Access log settings.
+#[derive(Debug, Clone)]
+pub struct AccessLogConfig {
+    pub target: AccessLogTarget,
+    pub flush_interval: Duration,
+}
+
+/// Both halves of the file, validated.
+pub struct Loaded {
+    pub server: ServerConf,
+    pub edge: EdgeConfig,
+}
+
+/// Reads, overrides from the environment, and validates `path`.
+pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+    parse(&text, |k| std::env::var(k).ok())
+}
+
+/// Parses a config text; `env` looks up overrides (injectable for tests).
+pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
+    let file: file::FileConfig =
+        serde_yaml::from_str(text).map_err(|e| ConfigError(format!("invalid config: {e}")))?;
+    let server_yaml = serde_yaml::to_string(&file.server)
+        .map_err(|e| ConfigError(format!("invalid server section: {e}")))?;
+    let server = ServerConf::from_yaml(&server_yaml)
+        .map_err(|e| ConfigError(format!("invalid server section: {e}")))?;
+    if server.grace_period_seconds.is_none() || server.graceful_shutdown_timeout_seconds.is_none() {
+        return err(
+            "server.grace_period_seconds and server.graceful_shutdown_timeout_seconds must be set",
+        );
+    }
+    if server.threads == 0 {
+        return err("server.threads must be at least 1");
+    }
+    let edge = edge_from_file(file.edge, &env)?;
+    Ok(Loaded { server, edge })
+}
+
+fn ms(v: u64, name: &str) -> Result<Duration, ConfigError> {
+    if v == 0 {
+        return err(format!("{name} must be > 0"));
+    }
+    Ok(Duration::from_millis(v))
+}
+
+fn resolve(addr: &str, name: &str) -> Result<SocketAddr, ConfigError> {
+    addr.to_socket_addrs()
+        .ok()
+        .and_then(|mut it| it.next())
+        .ok_or_else(|| ConfigError(format!("{name}: cannot resolve {addr:?} as host:port")))
+}
+
+fn edge_from_file(
+    f: file::EdgeFile,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<EdgeConfig, ConfigError> {
+    if f.listen.is_empty() {
+        return err("edge.listen must list at least one address");
+    }
+    for l in &f.listen {
+        resolve(l, "edge.listen")?;
+    }
+    if let Some(m) = &f.metrics_listen {
+        resolve(m, "edge.metrics_listen")?;
+    }
+    let Some(default_domain) = normalize_host(&f.default_domain) else {
+        return err(format!(
+            "edge.default_domain {:?} is not a valid host",
+            f.default_domain
+        ));
+    };
+    let redis_url = env(ENV_REDIS_URL).unwrap_or(f.redis.url);
+    if let Err(e) = redis::Client::open(redis_url.as_str()) {
+        return err(format!("edge.redis.url is invalid: {e}"));
+    }
+    let servers_raw: Vec<String> = match env(ENV_ORIGINS) {
+        Some(list) => list
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        None => f.origin.servers,
+    };
+    if servers_raw.is_empty() {
+        return err("edge.origin.servers must list at least one origin");
+    }
+    let servers = servers_raw
+        .iter()
+        .map(|s| resolve(s, "edge.origin.servers"))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !f.origin.health_check_path.starts_with('/') {
+        return err("edge.origin.health_check_path must start with /");
+    }
+    f.redirect
+        .validate()
+        .map_err(|e| ConfigError(format!("edge.{e}")))?;
+    if f.cache.max_bytes < 4096 {
+        return err("edge.cache.max_bytes must be at least 4096");
+    }
+    if f.cache.positive_ttl_secs == 0 || f.cache.negative_ttl_secs == 0 {
+        return err("edge.cache.positive_ttl_secs and negative_ttl_secs must be > 0");
+    }
+    if f.limits.max_uri_bytes < 64 || f.limits.max_header_bytes < 256 {
+        return err("edge.limits.max_uri_bytes must be >= 64 and max_header_bytes >= 256");
+    }
+    let target = match f.access_log.path.as_deref() {
+        None | Some("") | Some("off") => AccessLogTarget::Off,
+        Some("-") => AccessLogTarget::Stdout,
+        Some(p) => AccessLogTarget::File(PathBuf::from(p)),
+    };
+    Ok(EdgeConfig {
+        listen: f.listen,
+        metrics_listen: f.metrics_listen,
+        default_domain,
+        redis: RedisConfig {
+            url: redis_url,
+            timeout: ms(f.redis.timeout_ms, "edge.redis.timeout_ms")?,
+            connect_timeout: ms(f.redis.connect_timeout_ms, "edge.redis.connect_timeout_ms")?,
+        },
+        origin: OriginConfig {
+            servers,
+            connect_timeout: ms(
+                f.origin.connect_timeout_ms,
+                "edge.origin.connect_timeout_ms",
+            )?,
+            read_timeout: ms(f.origin.read_timeout_ms, "edge.origin.read_timeout_ms")?,
+            record_timeout: ms(f.origin.record_timeout_ms, "edge.origin.record_timeout_ms")?,
+            status_timeout: ms(f.origin.status_timeout_ms, "edge.origin.status_timeout_ms")?,
+            health_check_interval: ms(
+                f.origin.health_check_interval_ms,
+                "edge.origin.health_check_interval_ms",
+            )?,
+            health_check_path: f.origin.health_check_path,
+        },
+        cache: CacheConfig {
+            max_bytes: f.cache.max_bytes,
+            positive_ttl: Duration::from_secs(f.cache.positive_ttl_secs),
+            negative_ttl: Duration::from_secs(f.cache.negative_ttl_secs),
+            unavailable_ttl: ms(f.cache.unavailable_ttl_ms, "edge.cache.unavailable_ttl_ms")?,
+        },
+        redirect: f.redirect,
+        limits: LimitsConfig {
+            unknown_per_ip_per_sec: f.limits.unknown_per_ip_per_sec,
+            creations_per_ip_per_sec: f.limits.creations_per_ip_per_sec,
+            max_uri_bytes: f.limits.max_uri_bytes,
+            max_header_bytes: f.limits.max_header_bytes,
+            client_timeout: Duration::from_secs(f.limits.client_timeout_secs.max(1)),
+            keepalive_timeout_secs: f.limits.keepalive_timeout_secs.max(1),
+        },
+        access_log: AccessLogConfig {
+            target,
+            flush_interval: ms(
+                f.access_log.flush_interval_ms,
+                "edge.access_log.flush_interval_ms",
+            )?,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+server:
+  version: 1
+  threads: 1
+  grace_period_seconds: 1
+  graceful_shutdown_timeout_seconds: 1
+edge:
+  listen: ["127.0.0.1:8080"]
+  default_domain: Localhost.
+  redis: { url: "redis://127.0.0.1:6379/" }
+  origin: { servers: ["127.0.0.1:8081"] }
+"#;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn loads_defaults() {
+        let l = parse(GOOD, no_env).map_err(|e| e.0);
+        let l = match l {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(l.edge.default_domain, "localhost");
+        assert_eq!(l.edge.redirect.status, 302);
+        assert_eq!(l.edge.cache.positive_ttl, Duration::from_secs(30));
+        assert_eq!(l.edge.cache.negative_ttl, Duration::from_secs(5));
+        assert_eq!(l.server.threads, 1);
+    }
+
+    #[test]
+    fn env_overrides_secrets() {
+        let env = |k: &str| match k {
+            ENV_REDIS_URL => Some("redis://:secret@127.0.0.1:7000/".to_owned()),
+            ENV_ORIGINS => Some("127.0.0.1:9001, 127.0.0.1:9002".to_owned()),
+            _ => None,
+        };
+        let l = match parse(GOOD, env) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(l.edge.redis.url, "redis://:secret@127.0.0.1:7000/");
+        assert_eq!(l.edge.origin.servers.len(), 2);
+    }
+
+    #[test]
+    fn rejects_mistakes() {
+        let cases = [
+            (
+                GOOD.replace("listen: [\"127.0.0.1:8080\"]", "listen: []"),
+                "edge.listen",
+            ),
+            (GOOD.replace("Localhost.", "bad host!"), "default_domain"),
+            (
+                GOOD.replace("redis://127.0.0.1:6379/", "nope://x"),
+                "redis.url",
+            ),
+            (
+                GOOD.replace("  grace_period_seconds: 1\n", ""),
+                "grace_period_seconds",
+            ),
+            (
+                GOOD.replace("origin: {", "origin: { bogus: 1,"),
+                "unknown field",
+            ),
+            (
+                format!("{GOOD}  redirect: {{ status: 200 }}\n"),
+                "redirect.status",
+            ),
+            (
+                GOOD.replace("127.0.0.1:8081", "not-an-addr"),
+                "origin.servers",
+            ),
+        ];
+        for (text, needle) in cases {
+            match parse(&text, no_env) {
+                Ok(_) => panic!("accepted config expected to fail on {needle}"),
+                Err(e) => assert!(e.0.contains(needle), "{needle:?} not in {:?}", e.0),
+            }
+        }
+    }
+}

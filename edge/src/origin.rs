@@ -1,0 +1,225 @@
+//! The origin pool: round-robin selection among healthy origins (health
+//! checked by `pingora-load-balancing`), and the two internal requests the
+//! edge makes itself: the record fetch on the miss path and the status fetch.
+
+use crate::config::OriginConfig;
+use bytes::BytesMut;
+use pingora::connectors::http::Connector;
+use pingora::http::RequestHeader;
+use pingora::lb::health_check::HttpHealthCheck;
+use pingora::lb::selection::RoundRobin;
+use pingora::lb::LoadBalancer;
+use pingora::upstreams::peer::HttpPeer;
+use shorturl_common::record::Lookup;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest body accepted from an internal origin answer.
+const MAX_INTERNAL_BODY: usize = 64 * 1024;
+
+/// Why an internal origin request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OriginError {
+    #[error("no healthy origin")]
+    NoneHealthy,
+    #[error("origin request timed out")]
+    Timeout,
+    #[error("origin transport error: {0}")]
+    Transport(String),
+    #[error("origin answered {0}")]
+    Status(u16),
+    #[error("origin answer is malformed")]
+    Malformed,
+}
+
+/// An answer of `GET /internal/v1/records/{code}`.
+#[derive(Debug)]
+pub struct RecordAnswer {
+    pub lookup: Lookup,
+    /// `Cache-Control: max-age` given by the origin, if any.
+    pub max_age: Option<Duration>,
+}
+
+/// Origins, their health, and a pooled HTTP connector for internal requests.
+pub struct OriginPool {
+    lb: Arc<LoadBalancer<RoundRobin>>,
+    connector: Connector,
+    cfg: OriginConfig,
+    host: String,
+}
+
+/// Builds the load balancer with its HTTP health check. The returned
+/// balancer must run as a Pingora background service for checks to happen.
+pub fn build_balancer(cfg: &OriginConfig, host: &str) -> Result<LoadBalancer<RoundRobin>, String> {
+    let mut lb = LoadBalancer::<RoundRobin>::try_from_iter(cfg.servers.iter().copied())
+        .map_err(|e| format!("origin list: {e}"))?;
+    let mut hc = HttpHealthCheck::new(host, false);
+    let mut req = RequestHeader::build("GET", cfg.health_check_path.as_bytes(), None)
+        .map_err(|e| format!("health check request: {e}"))?;
+    req.insert_header("Host", host)
+        .map_err(|e| format!("health check host: {e}"))?;
+    hc.req = req;
+    hc.peer_template.options.connection_timeout = Some(cfg.connect_timeout);
+    hc.peer_template.options.read_timeout =
+        Some(cfg.health_check_interval.max(Duration::from_millis(200)));
+    // Any HTTP answer means the process is up: /healthz says 503 while MySQL
+    // is down, yet the origin still serves records from Redis and answers
+    // creations with a proper JSON error, which beats the edge's own 503.
+    hc.validator = Some(Box::new(|_| Ok(())));
+    lb.set_health_check(Box::new(hc));
+    lb.health_check_frequency = Some(cfg.health_check_interval);
+    lb.parallel_health_check = true;
+    Ok(lb)
+}
+
+impl OriginPool {
+    /// Wraps a balancer (shared with its background health-check service).
+    pub fn new(lb: Arc<LoadBalancer<RoundRobin>>, cfg: OriginConfig, host: String) -> Self {
+        OriginPool {
+            lb,
+            connector: Connector::new(None),
+            cfg,
+            host,
+        }
+    }
+
+    /// The next healthy origin, round robin; `None` when all are down.
+    pub fn select(&self) -> Option<SocketAddr> {
+        self.lb
+            .select(b"", 256)
+            .and_then(|b| b.addr.as_inet().copied())
+    }
+
+    /// Number of configured origins (bounds proxy retries).
+    pub fn len(&self) -> usize {
+        self.cfg.servers.len()
+    }
+
+    /// True when no origin is configured (never, after validation).
+    pub fn is_empty(&self) -> bool {
+        self.cfg.servers.is_empty()
+    }
+
+    /// A peer for `addr` with the configured timeouts; `read` bounds each read.
+    pub fn peer(&self, addr: SocketAddr, read: Duration) -> HttpPeer {
+        let mut peer = HttpPeer::new(addr, false, String::new());
+        peer.options.connection_timeout = Some(self.cfg.connect_timeout);
+        peer.options.total_connection_timeout = Some(self.cfg.connect_timeout);
+        peer.options.read_timeout = Some(read);
+        peer.options.write_timeout = Some(read);
+        peer.options.idle_timeout = Some(Duration::from_secs(60));
+        peer
+    }
+
+    /// Asks an origin for the record of `code` (the edge's miss path).
+    pub async fn fetch_record(&self, code: &str) -> Result<RecordAnswer, OriginError> {
+        let path = format!("/internal/v1/records/{code}");
+        let budget = self.cfg.record_timeout;
+        let (status, max_age, body) = self.get(&path, budget).await?;
+        match status {
+            200 | 404 => {
+                let text = std::str::from_utf8(&body).map_err(|_| OriginError::Malformed)?;
+                let lookup = Lookup::decode(text.trim_end()).map_err(|_| OriginError::Malformed)?;
+                if status == 404 && lookup != Lookup::Negative {
+                    return Err(OriginError::Malformed);
+                }
+                Ok(RecordAnswer { lookup, max_age })
+            }
+            other => Err(OriginError::Status(other)),
+        }
+    }
+
+    /// Fetches the origin's `/shorturl_status` JSON within the status budget.
+    pub async fn fetch_status(&self) -> Result<serde_json::Value, OriginError> {
+        let (status, _, body) = self
+            .get("/shorturl_status", self.cfg.status_timeout)
+            .await?;
+        if status != 200 {
+            return Err(OriginError::Status(status));
+        }
+        serde_json::from_slice(&body).map_err(|_| OriginError::Malformed)
+    }
+
+    /// One GET to the next healthy origin, bounded by `budget` as a whole.
+    async fn get(
+        &self,
+        path: &str,
+        budget: Duration,
+    ) -> Result<(u16, Option<Duration>, BytesMut), OriginError> {
+        let addr = self.select().ok_or(OriginError::NoneHealthy)?;
+        let peer = self.peer(addr, budget);
+        match tokio::time::timeout(budget, self.get_from(&peer, path)).await {
+            Ok(r) => r,
+            Err(_) => Err(OriginError::Timeout),
+        }
+    }
+
+    async fn get_from(
+        &self,
+        peer: &HttpPeer,
+        path: &str,
+    ) -> Result<(u16, Option<Duration>, BytesMut), OriginError> {
+        let t = |e: Box<pingora::Error>| OriginError::Transport(e.to_string());
+        let (mut session, _reused) = self.connector.get_http_session(peer).await.map_err(t)?;
+        let mut req = RequestHeader::build("GET", path.as_bytes(), None).map_err(t)?;
+        req.insert_header("Host", self.host.as_str()).map_err(t)?;
+        session
+            .write_request_header(Box::new(req))
+            .await
+            .map_err(t)?;
+        session.finish_request_body().await.map_err(t)?;
+        session.read_response_header().await.map_err(t)?;
+        let (status, max_age) = match session.response_header() {
+            Some(h) => (
+                h.status.as_u16(),
+                h.headers
+                    .get("cache-control")
+                    .and_then(|v| parse_max_age(v.as_bytes())),
+            ),
+            None => return Err(OriginError::Malformed),
+        };
+        let mut body = BytesMut::new();
+        while let Some(chunk) = session.read_response_body().await.map_err(t)? {
+            if body.len() + chunk.len() > MAX_INTERNAL_BODY {
+                return Err(OriginError::Malformed);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        self.connector
+            .release_http_session(session, peer, Some(Duration::from_secs(60)))
+            .await;
+        Ok((status, max_age, body))
+    }
+}
+
+/// `max-age=N` from a `Cache-Control` value.
+fn parse_max_age(v: &[u8]) -> Option<Duration> {
+    let s = std::str::from_utf8(v).ok()?;
+    s.split(',')
+        .find_map(|d| {
+            d.trim()
+                .strip_prefix("max-age=")?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(Duration::from_secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_max_age;
+    use std::time::Duration;
+
+    #[test]
+    fn max_age() {
+        assert_eq!(parse_max_age(b"max-age=30"), Some(Duration::from_secs(30)));
+        assert_eq!(
+            parse_max_age(b"public, max-age=5"),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(parse_max_age(b"no-store"), None);
+        assert_eq!(parse_max_age(b"max-age=x"), None);
+    }
+}

@@ -1,0 +1,76 @@
+//! Redis, read-only from the edge: `GET su:1:link:{code}`.
+//!
+//! A `ConnectionManager` reconnects by itself after Redis restarts (a bare
+//! multiplexed connection never does). It is created lazily on first use
+//! because no Tokio runtime exists before Pingora starts its services (and
+//! `-d` forks). Every call is bounded by the configured timeout, connection
+//! wait included, so a dead Redis costs a lookup tens of milliseconds, not
+//! seconds.
+
+use crate::config::RedisConfig;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Why a Redis read did not produce a value.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisError {
+    #[error("redis timed out")]
+    Timeout,
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis client setup: {0}")]
+    Setup(String),
+}
+
+/// Lazily connected, self-reconnecting Redis reader.
+pub struct RedisStore {
+    client: redis::Client,
+    cfg: RedisConfig,
+    manager: OnceLock<Result<ConnectionManager, String>>,
+}
+
+impl RedisStore {
+    /// Validates the URL; connects on first use.
+    pub fn new(cfg: RedisConfig) -> Result<Self, redis::RedisError> {
+        let client = redis::Client::open(cfg.url.as_str())?;
+        Ok(RedisStore {
+            client,
+            cfg,
+            manager: OnceLock::new(),
+        })
+    }
+
+    fn manager(&self) -> Result<ConnectionManager, RedisError> {
+        let m = self.manager.get_or_init(|| {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.cfg.connect_timeout))
+                .set_response_timeout(Some(self.cfg.timeout))
+                .set_number_of_retries(1)
+                .set_min_delay(Duration::from_millis(10))
+                .set_max_delay(Duration::from_millis(500));
+            ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+                .map_err(|e| e.to_string())
+        });
+        match m {
+            Ok(m) => Ok(m.clone()),
+            Err(e) => Err(RedisError::Setup(e.clone())),
+        }
+    }
+
+    /// `GET key` within the timeout. `Ok(None)` is a miss.
+    pub async fn get(&self, key: &str) -> Result<Option<String>, RedisError> {
+        let mut conn = self.manager()?;
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(key);
+        match tokio::time::timeout(
+            self.cfg.timeout,
+            cmd.query_async::<Option<String>>(&mut conn),
+        )
+        .await
+        {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(RedisError::Timeout),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Fault injection with real processes: Redis killed and restarted, origin
+//! killed and restarted, while the edge keeps serving.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use support::http::{get, Conn};
+use support::{create_link, start_edge, EdgeOpts, Origin, TIMEOUT};
+use testkit::{wait_for, Redis};
+
+const DOMAIN: &str = "s.shop55.com";
+
+fn code_of(r: &support::http::Response) -> String {
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()["code"].as_str().unwrap().to_owned()
+}
+
+/// Hammers `paths` from a thread until stopped; returns every status seen.
+fn load(port: u16, paths: Vec<String>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<u16>> {
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            for p in &paths {
+                let status = Conn::open(port)
+                    .and_then(|mut c| c.get(p, DOMAIN))
+                    .map(|r| r.status)
+                    .unwrap_or(0);
+                seen.push(status);
+            }
+        }
+        seen
+    })
+}
+
+#[test]
+fn redis_outage_serves_from_memory_and_origin_then_reconnects() {
+    let mut redis = Redis::start();
+    let origin = Origin::start(&redis, 1000);
+    let edge = start_edge(EdgeOpts::new(redis.url(), vec![origin.addr()]));
+    // `hot` is in the edge's memory; `cold` only in Redis/MySQL.
+    let hot = code_of(&create_link(
+        edge.port,
+        "https://example.com/hot",
+        Some(DOMAIN),
+    ));
+    assert_eq!(get(edge.port, &format!("/{hot}"), DOMAIN).status, 302);
+    let cold = code_of(&create_link(
+        origin.port,
+        "https://example.com/cold",
+        Some(DOMAIN),
+    ));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let loader = load(edge.port, vec![format!("/{hot}")], Arc::clone(&stop));
+    redis.stop();
+    // The cold link: Redis fails fast, the origin answers from MySQL.
+    let r = get(edge.port, &format!("/{cold}"), DOMAIN);
+    assert_eq!(r.status, 302, "{}", r.text());
+    assert_eq!(r.header("location"), Some("https://example.com/cold"));
+    assert!(edge.counter("redis", "error") >= 1);
+    redis.restart();
+    stop.store(true, Ordering::Relaxed);
+    let seen = loader.join().unwrap();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter().all(|s| *s == 302),
+        "failures during the Redis outage: {seen:?}"
+    );
+
+    // Redis came back empty: the edge must reconnect by itself and read
+    // records from it again (a fresh code each try, so no negative caching
+    // of an early attempt can hide the result).
+    let mut n = 0;
+    wait_for("edge to read from the restarted Redis", TIMEOUT, || {
+        n += 1;
+        let code = format!("rc{n:04}");
+        support::redis_set(
+            &redis,
+            &format!("su:1:link:{code}"),
+            &support::record_line(DOMAIN, "https://example.com/r", 600),
+        );
+        get(edge.port, &format!("/{code}"), DOMAIN).status == 302
+    });
+}
+
+#[test]
+fn origin_outage_keeps_cached_links_and_fails_fast_then_recovers() {
+    let redis = Redis::start();
+    let mut origin = Origin::start(&redis, 1000);
+    let edge = start_edge(EdgeOpts::new(redis.url(), vec![origin.addr()]));
+    let hot = code_of(&create_link(
+        edge.port,
+        "https://example.com/hot",
+        Some(DOMAIN),
+    ));
+    assert_eq!(get(edge.port, &format!("/{hot}"), DOMAIN).status, 302);
+
+    origin.stop();
+    assert_eq!(
+        get(edge.port, &format!("/{hot}"), DOMAIN).status,
+        302,
+        "cached link failed with the origin down"
+    );
+    // A miss (not cached, not in Redis) and a creation fail fast with a JSON 5xx.
+    let t = Instant::now();
+    let miss = get(edge.port, "/unkn01", DOMAIN);
+    let miss_took = t.elapsed();
+    assert_eq!(miss.status, 503, "{}", miss.text());
+    assert_eq!(miss.json()["error"], "unavailable");
+    assert!(miss.header("retry-after").is_some());
+    let t = Instant::now();
+    let c = create_link(edge.port, "https://example.com/new", Some(DOMAIN));
+    let create_took = t.elapsed();
+    assert!(
+        c.status == 502 || c.status == 503,
+        "{} {}",
+        c.status,
+        c.text()
+    );
+    assert!(c.json()["error"].is_string());
+    eprintln!("origin down: miss answered in {miss_took:?}, creation in {create_took:?}");
+    let st = edge.status();
+    assert_eq!(st["origin_reachable"], false);
+    assert!(st["origin"]["error"].as_u64().unwrap_or(0) >= 2, "{st}");
+
+    origin.restart();
+    wait_for("creations through the edge to recover", TIMEOUT, || {
+        create_link(edge.port, "https://example.com/back", Some(DOMAIN)).status == 201
+    });
+    // The unavailable answer was only remembered briefly.
+    wait_for("misses to recover", TIMEOUT, || {
+        get(edge.port, "/unkn01", DOMAIN).status == 404
+    });
+}

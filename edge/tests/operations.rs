@@ -1,0 +1,150 @@
+//! Operations: config validation, graceful upgrade under load, creation
+//! limits.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use support::http::{get, Conn};
+use support::{edge_bin, record_line, redis_set, start_edge, EdgeOpts, TIMEOUT};
+use testkit::{free_port, spawn, wait_for, Redis};
+
+const DOMAIN: &str = "s.shop55.com";
+
+#[test]
+fn test_flag_validates_configs() {
+    let ok = Command::new(edge_bin())
+        .args(["--test", "-c"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../conf/edge.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "conf/edge.yaml: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let dev = Command::new(edge_bin())
+        .args(["--test", "-c"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../conf/edge.dev.yaml"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        dev.status.success(),
+        "conf/edge.dev.yaml: {}",
+        String::from_utf8_lossy(&dev.stderr)
+    );
+
+    let dir = testkit::TempDir::new("edge-conf");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "server: {version: 1}\nedge: {listen: []}\n").unwrap();
+    let out = Command::new(edge_bin())
+        .args(["--test", "-c"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
+}
+
+#[test]
+fn creations_are_rate_limited_per_ip() {
+    let redis = Redis::start();
+    let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
+    opts.extra = "  limits: { creations_per_ip_per_sec: 2 }\n";
+    let edge = start_edge(opts);
+    let mut c = Conn::open(edge.port).unwrap();
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let r = c.send(
+            "POST",
+            "/api/v1/links",
+            Some("localhost"),
+            &[],
+            br#"{"url":"https://e.com/"}"#,
+        );
+        match r {
+            Ok(r) => statuses.push(r.status),
+            Err(_) => {
+                // The origin is down here (5xx closes the connection): reconnect.
+                c = Conn::open(edge.port).unwrap();
+                statuses.push(0);
+            }
+        }
+    }
+    assert!(statuses.contains(&429), "{statuses:?}");
+}
+
+#[test]
+fn graceful_upgrade_under_load_fails_no_request() {
+    let redis = Redis::start();
+    redis_set(
+        &redis,
+        "su:1:link:upgr01",
+        &record_line(DOMAIN, "https://example.com/u", 3600),
+    );
+    let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
+    opts.threads = 1;
+    let mut old = start_edge(opts);
+    let port = old.port;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let loaders: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let (mut ok, mut failed) = (0u64, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    // A new connection per request: every connect must be accepted.
+                    match Conn::open(port).and_then(|mut c| c.get("/upgr01", DOMAIN)) {
+                        Ok(r) if r.status == 302 => ok += 1,
+                        Ok(r) => failed.push(format!("status {}", r.status)),
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    wait_for("load to start", TIMEOUT, || {
+        get(port, "/upgr01", DOMAIN).status == 302
+    });
+
+    // Pingora's sequence: SIGQUIT the old process (it offers its sockets on
+    // the upgrade socket), start the new one with -u (it takes them).
+    old.proc.signal(libc::SIGQUIT);
+    let mut cmd = Command::new(edge_bin());
+    cmd.arg("-u")
+        .arg("-c")
+        .arg(&old.conf)
+        .env("RUST_LOG", "info");
+    let mut new = spawn(
+        "shorturl-edge-new",
+        cmd,
+        &old.dir.path().join("edge-new.log"),
+    );
+    wait_for("old edge to exit", TIMEOUT, || !old.proc.is_running());
+    // Keep the load on the new process for a moment.
+    let served_by_new = |n: u32| (0..n).all(|_| get(port, "/upgr01", DOMAIN).status == 302);
+    assert!(served_by_new(50));
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for l in loaders {
+        let (ok, failed) = l.join().unwrap();
+        assert!(
+            failed.is_empty(),
+            "failed requests across the upgrade: {failed:?}\nold log:\n{}\nnew log:\n{}",
+            old.log(),
+            new.log()
+        );
+        total += ok;
+    }
+    assert!(total > 0);
+    eprintln!("{total} requests served across the upgrade, 0 failed");
+    assert!(new.is_running());
+}

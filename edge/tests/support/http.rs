@@ -1,0 +1,164 @@
+//! A tiny HTTP/1.1 client over one TCP connection, so tests can see exactly
+//! what the edge sends (status, headers, body, keep-alive) without a client
+//! library hiding it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// A parsed response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// First header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON (panics with the body when it is not).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+/// One keep-alive connection.
+pub struct Conn {
+    reader: BufReader<TcpStream>,
+}
+
+impl Conn {
+    /// Connects to 127.0.0.1:`port`.
+    pub fn open(port: u16) -> std::io::Result<Conn> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.set_nodelay(true)?;
+        Ok(Conn {
+            reader: BufReader::new(s),
+        })
+    }
+
+    /// Sends a request and reads the whole response.
+    pub fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        host: Option<&str>,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<Response> {
+        let mut req = format!("{method} {path} HTTP/1.1\r\n");
+        if let Some(h) = host {
+            req.push_str(&format!("Host: {h}\r\n"));
+        }
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if !body.is_empty() || method == "POST" {
+            req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        req.push_str("\r\n");
+        let s = self.reader.get_mut();
+        s.write_all(req.as_bytes())?;
+        s.write_all(body)?;
+        self.read_response(method == "HEAD")
+    }
+
+    /// `GET path` with `Host: host`.
+    pub fn get(&mut self, path: &str, host: &str) -> std::io::Result<Response> {
+        self.send("GET", path, Some(host), &[], b"")
+    }
+
+    fn read_response(&mut self, head: bool) -> std::io::Result<Response> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "connection closed",
+            ));
+        }
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+        let mut headers = Vec::new();
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line)?;
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':') {
+                headers.push((k.trim().to_owned(), v.trim().to_owned()));
+            }
+        }
+        let mut resp = Response {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        if head || status == 204 || status == 304 {
+            return Ok(resp);
+        }
+        if let Some(len) = resp
+            .header("content-length")
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            let mut body = vec![0; len];
+            self.reader.read_exact(&mut body)?;
+            resp.body = body;
+        } else if resp
+            .header("transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+        {
+            loop {
+                line.clear();
+                self.reader.read_line(&mut line)?;
+                let size = usize::from_str_radix(line.trim(), 16).map_err(std::io::Error::other)?;
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk)?;
+                if size == 0 {
+                    break;
+                }
+                resp.body.extend_from_slice(&chunk[..size]);
+            }
+        } else {
+            self.reader.read_to_end(&mut resp.body)?;
+        }
+        Ok(resp)
+    }
+}
+
+/// One request on a fresh connection.
+pub fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let mut c = Conn::open(port).unwrap_or_else(|e| panic!("connect to {port}: {e}"));
+    c.send(method, path, Some(host), headers, body)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// `GET path` on a fresh connection.
+pub fn get(port: u16, path: &str, host: &str) -> Response {
+    request(port, "GET", path, host, &[], b"")
+}

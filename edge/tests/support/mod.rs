@@ -1,0 +1,313 @@
+//! Test harness: a real edge process in front of real Redis (and, for the
+//! end-to-end tests, a real origin on a real MariaDB), all on free loopback
+//! ports, all stopped with the test.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod http;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use testkit::{free_port, spawn, wait_for, wait_for_tcp, MariaDb, Proc, Redis, TempDir};
+
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The bearer key the test origin accepts.
+pub const API_KEY: &str = "edge-test-key";
+
+/// Writes `value` at `key` in Redis (`SET`, optional TTL in seconds).
+pub fn redis_set(redis: &Redis, key: &str, value: &str) {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query::<()>(&mut con)
+        .unwrap();
+}
+
+/// Deletes `key`.
+pub fn redis_del(redis: &Redis, key: &str) {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    redis::cmd("DEL").arg(key).query::<()>(&mut con).unwrap();
+}
+
+/// Reads `key`.
+pub fn redis_get(redis: &Redis, key: &str) -> Option<String> {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    redis::cmd("GET")
+        .arg(key)
+        .query::<Option<String>>(&mut con)
+        .unwrap()
+}
+
+/// A record line for `domain` → `url`, expiring in `secs` seconds.
+pub fn record_line(domain: &str, url: &str, secs: u64) -> String {
+    format!(
+        "1 {} {domain} {url}",
+        shorturl_common::time::now_unix() + secs
+    )
+}
+
+/// A running edge.
+pub struct Edge {
+    pub proc: Proc,
+    pub port: u16,
+    pub metrics_port: u16,
+    pub dir: TempDir,
+    pub conf: PathBuf,
+}
+
+/// Knobs for the generated edge config.
+pub struct EdgeOpts<'a> {
+    pub redis_url: String,
+    pub origins: Vec<String>,
+    /// Extra lines appended inside `edge:` (indented two spaces).
+    pub extra: &'a str,
+    /// Pingora worker threads.
+    pub threads: usize,
+}
+
+impl<'a> EdgeOpts<'a> {
+    pub fn new(redis_url: String, origins: Vec<String>) -> Self {
+        EdgeOpts {
+            redis_url,
+            origins,
+            extra: "",
+            threads: 2,
+        }
+    }
+}
+
+pub fn edge_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_shorturl-edge"))
+}
+
+/// Writes a config for `opts` into `dir` and returns its path and ports.
+pub fn write_edge_config(dir: &Path, opts: &EdgeOpts<'_>, port: u16, metrics_port: u16) -> PathBuf {
+    let origins = opts
+        .origins
+        .iter()
+        .map(|o| format!("\"{o}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        r#"server:
+  version: 1
+  threads: {threads}
+  pid_file: {dir}/edge.pid
+  upgrade_sock: {dir}/upgrade.sock
+  grace_period_seconds: 1
+  graceful_shutdown_timeout_seconds: 1
+edge:
+  listen: ["127.0.0.1:{port}"]
+  metrics_listen: 127.0.0.1:{metrics_port}
+  default_domain: localhost
+  redis: {{ url: "{redis}", timeout_ms: 50, connect_timeout_ms: 100 }}
+  origin:
+    servers: [{origins}]
+    connect_timeout_ms: 100
+    record_timeout_ms: 1000
+    status_timeout_ms: 300
+    health_check_interval_ms: 200
+  access_log: {{ path: {dir}/access.log, flush_interval_ms: 20 }}
+{extra}
+"#,
+        threads = opts.threads,
+        dir = dir.display(),
+        redis = opts.redis_url,
+        extra = opts.extra,
+    );
+    let conf = dir.join("edge.yaml");
+    std::fs::write(&conf, text).unwrap();
+    conf
+}
+
+/// Starts an edge and waits until it answers.
+pub fn start_edge(opts: EdgeOpts<'_>) -> Edge {
+    let dir = TempDir::new("edge");
+    let (port, metrics_port) = (free_port(), free_port());
+    let conf = write_edge_config(dir.path(), &opts, port, metrics_port);
+    let mut cmd = Command::new(edge_bin());
+    cmd.arg("-c").arg(&conf).env("RUST_LOG", "warn");
+    let proc = spawn("shorturl-edge", cmd, &dir.path().join("edge.log"));
+    let edge = Edge {
+        proc,
+        port,
+        metrics_port,
+        dir,
+        conf,
+    };
+    edge.wait_ready();
+    edge
+}
+
+impl Edge {
+    pub fn wait_ready(&self) {
+        wait_for_tcp(self.port, TIMEOUT);
+        wait_for("edge /healthz", TIMEOUT, || {
+            http::Conn::open(self.port)
+                .and_then(|mut c| c.get("/healthz", "localhost"))
+                .map(|r| r.status == 200)
+                .unwrap_or(false)
+        });
+    }
+
+    /// `GET /shorturl_status` as JSON.
+    pub fn status(&self) -> serde_json::Value {
+        http::get(self.port, "/shorturl_status", "localhost").json()
+    }
+
+    /// One counter of the status JSON, e.g. `("redis", "hit")`.
+    pub fn counter(&self, dim: &str, key: &str) -> u64 {
+        self.status()[dim][key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {dim}.{key} in status"))
+    }
+
+    /// The access log so far (waits until it holds at least `lines` lines).
+    pub fn access_log(&self, lines: usize) -> Vec<String> {
+        let path = self.dir.path().join("access.log");
+        let mut out = Vec::new();
+        wait_for(&format!("{lines} access-log lines"), TIMEOUT, || {
+            out = std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            out.len() >= lines
+        });
+        out
+    }
+
+    pub fn log(&self) -> String {
+        self.proc.log()
+    }
+}
+
+/// A real origin (migrated, pre-generated codes) on its own MariaDB.
+pub struct Origin {
+    pub proc: Option<Proc>,
+    pub port: u16,
+    pub dir: TempDir,
+    pub conf: PathBuf,
+    pub mysql: MariaDb,
+}
+
+impl Origin {
+    /// Migrates, pre-generates `codes` codes and serves on a free port.
+    pub fn start(redis: &Redis, codes: u64) -> Origin {
+        let mysql = MariaDb::start();
+        let db_url = mysql.create_database("shorturl");
+        let dir = TempDir::new("origin");
+        let port = free_port();
+        let conf = dir.path().join("origin.yaml");
+        let text = format!(
+            r#"listen: 127.0.0.1:{port}
+default_domain: localhost
+public_scheme: http
+mysql: {{ url: "{db_url}" }}
+redis: {{ url: "{redis}" }}
+links: {{ allowed_domains: ["s.shop55.com"] }}
+apps:
+  - {{ name: demo, key_sha256: "{key}" }}
+"#,
+            redis = redis.url(),
+            key = sha256_hex(API_KEY),
+        );
+        std::fs::write(&conf, text).unwrap();
+        let bin = testkit::workspace_bin("shorturl-origin");
+        for args in [
+            vec!["migrate"],
+            vec!["pregen", "--count", &codes.to_string(), "--quiet"],
+        ] {
+            let out = Command::new(&bin)
+                .arg("-c")
+                .arg(&conf)
+                .args(&args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "origin {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut o = Origin {
+            proc: None,
+            port,
+            dir,
+            conf,
+            mysql,
+        };
+        o.restart();
+        o
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the origin (SIGKILL).
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+    }
+
+    /// (Re)starts `serve` and waits for it.
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut cmd = Command::new(testkit::workspace_bin("shorturl-origin"));
+        cmd.arg("-c")
+            .arg(&self.conf)
+            .arg("serve")
+            .env("RUST_LOG", "warn");
+        self.proc = Some(spawn(
+            "shorturl-origin",
+            cmd,
+            &self.dir.path().join("origin.log"),
+        ));
+        wait_for_tcp(self.port, TIMEOUT);
+    }
+}
+
+fn sha256_hex(s: &str) -> String {
+    let out = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn();
+    let mut child = out.unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// Creates a link through `port` (edge or origin); returns the JSON answer.
+pub fn create_link(port: u16, url: &str, domain: Option<&str>) -> http::Response {
+    let body = match domain {
+        Some(d) => serde_json::json!({ "url": url, "domain": d }),
+        None => serde_json::json!({ "url": url }),
+    };
+    let auth = format!("Bearer {API_KEY}");
+    http::request(
+        port,
+        "POST",
+        "/api/v1/links",
+        "localhost",
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        body.to_string().as_bytes(),
+    )
+}
