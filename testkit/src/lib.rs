@@ -32,6 +32,8 @@ impl TempDir {
     /// Creates `$TMPDIR/shorturl-test-<pid>-<n>-<tag>`.
     pub fn new(tag: &str) -> TempDir {
         static N: AtomicU32 = AtomicU32::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(sweep_stale_dirs);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let p =
             std::env::temp_dir().join(format!("shorturl-test-{}-{n}-{tag}", std::process::id()));
@@ -50,6 +52,29 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         if std::env::var_os("SHORTURL_KEEP_TEST_DIRS").is_none() {
             let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Removes directories left by test processes that no longer exist (a
+/// shared server held in a `static` is never dropped, so its directory is
+/// cleaned by the next run instead).
+fn sweep_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("shorturl-test-") else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        if !alive {
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }

@@ -77,7 +77,9 @@ impl Identity {
     /// The name used in notifications: properties namespaces without the
     /// `.properties` suffix, other formats with theirs (as Apollo documents).
     pub fn notification_name(&self) -> &str {
-        self.namespace.strip_suffix(".properties").unwrap_or(&self.namespace)
+        self.namespace
+            .strip_suffix(".properties")
+            .unwrap_or(&self.namespace)
     }
 }
 
@@ -123,29 +125,58 @@ impl Client {
             query.push(("releaseKey", k.to_owned()));
         }
         if let Some(n) = notification_id.filter(|n| *n >= 0) {
-            let key = format!("{}+{}+{}", self.id.app_id, self.id.cluster, self.id.notification_name());
-            query.push(("messages", serde_json::json!({ "details": { key: n } }).to_string()));
+            let key = format!(
+                "{}+{}+{}",
+                self.id.app_id,
+                self.id.cluster,
+                self.id.notification_name()
+            );
+            query.push((
+                "messages",
+                serde_json::json!({ "details": { key: n } }).to_string(),
+            ));
         }
         if let Some(ip) = &self.id.ip {
             query.push(("ip", ip.clone()));
         }
-        let url = endpoint(server, &["configs", &self.id.app_id, &self.id.cluster, &self.id.namespace], &query)?;
+        let url = endpoint(
+            server,
+            &[
+                "configs",
+                &self.id.app_id,
+                &self.id.cluster,
+                &self.id.namespace,
+            ],
+            &query,
+        )?;
         let (status, body) = self.get(&url, timeout).await?;
         match status {
             200 => serde_json::from_slice::<Release>(&body)
                 .map(Some)
-                .map_err(|e| ApolloError::Body { url: url.to_string(), reason: e.to_string() }),
+                .map_err(|e| ApolloError::Body {
+                    url: url.to_string(),
+                    reason: e.to_string(),
+                }),
             304 => Ok(None),
-            s => Err(ApolloError::Status { url: url.to_string(), status: s }),
+            s => Err(ApolloError::Status {
+                url: url.to_string(),
+                status: s,
+            }),
         }
     }
 
     /// `GET /notifications/v2` (long poll): `Ok(None)` is 304 (nothing
     /// released while the server held the request); `Ok(Some(id))` is our
     /// namespace's newest notification id.
-    pub async fn poll(&self, server: &Url, notification_id: i64, timeout: Duration) -> Result<Option<i64>, ApolloError> {
+    pub async fn poll(
+        &self,
+        server: &Url,
+        notification_id: i64,
+        timeout: Duration,
+    ) -> Result<Option<i64>, ApolloError> {
         let name = self.id.notification_name();
-        let notifications = serde_json::json!([{ "namespaceName": name, "notificationId": notification_id }]);
+        let notifications =
+            serde_json::json!([{ "namespaceName": name, "notificationId": notification_id }]);
         let query = [
             ("appId", self.id.app_id.clone()),
             ("cluster", self.id.cluster.clone()),
@@ -159,8 +190,11 @@ impl Client {
         let (status, body) = self.get(&url, timeout).await?;
         match status {
             200 => {
-                let list: Vec<Notification> = serde_json::from_slice(&body)
-                    .map_err(|e| ApolloError::Body { url: url.to_string(), reason: e.to_string() })?;
+                let list: Vec<Notification> =
+                    serde_json::from_slice(&body).map_err(|e| ApolloError::Body {
+                        url: url.to_string(),
+                        reason: e.to_string(),
+                    })?;
                 let newest = list
                     .iter()
                     .filter(|n| same_namespace(&n.namespace_name, name))
@@ -170,7 +204,10 @@ impl Client {
                 Ok(Some(newest))
             }
             304 => Ok(None),
-            s => Err(ApolloError::Status { url: url.to_string(), status: s }),
+            s => Err(ApolloError::Status {
+                url: url.to_string(),
+                status: s,
+            }),
         }
     }
 
@@ -178,12 +215,20 @@ impl Client {
     async fn get(&self, url: &Url, timeout: Duration) -> Result<(u16, bytes::Bytes), ApolloError> {
         let mut req = self.http.get(url.clone()).timeout(timeout);
         if let Some(secret) = &self.id.secret {
-            let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-            for (name, value) in sign::headers(&self.id.app_id, secret, now_ms, &path_and_query(url)) {
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            for (name, value) in
+                sign::headers(&self.id.app_id, secret, now_ms, &path_and_query(url))
+            {
                 req = req.header(name, value);
             }
         }
-        let transport = |e: reqwest::Error| ApolloError::Transport { url: url.to_string(), reason: error_chain(&e) };
+        let transport = |e: reqwest::Error| ApolloError::Transport {
+            url: url.to_string(),
+            reason: error_chain(&e),
+        };
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status().as_u16();
         let body = resp.bytes().await.map_err(transport)?;
@@ -192,13 +237,21 @@ impl Client {
 }
 
 /// `server` + path segments (each percent-encoded) + form-encoded query.
-pub fn endpoint(server: &Url, segments: &[&str], query: &[(&str, String)]) -> Result<Url, ApolloError> {
+pub fn endpoint(
+    server: &Url,
+    segments: &[&str],
+    query: &[(&str, String)],
+) -> Result<Url, ApolloError> {
     let mut url = server.clone();
     url.set_query(None);
     url.set_fragment(None);
-    url.path_segments_mut().map_err(|_| ApolloError::BadServer(server.to_string()))?.pop_if_empty().extend(segments);
+    url.path_segments_mut()
+        .map_err(|_| ApolloError::BadServer(server.to_string()))?
+        .pop_if_empty()
+        .extend(segments);
     if !query.is_empty() {
-        url.query_pairs_mut().extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
+        url.query_pairs_mut()
+            .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
     }
     Ok(url)
 }
@@ -213,7 +266,11 @@ pub fn path_and_query(url: &Url) -> String {
 }
 
 fn same_namespace(a: &str, b: &str) -> bool {
-    let strip = |s: &str| s.strip_suffix(".properties").unwrap_or(s).to_ascii_lowercase();
+    let strip = |s: &str| {
+        s.strip_suffix(".properties")
+            .unwrap_or(s)
+            .to_ascii_lowercase()
+    };
     strip(a) == strip(b)
 }
 
@@ -236,11 +293,22 @@ mod tests {
     #[test]
     fn signed_path_is_the_one_sent() {
         let server = Url::parse("http://10.0.0.5:8080").unwrap();
-        let url = endpoint(&server, &["configs", "100004458", "default", "application"], &[("ip", "10.0.0.1".into())])
-            .unwrap();
-        assert_eq!(path_and_query(&url), "/configs/100004458/default/application?ip=10.0.0.1");
+        let url = endpoint(
+            &server,
+            &["configs", "100004458", "default", "application"],
+            &[("ip", "10.0.0.1".into())],
+        )
+        .unwrap();
         assert_eq!(
-            sign::signature("df23df3f59884980844ff3dada30fa97", 1576478257344, &path_and_query(&url)),
+            path_and_query(&url),
+            "/configs/100004458/default/application?ip=10.0.0.1"
+        );
+        assert_eq!(
+            sign::signature(
+                "df23df3f59884980844ff3dada30fa97",
+                1576478257344,
+                &path_and_query(&url)
+            ),
             "EoKyziXvKqzHgwx+ijDJwgVTDgE="
         );
     }
@@ -249,11 +317,23 @@ mod tests {
     fn server_prefixes_and_encoding() {
         let server = Url::parse("http://apollo.internal/config-service/?x=1#f").unwrap();
         let url = endpoint(&server, &["configs", "my app", "default", "a/b.json"], &[]).unwrap();
-        assert_eq!(path_and_query(&url), "/config-service/configs/my%20app/default/a%2Fb.json");
-        let n = serde_json::json!([{"namespaceName": "application", "notificationId": -1}]).to_string();
-        let url = endpoint(&server, &["notifications", "v2"], &[("appId", "a".into()), ("notifications", n)]).unwrap();
+        assert_eq!(
+            path_and_query(&url),
+            "/config-service/configs/my%20app/default/a%2Fb.json"
+        );
+        let n =
+            serde_json::json!([{"namespaceName": "application", "notificationId": -1}]).to_string();
+        let url = endpoint(
+            &server,
+            &["notifications", "v2"],
+            &[("appId", "a".into()), ("notifications", n)],
+        )
+        .unwrap();
         let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
-        assert_eq!(pairs[1].1, r#"[{"namespaceName":"application","notificationId":-1}]"#);
+        assert_eq!(
+            pairs[1].1,
+            r#"[{"namespaceName":"application","notificationId":-1}]"#
+        );
         assert!(!url.query().unwrap().contains('"'));
     }
 
@@ -266,7 +346,10 @@ mod tests {
             secret: Some("s".into()),
             ip: None,
         };
-        assert_eq!(id("application.properties").notification_name(), "application");
+        assert_eq!(
+            id("application.properties").notification_name(),
+            "application"
+        );
         assert_eq!(id("domains.json").notification_name(), "domains.json");
         assert!(same_namespace("Application", "application.properties"));
         assert!(!format!("{:?}", id("x")).contains("\"s\""));

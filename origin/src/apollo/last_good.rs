@@ -30,7 +30,9 @@ pub fn load(path: &Path) -> Result<Option<Saved>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("{} is not a saved Apollo release: {e}", path.display()))
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| format!("{} is not a saved Apollo release: {e}", path.display()))
 }
 
 /// Temp file + fsync + rename (+ fsync of the directory, best effort).
@@ -40,7 +42,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "apollo-config.json".into());
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "apollo-config.json".into());
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -71,7 +76,10 @@ mod tests {
 
     fn saved() -> Saved {
         let mut configurations = BTreeMap::new();
-        configurations.insert("merchant_domains".to_string(), serde_json::json!(r#"{"55":"s.shop55.com"}"#));
+        configurations.insert(
+            "merchant_domains".to_string(),
+            serde_json::json!(r#"{"55":"s.shop55.com"}"#),
+        );
         Saved {
             release: Release {
                 app_id: "shorturl".into(),
@@ -95,7 +103,10 @@ mod tests {
         s2.release.release_key = "k2".into();
         store(&p, &s2).unwrap();
         assert_eq!(load(&p).unwrap(), Some(s2));
-        let names: Vec<_> = std::fs::read_dir(d.join("sub")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(d.join("sub"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("apollo-config.json")]);
         // The file is Apollo's own answer shape, readable by people and tools.
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();

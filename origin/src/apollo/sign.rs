@@ -21,9 +21,20 @@ pub fn signature(secret: &str, timestamp_ms: u64, path_and_query: &str) -> Strin
 
 /// The two headers Apollo expects: `Authorization: Apollo {appId}:{sig}` and
 /// `Timestamp: {ms}`.
-pub fn headers(app_id: &str, secret: &str, timestamp_ms: u64, path_and_query: &str) -> [(&'static str, String); 2] {
+pub fn headers(
+    app_id: &str,
+    secret: &str,
+    timestamp_ms: u64,
+    path_and_query: &str,
+) -> [(&'static str, String); 2] {
     [
-        ("Authorization", format!("Apollo {app_id}:{}", signature(secret, timestamp_ms, path_and_query))),
+        (
+            "Authorization",
+            format!(
+                "Apollo {app_id}:{}",
+                signature(secret, timestamp_ms, path_and_query)
+            ),
+        ),
         ("Timestamp", timestamp_ms.to_string()),
     ]
 }
@@ -44,7 +55,12 @@ mod tests {
 
     #[test]
     fn headers_carry_app_id_and_timestamp() {
-        let [(a, auth), (t, ts)] = headers("100004458", "df23df3f59884980844ff3dada30fa97", 1576478257344, "/configs/100004458/default/application?ip=10.0.0.1");
+        let [(a, auth), (t, ts)] = headers(
+            "100004458",
+            "df23df3f59884980844ff3dada30fa97",
+            1576478257344,
+            "/configs/100004458/default/application?ip=10.0.0.1",
+        );
         assert_eq!((a, t), ("Authorization", "Timestamp"));
         assert_eq!(auth, "Apollo 100004458:EoKyziXvKqzHgwx+ijDJwgVTDgE=");
         assert_eq!(ts, "1576478257344");

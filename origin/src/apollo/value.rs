@@ -42,7 +42,10 @@ pub fn from_configurations(configurations: &BTreeMap<String, Value>, layout: &La
             Ok(list) => Parsed::List(list),
             Err(e) => Parsed::Invalid(e),
         },
-        Some(other) => Parsed::Invalid(format!("configuration {key:?} is not a string but {}", kind(other))),
+        Some(other) => Parsed::Invalid(format!(
+            "configuration {key:?} is not a string but {}",
+            kind(other)
+        )),
     }
 }
 
@@ -54,15 +57,23 @@ pub fn parse(raw: &str) -> Result<ByDomain, String> {
     }
     let value: Value = serde_json::from_str(raw).map_err(|e| format!("not JSON: {e}"))?;
     let Value::Object(map) = value else {
-        return Err(format!("expected a JSON object of kdt_id to domain, got {}", kind(&value)));
+        return Err(format!(
+            "expected a JSON object of kdt_id to domain, got {}",
+            kind(&value)
+        ));
     };
     let mut out = ByDomain::new();
     for (k, v) in map {
-        let kdt_id = parse_kdt_id(&k).ok_or_else(|| format!("key {k:?} is not a kdt_id (decimal integer)"))?;
+        let kdt_id = parse_kdt_id(&k)
+            .ok_or_else(|| format!("key {k:?} is not a kdt_id (decimal integer)"))?;
         let Value::String(d) = v else {
-            return Err(format!("kdt_id {k}: domain is {}, expected a string", kind(&v)));
+            return Err(format!(
+                "kdt_id {k}: domain is {}, expected a string",
+                kind(&v)
+            ));
         };
-        let domain = normalize_host(&d).ok_or_else(|| format!("kdt_id {k}: {d:?} is not a valid domain"))?;
+        let domain =
+            normalize_host(&d).ok_or_else(|| format!("kdt_id {k}: {d:?} is not a valid domain"))?;
         out.entry(domain).or_default().insert(kdt_id);
     }
     Ok(out)
@@ -91,12 +102,16 @@ mod tests {
     use super::*;
 
     fn conf(pairs: &[(&str, Value)]) -> BTreeMap<String, Value> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
     }
 
     #[test]
     fn valid_value_is_normalised_and_grouped_by_domain() {
-        let l = parse(r#"{"55": "S.Shop55.com.", "91": "go.brand91.cn", "92": "go.brand91.cn"}"#).unwrap();
+        let l = parse(r#"{"55": "S.Shop55.com.", "91": "go.brand91.cn", "92": "go.brand91.cn"}"#)
+            .unwrap();
         assert_eq!(l.len(), 2);
         assert_eq!(l["s.shop55.com"], [55].into_iter().collect());
         assert_eq!(l["go.brand91.cn"], [91, 92].into_iter().collect());
@@ -135,13 +150,26 @@ mod tests {
 
     #[test]
     fn both_namespace_layouts() {
-        let props = conf(&[("merchant_domains", Value::String(r#"{"55":"s.shop55.com"}"#.into()))]);
+        let props = conf(&[(
+            "merchant_domains",
+            Value::String(r#"{"55":"s.shop55.com"}"#.into()),
+        )]);
         let key = Layout::Key("merchant_domains".into());
-        assert!(matches!(from_configurations(&props, &key), Parsed::List(l) if l.contains_key("s.shop55.com")));
-        assert_eq!(from_configurations(&props, &Layout::Content), Parsed::Missing);
+        assert!(
+            matches!(from_configurations(&props, &key), Parsed::List(l) if l.contains_key("s.shop55.com"))
+        );
+        assert_eq!(
+            from_configurations(&props, &Layout::Content),
+            Parsed::Missing
+        );
         let json = conf(&[("content", Value::String(r#"{"91":"go.brand91.cn"}"#.into()))]);
-        assert!(matches!(from_configurations(&json, &Layout::Content), Parsed::List(l) if l.contains_key("go.brand91.cn")));
+        assert!(
+            matches!(from_configurations(&json, &Layout::Content), Parsed::List(l) if l.contains_key("go.brand91.cn"))
+        );
         let odd = conf(&[("content", Value::Bool(true))]);
-        assert!(matches!(from_configurations(&odd, &Layout::Content), Parsed::Invalid(_)));
+        assert!(matches!(
+            from_configurations(&odd, &Layout::Content),
+            Parsed::Invalid(_)
+        ));
     }
 }

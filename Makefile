@@ -1,0 +1,41 @@
+# Two commands matter: `make up` (the whole stack, locally, in the
+# background) and `make test` (every test). Both install what is missing.
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: up down status deps build test lint bench clean
+
+up:
+	scripts/stack.sh up
+
+down:
+	scripts/stack.sh down
+
+status:
+	scripts/stack.sh status
+
+deps:
+	scripts/deps.sh
+
+build: deps
+	$(CARGO) build --workspace --bins
+
+# Unit and integration tests against private Redis/MariaDB started by the
+# tests themselves on free ports (nothing else needs to be running).
+test: deps
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --workspace --no-fail-fast
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Origin creation/issuer throughput next to MariaDB's raw single-row claim
+# capacity, measured in the same run (see docs/perf.md).
+bench: deps
+	$(CARGO) build --release --bins -p shorturl-origin
+	scripts/bench-origin.sh
+
+clean:
+	scripts/stack.sh down || true
+	rm -rf var

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the stack and the tests need, only when a
+# binary is missing (so it is a no-op on a prepared machine).
+set -euo pipefail
+need=()
+check() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || need+=("$2"); }
+check redis-server redis-server
+check mariadbd mariadb-server
+check mariadb mariadb-client
+check cmake cmake
+check nginx nginx
+check wrk wrk
+check curl curl
+[ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || need+=(libnginx-mod-http-lua)
+[ -d /usr/share/lua/5.1/resty/core ] || need+=(lua-resty-core)
+[ -e /usr/share/lua/5.1/resty/lrucache.lua ] || need+=(lua-resty-lrucache)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }

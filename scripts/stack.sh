@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The local stack under ./var: private Redis and MariaDB on non-default
+# ports, the origin on 127.0.0.1:8081 and the edge on 127.0.0.1:8080.
+#   scripts/stack.sh up     start what is not running (idempotent)
+#   scripts/stack.sh down   stop what it started (by pid file)
+#   scripts/stack.sh status
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VAR=$ROOT/var
+REDIS_PORT=${REDIS_PORT:-16379}
+MYSQL_PORT=${MYSQL_PORT:-13306}
+ORIGIN_PORT=8081
+EDGE_PORT=8080
+PREGEN_COUNT=${PREGEN_COUNT:-100000}
+PROFILE=${PROFILE:-release}
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/$PROFILE
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+wait_tcp() { # port, what
+  for _ in $(seq 1 300); do
+    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "timed out waiting for $2 on port $1" >&2; return 1
+}
+
+start_redis() {
+  mkdir -p "$VAR/redis"
+  alive "$VAR/redis/redis.pid" && return 0
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$VAR/redis" --save "" --appendonly no \
+    --daemonize yes --pidfile "$VAR/redis/redis.pid" --logfile "$VAR/redis/redis.log"
+  wait_tcp "$REDIS_PORT" redis
+}
+
+start_mariadb() {
+  local d=$VAR/mariadb
+  mkdir -p "$d"
+  alive "$d/mariadb.pid" && return 0
+  if [ ! -d "$d/data/mysql" ]; then
+    mariadb-install-db --no-defaults --datadir="$d/data" --auth-root-authentication-method=normal \
+      --skip-test-db --user="$(id -un)" >"$d/install.log" 2>&1
+  fi
+  nohup mariadbd --no-defaults --datadir="$d/data" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+    --socket="$d/mariadb.sock" --pid-file="$d/mariadb.pid" --user="$(id -un)" --skip-name-resolve \
+    --innodb-buffer-pool-size=256M --max-connections=500 >"$d/mariadb.log" 2>&1 &
+  for _ in $(seq 1 300); do grep -q "ready for connections" "$d/mariadb.log" 2>/dev/null && break; sleep 0.1; done
+  wait_tcp "$MYSQL_PORT" mariadb
+  mariadb -h127.0.0.1 -P"$MYSQL_PORT" -uroot -e "CREATE DATABASE IF NOT EXISTS shorturl"
+}
+
+dev_config() {
+  if [ ! -s "$VAR/dev-api-key" ]; then
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$VAR/dev-api-key"
+  fi
+  local hash
+  hash=$(tr -d '\n' <"$VAR/dev-api-key" | sha256sum | cut -d' ' -f1)
+  sed "s/__DEV_KEY_SHA256__/$hash/" conf/origin.dev.yaml >"$VAR/origin.yaml"
+}
+
+start_origin() {
+  alive "$VAR/origin.pid" && return 0
+  "$BIN/shorturl-origin" -c "$VAR/origin.yaml" pregen --count "$PREGEN_COUNT" --quiet
+  nohup "$BIN/shorturl-origin" -c "$VAR/origin.yaml" serve >"$VAR/origin.log" 2>&1 &
+  echo $! >"$VAR/origin.pid"
+  wait_tcp "$ORIGIN_PORT" origin
+}
+
+start_edge() {
+  [ -x "$BIN/shorturl-edge" ] || return 0
+  alive "$VAR/edge.pid" && return 0
+  nohup "$BIN/shorturl-edge" -c conf/edge.dev.yaml >"$VAR/edge.log" 2>&1 &
+  echo $! >"$VAR/edge.pid"
+  wait_tcp "$EDGE_PORT" edge
+}
+
+stop_pidfile() { # pidfile name
+  if alive "$1"; then
+    local pid; pid=$(cat "$1")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    echo "stopped $2 (pid $pid)"
+  fi
+  rm -f "$1"
+}
+
+case "${1:-}" in
+  up)
+    scripts/deps.sh
+    mkdir -p "$VAR"
+    if [ "$PROFILE" = release ]; then
+      cargo build --release --bins
+    else
+      cargo build --bins
+    fi
+    start_redis
+    start_mariadb
+    dev_config
+    start_origin
+    start_edge
+    KEY=$(cat "$VAR/dev-api-key")
+    PORT=$ORIGIN_PORT; [ -x "$BIN/shorturl-edge" ] && PORT=$EDGE_PORT
+    cat <<MSG
+
+Stack is up: origin 127.0.0.1:$ORIGIN_PORT, Redis 127.0.0.1:$REDIS_PORT, MariaDB 127.0.0.1:$MYSQL_PORT$([ -x "$BIN/shorturl-edge" ] && echo ", edge 127.0.0.1:$EDGE_PORT").
+Dev API key: var/dev-api-key. Logs: var/*.log. Stop with: make down
+
+Create a link:
+  curl -s -X POST http://127.0.0.1:$PORT/api/v1/links \\
+       -H "Authorization: Bearer \$(cat var/dev-api-key)" \\
+       -H 'Content-Type: application/json' -d '{"url":"https://example.com/hello"}'
+Follow it (use the code from the answer):
+  curl -i -H 'Host: localhost' http://127.0.0.1:$PORT/<code>
+MSG
+    CODE=$(curl -s -X POST "http://127.0.0.1:$PORT/api/v1/links" -H "Authorization: Bearer $KEY" \
+      -H 'Content-Type: application/json' -d '{"url":"https://example.com/hello"}' | sed -n 's/.*"code":"\([^"]*\)".*/\1/p')
+    if [ -n "$CODE" ]; then
+      echo
+      echo "Example: created $CODE; following it:"
+      curl -s -o /dev/null -w '  %{http_code} -> %{redirect_url}\n' -H 'Host: localhost' "http://127.0.0.1:$PORT/$CODE"
+    fi
+    ;;
+  down)
+    stop_pidfile "$VAR/edge.pid" edge
+    stop_pidfile "$VAR/origin.pid" origin
+    stop_pidfile "$VAR/mariadb/mariadb.pid" mariadb
+    stop_pidfile "$VAR/redis/redis.pid" redis
+    ;;
+  status)
+    for p in edge origin mariadb/mariadb redis/redis; do
+      if alive "$VAR/$p.pid"; then echo "$p: running (pid $(cat "$VAR/$p.pid"))"; else echo "$p: stopped"; fi
+    done
+    ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
