@@ -169,19 +169,34 @@ impl MariaDb {
 
     /// Runs SQL through the `mariadb` command-line client; returns stdout (tab-separated, no headers).
     pub fn sql(&self, sql: &str) -> String {
-        let out = Command::new("mariadb")
+        self.try_sql(sql)
+            .unwrap_or_else(|e| panic!("sql {sql:?} failed: {e}"))
+    }
+
+    /// Like [`MariaDb::sql`], but a failing statement is an `Err` (e.g. a table that does not exist yet).
+    pub fn try_sql(&self, sql: &str) -> Result<String, String> {
+        use std::io::Write;
+        // SQL goes through stdin: statements may be longer than an argument may be.
+        let mut child = Command::new("mariadb")
             .args(["-h127.0.0.1", "-uroot", "-N", "-B"])
             .arg(format!("-P{}", self.port))
-            .arg("-e")
-            .arg(sql)
-            .output()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .expect("run mariadb client");
-        assert!(
-            out.status.success(),
-            "sql {sql:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let mut stdin = child.stdin.take().expect("stdin");
+        let text = sql.to_owned();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(text.as_bytes());
+            let _ = stdin.write_all(b";\n");
+        });
+        let out = child.wait_with_output().expect("mariadb client output");
+        let _ = writer.join();
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Kills the server (SIGKILL: InnoDB recovers on restart).

@@ -149,7 +149,12 @@ impl Origin {
         });
     }
 
-    /// SIGKILL (a crash).
+    /// SIGKILL without reaping (a crash; usable while others borrow the origin).
+    pub fn crash(&self) {
+        self.proc.signal(9);
+    }
+
+    /// SIGKILL (a crash) and reap.
     pub fn kill(&mut self) {
         self.proc.kill();
     }

@@ -1,0 +1,258 @@
+//! Uniqueness of issued codes across processes, crashes and both counter
+//! backends; pre-generation resumption and extension.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use serde_json::json;
+use std::collections::HashSet;
+use std::process::Command;
+use std::time::Duration;
+use support::{fresh_db, pregen, shared_mariadb, write_config, Origin, OriginOpts};
+use testkit::{spawn, wait_for, Redis, TempDir};
+
+/// Creates `n` links through `o` with `conc` concurrent clients; returns codes.
+async fn create_many(o: &Origin, tag: String, n: usize, conc: usize) -> Vec<String> {
+    let mut tasks = Vec::new();
+    for w in 0..conc {
+        let http = o.http.clone();
+        let url = o.url("/api/v1/links");
+        let tag = tag.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            let mut i = w;
+            while i < n {
+                let r = http
+                    .post(&url)
+                    .bearer_auth(support::KEY)
+                    .json(&json!({"url": format!("https://load.example/{tag}/{i}")}))
+                    .send()
+                    .await;
+                match r {
+                    Ok(r) if r.status() == 201 => {
+                        let v: serde_json::Value = r.json().await.unwrap();
+                        out.push(v["code"].as_str().unwrap().to_owned());
+                    }
+                    // The origin may be killed under us (crash test): stop this worker.
+                    _ => break,
+                }
+                i += conc;
+            }
+            out
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_origins_create_20k_links_without_a_duplicate_even_across_a_crash() {
+    let m = shared_mariadb();
+    let db = fresh_db("conc");
+    let url = m.create_database(&db);
+    let redis = Redis::start();
+    let mut origins = Vec::new();
+    for i in 0..4 {
+        let mut o = OriginOpts::new(url.clone(), redis.url());
+        o.pregen = if i == 0 { 30_000 } else { 0 };
+        origins.push(Origin::start(o));
+    }
+    // Phase 1: 4 x 4000 concurrently.
+    let mut all: Vec<String> = Vec::new();
+    let results = futures::future::join_all(
+        origins
+            .iter()
+            .enumerate()
+            .map(|(i, o)| create_many(o, format!("p1-{i}"), 4000, 8)),
+    )
+    .await;
+    for r in results {
+        assert_eq!(r.len(), 4000);
+        all.extend(r);
+    }
+    // Phase 2: origin 0 is killed mid-run while the others keep creating, then restarted.
+    let (victim, rest) = origins.split_at(1);
+    let victim = &victim[0];
+    let killer = async {
+        // Wait until the victim has issued a few hundred ids, then SIGKILL it.
+        let mut seen = 0;
+        while seen < 300 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            seen = victim.status().await["issuer"]["current"]
+                .as_u64()
+                .unwrap_or(0)
+                % 100_000;
+            if seen == 0 {
+                break;
+            }
+        }
+        victim.crash();
+    };
+    let others = futures::future::join_all(
+        rest.iter()
+            .enumerate()
+            .map(|(i, o)| create_many(o, format!("p2-{i}"), 1000, 4)),
+    );
+    let victim_work = create_many(victim, "p2-victim".into(), 2000, 4);
+    let (r_others, r_victim, ()) = tokio::join!(others, victim_work, killer);
+    for r in r_others {
+        all.extend(r);
+    }
+    all.extend(r_victim);
+    let victim = &mut origins[0];
+    victim.restart();
+    all.extend(create_many(victim, "p3".into(), 1000, 4).await);
+
+    let unique: HashSet<&String> = all.iter().collect();
+    assert_eq!(unique.len(), all.len(), "duplicate codes issued");
+    assert!(all.len() >= 20_000, "created {}", all.len());
+    // MySQL agrees: every returned code is an active row. A claim committed
+    // just before the SIGKILL may have lost its answer (the client saw an
+    // error): at most one per in-flight request of the victim, never a duplicate.
+    let active: usize = m
+        .sql(&format!(
+            "SELECT COUNT(*) FROM `{db}`.short_code WHERE state = 1"
+        ))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        active >= all.len() && active <= all.len() + 4,
+        "rows claimed {active} vs codes returned {}",
+        all.len()
+    );
+    let listed = all
+        .iter()
+        .map(|c| format!("'{c}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let found: usize = m
+        .sql(&format!(
+            "SELECT COUNT(*) FROM `{db}`.short_code WHERE state = 1 AND code IN ({listed})"
+        ))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(found, all.len(), "every returned code is an active row");
+    // Every link resolves (sample across all origins, through the ones alive).
+    for (i, code) in all.iter().enumerate().step_by(97) {
+        let o = &origins[i % 4];
+        assert_eq!(o.follow("sho.rt", code).await.0, 302, "{code}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_counter_backend_issues_unique_ids_across_processes_and_a_lost_counter() {
+    let m = shared_mariadb();
+    let url = m.create_database(&fresh_db("rc"));
+    let mut redis = Redis::start();
+    let redis_url = redis.url();
+    let mk = |pregen| {
+        let mut o = OriginOpts::new(url.clone(), redis_url.clone());
+        o.pregen = pregen;
+        o.extra_yaml = "issuer:\n  backend: redis\n  block: 50\n".into();
+        o
+    };
+    let a = Origin::start(mk(5000));
+    let b = Origin::start(mk(0));
+    let (ra, rb) = tokio::join!(
+        create_many(&a, "a".into(), 600, 6),
+        create_many(&b, "b".into(), 600, 6)
+    );
+    let mut all: HashSet<String> = HashSet::new();
+    for c in ra.into_iter().chain(rb) {
+        assert!(all.insert(c), "duplicate");
+    }
+    assert_eq!(all.len(), 1200);
+    // Redis loses everything (restart without persistence): new origins seed
+    // the counter from MySQL's highest used id, so nothing is re-issued or skipped en masse.
+    drop((a, b));
+    redis.restart();
+    let c = Origin::start(mk(0));
+    for code in create_many(&c, "c".into(), 300, 3).await {
+        assert!(all.insert(code), "re-issued after counter loss");
+    }
+    let st = c.status().await;
+    assert!(st["issuer"]["current"].as_u64().unwrap() > 1200, "{st}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pregen_is_resumable_extendable_uniform_and_extends_a_running_origin() {
+    let m = shared_mariadb();
+    let db = fresh_db("pg");
+    let url = m.create_database(&db);
+    let redis = Redis::start();
+    let dir = TempDir::new("pregen");
+    let opts = OriginOpts::new(url.clone(), redis.url());
+    let cfg = write_config(&dir, &opts);
+    // Interrupt a run with small chunks once it is well under way.
+    let mut cmd = Command::new(support::origin_bin());
+    cmd.arg("-c")
+        .arg(&cfg)
+        .args(["pregen", "--quiet", "--chunk", "500", "--count", "60000"]);
+    let mut p = spawn("pregen", cmd, &dir.path().join("pregen.log"));
+    let done = || {
+        m.try_sql(&format!(
+            "SELECT value FROM `{db}`.meta WHERE name = 'pregen_done'"
+        ))
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+    };
+    wait_for("pregen progress", Duration::from_secs(60), || {
+        done() >= 2000
+    });
+    p.kill();
+    let mark = done();
+    assert!(mark < 60_000, "was not interrupted ({mark})");
+    // Re-run: continues from the mark.
+    let out = pregen(&cfg, 60_000);
+    assert!(out.contains(&format!("ids {}..=60000", mark + 1)), "{out}");
+    // Extend: the next block of ids.
+    pregen(&cfg, 80_000);
+    assert!(pregen(&cfg, 80_000).contains("nothing to do"));
+    let stats = m.sql(&format!("SELECT COUNT(*), COUNT(DISTINCT code), MIN(id), MAX(id), COUNT(DISTINCT LEFT(code, 1)) FROM `{db}`.short_code"));
+    assert_eq!(
+        stats.trim(),
+        "80000\t80000\t1\t80000\t62",
+        "rows, distinct codes, ids, first-char spread"
+    );
+    // Every code is 6 base62 chars.
+    assert_eq!(m.sql(&format!("SELECT COUNT(*) FROM `{db}`.short_code WHERE code NOT REGEXP BINARY '^[0-9A-Za-z]{{6}}$'")).trim(), "0");
+
+    // A running origin sees an extension without a restart.
+    let small_db = fresh_db("pgx");
+    let mut o = OriginOpts::new(m.create_database(&small_db), redis.url());
+    o.pregen = 10;
+    let origin = Origin::start(o);
+    for i in 0..10 {
+        origin
+            .create_ok(json!({"url": format!("https://x.example/{i}")}))
+            .await;
+    }
+    let (st, v) = origin
+        .create(json!({"url": "https://x.example/over"}))
+        .await;
+    assert_eq!((st, v["error"].as_str().unwrap()), (503, "codes_exhausted"));
+    pregen(&origin.config, 500);
+    let mut ok = false;
+    for _ in 0..200 {
+        if origin
+            .create(json!({"url": "https://x.example/after"}))
+            .await
+            .0
+            == 201
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        ok,
+        "creation did not resume after pregen extended the table"
+    );
+}
