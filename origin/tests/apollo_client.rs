@@ -103,9 +103,7 @@ async fn stand_in_follows_apollos_protocol() {
         (304, String::new())
     );
     assert_eq!(
-        get(format!("/configs/other-app/default/application"))
-            .await
-            .0,
+        get("/configs/other-app/default/application".into()).await.0,
         404
     );
 
@@ -337,7 +335,7 @@ async fn failures_keep_the_last_good_value_and_recover() {
         let before = errors();
         s.set_fault(fault.clone());
         eventually(&format!("errors under {fault:?}"), WAIT, || {
-            errors() >= before + 1
+            errors() > before
         })
         .await;
         assert!(allowed(&w, "s.shop55.com"), "{fault:?}");

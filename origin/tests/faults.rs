@@ -1,0 +1,168 @@
+//! Faults with real servers: Redis is a cache (losing it loses nothing),
+//! MySQL down is a clean 503 with Retry-After and the origin recovers alone.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use serde_json::json;
+use std::time::{Duration, Instant};
+use support::{Origin, OriginOpts, Setup};
+use testkit::{MariaDb, Redis};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_and_restarted_loses_nothing() {
+    let mut s = Setup::start();
+    let before = s
+        .origin
+        .create_ok(json!({"url": "https://before.example/"}))
+        .await;
+    s.redis.stop();
+    // Creation and resolution go on through MySQL.
+    let during = s
+        .origin
+        .create_ok(json!({"url": "https://during.example/"}))
+        .await;
+    assert_eq!(
+        s.origin.follow("sho.rt", &before).await,
+        (302, Some("https://before.example/".into()))
+    );
+    assert_eq!(
+        s.origin.follow("sho.rt", &during).await,
+        (302, Some("https://during.example/".into()))
+    );
+    assert_eq!(s.origin.follow("sho.rt", "ZZZZZZ").await.0, 404);
+    let st = s.origin.status().await;
+    assert!(st["redis"]["error"].as_u64().unwrap() > 0, "{st}");
+    // Redis comes back empty; the origin reconnects by itself and refills it.
+    s.redis.restart();
+    let mut conn = redis::Client::open(s.redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = shorturl_common::keys::link_key(&during);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert_eq!(s.origin.follow("sho.rt", &during).await.0, 302);
+        let v: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if v.is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "origin never wrote back to the restarted Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = s
+        .origin
+        .create_ok(json!({"url": "https://after.example/"}))
+        .await;
+    assert_eq!(s.origin.follow("sho.rt", &after).await.0, 302);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_down_is_503_with_retry_after_then_recovers() {
+    // A private MariaDB: this test stops it.
+    let mut m = MariaDb::start();
+    let url = m.create_database("faults");
+    let redis = Redis::start();
+    let origin = Origin::start(OriginOpts::new(url, redis.url()));
+    let cached = origin
+        .create_ok(json!({"url": "https://cached.example/"}))
+        .await;
+    m.stop();
+    // Cached in Redis: still redirects.
+    assert_eq!(origin.follow("sho.rt", &cached).await.0, 302);
+    // Creation: 503 JSON with Retry-After, in bounded time.
+    let t = Instant::now();
+    let r = origin
+        .http
+        .post(origin.url("/api/v1/links"))
+        .bearer_auth(support::KEY)
+        .json(&json!({"url": "https://x.example/"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["error"],
+        "unavailable"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    // An uncached code can't be resolved: 503, not 404 (it may exist).
+    let r = origin
+        .http
+        .get(origin.url("/QQQQQQ"))
+        .header("Host", "sho.rt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let r = origin
+        .http
+        .get(origin.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    // MySQL returns: the origin recovers without a restart.
+    m.restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let code = loop {
+        let (st, v) = origin
+            .create(json!({"url": "https://recovered.example/"}))
+            .await;
+        if st == 201 {
+            break v["code"].as_str().unwrap().to_owned();
+        }
+        assert_eq!(st, 503, "{v}");
+        assert!(Instant::now() < deadline, "origin did not recover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(origin.follow("sho.rt", &code).await.0, 302);
+    assert_eq!(
+        origin
+            .http
+            .get(origin.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert!(origin.status().await["mysql"]["error"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_config_is_refused_at_start_with_the_field_named() {
+    let dir = testkit::TempDir::new("badcfg");
+    let p = dir.path().join("bad.yaml");
+    std::fs::write(&p, "listen: 127.0.0.1:1\ndefault_domain: x.com\nmysql: {url: 'mysql://r@h/d'}\nredis: {url: 'redis://h/'}\nredirect: {status: 200}\n").unwrap();
+    let out = std::process::Command::new(support::origin_bin())
+        .arg("-c")
+        .arg(&p)
+        .arg("check")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("redirect.status"));
+    let out = std::process::Command::new(support::origin_bin())
+        .args(["-c", "../conf/origin.yaml", "check"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "conf/origin.yaml must validate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
