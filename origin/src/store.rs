@@ -84,6 +84,11 @@ pub struct Store {
     metrics: Arc<Metrics>,
 }
 
+/// `state, long_url, domain, expires_at`.
+type LookupCols = (u8, Option<String>, Option<String>, Option<u64>);
+/// `state, app, long_url, domain`.
+type DisableCols = (u8, Option<String>, Option<String>, Option<String>);
+
 const UPDATE_CLAIM: &str =
     "UPDATE short_code SET state = 1, long_url = ?, domain = ?, app = ?, client_app = ?, \
      client_version = ?, kdt_id = ?, created_at = ?, expires_at = ? WHERE id = ? AND state = 0";
@@ -256,7 +261,7 @@ impl Store {
     /// What MySQL says `code` resolves to (negative unless active and unexpired).
     pub async fn lookup(&self, code: &str, now: u64) -> Result<Lookup, DbError> {
         self.metrics.mysql_select.inc();
-        let row: Option<(u8, Option<String>, Option<String>, Option<u64>)> = self
+        let row: Option<LookupCols> = self
             .bounded(async {
                 let mut conn = self.pool.get_conn().await?;
                 conn.exec_first(
@@ -286,7 +291,7 @@ impl Store {
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;
             let mut tx = conn.start_transaction(TxOpts::default()).await?;
-            let row: Option<(u8, Option<String>, Option<String>, Option<String>)> = tx
+            let row: Option<DisableCols> = tx
                 .exec_first(
                     "SELECT state, app, long_url, domain FROM short_code WHERE code = ? FOR UPDATE",
                     (code,),

@@ -648,9 +648,8 @@ async fn concurrent_misses_for_one_code_share_one_mysql_lookup() {
     // Requests that arrive after the write-back are Redis hits; those that
     // overlap the in-flight lookup join it (lock.get).
     assert!(selects < 50, "selects {selects}, status {st}");
-    assert_eq!(
+    assert!(
         selects + st["lock"]["get"].as_u64().unwrap() + st["redis"]["hit"].as_u64().unwrap() >= 50,
-        true,
         "{st}"
     );
 }
