@@ -5,6 +5,7 @@
 
 pub mod apollo;
 pub mod auth;
+pub mod bench;
 pub mod cache;
 pub mod claim;
 pub mod config;

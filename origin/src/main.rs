@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use shorturl_origin::config::Config;
-use shorturl_origin::{db, pregen, serve};
+use shorturl_origin::{bench, db, pregen, serve};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -39,6 +39,15 @@ enum Cmd {
     },
     /// Validate the configuration and exit.
     Check,
+    /// Measure issuer ids/s or MariaDB's raw durable-claim capacity (prints JSON).
+    Bench {
+        /// issuer | raw-claims
+        what: String,
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -102,6 +111,11 @@ fn main() -> ExitCode {
                 }
                 Ok(())
             }
+            Cmd::Bench {
+                what,
+                concurrency,
+                seconds,
+            } => bench::run(&cfg, &what, concurrency.max(1), seconds).await,
             Cmd::Check => Ok(()),
         }
     });

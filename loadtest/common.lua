@@ -1,0 +1,58 @@
+-- Shared helpers for the wrk scripts: per-thread seeds, status counting,
+-- and the one-line JSON summary printed by done().
+local M = {}
+local threads = {}
+
+function M.setup(thread)
+  thread:set("id", #threads + 1)
+  table.insert(threads, thread)
+end
+
+-- A per-thread random seed (wrk threads share nothing; os.time alone collides).
+function M.thread_seed()
+  local f = io.open("/dev/urandom", "rb")
+  local b = f and f:read(4) or tostring(os.clock())
+  if f then f:close() end
+  local seed = 0
+  for i = 1, #b do seed = seed * 256 + b:byte(i) end
+  math.randomseed(seed + (id or 0))
+  return string.format("%08x%d", seed, id or 0)
+end
+
+status_2xx, status_3xx, status_404, status_429, status_5xx, status_other = 0, 0, 0, 0, 0, 0
+
+function M.response(status, headers, body)
+  if status >= 200 and status < 300 then status_2xx = status_2xx + 1
+  elseif status >= 300 and status < 400 then status_3xx = status_3xx + 1
+  elseif status == 404 then status_404 = status_404 + 1
+  elseif status == 429 then status_429 = status_429 + 1
+  elseif status >= 500 then status_5xx = status_5xx + 1
+  else status_other = status_other + 1 end
+end
+
+function M.done(summary, latency, requests)
+  local c = { s2 = 0, s3 = 0, s404 = 0, s429 = 0, s5 = 0, so = 0 }
+  for _, t in ipairs(threads) do
+    c.s2 = c.s2 + (t:get("status_2xx") or 0)
+    c.s3 = c.s3 + (t:get("status_3xx") or 0)
+    c.s404 = c.s404 + (t:get("status_404") or 0)
+    c.s429 = c.s429 + (t:get("status_429") or 0)
+    c.s5 = c.s5 + (t:get("status_5xx") or 0)
+    c.so = c.so + (t:get("status_other") or 0)
+  end
+  local secs = summary.duration / 1e6
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests":%d,"duration_s":%.3f,"rps":%.1f,' ..
+    '"errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d,"status":%d},' ..
+    '"status":{"2xx":%d,"3xx":%d,"404":%d,"429":%d,"5xx":%d,"other":%d},"non_3xx":%d,' ..
+    '"latency_ms":{"mean":%.3f,"p50":%.3f,"p80":%.3f,"p90":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f}}\n',
+    summary.requests, secs, summary.requests / secs,
+    e.connect, e.read, e.write, e.timeout, e.status,
+    c.s2, c.s3, c.s404, c.s429, c.s5, c.so, summary.requests - c.s3,
+    latency.mean / 1000, latency:percentile(50) / 1000, latency:percentile(80) / 1000,
+    latency:percentile(90) / 1000, latency:percentile(99) / 1000, latency:percentile(99.9) / 1000,
+    latency.max / 1000))
+end
+
+return M

@@ -1,0 +1,103 @@
+//! `shorturl-origin bench`: measurements that anchor `docs/perf.md`.
+//! Not tests: nothing here asserts a speed.
+//!
+//! - `issuer`: ids/s handed out by the issuer over the real MySQL counter.
+//! - `raw-claims`: the raw capacity of the same MariaDB for durable
+//!   single-row claims (one autocommit `UPDATE ... WHERE id = ? AND state = 0`
+//!   per claim, `concurrency` connections), the figure group commit must beat.
+
+use crate::config::Config;
+use crate::issuer::counter::MysqlCounter;
+use crate::issuer::Issuer;
+use crate::metrics::Metrics;
+use mysql_async::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Runs one measurement and prints a JSON line.
+pub async fn run(cfg: &Config, what: &str, concurrency: usize, seconds: u64) -> Result<(), String> {
+    let pool = crate::db::pool(&cfg.mysql).map_err(|e| e.to_string())?;
+    crate::db::migrate(&pool).await.map_err(|e| e.to_string())?;
+    let dur = Duration::from_secs(seconds.max(1));
+    let (count, elapsed) = match what {
+        "issuer" => {
+            let metrics = Arc::new(Metrics::new().map_err(|e| e.to_string())?);
+            let counter = MysqlCounter::new(pool.clone(), "bench".into());
+            let issuer = Issuer::new(
+                Box::new(counter),
+                cfg.issuer.block,
+                cfg.issuer.low_water,
+                u64::MAX,
+                metrics,
+            );
+            let n = Arc::new(AtomicU64::new(0));
+            let t0 = Instant::now();
+            let mut tasks = Vec::new();
+            for _ in 0..concurrency {
+                let (issuer, n) = (Arc::clone(&issuer), Arc::clone(&n));
+                tasks.push(tokio::spawn(async move {
+                    while t0.elapsed() < dur {
+                        if issuer.next_id().await.is_err() {
+                            break;
+                        }
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
+                }));
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+            (n.load(Ordering::Relaxed), t0.elapsed())
+        }
+        "raw-claims" => {
+            // Claim rows from the top of the table down, so a later creation
+            // benchmark on the same table is not affected by holes at the front.
+            let top: u64 = crate::db::capacity(&pool)
+                .await
+                .map_err(|e| e.to_string())?;
+            if top == 0 {
+                return Err("raw-claims needs pre-generated rows (pregen first)".into());
+            }
+            let next = Arc::new(AtomicU64::new(top));
+            let n = Arc::new(AtomicU64::new(0));
+            let t0 = Instant::now();
+            let mut tasks = Vec::new();
+            for _ in 0..concurrency {
+                let (pool, next, n) = (pool.clone(), Arc::clone(&next), Arc::clone(&n));
+                tasks.push(tokio::spawn(async move {
+                    let Ok(mut conn) = pool.get_conn().await else { return };
+                    while t0.elapsed() < dur {
+                        let id = next.fetch_sub(1, Ordering::Relaxed);
+                        if id == 0 {
+                            break;
+                        }
+                        let r = conn
+                            .exec_drop(
+                                "UPDATE short_code SET state = 2, long_url = 'https://bench.example/raw', \
+                                 domain = 'bench', created_at = UNIX_TIMESTAMP() WHERE id = ? AND state = 0",
+                                (id,),
+                            )
+                            .await;
+                        if r.is_err() {
+                            break;
+                        }
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
+                }));
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+            (n.load(Ordering::Relaxed), t0.elapsed())
+        }
+        other => return Err(format!("unknown benchmark {other:?} (issuer | raw-claims)")),
+    };
+    let rate = count as f64 / elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "{{\"bench\":\"{what}\",\"concurrency\":{concurrency},\"seconds\":{:.2},\"count\":{count},\"per_sec\":{rate:.0}}}",
+        elapsed.as_secs_f64()
+    );
+    let _ = pool.disconnect().await;
+    Ok(())
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Origin benchmark (not a test): pregen rows/s, MariaDB's raw durable
+# single-row claim capacity, issuer ids/s, and creations/s through the API
+# at 1/16/64 connections, all against one private MariaDB in the same run.
+# Results: var/bench/results.jsonl (and printed). Loopback only, bounded.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+B=$ROOT/var/bench
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/release/shorturl-origin
+SECS=${SECS:-10}
+ROWS=${ROWS:-1000000}
+REDIS_PORT=17379 MYSQL_PORT=14306 ORIGIN_PORT=18081
+rm -rf "$B"; mkdir -p "$B"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+wait_tcp() { for _ in $(seq 1 300); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+
+redis-server --port $REDIS_PORT --bind 127.0.0.1 --dir "$B" --save "" --appendonly no >"$B/redis.log" 2>&1 &
+pids+=($!)
+mariadb-install-db --no-defaults --datadir="$B/data" --auth-root-authentication-method=normal --skip-test-db --user="$(id -un)" >"$B/install.log" 2>&1
+mariadbd --no-defaults --datadir="$B/data" --port=$MYSQL_PORT --bind-address=127.0.0.1 --socket="$B/m.sock" \
+  --pid-file="$B/m.pid" --user="$(id -un)" --skip-name-resolve --innodb-buffer-pool-size=512M --max-connections=500 >"$B/mariadb.log" 2>&1 &
+pids+=($!)
+wait_tcp $REDIS_PORT; wait_tcp $MYSQL_PORT
+for _ in $(seq 1 100); do grep -q "ready for connections" "$B/mariadb.log" && break; sleep 0.1; done
+mariadb -h127.0.0.1 -P$MYSQL_PORT -uroot -e "CREATE DATABASE bench"
+KEY=bench-key
+HASH=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
+cat >"$B/origin.yaml" <<YAML
+listen: 127.0.0.1:$ORIGIN_PORT
+default_domain: localhost
+public_scheme: http
+mysql: {url: "mysql://root@127.0.0.1:$MYSQL_PORT/bench", pool_max: 80}
+redis: {url: "redis://127.0.0.1:$REDIS_PORT/"}
+apps: [{name: bench, key_sha256: $HASH, rate_per_sec: 1000000, burst: 1000000}]
+YAML
+R=$B/results.jsonl
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(mariadbd --version | awk '{print $3}')" | tee "$B/machine.txt"
+
+t0=$(date +%s.%N)
+"$BIN" -c "$B/origin.yaml" pregen --quiet --count "$ROWS" | tee "$B/pregen.txt"
+t1=$(date +%s.%N)
+echo "{\"bench\":\"pregen\",\"rows\":$ROWS,\"per_sec\":$(awk "BEGIN{printf \"%d\", $ROWS/($t1-$t0)}")}" | tee -a "$R"
+
+for c in 1 16 64; do
+  "$BIN" -c "$B/origin.yaml" bench raw-claims --concurrency $c --seconds "$SECS" | tee -a "$R"
+done
+"$BIN" -c "$B/origin.yaml" bench issuer --concurrency 16 --seconds 5 | tee -a "$R"
+
+RUST_LOG=warn "$BIN" -c "$B/origin.yaml" serve >"$B/origin.log" 2>&1 &
+pids+=($!)
+wait_tcp $ORIGIN_PORT
+for c in 1 16 64; do
+  out=$(SHORTURL_KEY=$KEY LOADTEST_DIR="$ROOT/loadtest" wrk -t1 -c$c -d"${SECS}s" --latency -s loadtest/create.lua \
+        "http://127.0.0.1:$ORIGIN_PORT" | tail -n 1)
+  echo "{\"bench\":\"create\",\"concurrency\":$c,\"wrk\":$out}" | tee -a "$R"
+done
+echo "results: $R"
