@@ -453,3 +453,32 @@ async fn start_up_without_apollo_uses_the_file_or_nothing() {
     assert_eq!(w.status().source, Source::StaticOnly);
     task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_its_own_release_reads_default_and_its_file_is_used() {
+    let s = server();
+    s.release_value("application", KEY, r#"{"55": "s.shop55.com"}"#);
+    let dir = TempDir::new("apollo-cluster");
+    let file = file_in(&dir);
+    let w = whitelist();
+    let task = apollo::start(
+        config(&[s.url()], &file, "cluster: sh-idc\n"),
+        Arc::clone(&w),
+    )
+    .await
+    .unwrap();
+    assert!(allowed(&w, "s.shop55.com"));
+    assert_eq!(saved(&file)["cluster"], "default");
+    task.abort();
+    s.stop();
+    let w = whitelist();
+    let task = apollo::start(
+        config(&[s.url()], &file, "cluster: sh-idc\n"),
+        Arc::clone(&w),
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.status().source, Source::File);
+    assert!(allowed(&w, "s.shop55.com"));
+    task.abort();
+}

@@ -295,7 +295,7 @@ impl Feed {
             Ok(Some(saved)) => {
                 tracing::error!(file = %path.display(), app_id = %saved.release.app_id,
                 cluster = %saved.release.cluster, namespace = %saved.release.namespace_name,
-                "apollo: last-good file is for another app/cluster/namespace; ignored, static whitelist only")
+                "apollo: last-good file is for another app or namespace; ignored, static whitelist only")
             }
             Ok(None) => tracing::warn!(file = %path.display(),
                 "apollo: unreachable and no last-good file; static whitelist only until Apollo answers"),
@@ -306,10 +306,12 @@ impl Feed {
         false
     }
 
+    /// Whether a saved release is for our app and namespace. The cluster is
+    /// not compared: Apollo answers from `default` when our cluster has no
+    /// release of its own, and saves that.
     fn is_ours(&self, r: &Release) -> bool {
         let id = &self.cfg.identity;
         r.app_id == id.app_id
-            && r.cluster == id.cluster
             && r.namespace_name.eq_ignore_ascii_case(
                 id.namespace
                     .strip_suffix(".properties")
