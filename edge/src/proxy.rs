@@ -251,6 +251,7 @@ impl Edge {
         self.metrics.origin_forward.inc();
         ctx.upstream = Some(addr);
         session.set_read_timeout(Some(self.cfg.limits.client_timeout));
+        session.set_write_timeout(Some(self.cfg.limits.client_timeout));
         Ok(false)
     }
 }
@@ -258,6 +259,11 @@ impl Edge {
 #[async_trait]
 impl ProxyHttp for Edge {
     type CTX = Ctx;
+
+    /// No downstream modules: the edge never compresses (redirects have no
+    /// body, API answers pass through as the origin made them), and the
+    /// default disabled compression module still costs a context per request.
+    fn init_downstream_modules(&self, _modules: &mut pingora::modules::http::HttpModules) {}
 
     fn new_ctx(&self) -> Ctx {
         Ctx {
@@ -275,7 +281,6 @@ impl ProxyHttp for Edge {
         if session.get_keepalive().is_some() {
             session.set_keepalive(Some(self.cfg.limits.keepalive_timeout_secs));
         }
-        session.set_write_timeout(Some(self.cfg.limits.client_timeout));
         let req = session.req_header();
         let uri_len = req.uri.path_and_query().map_or(0, |p| p.as_str().len());
         if uri_len > self.cfg.limits.max_uri_bytes {

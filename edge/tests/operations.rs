@@ -148,3 +148,43 @@ fn graceful_upgrade_under_load_fails_no_request() {
     eprintln!("{total} requests served across the upgrade, 0 failed");
     assert!(new.is_running());
 }
+
+#[test]
+fn size_limits_and_idle_keepalive_timeout() {
+    let redis = Redis::start();
+    redis_set(
+        &redis,
+        "su:1:link:idle01",
+        &record_line(DOMAIN, "https://example.com/i", 3600),
+    );
+    let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
+    opts.extra =
+        "  limits: { max_uri_bytes: 128, max_header_bytes: 512, keepalive_timeout_secs: 1 }\n";
+    let edge = start_edge(opts);
+
+    let long_uri = format!("/idle01?{}", "q".repeat(200));
+    let r = get(edge.port, &long_uri, DOMAIN);
+    assert_eq!(r.status, 414);
+    assert_eq!(r.json()["error"], "uri_too_long");
+    let big = "v".repeat(600);
+    let r = support::http::request(edge.port, "GET", "/idle01", DOMAIN, &[("X-Big", &big)], b"");
+    assert_eq!(r.status, 431);
+    assert_eq!(r.json()["error"], "headers_too_large");
+
+    // An idle keep-alive connection is closed by the edge after its timeout.
+    let mut c = Conn::open(edge.port).unwrap();
+    assert_eq!(c.get("/idle01", DOMAIN).unwrap().status, 302);
+    let started = std::time::Instant::now();
+    let mut stream = c.into_stream();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut buf = [0u8; 1];
+    match std::io::Read::read(&mut stream, &mut buf) {
+        Ok(0) => {}
+        Ok(_) => panic!("server sent data on an idle connection"),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("idle connection was not closed by the edge: {e}"),
+    }
+    eprintln!("idle keep-alive closed after {:?}", started.elapsed());
+}

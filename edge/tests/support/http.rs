@@ -77,6 +77,11 @@ impl Conn {
         self.read_response(method == "HEAD")
     }
 
+    /// The underlying stream (to observe the server closing it).
+    pub fn into_stream(self) -> TcpStream {
+        self.reader.into_inner()
+    }
+
     /// `GET path` with `Host: host`.
     pub fn get(&mut self, path: &str, host: &str) -> std::io::Result<Response> {
         self.send("GET", path, Some(host), &[], b"")

@@ -167,19 +167,21 @@ impl Edge {
             .unwrap_or_else(|| panic!("no {dim}.{key} in status"))
     }
 
-    /// The access log so far (waits until it holds at least `lines` lines).
-    pub fn access_log(&self, lines: usize) -> Vec<String> {
+    /// Waits for an access-log line containing `needle` and returns it.
+    pub fn log_line(&self, needle: &str) -> String {
         let path = self.dir.path().join("access.log");
-        let mut out = Vec::new();
-        wait_for(&format!("{lines} access-log lines"), TIMEOUT, || {
-            out = std::fs::read_to_string(&path)
-                .unwrap_or_default()
-                .lines()
-                .map(str::to_owned)
-                .collect();
-            out.len() >= lines
+        let mut found = String::new();
+        wait_for(&format!("access-log line with {needle:?}"), TIMEOUT, || {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            match text.lines().find(|l| l.contains(needle)) {
+                Some(l) => {
+                    found = l.to_owned();
+                    true
+                }
+                None => false,
+            }
         });
-        out
+        found
     }
 
     pub fn log(&self) -> String {
