@@ -20,7 +20,7 @@ CODES=100000
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
+  [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid" 2>/dev/null)" 2>/dev/null || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -84,8 +84,21 @@ LUA
 curl -s -o /dev/null -w "edge  %{http_code} %{redirect_url}\n" -H "Host: s.shop55.com" "http://127.0.0.1:$EDGE_PORT/c00001"
 curl -s -o /dev/null -w "nginx %{http_code} %{redirect_url}\n" "http://127.0.0.1:$NGINX_PORT/c00001"
 
-# Warm the edge: every code once through Redis into memory.
-taskset -c 1 wrk -t1 -c64 -d5s -s "$WORK/random.lua" "http://127.0.0.1:$EDGE_PORT/" >/dev/null
+cat >"$WORK/sequential.lua" <<'LUA'
+local i = -1
+request = function()
+  i = (i + 1) % 100000
+  return wrk.format("GET", string.format("/c%05d", i), { ["Host"] = "s.shop55.com" })
+end
+LUA
+# Warm the edge: every code through Redis into memory, until the status
+# shows all 100k codes were looked up once.
+for _ in $(seq 1 20); do
+  taskset -c 1 wrk -t1 -c64 -d3s -s "$WORK/sequential.lua" "http://127.0.0.1:$EDGE_PORT/" >/dev/null
+  hits=$(curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$EDGE_PORT/shorturl_status" | sed -n 's/.*"redis":{"hit":\([0-9]*\).*/\1/p')
+  [ "${hits:-0}" -ge "$CODES" ] && break
+done
+echo "warm: $hits codes read from Redis into the edge's memory"
 
 run() { # name port
   echo "== $1"

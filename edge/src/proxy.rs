@@ -404,7 +404,8 @@ impl ProxyHttp for Edge {
                 ErrorSource::Internal | ErrorSource::Unset => 500,
             },
         };
-        if code >= 500 {
+        let forwarded = ctx.upstream.is_some();
+        if forwarded && code >= 500 {
             self.metrics.origin_error.inc();
         }
         if code > 0 && session.response_written().is_none() {
@@ -419,7 +420,9 @@ impl ProxyHttp for Edge {
                 tracing::debug!(error = %err, "cannot send error response");
             }
         }
-        ctx.outcome = Outcome::Fwd;
+        if forwarded {
+            ctx.outcome = Outcome::Fwd;
+        }
         FailToProxy {
             error_code: code,
             can_reuse_downstream: false,
