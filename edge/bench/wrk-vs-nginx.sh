@@ -39,6 +39,7 @@ cat >"$WORK/edge.yaml" <<YAML
 server:
   version: 1
   threads: 1
+  work_stealing: ${WORK_STEALING:-true}
   pid_file: $WORK/edge.pid
   upgrade_sock: $WORK/edge.sock
   grace_period_seconds: 1

@@ -129,15 +129,13 @@ fn route(req: &RequestHeader) -> Route {
 }
 
 impl Edge {
-    /// The request's domain: normalised `Host` (or absolute-form authority),
-    /// the default domain when absent, `None` when malformed.
-    fn request_host(&self, req: &RequestHeader) -> Option<String> {
+    /// The request's domain: normalised `Host` (or absolute-form authority);
+    /// `None` when absent or malformed, which resolves nothing (the origin
+    /// decides the same way).
+    fn request_host(req: &RequestHeader) -> Option<String> {
         match req.headers.get(http::header::HOST) {
             Some(h) => normalize_host(h.to_str().ok()?),
-            None => match req.uri.authority() {
-                Some(a) => normalize_host(a.as_str()),
-                None => Some(self.cfg.default_domain.clone()),
-            },
+            None => normalize_host(req.uri.authority()?.as_str()),
         }
     }
 
@@ -147,7 +145,7 @@ impl Edge {
         ctx: &mut Ctx,
         code: &str,
     ) -> Result<bool> {
-        let host = self.request_host(session.req_header());
+        let host = Self::request_host(session.req_header());
         let answer = match self.resolver.cache.get(code, ctx.start) {
             Some(e) => {
                 self.metrics.local_hit.inc();

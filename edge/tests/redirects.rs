@@ -263,3 +263,19 @@ fn prometheus_metrics_on_their_own_port() {
         want.iter().all(|w| text.contains(w))
     });
 }
+
+#[test]
+fn a_request_without_host_resolves_nothing() {
+    let redis = Redis::start();
+    let edge = edge_on(&redis, "");
+    redis_set(
+        &redis,
+        "su:1:link:nohost",
+        &record_line("localhost", "https://example.com/n", 3600),
+    );
+    // HTTP/1.0 without Host: the same 404 as the origin gives.
+    let mut c = Conn::open(edge.port).unwrap();
+    let r = c.send("GET", "/nohost", None, &[], b"").unwrap();
+    assert_eq!(r.status, 404);
+    assert_eq!(get(edge.port, "/nohost", "localhost").status, 302);
+}

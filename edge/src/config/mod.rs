@@ -31,7 +31,8 @@ fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
 pub struct EdgeConfig {
     pub listen: Vec<String>,
     pub metrics_listen: Option<String>,
-    /// Domain assumed when a request carries no `Host` (HTTP/1.0).
+    /// The service's own domain: the `Host` of the edge's internal requests
+    /// to the origin (record fetches, status, health checks).
     pub default_domain: String,
     pub redis: RedisConfig,
     pub origin: OriginConfig,
