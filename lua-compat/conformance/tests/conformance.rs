@@ -1,0 +1,618 @@
+//! Runs `cases.yaml` against the Pingora edge and the OpenResty module, both
+//! in front of the same Redis, MariaDB and origin. For every case, each edge
+//! gets the same setup (Redis writes, waits, faults) and the same request;
+//! the answers are normalised (volatile ids and counters blanked) and must be
+//! identical to each other and match the table's expectation, including
+//! whether the origin handled a request (counted by the origin itself) and
+//! how each edge's `/shorturl_status` counters moved.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use support::http::{self, Request, Response};
+use support::{Edge, Origin};
+use testkit::Redis;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Suite {
+    links: BTreeMap<String, Fixture>,
+    cases: Vec<Case>,
+}
+
+/// A link created through the origin's API before the cases run.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fixture {
+    url: String,
+    #[serde(default)]
+    domain: Option<String>,
+    /// Keep the record the creation wrote to Redis (default: drop it, so the
+    /// first edge lookup misses Redis).
+    #[serde(default)]
+    keep_in_redis: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    /// One-key maps (`- { del: CODE }`), hence the singleton-map encoding.
+    #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
+    setup: Vec<Action>,
+    request: Req,
+    expect: Expect,
+    /// Remember `code` of the JSON answer under this name (`${cap:NAME}`).
+    #[serde(default)]
+    capture: Option<String>,
+}
+
+fn default_method() -> String {
+    "GET".into()
+}
+
+fn default_host() -> Option<String> {
+    Some("localhost".into())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Req {
+    #[serde(default = "default_method")]
+    method: String,
+    path: String,
+    /// `null`: send no Host header.
+    #[serde(default = "default_host")]
+    host: Option<String>,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    body: Option<String>,
+    /// Adds `Authorization: Bearer <API key>` and a JSON content type.
+    #[serde(default)]
+    auth: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    status: u16,
+    #[serde(default)]
+    location: Option<String>,
+    /// Header values that must match exactly (names lower-case).
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    /// Whether the origin handled a request because of this one.
+    origin: bool,
+    /// Fields the JSON body must contain with these values.
+    #[serde(default)]
+    body: Option<Value>,
+    /// Status counter increments (e.g. `redis.hit: 1`); unlisted ones are
+    /// only compared between the edges.
+    #[serde(default)]
+    counters: BTreeMap<String, i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum Action {
+    /// `SET su:1:link:<code> <value>`.
+    Set(String, String),
+    /// `DEL su:1:link:<code>`.
+    Del(String),
+    /// Per-edge variable `${var:NAME}`.
+    Let(String, String),
+    /// Waits until the Unix time is at or past the value.
+    WaitUntil(String),
+    Stop(String),
+    Start(String),
+    /// Polls the edge until `path` answers `status`.
+    Await {
+        path: String,
+        status: u16,
+    },
+    /// Sends lookups of fresh unknown codes until one reaches Redis without
+    /// an error (an edge may need a few lookups to reconnect after a Redis
+    /// restart); prints how long that took.
+    AwaitRedis,
+}
+
+/// Everything the two stacks share, plus per-edge state.
+struct World {
+    redis: Redis,
+    redis_up: bool,
+    origin: Origin,
+    codes: BTreeMap<String, String>,
+}
+
+/// Per-edge placeholders.
+#[derive(Default)]
+struct EdgeCtx {
+    run: &'static str,
+    vars: BTreeMap<String, String>,
+    caps: BTreeMap<String, String>,
+}
+
+const COUNTERS: [(&str, &str); 9] = [
+    ("local", "hit"),
+    ("local", "miss"),
+    ("redis", "hit"),
+    ("redis", "miss"),
+    ("redis", "error"),
+    ("origin", "forward"),
+    ("origin", "error"),
+    ("lock", "get"),
+    ("lock", "error"),
+];
+
+/// Headers whose values are part of the contract.
+const HEADERS: [&str; 6] = [
+    "location",
+    "content-length",
+    "cache-control",
+    "content-type",
+    "retry-after",
+    "allow",
+];
+
+/// JSON fields that legitimately differ between two runs of one case.
+const VOLATILE: [&str; 5] = [
+    "code",
+    "short_url",
+    "expires_at",
+    "expires_at_unix",
+    "created_at",
+];
+
+fn now_unix() -> u64 {
+    shorturl_common::time::now_unix()
+}
+
+/// Expands `${...}` placeholders.
+fn expand(s: &str, w: &World, ctx: &EdgeCtx) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let end = after
+            .find('}')
+            .unwrap_or_else(|| panic!("unclosed placeholder in {s:?}"));
+        let token = &after[..end];
+        let value = if token == "run" {
+            ctx.run.to_owned()
+        } else if token == "now" {
+            now_unix().to_string()
+        } else if let Some(n) = token.strip_prefix("now+") {
+            (now_unix() + n.parse::<u64>().unwrap()).to_string()
+        } else if let Some(n) = token.strip_prefix("now-") {
+            (now_unix() - n.parse::<u64>().unwrap()).to_string()
+        } else if let Some(v) = token.strip_prefix("var:") {
+            ctx.vars
+                .get(v)
+                .unwrap_or_else(|| panic!("no var {v}"))
+                .clone()
+        } else if let Some(c) = token.strip_prefix("cap:") {
+            ctx.caps
+                .get(c)
+                .unwrap_or_else(|| panic!("nothing captured as {c}"))
+                .clone()
+        } else if let Some(name) = token.strip_prefix("swapcase:") {
+            w.codes[name]
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_uppercase() {
+                        c.to_ascii_lowercase()
+                    } else {
+                        c.to_ascii_uppercase()
+                    }
+                })
+                .collect()
+        } else if let Some(spec) = token.strip_prefix("repeat:") {
+            let (n, what) = spec.split_once(':').unwrap();
+            what.repeat(n.parse().unwrap())
+        } else {
+            w.codes
+                .get(token)
+                .unwrap_or_else(|| panic!("unknown placeholder ${{{token}}}"))
+                .clone()
+        };
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn counters(edge: &Edge) -> BTreeMap<String, i64> {
+    let s = edge.status();
+    COUNTERS
+        .iter()
+        .map(|(d, k)| {
+            let v = s[d][k]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{}: no {d}.{k} in {s}", edge.name));
+            (format!("{d}.{k}"), v)
+        })
+        .collect()
+}
+
+/// What a case produced on one edge, normalised for comparison.
+#[derive(Debug, Clone, PartialEq)]
+struct Outcome {
+    status: u16,
+    headers: BTreeMap<String, String>,
+    body: String,
+    origin: bool,
+    counters: BTreeMap<String, i64>,
+}
+
+/// Blanks what legitimately differs between runs (ids, times, counters)
+/// and the per-edge run tag.
+fn normalise_json(v: &mut Value, in_status: bool) {
+    match v {
+        Value::Object(m) => {
+            let status = in_status || m.get("service").and_then(Value::as_str) == Some("edge");
+            for (k, x) in m.iter_mut() {
+                if VOLATILE.contains(&k.as_str()) {
+                    *x = Value::String("*".into());
+                } else if k == "protocol" {
+                    // The one number of the status document that is not a counter.
+                } else {
+                    normalise_json(x, status);
+                }
+            }
+        }
+        Value::Number(_) if in_status => *v = Value::from(0),
+        Value::Array(a) => a.iter_mut().for_each(|x| normalise_json(x, in_status)),
+        Value::String(s) => *s = untag(s),
+        _ => {}
+    }
+}
+
+const RUN_TAGS: [&str; 2] = ["runP1", "runL2"];
+
+fn untag(s: &str) -> String {
+    RUN_TAGS
+        .iter()
+        .fold(s.to_owned(), |acc, t| acc.replace(t, "${run}"))
+}
+
+fn normalise(resp: &Response, origin: bool, counters: BTreeMap<String, i64>) -> Outcome {
+    let mut headers = BTreeMap::new();
+    for h in HEADERS {
+        if let Some(v) = resp.header(h) {
+            headers.insert(h.to_owned(), untag(v));
+        }
+    }
+    let body = match serde_json::from_slice::<Value>(&resp.body) {
+        Ok(mut v) => {
+            if v.get("service").and_then(Value::as_str) == Some("edge") {
+                // Counter digits change the length.
+                headers.remove("content-length");
+            }
+            normalise_json(&mut v, false);
+            v.to_string()
+        }
+        Err(_) => untag(&resp.text()),
+    };
+    Outcome {
+        status: resp.status,
+        headers,
+        body,
+        origin,
+        counters,
+    }
+}
+
+fn apply(action: &Action, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) {
+    let url = w.redis.url();
+    match action {
+        Action::Set(code, value) => {
+            let key = format!("su:1:link:{}", expand(code, w, ctx));
+            let value = expand(value, w, ctx);
+            support::redis_cmd(&url, &["SET", &key, &value]).unwrap();
+        }
+        Action::Del(code) => {
+            let key = format!("su:1:link:{}", expand(code, w, ctx));
+            support::redis_cmd(&url, &["DEL", &key]).unwrap();
+        }
+        Action::Let(name, value) => {
+            let v = expand(value, w, ctx);
+            ctx.vars.insert(name.clone(), v);
+        }
+        Action::WaitUntil(t) => {
+            let t: u64 = expand(t, w, ctx).parse().unwrap();
+            testkit::wait_for(&format!("unix time {t}"), support::TIMEOUT, || {
+                now_unix() >= t
+            });
+        }
+        Action::Stop(what) | Action::Start(what) => {
+            let start = matches!(action, Action::Start(_));
+            match (what.as_str(), start) {
+                // Both edges run the same setup: start/stop only once.
+                ("redis", false) => {
+                    if w.redis_up {
+                        w.redis.stop();
+                        w.redis_up = false;
+                    }
+                }
+                ("redis", true) => {
+                    if !w.redis_up {
+                        w.redis.restart();
+                        w.redis_up = true;
+                    }
+                }
+                ("origin", false) => w.origin.stop(),
+                ("origin", true) => {
+                    if !w.origin.is_running() {
+                        w.origin.restart()
+                    }
+                }
+                (other, _) => panic!("cannot start/stop {other}"),
+            }
+        }
+        Action::AwaitRedis => {
+            let t0 = Instant::now();
+            let mut tries = 0u32;
+            testkit::wait_for(
+                &format!("{} to read Redis again", edge.name),
+                Duration::from_secs(15),
+                || {
+                    tries += 1;
+                    let before = counters(edge);
+                    let code = format!("probe{tries:04}{}", &ctx.run[3..]);
+                    http::get(edge.port, &format!("/{code}"));
+                    let after = counters(edge);
+                    after["redis.error"] == before["redis.error"]
+                },
+            );
+            eprintln!(
+                "  {} read Redis again after {tries} lookup(s), {:?}",
+                edge.name,
+                t0.elapsed()
+            );
+        }
+        Action::Await { path, status } => {
+            let path = expand(path, w, ctx);
+            testkit::wait_for(
+                &format!("{} to answer {status} on {path}", edge.name),
+                Duration::from_secs(15),
+                || http::get(edge.port, &path).status == *status,
+            );
+        }
+    }
+}
+
+fn run_case(case: &Case, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) -> (Outcome, Response) {
+    for a in &case.setup {
+        apply(a, w, edge, ctx);
+    }
+    let r = &case.request;
+    let mut headers: Vec<(String, String)> = r
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), expand(v, w, ctx)))
+        .collect();
+    if r.auth {
+        headers.push((
+            "Authorization".into(),
+            format!("Bearer {}", support::API_KEY),
+        ));
+    }
+    if r.body.is_some() {
+        headers.push(("Content-Type".into(), "application/json".into()));
+    }
+    let req = Request {
+        method: r.method.clone(),
+        path: expand(&r.path, w, ctx),
+        host: r.host.as_ref().map(|h| expand(h, w, ctx)),
+        version: r.version.clone().unwrap_or_default(),
+        headers,
+        body: r
+            .body
+            .as_ref()
+            .map(|b| expand(b, w, ctx).into_bytes())
+            .unwrap_or_default(),
+    };
+    let origin_up = w.origin.is_running();
+    let before_origin = if origin_up { w.origin.handled() } else { 0 };
+    let before = counters(edge);
+    let resp = http::send(edge.port, &req).unwrap_or_else(|e| {
+        panic!(
+            "case {:?} on {}: {e}\n{}",
+            case.name,
+            edge.name,
+            edge.logs()
+        )
+    });
+    let after = counters(edge);
+    let reached = origin_up && w.origin.handled() > before_origin;
+    let diff = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .collect();
+    if let Some(name) = &case.capture {
+        let v: Value = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
+        if let Some(code) = v["code"].as_str() {
+            ctx.caps.insert(name.clone(), code.to_owned());
+        }
+    }
+    (normalise(&resp, reached, diff), resp)
+}
+
+/// Differences between the case's expectation and what one edge answered.
+fn check_expectation(case: &Case, o: &Outcome, resp: &Response) -> Vec<String> {
+    let e = &case.expect;
+    let mut bad = Vec::new();
+    if o.status != e.status {
+        bad.push(format!("status {} (expected {})", o.status, e.status));
+    }
+    if e.location.as_deref().map(untag) != o.headers.get("location").cloned() {
+        bad.push(format!(
+            "Location {:?} (expected {:?})",
+            o.headers.get("location"),
+            e.location
+        ));
+    }
+    for (k, v) in &e.headers {
+        if o.headers.get(k) != Some(&untag(v)) {
+            bad.push(format!(
+                "{k}: {:?} (expected {v:?})",
+                resp.header(k).unwrap_or("<absent>")
+            ));
+        }
+    }
+    if o.origin != e.origin {
+        bad.push(format!(
+            "origin reached: {} (expected {})",
+            o.origin, e.origin
+        ));
+    }
+    if let Some(want) = &e.body {
+        match serde_json::from_slice::<Value>(&resp.body) {
+            Ok(got) => {
+                let mut got = got;
+                normalise_json(&mut got, false);
+                for (k, v) in want.as_object().into_iter().flatten() {
+                    let g = got.get(k).cloned().unwrap_or(Value::Null);
+                    let mut v = v.clone();
+                    normalise_json(&mut v, false);
+                    if g != v {
+                        bad.push(format!("body.{k} = {g} (expected {v})"));
+                    }
+                }
+            }
+            Err(_) => bad.push(format!("body is not JSON: {:?}", resp.text())),
+        }
+    }
+    if resp.header("content-length").is_none() {
+        bad.push("no Content-Length".into());
+    }
+    for (k, v) in &e.counters {
+        let got = o.counters.get(k).copied().unwrap_or(i64::MIN);
+        if got != *v {
+            bad.push(format!("counter {k} +{got} (expected +{v})"));
+        }
+    }
+    bad
+}
+
+#[test]
+fn both_edges_answer_every_case_identically() {
+    let t0 = Instant::now();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases.yaml");
+    let suite: Suite = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        suite.cases.len() >= 40,
+        "the table must hold at least 40 cases"
+    );
+
+    let redis = Redis::start();
+    let origin = Origin::start(&redis, 500);
+    let pingora = Edge::pingora(&redis.url(), &origin.addr());
+    let lua = Edge::openresty(&format!("127.0.0.1:{}", redis.port()), &origin.addr());
+    eprintln!("stack up in {:?}", t0.elapsed());
+
+    let mut w = World {
+        redis,
+        redis_up: true,
+        origin,
+        codes: BTreeMap::new(),
+    };
+    for (name, f) in &suite.links {
+        let mut body = serde_json::json!({ "url": f.url });
+        if let Some(d) = &f.domain {
+            body["domain"] = Value::from(d.as_str());
+        }
+        let resp = http::send(
+            w.origin.port,
+            &Request {
+                method: "POST".into(),
+                path: "/api/v1/links".into(),
+                host: Some("localhost".into()),
+                headers: vec![
+                    (
+                        "Authorization".into(),
+                        format!("Bearer {}", support::API_KEY),
+                    ),
+                    ("Content-Type".into(), "application/json".into()),
+                ],
+                body: body.to_string().into_bytes(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(resp.status, 201, "fixture {name}: {}", resp.text());
+        let v: Value = serde_json::from_slice(&resp.body).unwrap();
+        let code = v["code"].as_str().unwrap().to_owned();
+        if !f.keep_in_redis {
+            support::redis_cmd(&w.redis.url(), &["DEL", &format!("su:1:link:{code}")]).unwrap();
+        }
+        w.codes.insert(name.clone(), code);
+    }
+
+    let edges = [&pingora, &lua];
+    let mut ctxs = [
+        EdgeCtx {
+            run: RUN_TAGS[0],
+            ..Default::default()
+        },
+        EdgeCtx {
+            run: RUN_TAGS[1],
+            ..Default::default()
+        },
+    ];
+    let mut failures = Vec::new();
+    for case in &suite.cases {
+        let mut outs = Vec::new();
+        for (edge, ctx) in edges.iter().zip(ctxs.iter_mut()) {
+            let (o, resp) = run_case(case, &mut w, edge, ctx);
+            for b in check_expectation(case, &o, &resp) {
+                failures.push(format!("[{}] {}: {b}", edge.name, case.name));
+            }
+            outs.push(o);
+        }
+        let (p, l) = (&outs[0], &outs[1]);
+        if p != l {
+            failures.push(format!(
+                "[differ] {}:\n    pingora:   {p:?}\n    openresty: {l:?}",
+                case.name
+            ));
+        }
+        eprintln!(
+            "{:<52} pingora {} openresty {}{}",
+            case.name,
+            p.status,
+            l.status,
+            if p == l { "" } else { "  DIFFERENT" }
+        );
+    }
+    eprintln!(
+        "{} cases on both edges in {:?}",
+        suite.cases.len(),
+        t0.elapsed()
+    );
+    if !failures.is_empty() {
+        panic!(
+            "{} failure(s):\n{}\n\n--- origin log tail\n{}\n--- pingora logs\n{}\n--- openresty logs\n{}",
+            failures.len(),
+            failures.join("\n"),
+            tail(&w.origin.log(), 40),
+            tail(&pingora.logs(), 40),
+            tail(&lua.logs(), 40),
+        );
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

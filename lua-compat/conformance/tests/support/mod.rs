@@ -1,0 +1,324 @@
+//! The stack both edges share: one Redis, one MariaDB, one origin; and the two
+//! edges in front of it, configured alike (same timeouts, TTLs and limits).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod http;
+
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use testkit::{free_port, spawn, wait_for, wait_for_tcp, MariaDb, Proc, Redis, TempDir};
+
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+/// The bearer key the origin accepts for app `demo`.
+pub const API_KEY: &str = "conformance-key";
+
+/// A real origin on its own MariaDB.
+pub struct Origin {
+    pub proc: Option<Proc>,
+    pub port: u16,
+    pub dir: TempDir,
+    pub conf: PathBuf,
+    pub mysql: MariaDb,
+}
+
+impl Origin {
+    /// Migrates, pre-generates `codes` codes and serves on a free port.
+    pub fn start(redis: &Redis, codes: u64) -> Origin {
+        let mysql = MariaDb::start();
+        let db_url = mysql.create_database("shorturl");
+        let dir = TempDir::new("conf-origin");
+        let port = free_port();
+        let conf = dir.path().join("origin.yaml");
+        let text = format!(
+            "listen: 127.0.0.1:{port}\ndefault_domain: localhost\npublic_scheme: http\n\
+             mysql: {{ url: \"{db_url}\", timeout_ms: 3000 }}\n\
+             redis: {{ url: \"{redis}\", timeout_ms: 100 }}\n\
+             links: {{ allowed_domains: [\"s.shop55.com\"] }}\n\
+             apps:\n  - {{ name: demo, key_sha256: \"{key}\", rate_per_sec: 100000, burst: 100000 }}\n\
+             shutdown_grace_secs: 1\n",
+            redis = redis.url(),
+            key = hex::encode(Sha256::digest(API_KEY.as_bytes())),
+        );
+        std::fs::write(&conf, text).unwrap();
+        let bin = testkit::workspace_bin("shorturl-origin");
+        for args in [
+            vec!["migrate"],
+            vec!["pregen", "--count", &codes.to_string(), "--quiet"],
+        ] {
+            let out = Command::new(&bin)
+                .arg("-c")
+                .arg(&conf)
+                .args(&args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "origin {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut o = Origin {
+            proc: None,
+            port,
+            dir,
+            conf,
+            mysql,
+        };
+        o.restart();
+        o
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.proc.is_some()
+    }
+
+    /// SIGKILL: a crash.
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+    }
+
+    /// (Re)starts `serve` and waits until it answers.
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut cmd = Command::new(testkit::workspace_bin("shorturl-origin"));
+        cmd.arg("-c")
+            .arg(&self.conf)
+            .arg("serve")
+            .env("RUST_LOG", "warn");
+        self.proc = Some(spawn(
+            "shorturl-origin",
+            cmd,
+            &self.dir.path().join("origin.log"),
+        ));
+        wait_for_tcp(self.port, TIMEOUT);
+        let port = self.port;
+        wait_for("origin /healthz", TIMEOUT, || {
+            http::send(
+                port,
+                &http::Request {
+                    method: "GET".into(),
+                    path: "/healthz".into(),
+                    host: Some("localhost".into()),
+                    ..Default::default()
+                },
+            )
+            .is_ok_and(|r| r.status == 200)
+        });
+    }
+
+    /// Requests the origin handled, excluding health checks, status fetches
+    /// and metric scrapes: what "the origin was reached" means per case.
+    pub fn handled(&self) -> u64 {
+        let text = http::get(self.port, "/metrics").text();
+        text.lines()
+            .filter(|l| l.starts_with("shorturl_origin_request_duration_seconds_count{"))
+            .filter(|l| {
+                !["route=\"healthz\"", "route=\"status\"", "route=\"metrics\""]
+                    .iter()
+                    .any(|r| l.contains(r))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("origin.log")).unwrap_or_default()
+    }
+}
+
+/// Shared edge settings: both edges get exactly these.
+pub struct EdgeKnobs {
+    pub redis_timeout_ms: u64,
+    pub record_timeout_ms: u64,
+    pub status_timeout_ms: u64,
+    pub health_interval_ms: u64,
+    pub positive_ttl_secs: u64,
+    pub negative_ttl_secs: u64,
+    pub unavailable_ttl_ms: u64,
+    pub unknown_limit: u32,
+    pub creation_limit: u32,
+}
+
+pub const KNOBS: EdgeKnobs = EdgeKnobs {
+    redis_timeout_ms: 100,
+    record_timeout_ms: 3000,
+    status_timeout_ms: 500,
+    health_interval_ms: 200,
+    positive_ttl_secs: 30,
+    negative_ttl_secs: 5,
+    // Long enough that a repeated request inside one case hits it.
+    unavailable_ttl_ms: 3000,
+    unknown_limit: 0,
+    creation_limit: 0,
+};
+
+/// A running edge of either kind.
+pub struct Edge {
+    pub name: &'static str,
+    pub port: u16,
+    pub proc: Proc,
+    pub dir: TempDir,
+    pub log_file: PathBuf,
+}
+
+impl Edge {
+    /// The Pingora edge (`shorturl-edge`).
+    pub fn pingora(redis_url: &str, origin: &str) -> Edge {
+        let dir = TempDir::new("conf-pingora");
+        let port = free_port();
+        let k = &KNOBS;
+        let text = format!(
+            r#"server:
+  version: 1
+  threads: 2
+  pid_file: {dir}/edge.pid
+  upgrade_sock: {dir}/upgrade.sock
+  grace_period_seconds: 1
+  graceful_shutdown_timeout_seconds: 1
+edge:
+  listen: ["127.0.0.1:{port}"]
+  default_domain: localhost
+  redis: {{ url: "{redis_url}", timeout_ms: {rt}, connect_timeout_ms: {rt} }}
+  origin:
+    servers: ["{origin}"]
+    connect_timeout_ms: 100
+    record_timeout_ms: {rec}
+    status_timeout_ms: {st}
+    health_check_interval_ms: {hc}
+  cache: {{ positive_ttl_secs: {pos}, negative_ttl_secs: {neg}, unavailable_ttl_ms: {un} }}
+  limits: {{ unknown_per_ip_per_sec: {ul}, creations_per_ip_per_sec: {cl} }}
+  access_log: {{ path: {dir}/access.log, flush_interval_ms: 20 }}
+"#,
+            dir = dir.path().display(),
+            rt = k.redis_timeout_ms,
+            rec = k.record_timeout_ms,
+            st = k.status_timeout_ms,
+            hc = k.health_interval_ms,
+            pos = k.positive_ttl_secs,
+            neg = k.negative_ttl_secs,
+            un = k.unavailable_ttl_ms,
+            ul = k.unknown_limit,
+            cl = k.creation_limit,
+        );
+        let conf = dir.path().join("edge.yaml");
+        std::fs::write(&conf, text).unwrap();
+        let mut cmd = Command::new(testkit::workspace_bin("shorturl-edge"));
+        cmd.arg("-c").arg(&conf).env("RUST_LOG", "warn");
+        let log_file = dir.path().join("access.log");
+        let proc = spawn("shorturl-edge", cmd, &dir.path().join("edge.log"));
+        let e = Edge {
+            name: "pingora",
+            port,
+            proc,
+            dir,
+            log_file,
+        };
+        e.wait_ready();
+        e
+    }
+
+    /// The OpenResty module, through its start script.
+    pub fn openresty(redis_addr: &str, origin: &str) -> Edge {
+        let dir = TempDir::new("conf-openresty");
+        let port = free_port();
+        let k = &KNOBS;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../openresty/start.sh");
+        let prefix = dir.path().join("nginx");
+        let mut cmd = Command::new(script);
+        cmd.arg(&prefix)
+            .arg(port.to_string())
+            .arg(redis_addr)
+            .arg(origin)
+            .env("SU_WORKERS", "2")
+            .env("SU_DIE_WITH_MASTER", "1")
+            .env("SU_REDIS_TIMEOUT_MS", k.redis_timeout_ms.to_string())
+            .env(
+                "SU_REDIS_CONNECT_TIMEOUT_MS",
+                k.redis_timeout_ms.to_string(),
+            )
+            .env("SU_RECORD_TIMEOUT_MS", k.record_timeout_ms.to_string())
+            .env("SU_STATUS_TIMEOUT_MS", k.status_timeout_ms.to_string())
+            .env("SU_HEALTH_INTERVAL_MS", k.health_interval_ms.to_string())
+            .env("SU_POSITIVE_TTL_SECS", k.positive_ttl_secs.to_string())
+            .env("SU_NEGATIVE_TTL_SECS", k.negative_ttl_secs.to_string())
+            .env("SU_UNAVAILABLE_TTL_MS", k.unavailable_ttl_ms.to_string())
+            .env("SU_UNKNOWN_LIMIT", k.unknown_limit.to_string())
+            .env("SU_CREATION_LIMIT", k.creation_limit.to_string())
+            .env("SU_ERROR_LOG_LEVEL", "warn");
+        let log_file = prefix.join("logs/access.log");
+        let proc = spawn("nginx", cmd, &dir.path().join("start.log"));
+        let e = Edge {
+            name: "openresty",
+            port,
+            proc,
+            dir,
+            log_file,
+        };
+        e.wait_ready();
+        e
+    }
+
+    fn wait_ready(&self) {
+        wait_for(
+            &format!("{} to answer /healthz", self.name),
+            TIMEOUT,
+            || {
+                http::send(
+                    self.port,
+                    &http::Request {
+                        method: "GET".into(),
+                        path: "/healthz".into(),
+                        host: Some("localhost".into()),
+                        ..Default::default()
+                    },
+                )
+                .is_ok_and(|r| r.status == 200)
+            },
+        );
+    }
+
+    /// The status JSON.
+    pub fn status(&self) -> serde_json::Value {
+        let r = http::get(self.port, "/shorturl_status");
+        serde_json::from_slice(&r.body)
+            .unwrap_or_else(|e| panic!("{} status is not JSON ({e}): {}", self.name, r.text()))
+    }
+
+    /// Everything the process and nginx logged (for failure messages).
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for f in ["edge.log", "start.log", "nginx/logs/error.log"] {
+            if let Ok(t) = std::fs::read_to_string(self.dir.path().join(f)) {
+                out.push_str(&format!("--- {f}\n{t}"));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        // nginx: SIGTERM lets the master stop its workers; SIGKILL follows
+        // after the grace period (workers also die with the master).
+        self.proc.terminate(Duration::from_secs(5));
+    }
+}
+
+/// Redis helpers (a plain synchronous connection per call).
+pub fn redis_cmd(url: &str, args: &[&str]) -> redis::RedisResult<redis::Value> {
+    let client = redis::Client::open(url)?;
+    let mut con = client.get_connection()?;
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query::<redis::Value>(&mut con)
+}

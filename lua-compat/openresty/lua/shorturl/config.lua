@@ -1,0 +1,184 @@
+-- Configuration of the OpenResty edge: a Lua file returning a table shaped
+-- like the `edge:` section of conf/edge.yaml (same names, same units, same
+-- defaults), merged over the defaults below and validated at start, so a
+-- mistake stops nginx with a message naming the key.
+local proto = require("shorturl.proto")
+local redis = require("shorturl.redis")
+
+local M = {}
+
+local function defaults()
+    return {
+        default_domain = "localhost",
+        redis = {
+            url = "redis://127.0.0.1:6379/",
+            timeout_ms = 30,
+            connect_timeout_ms = 200,
+            pool_size = 64,
+            keepalive_ms = 60000,
+        },
+        origin = {
+            servers = { "127.0.0.1:8081" },
+            connect_timeout_ms = 100,
+            read_timeout_ms = 5000,
+            record_timeout_ms = 500,
+            status_timeout_ms = 300,
+            health_check_interval_ms = 1000,
+            health_check_path = "/healthz",
+        },
+        cache = {
+            -- Per-worker LRU (entries) and the node-wide lua_shared_dict.
+            -- Both off = Redis on every request (the load-test anchor).
+            lru = true,
+            lru_items = 100000,
+            shared = true,
+            positive_ttl_secs = 30,
+            negative_ttl_secs = 5,
+            unavailable_ttl_ms = 1000,
+        },
+        redirect = {
+            status = 302,
+            cache_control = "private, max-age=60",
+            not_found_cache_control = "no-store",
+        },
+        limits = {
+            unknown_per_ip_per_sec = 50,
+            creations_per_ip_per_sec = 20,
+            max_uri_bytes = 4096,
+            max_header_bytes = 16384,
+        },
+        -- Workers exit with the master (tests kill the master with SIGKILL).
+        die_with_master = false,
+    }
+end
+
+local function merge(into, from, path)
+    for k, v in pairs(from) do
+        local name = path == "" and k or (path .. "." .. k)
+        local cur = into[k]
+        if cur == nil then
+            error("unknown setting " .. name, 0)
+        end
+        if type(cur) == "table" and #cur == 0 and type(v) == "table" and next(cur) ~= nil then
+            merge(cur, v, name)
+        elseif type(cur) ~= type(v) then
+            error(name .. " must be a " .. type(cur) .. " (got " .. type(v) .. ")", 0)
+        else
+            into[k] = v
+        end
+    end
+end
+
+-- /etc/hosts first (the resolver directive does not read it), like
+-- getaddrinfo does for the Pingora edge.
+local function hosts_file()
+    local map = {}
+    local f = io.open("/etc/hosts", "r")
+    if not f then
+        return map
+    end
+    for line in f:lines() do
+        line = line:gsub("#.*", "")
+        local ip, names = line:match("^%s*(%S+)%s+(.+)$")
+        if ip and ip:find("^%d+%.%d+%.%d+%.%d+$") then
+            for name in names:gmatch("%S+") do
+                if not map[name:lower()] then
+                    map[name:lower()] = ip
+                end
+            end
+        end
+    end
+    f:close()
+    return map
+end
+
+local function resolve_name(host, hosts)
+    if host:find("^%d+%.%d+%.%d+%.%d+$") then
+        return host
+    end
+    return hosts[host:lower()] or host
+end
+
+local function positive(v, name)
+    if type(v) ~= "number" or v <= 0 then
+        error(name .. " must be > 0", 0)
+    end
+end
+
+-- Loads and validates `path`; returns the config or raises a message.
+function M.load(path)
+    local chunk, err = loadfile(path)
+    if not chunk then
+        error("cannot load " .. path .. ": " .. tostring(err), 0)
+    end
+    local ok, user = pcall(chunk)
+    if not ok or type(user) ~= "table" then
+        error(path .. " must return a table: " .. tostring(user), 0)
+    end
+    local c = defaults()
+    merge(c, user, "")
+    local dd = proto.normalize_host(c.default_domain)
+    if not dd then
+        error("default_domain " .. c.default_domain .. " is not a valid host", 0)
+    end
+    c.default_domain = dd
+    local hosts = hosts_file()
+    local r, rerr = redis.parse_url(c.redis.url)
+    if not r then
+        error("redis.url is invalid: " .. rerr, 0)
+    end
+    r.host = resolve_name(r.host, hosts)
+    for _, k in ipairs({ "timeout_ms", "connect_timeout_ms", "pool_size", "keepalive_ms" }) do
+        positive(c.redis[k], "redis." .. k)
+        r[k] = c.redis[k]
+    end
+    -- One GET is bounded by timeout_ms, connection wait included.
+    r.connect_timeout_ms = math.min(r.connect_timeout_ms, r.timeout_ms)
+    r.pool = "su-redis:" .. r.host .. ":" .. r.port
+    c.redis_conn = r
+    if #c.origin.servers == 0 then
+        error("origin.servers must list at least one origin", 0)
+    end
+    c.origins = {}
+    for i, s in ipairs(c.origin.servers) do
+        local host, port = s:match("^%[?([^%]]+)%]?:(%d+)$")
+        if not host then
+            error("origin.servers: cannot read " .. tostring(s) .. " as host:port", 0)
+        end
+        host = resolve_name(host, hosts)
+        c.origins[i] = {
+            host = host,
+            port = tonumber(port),
+            name = s,
+            proxy = host .. ":" .. port,
+            pool = "su-origin:" .. host .. ":" .. port,
+        }
+    end
+    for _, k in ipairs({ "connect_timeout_ms", "read_timeout_ms", "record_timeout_ms", "status_timeout_ms",
+        "health_check_interval_ms" }) do
+        positive(c.origin[k], "origin." .. k)
+    end
+    if c.origin.health_check_path:sub(1, 1) ~= "/" then
+        error("origin.health_check_path must start with /", 0)
+    end
+    local st = c.redirect.status
+    if st ~= 301 and st ~= 302 and st ~= 307 and st ~= 308 then
+        error("redirect.status must be one of 301, 302, 307, 308 (got " .. tostring(st) .. ")", 0)
+    end
+    for _, k in ipairs({ "cache_control", "not_found_cache_control" }) do
+        local v = c.redirect[k]
+        if v == "" or v:find("%c") then
+            error("redirect." .. k .. " must be a non-empty header value", 0)
+        end
+    end
+    positive(c.cache.positive_ttl_secs, "cache.positive_ttl_secs")
+    positive(c.cache.negative_ttl_secs, "cache.negative_ttl_secs")
+    positive(c.cache.unavailable_ttl_ms, "cache.unavailable_ttl_ms")
+    positive(c.cache.lru_items, "cache.lru_items")
+    if c.limits.max_uri_bytes < 64 or c.limits.max_header_bytes < 256 then
+        error("limits.max_uri_bytes must be >= 64 and max_header_bytes >= 256", 0)
+    end
+    return c
+end
+
+return M

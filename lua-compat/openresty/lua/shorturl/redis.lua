@@ -1,0 +1,145 @@
+-- A small read-only RESP client over cosockets (Debian has no lua-resty-redis).
+-- One GET per call; connections go back to nginx's keepalive pool, so the
+-- hot path costs one round trip. AUTH/SELECT run only on fresh connections.
+local tcp = ngx.socket.tcp
+local sub, byte = string.sub, string.byte
+
+local M = {}
+
+-- Parses redis://[[user]:password@]host[:port][/db] into a table.
+function M.parse_url(url)
+    local rest = url:match("^redis://(.*)$")
+    if not rest then
+        return nil, "redis url must start with redis://"
+    end
+    local auth, hostpart = rest:match("^(.*)@([^@]*)$")
+    if not auth then
+        hostpart = rest
+    end
+    local user, password
+    if auth then
+        user, password = auth:match("^([^:]*):(.*)$")
+        if not user then
+            password = auth
+        end
+        if user == "" then
+            user = nil
+        end
+    end
+    local hostport, db = hostpart:match("^([^/]*)/?(%d*)/?$")
+    if not hostport then
+        return nil, "bad redis url " .. url
+    end
+    local host, port = hostport:match("^%[(.+)%]:?(%d*)$")
+    if not host then
+        host, port = hostport:match("^([^:]+):?(%d*)$")
+    end
+    if not host then
+        return nil, "bad redis host in " .. url
+    end
+    return {
+        host = host,
+        port = tonumber(port) or 6379,
+        db = tonumber(db),
+        user = user,
+        password = password and ngx.unescape_uri(password) or nil,
+    }
+end
+
+local function command(...)
+    local args = { ... }
+    local out = { "*", #args, "\r\n" }
+    for _, a in ipairs(args) do
+        out[#out + 1] = "$"
+        out[#out + 1] = #a
+        out[#out + 1] = "\r\n"
+        out[#out + 1] = a
+        out[#out + 1] = "\r\n"
+    end
+    return out
+end
+
+-- Reads one reply: value (string, number, or false for a nil bulk), or nil, err.
+local function read_reply(sock)
+    local line, err = sock:receive("*l")
+    if not line then
+        return nil, err
+    end
+    local t, rest = byte(line, 1), sub(line, 2)
+    if t == 36 then -- '$' bulk string
+        local n = tonumber(rest)
+        if not n then
+            return nil, "bad bulk length"
+        end
+        if n < 0 then
+            return false
+        end
+        local data, e = sock:receive(n + 2)
+        if not data then
+            return nil, e
+        end
+        return sub(data, 1, n)
+    elseif t == 43 then -- '+'
+        return rest
+    elseif t == 45 then -- '-'
+        return nil, "redis: " .. rest
+    elseif t == 58 then -- ':'
+        return tonumber(rest)
+    end
+    return nil, "unexpected reply " .. line
+end
+
+-- GET key within cfg.timeout_ms. Returns value, or false on a miss, or nil, err.
+function M.get(cfg, key)
+    local sock = tcp()
+    sock:settimeouts(cfg.connect_timeout_ms, cfg.timeout_ms, cfg.timeout_ms)
+    local ok, err = sock:connect(cfg.host, cfg.port, { pool = cfg.pool, pool_size = cfg.pool_size })
+    if not ok then
+        return nil, "connect: " .. tostring(err)
+    end
+    local req = {}
+    if sock:getreusedtimes() == 0 then
+        if cfg.password then
+            if cfg.user then
+                req[#req + 1] = command("AUTH", cfg.user, cfg.password)
+            else
+                req[#req + 1] = command("AUTH", cfg.password)
+            end
+        end
+        if cfg.db and cfg.db ~= 0 then
+            req[#req + 1] = command("SELECT", tostring(cfg.db))
+        end
+    end
+    local setup = #req
+    req[#req + 1] = command("GET", key)
+    local sent
+    sent, err = sock:send(req)
+    if not sent then
+        sock:close()
+        return nil, err
+    end
+    for _ = 1, setup do
+        local r, e = read_reply(sock)
+        if r == nil then
+            sock:close()
+            return nil, e
+        end
+    end
+    local v, e = read_reply(sock)
+    if v == nil then
+        -- A protocol error leaves the stream usable, a transport error does not.
+        if e and e:find("^redis: ") then
+            sock:setkeepalive(cfg.keepalive_ms, cfg.pool_size)
+        else
+            sock:close()
+        end
+        return nil, e
+    end
+    sock:setkeepalive(cfg.keepalive_ms, cfg.pool_size)
+    if type(v) == "number" then
+        return nil, "unexpected integer reply"
+    end
+    return v
+end
+
+return M
