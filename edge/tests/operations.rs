@@ -188,3 +188,91 @@ fn size_limits_and_idle_keepalive_timeout() {
     }
     eprintln!("idle keep-alive closed after {:?}", started.elapsed());
 }
+
+/// A loopback HTTP server recording what the edge forwards to it (stands in
+/// for the origin where the test must see the raw upstream request).
+fn capture_server() -> (u16, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream);
+                loop {
+                    let mut head = String::new();
+                    let mut line = String::new();
+                    let mut len = 0usize;
+                    loop {
+                        line.clear();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                        head.push_str(&line);
+                    }
+                    let mut body = vec![0; len];
+                    if r.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let _ = tx.send(format!("{head}\n{}", String::from_utf8_lossy(&body)));
+                    let resp = "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}";
+                    if r.get_mut().write_all(resp.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn api_requests_are_forwarded_unchanged_with_x_forwarded_for() {
+    let redis = Redis::start();
+    let (origin_port, seen) = capture_server();
+    let edge = start_edge(EdgeOpts::new(
+        redis.url(),
+        vec![format!("127.0.0.1:{origin_port}")],
+    ));
+    let body = br#"{"url":"https://example.com/fwd","domain":"s.shop55.com"}"#;
+    let r = support::http::request(
+        edge.port,
+        "POST",
+        "/api/v1/links?trace=1",
+        "S.Shop55.com",
+        &[
+            ("Authorization", "Bearer k"),
+            ("X-Forwarded-For", "10.1.1.1"),
+        ],
+        body,
+    );
+    assert_eq!(r.status, 201);
+    assert_eq!(r.text(), r#"{"ok":true}"#);
+    let req = std::iter::from_fn(|| seen.recv_timeout(TIMEOUT).ok())
+        .find(|r| r.starts_with("POST "))
+        .unwrap_or_else(|| panic!("no POST reached the origin"));
+    let lower = req.to_ascii_lowercase();
+    assert!(
+        req.starts_with("POST /api/v1/links?trace=1 HTTP/1.1\r\n"),
+        "{req}"
+    );
+    assert!(lower.contains("host: s.shop55.com\r\n"), "{req}");
+    assert!(lower.contains("authorization: bearer k\r\n"), "{req}");
+    assert!(
+        lower.contains("x-forwarded-for: 10.1.1.1, 127.0.0.1\r\n"),
+        "{req}"
+    );
+    assert!(req.ends_with(std::str::from_utf8(body).unwrap()), "{req}");
+    // Internal paths are never forwarded from clients.
+    let r = get(edge.port, "/internal/v1/records/abcdef", DOMAIN);
+    assert_eq!(r.status, 404);
+    assert!(std::iter::from_fn(|| seen.try_recv().ok()).all(|r| !r.contains("/internal/")));
+}
