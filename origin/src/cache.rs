@@ -107,6 +107,23 @@ impl Cache {
             .await;
     }
 
+    /// Caches a new link's record and its dedup entry in one round trip.
+    pub async fn put_created(&self, code: &str, r: &Record, url: &str) {
+        let ttl = self.record_ttl(r);
+        let mut pipe = redis::pipe();
+        if ttl > 0 {
+            pipe.set_ex(keys::link_key(code), r.encode(), ttl).ignore();
+        }
+        pipe.set_ex(
+            keys::dedup_key(&r.domain, url),
+            code,
+            self.cfg.dedup_ttl.as_secs(),
+        )
+        .ignore();
+        let mut c = self.conn.clone();
+        let _ = self.bounded(pipe.query_async::<()>(&mut c)).await;
+    }
+
     /// Seconds a record may live in Redis.
     pub fn record_ttl(&self, r: &Record) -> u64 {
         self.cfg
@@ -125,15 +142,6 @@ impl Cache {
         self.bounded(async move { cmd.query_async::<Option<String>>(&mut c).await })
             .await
             .flatten()
-    }
-
-    /// Remembers `code` for `(domain, url)` for the dedup window.
-    pub async fn put_dedup(&self, domain: &str, url: &str, code: &str) {
-        let mut c = self.conn.clone();
-        let key = keys::dedup_key(domain, url);
-        let _ = self
-            .bounded(c.set_ex::<_, _, ()>(key, code, self.cfg.dedup_ttl.as_secs()))
-            .await;
     }
 
     /// Forgets the dedup entry of `(domain, url)` (after a delete).

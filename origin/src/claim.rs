@@ -15,6 +15,7 @@ type Reply = oneshot::Sender<Result<bool, DbError>>;
 
 struct Claim {
     id: u64,
+    code: String,
     data: Arc<LinkData>,
     reply: Reply,
 }
@@ -49,8 +50,10 @@ impl Claimer {
                             }
                         }
                     }
-                    let items: Vec<(u64, Arc<LinkData>)> =
-                        buf.iter().map(|c| (c.id, Arc::clone(&c.data))).collect();
+                    let items: Vec<(u64, String, Arc<LinkData>)> = buf
+                        .iter()
+                        .map(|c| (c.id, c.code.clone(), Arc::clone(&c.data)))
+                        .collect();
                     match store.claim_batch(&items).await {
                         Ok(claimed) => {
                             for (c, ok) in buf.drain(..).zip(claimed) {
@@ -69,11 +72,17 @@ impl Claimer {
         Claimer { tx }
     }
 
-    /// Claims row `id` for `data`; `Ok(false)` when the row is not free.
-    pub async fn claim(&self, id: u64, data: Arc<LinkData>) -> Result<bool, DbError> {
+    /// Claims row `id` (whose code is `code`) for `data`; `Ok(false)` when
+    /// the row is not free.
+    pub async fn claim(&self, id: u64, code: String, data: Arc<LinkData>) -> Result<bool, DbError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Claim { id, data, reply })
+            .send(Claim {
+                id,
+                code,
+                data,
+                reply,
+            })
             .await
             .map_err(|_| DbError("claim queue closed".into()))?;
         rx.await

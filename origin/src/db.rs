@@ -16,8 +16,16 @@ pub const CUSTOM_ID_BASE: u64 = 1 << 40;
 pub fn pool(cfg: &MysqlConfig) -> Result<Pool, mysql_async::Error> {
     let opts = Opts::from_url(&cfg.url)?;
     let constraints = PoolConstraints::new(0, cfg.pool_max).unwrap_or_default();
+    // No reset on return to the pool: a reset costs a round trip and throws
+    // away the connection's prepared statements, so every statement would be
+    // prepared again. The origin never leaves session state behind.
     let builder = OptsBuilder::from_opts(opts)
-        .pool_opts(PoolOpts::default().with_constraints(constraints))
+        .pool_opts(
+            PoolOpts::default()
+                .with_constraints(constraints)
+                .with_reset_connection(false),
+        )
+        .stmt_cache_size(Some(256))
         .tcp_nodelay(true)
         .prefer_socket(false);
     Ok(Pool::new(builder))

@@ -199,16 +199,16 @@ impl Links {
                 }
                 IssueError::Counter(m) => db_unavailable(m),
             })?;
+            let Some(code) = self.perm.code_for_id(id) else {
+                return Err(ApiError::unavailable("issued id outside the code space"));
+            };
             if self
                 .claimer
-                .claim(id, Arc::clone(&data))
+                .claim(id, code.clone(), Arc::clone(&data))
                 .await
                 .map_err(db_unavailable)?
             {
-                match self.perm.code_for_id(id) {
-                    Some(c) => break c,
-                    None => return Err(ApiError::unavailable("issued id outside the code space")),
-                }
+                break code;
             }
             self.metrics.issuer_skipped.inc();
             skips += 1;
@@ -224,9 +224,8 @@ impl Links {
         };
         self.metrics.creations.with_label_values(&["created"]).inc();
         self.cache
-            .put_record(&code, &Lookup::Found(data.record()))
+            .put_created(&code, &data.record(), &data.url)
             .await;
-        self.cache.put_dedup(&data.domain, &data.url, &code).await;
         Ok((StatusCode::CREATED, self.created(code, &data, false)))
     }
 

@@ -75,6 +75,8 @@ pub async fn run(cfg: Config) -> Result<(), String> {
         cfg.default_domain.clone(),
         cfg.links.allowed_domains.clone(),
     ));
+    apollo::register_metrics(&metrics.registry, Arc::clone(&whitelist))
+        .map_err(|e| format!("metrics: {e}"))?;
     let apollo_task = match cfg.apollo.clone() {
         Some(a) => apollo::start(a, Arc::clone(&whitelist)).await,
         None => None,

@@ -123,35 +123,62 @@ impl Store {
         }
     }
 
-    /// Claims each `(id, link)` whose row is free, in ONE transaction (group
-    /// commit: one log flush for the whole batch). Returns, per item, whether
-    /// the row was claimed (`false`: not free or missing, skip that id).
-    pub async fn claim_batch(&self, items: &[(u64, Arc<LinkData>)]) -> Result<Vec<bool>, DbError> {
+    /// Claims each `(id, code, link)` whose row is free, in ONE transaction
+    /// (group commit: one log flush for the whole batch) and in a constant
+    /// number of round trips: lock the free rows of the batch, write them all
+    /// with one multi-row upsert (every row exists and is locked, so it only
+    /// updates), commit. The lock is on primary-key records only (`FORCE
+    /// INDEX`): through the `(state, id)` index it would take next-key locks
+    /// that block other origins' blocks. Returns, per item, whether the row was claimed
+    /// (`false`: not free or missing, skip that id).
+    pub async fn claim_batch(
+        &self,
+        items: &[(u64, String, Arc<LinkData>)],
+    ) -> Result<Vec<bool>, DbError> {
         self.metrics.mysql_update.inc_by(items.len() as u64);
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;
             let mut tx = conn.start_transaction(TxOpts::default()).await?;
-            let mut out = Vec::with_capacity(items.len());
-            for (id, d) in items {
-                tx.exec_drop(
-                    UPDATE_CLAIM,
-                    (
-                        &d.url,
-                        &d.domain,
-                        &d.app,
-                        &d.client_app,
-                        &d.client_version,
-                        d.kdt_id,
-                        d.created_at,
-                        d.expires_at,
-                        id,
-                    ),
+            let marks = vec!["?"; items.len()].join(",");
+            let ids: Vec<mysql_async::Value> = items.iter().map(|(id, _, _)| (*id).into()).collect();
+            let free: Vec<u64> = tx
+                .exec(
+                    format!("SELECT id FROM short_code FORCE INDEX (PRIMARY) WHERE id IN ({marks}) AND state = 0 FOR UPDATE"),
+                    ids,
                 )
                 .await?;
-                out.push(tx.affected_rows() == 1);
+            let claimed: Vec<bool> = items.iter().map(|(id, _, _)| free.contains(id)).collect();
+            if !free.is_empty() {
+                let rows = vec!["(?,?,1,?,?,?,?,?,?,?,?)"; free.len()].join(",");
+                let mut params: Vec<mysql_async::Value> = Vec::with_capacity(free.len() * 10);
+                for ((id, code, d), _) in items.iter().zip(&claimed).filter(|(_, c)| **c) {
+                    params.extend([
+                        (*id).into(),
+                        code.as_str().into(),
+                        d.url.as_str().into(),
+                        d.domain.as_str().into(),
+                        d.app.as_str().into(),
+                        d.client_app.as_deref().into(),
+                        d.client_version.as_deref().into(),
+                        d.kdt_id.into(),
+                        d.created_at.into(),
+                        d.expires_at.into(),
+                    ]);
+                }
+                tx.exec_drop(
+                    format!(
+                        "INSERT INTO short_code (id, code, state, long_url, domain, app, client_app, client_version, \
+                         kdt_id, created_at, expires_at) VALUES {rows} ON DUPLICATE KEY UPDATE state = VALUES(state), \
+                         long_url = VALUES(long_url), domain = VALUES(domain), app = VALUES(app), \
+                         client_app = VALUES(client_app), client_version = VALUES(client_version), \
+                         kdt_id = VALUES(kdt_id), created_at = VALUES(created_at), expires_at = VALUES(expires_at)"
+                    ),
+                    params,
+                )
+                .await?;
             }
             tx.commit().await?;
-            Ok(out)
+            Ok(claimed)
         })
         .await
     }
