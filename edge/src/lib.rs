@@ -7,6 +7,7 @@
 pub mod access_log;
 pub mod cache;
 pub mod config;
+pub mod legacy_lua;
 pub mod limits;
 pub mod lookup;
 pub mod metrics;

@@ -42,11 +42,15 @@ struct Cli {
     /// Run in the background.
     #[arg(short = 'd', long = "daemon")]
     daemon: bool,
+    /// Read a legacy OpenResty `config.lua` instead of `--conf` (lua-compat/README.md).
+    #[arg(long = "lua-config", value_name = "CONFIG_LUA")]
+    lua_config: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let loaded = match config::load(&cli.conf) {
+    let mut cli = Cli::parse();
+    let legacy = cli.lua_config.take().map(|p| cli.conf = p).is_some();
+    let loaded = match shorturl_edge::legacy_lua::load_either(&cli.conf, legacy) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("shorturl-edge: {}: {e}", cli.conf.display());
