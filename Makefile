@@ -39,3 +39,15 @@ bench: deps
 clean:
 	scripts/stack.sh down || true
 	rm -rf var
+
+# Load-test kit: the whole stack under wrk next to nginx static and the
+# OpenResty edge, one command (see docs/perf.md). LOADTEST_ARGS passes
+# options, e.g. LOADTEST_ARGS="--workers 2 -c 256".
+.PHONY: loadtest loadtest-quick
+loadtest: deps
+	loadtest/run $(LOADTEST_ARGS)
+
+# A few seconds per scenario on the debug build: checks that every scenario
+# runs and answers correctly (no speed assertions); non-zero exit otherwise.
+loadtest-quick: deps
+	loadtest/run --quick --profile debug $(LOADTEST_ARGS)

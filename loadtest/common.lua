@@ -1,5 +1,8 @@
--- Shared helpers for the wrk scripts: per-thread seeds, status counting,
--- and the one-line JSON summary printed by done().
+-- Shared helpers for the wrk scripts: per-thread seeds, code files,
+-- status counting, and the one-line JSON summary printed by done().
+--
+-- The last line wrk prints is that JSON object (scripts/bench-origin.sh and
+-- loadtest/run read it with `tail -n 1`), so nothing may be printed after it.
 local M = {}
 local threads = {}
 
@@ -19,6 +22,36 @@ function M.thread_seed()
   return string.format("%08x%d", seed, id or 0)
 end
 
+-- The non-empty lines of `path`; a missing or empty file is fatal, because a
+-- run that requests nothing (or only "/") would look like a fast server.
+function M.read_lines(path)
+  local f, err = io.open(path, "r")
+  if not f then
+    io.stderr:write("loadtest: cannot open code file " .. tostring(path) .. ": " .. tostring(err) .. "\n")
+    os.exit(2)
+  end
+  local out = {}
+  for line in f:lines() do
+    if #line > 0 then out[#out + 1] = line end
+  end
+  f:close()
+  if #out == 0 then
+    io.stderr:write("loadtest: code file " .. path .. " is empty\n")
+    os.exit(2)
+  end
+  return out
+end
+
+-- Pre-formatted GET requests, one per code: wrk's single thread must not be
+-- the bottleneck, so request() only indexes a table (no formatting per call).
+function M.get_requests(codes, host)
+  local reqs = {}
+  for i, c in ipairs(codes) do
+    reqs[i] = wrk.format("GET", "/" .. c, { ["Host"] = host })
+  end
+  return reqs
+end
+
 status_2xx, status_3xx, status_404, status_429, status_5xx, status_other = 0, 0, 0, 0, 0, 0
 
 function M.response(status, headers, body)
@@ -28,6 +61,14 @@ function M.response(status, headers, body)
   elseif status == 429 then status_429 = status_429 + 1
   elseif status >= 500 then status_5xx = status_5xx + 1
   else status_other = status_other + 1 end
+end
+
+-- Counting statuses in Lua costs wrk a Lua call and header parsing per
+-- response. Scripts may leave `response` unset for pure-GET throughput runs
+-- (LOADTEST_STATUS=0); done() then reports "status_counted":false and
+-- non_3xx falls back to wrk's own count of responses >= 400.
+function M.count_status()
+  return os.getenv("LOADTEST_STATUS") ~= "0"
 end
 
 function M.done(summary, latency, requests)
@@ -40,16 +81,18 @@ function M.done(summary, latency, requests)
     c.s5 = c.s5 + (t:get("status_5xx") or 0)
     c.so = c.so + (t:get("status_other") or 0)
   end
+  local counted = (c.s2 + c.s3 + c.s404 + c.s429 + c.s5 + c.so) > 0 or summary.requests == 0
   local secs = summary.duration / 1e6
   local e = summary.errors
+  local non3 = counted and (summary.requests - c.s3) or e.status
   io.write(string.format(
     '{"requests":%d,"duration_s":%.3f,"rps":%.1f,' ..
     '"errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d,"status":%d},' ..
-    '"status":{"2xx":%d,"3xx":%d,"404":%d,"429":%d,"5xx":%d,"other":%d},"non_3xx":%d,' ..
+    '"status":{"2xx":%d,"3xx":%d,"404":%d,"429":%d,"5xx":%d,"other":%d},"status_counted":%s,"non_3xx":%d,' ..
     '"latency_ms":{"mean":%.3f,"p50":%.3f,"p80":%.3f,"p90":%.3f,"p99":%.3f,"p999":%.3f,"max":%.3f}}\n',
     summary.requests, secs, summary.requests / secs,
     e.connect, e.read, e.write, e.timeout, e.status,
-    c.s2, c.s3, c.s404, c.s429, c.s5, c.so, summary.requests - c.s3,
+    c.s2, c.s3, c.s404, c.s429, c.s5, c.so, tostring(counted), non3,
     latency.mean / 1000, latency:percentile(50) / 1000, latency:percentile(80) / 1000,
     latency:percentile(90) / 1000, latency:percentile(99) / 1000, latency:percentile(99.9) / 1000,
     latency.max / 1000))

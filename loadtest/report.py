@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""Aggregation for loadtest/run: per-scenario checks, targets, the results
+JSON, the markdown table and the SVG chart. Standard library only.
+
+  report.py line DIR              one-line summary of a finished scenario
+  report.py warm BEFORE AFTER N   exit 0 when a warm-up pass was answered from memory only
+  report.py missed RUN            names of scenarios that missed a target (to profile)
+  report.py final RUN OUT TS      results/<TS>.json, latest.{json,md,svg}; exit 1 if a scenario failed
+"""
+import json
+import math
+import os
+import shutil
+import sys
+
+ORDER = ["nginx-static", "edge-hot", "openresty-hot", "edge-redis", "openresty-redis",
+         "edge-origin", "miss-storm", "mix", "create"]
+WHAT = {
+    "nginx-static": "nginx `return 302` (anchor)",
+    "edge-hot": "edge, every code in memory",
+    "openresty-hot": "OpenResty edge, LRU/shared dict hit",
+    "edge-redis": "edge, Redis GET per request",
+    "openresty-redis": "OpenResty edge, Redis GET per request",
+    "edge-origin": "edge → origin → MySQL per request",
+    "miss-storm": "edge, unknown codes (404)",
+    "mix": "edge, 95% GET / 5% create",
+    "create": "edge → origin, POST create",
+}
+SOCKET = ("connect", "read", "write", "timeout")
+
+
+def read_kv(path):
+    out = {}
+    if os.path.exists(path):
+        for line in open(path):
+            if "=" in line:
+                k, v = line.rstrip("\n").split("=", 1)
+                out[k] = v
+    return out
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def dig(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def delta(before, after, *keys):
+    a, b = dig(after, *keys), dig(before, *keys)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a - b
+    return None
+
+
+def load_scenario(d):
+    meta = read_kv(os.path.join(d, "meta"))
+    s = {"name": meta.get("name", os.path.basename(d)), "system": meta.get("system", "?")}
+    notes = []
+    if os.path.exists(os.path.join(d, "notes")):
+        notes = [l.strip() for l in open(os.path.join(d, "notes")) if l.strip()]
+    if "skipped" in meta:
+        s.update(skipped=meta["skipped"], rps=None, p50_ms=None, p99_ms=None, p999_ms=None,
+                 errors=None, ratio_to_nginx=None, ok=True, problems=[], notes=notes)
+        return s
+    w = read_json(os.path.join(d, "wrk.json"))
+    problems = []
+    if not isinstance(w, dict) or "requests" not in w:
+        err = ""
+        if os.path.exists(os.path.join(d, "wrk.err")):
+            err = open(os.path.join(d, "wrk.err")).read().strip()[-300:]
+        s.update(rps=None, p50_ms=None, p99_ms=None, p999_ms=None, errors=None, ratio_to_nginx=None,
+                 ok=False, problems=["wrk produced no JSON summary " + err], notes=notes)
+        return s
+    lat = w["latency_ms"]
+    st = w["status"]
+    req = w["requests"]
+    sock = sum(w["errors"][k] for k in SOCKET)
+    expect = meta.get("expect", "3xx")
+    # Unexpected answers, by what this scenario must answer.
+    if expect == "3xx":
+        unexpected = w["non_3xx"]
+    elif expect == "2xx":
+        unexpected = req - st["2xx"]
+    elif expect == "404":
+        unexpected = req - st["404"]
+    else:  # mix: redirects and creations, and both must have happened
+        unexpected = req - st["2xx"] - st["3xx"]
+        if req and (st["2xx"] == 0 or st["3xx"] == 0):
+            problems.append(f"mix without both kinds: 2xx={st['2xx']} 3xx={st['3xx']}")
+    if req == 0:
+        problems.append("no requests completed")
+    if sock:
+        problems.append("socket errors: " + ", ".join(f"{k} {w['errors'][k]}" for k in SOCKET if w["errors"][k]))
+    if unexpected:
+        detail = ", ".join(f"{k} {v}" for k, v in st.items() if v) if w.get("status_counted") else \
+            f"{w['errors']['status']} responses >= 400"
+        problems.append(f"{unexpected} answers other than {expect} ({detail})")
+    dur = w["duration_s"] or float(meta.get("duration_s", 1))
+    s.update(
+        rps=round(w["rps"], 1), p50_ms=lat["p50"], p99_ms=lat["p99"], p999_ms=lat["p999"],
+        errors=sock + unexpected, ratio_to_nginx=None,
+        mean_ms=lat["mean"], p80_ms=lat["p80"], p90_ms=lat["p90"], max_ms=lat["max"],
+        requests=req, duration_s=dur, expect=expect, socket_errors={k: w["errors"][k] for k in SOCKET},
+        status=st if w.get("status_counted") else {"counted": False, ">=400": w["errors"]["status"]},
+        load1_at_start=float(meta["load1"]) if meta.get("load1") else None,
+    )
+    if s["name"] == "create":
+        s["created_per_s"] = round(st["2xx"] / dur, 1)
+    # Which path answered: deltas of the server's and the origin's status.
+    sb, sa = read_json(os.path.join(d, "status-before.json")), read_json(os.path.join(d, "status-after.json"))
+    ob, oa = read_json(os.path.join(d, "origin-before.json")), read_json(os.path.join(d, "origin-after.json"))
+    path = {}
+    if sb and sa:
+        for dim, k in (("local", "hit"), ("local", "miss"), ("redis", "hit"), ("redis", "miss"), ("redis", "error"),
+                       ("origin", "forward"), ("origin", "error"), ("lock", "get")):
+            v = delta(sb, sa, dim, k)
+            if v is not None:
+                path[f"{s['system']}.{dim}.{k}"] = v
+    if ob and oa:
+        for dim, k in (("redis", "hit"), ("redis", "miss"), ("mysql", "select"), ("mysql", "update"), ("lock", "get")):
+            v = delta(ob, oa, dim, k)
+            if v is not None:
+                path[f"origin.{dim}.{k}"] = v
+    s["path"] = path
+    # Path sanity (warnings: the scenario may not measure what its name says).
+    # The counters include the unmeasured seconds around the run, so compare
+    # in ratios, not exactly.
+    g = lambda k: path.get(f"{s['system']}.{k}")
+    if req and path:
+        if s["name"] in ("edge-hot", "openresty-hot") and (g("redis.hit") or 0) + (g("origin.forward") or 0) > 0.001 * req:
+            notes.append(f"WARNING: not all from memory: {g('redis.hit')} Redis hits, {g('origin.forward')} origin fetches")
+        if s["name"] in ("edge-redis", "openresty-redis"):
+            lh = g("local.hit") or 0
+            notes.append(f"memory hits {lh} of {req} requests ({100.0 * lh / req:.2f}%), Redis hits {g('redis.hit')}")
+        if s["name"] == "edge-origin":
+            sel = path.get("origin.mysql.select")
+            notes.append(f"origin MySQL SELECTs {sel} for {req} requests; edge memory hits {g('local.hit')}")
+            if sel is not None and sel < 0.9 * req:
+                notes.append("WARNING: fewer MySQL SELECTs than requests: not every request reached MySQL")
+    s.update(ok=not problems, problems=problems, notes=notes)
+    if s["name"] == "miss-storm":
+        s["distinct_codes"] = int(meta.get("distinct_codes", 0))
+        s["neg_ttl_s"] = int(meta.get("neg_ttl_s", 5))
+        s["origin_negative_ttl_s"] = int(meta.get("origin_negative_ttl_s", 60))
+    return s
+
+
+def fmt_num(v, nd=0):
+    if v is None:
+        return "–"
+    return f"{v:,.{nd}f}"
+
+
+def line(d):
+    s = load_scenario(d)
+    if s.get("rps") is None:
+        print(f"{s['name']:16} FAILED: {'; '.join(s['problems'])}", file=sys.stderr)
+        return 0
+    flag = "ok" if s["ok"] else "PROBLEM: " + "; ".join(s["problems"])
+    print(f"{s['name']:16} {s['system']:9} {fmt_num(s['rps']):>10} req/s  p50 {s['p50_ms']:.3f}  "
+          f"p99 {s['p99_ms']:.3f}  p99.9 {s['p999_ms']:.3f} ms  errors {s['errors']}  {flag}", file=sys.stderr)
+    return 0
+
+
+def warm(before, after, n):
+    b, a = json.loads(before or "{}"), json.loads(after or "{}")
+    lookups = sum(delta(b, a, *k) or 0 for k in (("redis", "hit"), ("redis", "miss"), ("redis", "error"),
+                                                 ("origin", "forward")))
+    hits = delta(b, a, "local", "hit") or 0
+    # A pass that covered every code and needed no lookup at all.
+    return 0 if hits >= int(n) and lookups == 0 else 1
+
+
+def by_name(scenarios):
+    return {s["name"]: s for s in scenarios}
+
+
+def targets(scenarios, cfg):
+    """Target 5 of the issue: compared in every run, never asserted."""
+    m = by_name(scenarios)
+    out = []
+
+    def ran(n):
+        s = m.get(n)
+        return s if s and s.get("rps") is not None else None
+
+    def add(name, scen, measured, goal, met, why=""):
+        out.append({"target": name, "scenario": scen, "measured": measured, "goal": goal,
+                    "met": met, "note": why})
+
+    nginx, hot = ran("nginx-static"), ran("edge-hot")
+    if nginx and hot:
+        r = hot["rps"] / nginx["rps"]
+        add("edge-hot ≥ 1.0× nginx static", "edge-hot", f"{r:.2f}×", "≥ 1.00×", r >= 1.0)
+    else:
+        add("edge-hot ≥ 1.0× nginx static", "edge-hot", "–", "≥ 1.00×", None, "not run")
+    er, orr = ran("edge-redis"), ran("openresty-redis")
+    if er and orr:
+        r = er["rps"] / orr["rps"]
+        add("edge-redis ≥ 1.5× OpenResty Redis path", "edge-redis", f"{r:.2f}×", "≥ 1.50×", r >= 1.5)
+    else:
+        why = (m.get("openresty-redis") or {}).get("skipped") or "not run"
+        add("edge-redis ≥ 1.5× OpenResty Redis path", "edge-redis", "–", "≥ 1.50×", None, why)
+    if hot:
+        c = cfg.get("connections", "64")
+        add(f"edge-hot p99 < 1 ms (at {c} connections)", "edge-hot", f"{hot['p99_ms']:.3f} ms", "< 1 ms",
+            hot["p99_ms"] < 1.0, "" if str(c) == "64" else "measured at a non-default connection count")
+    else:
+        add("edge-hot p99 < 1 ms", "edge-hot", "–", "< 1 ms", None, "not run")
+    cr = ran("create")
+    if cr:
+        v = cr.get("created_per_s", cr["rps"])
+        add("create ≥ 10,000 links/s", "create", f"{v:,.0f}/s", "≥ 10,000/s", v >= 10000)
+    else:
+        add("create ≥ 10,000 links/s", "create", "–", "≥ 10,000/s", None, "not run")
+    ms = ran("miss-storm")
+    if ms and ms.get("path"):
+        fwd = ms["path"].get("edge.origin.forward")
+        sel = ms["path"].get("origin.mysql.select")
+        dcount, ttl, dur = ms["distinct_codes"], ms["neg_ttl_s"], ms["duration_s"]
+        # Each distinct code may reach the origin once per negative-TTL window.
+        bound = dcount * (math.floor(dur / ttl) + 1)
+        why = (f"{dcount} distinct codes, {dur:.0f} s, edge negative TTL {ttl} s → bound {bound:,}; "
+               f"origin MySQL SELECTs {sel} (origin negative TTL {ms['origin_negative_ttl_s']} s → bound "
+               f"{dcount * (math.floor(dur / ms['origin_negative_ttl_s']) + 1):,}), "
+               f"origin Redis hits {ms['path'].get('origin.redis.hit')}")
+        add("miss-storm: ≤ 1 origin fetch per distinct code per negative-TTL window", "miss-storm",
+            f"{fwd:,} origin fetches" if fwd is not None else "–", f"≤ {bound:,}",
+            (fwd <= bound) if fwd is not None else None, why)
+    else:
+        add("miss-storm: ≤ 1 origin fetch per distinct code per negative-TTL window", "miss-storm", "–", "", None,
+            "not run")
+    return out
+
+
+def load_all(run):
+    sdir = os.path.join(run, "s")
+    names = os.listdir(sdir) if os.path.isdir(sdir) else []
+    names.sort(key=lambda n: (ORDER.index(n) if n in ORDER else 99, n))
+    scenarios = [load_scenario(os.path.join(sdir, n)) for n in names]
+    nginx = by_name(scenarios).get("nginx-static")
+    base = nginx["rps"] if nginx and nginx.get("rps") else None
+    for s in scenarios:
+        if base and s.get("rps") is not None:
+            s["ratio_to_nginx"] = round(s["rps"] / base, 3)
+    return scenarios
+
+
+def missed(run):
+    cfg = read_kv(os.path.join(run, "machine.env"))
+    for t in targets(load_all(run), cfg):
+        if t["met"] is False:
+            print(t["scenario"])
+    return 0
+
+
+def svg_chart(scenarios, title):
+    """Two horizontal bar panels: req/s and p99 per scenario (hand-written SVG)."""
+    rows = [s for s in scenarios if s.get("rps") is not None]
+    lw, pw, gap, rh, top = 250, 330, 40, 24, 56
+    w = lw + 2 * pw + gap + 30
+    h = top + rh * max(len(rows), 1) + 40
+    color = {"nginx": "#8c8c8c", "edge": "#d9534f", "openresty": "#5b8bd9"}
+    max_rps = max([s["rps"] for s in rows] + [1])
+    max_p99 = max([s["p99_ms"] for s in rows] + [0.001])
+    esc = lambda t: t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+         f'font-family="sans-serif" font-size="12">',
+         f'<rect width="{w}" height="{h}" fill="white"/>',
+         f'<text x="10" y="20" font-size="14" font-weight="bold">{esc(title)}</text>',
+         f'<text x="{lw}" y="{top - 10}" font-weight="bold">throughput (req/s)</text>',
+         f'<text x="{lw + pw + gap}" y="{top - 10}" font-weight="bold">p99 latency (ms)</text>']
+    for i, s in enumerate(rows):
+        y = top + i * rh
+        c = color.get(s["system"], "#999")
+        o.append(f'<text x="{lw - 8}" y="{y + 15}" text-anchor="end">{esc(s["name"])} ({esc(s["system"])})</text>')
+        bw = max(1.0, (pw - 70) * s["rps"] / max_rps)
+        o.append(f'<rect x="{lw}" y="{y + 3}" width="{bw:.1f}" height="{rh - 6}" fill="{c}"/>')
+        o.append(f'<text x="{lw + bw + 4:.1f}" y="{y + 15}">{s["rps"]:,.0f}</text>')
+        x2 = lw + pw + gap
+        bw = max(1.0, (pw - 70) * s["p99_ms"] / max_p99)
+        o.append(f'<rect x="{x2}" y="{y + 3}" width="{bw:.1f}" height="{rh - 6}" fill="{c}" opacity="0.75"/>')
+        o.append(f'<text x="{x2 + bw + 4:.1f}" y="{y + 15}">{s["p99_ms"]:.2f}</text>')
+    y = top + rh * len(rows) + 20
+    x = lw
+    for sysname, c in color.items():
+        o.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{c}"/>'
+                 f'<text x="{x + 16}" y="{y}">{sysname}</text>')
+        x += 110
+    o.append("</svg>")
+    return "\n".join(o) + "\n"
+
+
+def markdown(res):
+    m, cfg = res["machine"], res["config"]
+    out = [f"Run {res['started']} — `{cfg['command']}`", "",
+           f"Machine: {m['cores']} cores, {m['model']}, {m['mem_gb']} GB, Linux {m['kernel']}; "
+           f"load average {m['load_before']} before, {m.get('load_after', '?')} after"
+           f"{' (waited %ss for it)' % m['load_waited_s'] if m.get('load_waited_s') not in (None, '0') else ''}; "
+           f"pinning: {m['pinning']}; wrk {m['wrk']}, nginx {m['nginx']}, Redis {m['redis']}, "
+           f"MariaDB {m['mariadb']}; commit {m['git']}, {cfg['profile']} build.",
+           f"Load: wrk -t{cfg['wrk_threads']} -c{cfg['connections']}, {cfg['duration_s']} s per scenario, "
+           f"{cfg['server_workers']} server worker(s), {cfg['links']} links (random codes, same file for every system).",
+           "",
+           "| scenario | system | req/s | p50 ms | p99 ms | p99.9 ms | errors | ratio to nginx static |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for s in res["scenarios"]:
+        if s.get("skipped"):
+            out.append(f"| {s['name']} | {s['system']} | skipped: {s['skipped']} | | | | | |")
+            continue
+        if s.get("rps") is None:
+            out.append(f"| {s['name']} | {s['system']} | FAILED | | | | | |")
+            continue
+        ratio = f"{s['ratio_to_nginx']:.2f}×" if s.get("ratio_to_nginx") is not None else "–"
+        out.append(f"| {s['name']} | {s['system']} | {s['rps']:,.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | "
+                   f"{s['p999_ms']:.3f} | {s['errors']} | {ratio} |")
+    out += ["", "Targets (compared, not asserted):", "", "| target | measured | goal | result |", "|---|---|---|---|"]
+    for t in res["targets"]:
+        r = {True: "met", False: "**MISSED**", None: "n/a"}[t["met"]]
+        note = f" — {t['note']}" if t["note"] else ""
+        prof = ""
+        if t["met"] is False:
+            s = by_name(res["scenarios"]).get(t["scenario"], {})
+            if s.get("profile"):
+                prof = f" (profile: `{s['profile']}`)"
+        out.append(f"| {t['target']} | {t['measured']} | {t['goal']} | {r}{note}{prof} |")
+    lines = []
+    for s in res["scenarios"]:
+        for p in s.get("problems", []):
+            lines.append(f"- **{s['name']}: {p}**")
+        for n in s.get("notes", []):
+            lines.append(f"- {s['name']}: {n}")
+        if s.get("path"):
+            lines.append(f"- {s['name']} path counters: " + ", ".join(f"{k} {v:,}" for k, v in s["path"].items()))
+    if lines:
+        out += ["", "Notes:", ""] + lines
+    for s in res["scenarios"]:
+        if s.get("profile_top"):
+            out += ["", f"Profile of {s['name']} (`{s['profile']}`), CPU by process:", "", "```"] + \
+                   s["profile_top"] + ["```"]
+    return "\n".join(out) + "\n"
+
+
+def final(run, out_dir, ts):
+    m = read_kv(os.path.join(run, "machine.env"))
+    cfg_keys = ("command", "duration_s", "links", "connections", "wrk_threads", "server_workers", "profile",
+                "quick", "setup_create_s")
+    cfg = {k: m.pop(k) for k in cfg_keys if k in m}
+    started = m.pop("started", ts)
+    scenarios = load_all(run)
+    # Profiles of missed targets are copied next to the results.
+    for s in scenarios:
+        p = os.path.join(run, "s", s["name"], "profile.txt")
+        if os.path.exists(p):
+            dst = os.path.join(out_dir, f"{ts}.profile-{s['name']}.txt")
+            shutil.copy(p, dst)
+            shutil.copy(p, os.path.join(out_dir, f"latest.profile-{s['name']}.txt"))
+            s["profile"] = os.path.relpath(os.path.join(out_dir, f"latest.profile-{s['name']}.txt"), os.getcwd())
+            text = open(p).read().splitlines()
+            try:
+                i = text.index("## CPU by process")
+                s["profile_top"] = [l for l in text[i + 1:i + 9] if l and not l.startswith("##")]
+            except ValueError:
+                pass
+    res = {"started": started, "machine": m, "config": cfg, "scenarios": scenarios,
+           "targets": targets(scenarios, cfg), "ok": all(s["ok"] for s in scenarios)}
+    res["machine"]["cores"] = int(m.get("cores", 0))
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{ts}.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    shutil.copy(os.path.join(out_dir, f"{ts}.json"), os.path.join(out_dir, "latest.json"))
+    md = markdown(res)
+    with open(os.path.join(out_dir, "latest.md"), "w") as f:
+        f.write(md)
+    with open(os.path.join(out_dir, "latest.svg"), "w") as f:
+        f.write(svg_chart(scenarios, f"shorturl loadtest {started} — wrk -t{cfg.get('wrk_threads')} "
+                                     f"-c{cfg.get('connections')}, {m.get('cores')} cores"))
+    print(md)
+    print(f"results: {os.path.join(out_dir, ts + '.json')} (and latest.json, latest.md, latest.svg in {out_dir})")
+    bad = [s["name"] for s in scenarios if not s["ok"]]
+    if bad:
+        print(f"FAILED scenarios (did not run or answered wrongly): {', '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd = argv[1]
+    if cmd == "line":
+        return line(argv[2])
+    if cmd == "warm":
+        return warm(argv[2], argv[3], argv[4])
+    if cmd == "missed":
+        return missed(argv[2])
+    if cmd == "final":
+        return final(argv[2], argv[3], argv[4])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
