@@ -87,6 +87,7 @@ curl -s -o /dev/null -w "nginx %{http_code} %{redirect_url}\n" "http://127.0.0.1
 
 cat >"$WORK/sequential.lua" <<'LUA'
 local i = -1
+init = function(args) i = (tonumber(args[1]) or 0) - 1 end
 request = function()
   i = (i + 1) % 100000
   return wrk.format("GET", string.format("/c%05d", i), { ["Host"] = "s.shop55.com" })
@@ -94,8 +95,9 @@ end
 LUA
 # Warm the edge: every code through Redis into memory, until the status
 # shows all 100k codes were looked up once.
+hits=0
 for _ in $(seq 1 20); do
-  taskset -c 1 wrk -t1 -c64 -d3s -s "$WORK/sequential.lua" "http://127.0.0.1:$EDGE_PORT/" >/dev/null
+  taskset -c 1 wrk -t1 -c64 -d3s -s "$WORK/sequential.lua" "http://127.0.0.1:$EDGE_PORT/" -- "$hits" >/dev/null
   hits=$(curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$EDGE_PORT/shorturl_status" | sed -n 's/.*"redis":{"hit":\([0-9]*\).*/\1/p')
   [ "${hits:-0}" -ge "$CODES" ] && break
 done

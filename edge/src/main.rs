@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 /// mimalloc: Pingora allocates and frees per request (headers, buffers);
 /// profiling showed glibc malloc/free near 10% of the hot path.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
