@@ -128,9 +128,12 @@ impl Resolver {
     /// How long a result may stay in the in-process cache.
     fn ttl_for(&self, r: &Resolved) -> Duration {
         let ttl = match &r.answer {
+            // Expiry is checked on every answer, so a record may outlive its
+            // expiry in the cache: from then on it answers 404 like a
+            // negative entry, for at most the negative TTL.
             Answer::Found(rec) => {
                 let left = Duration::from_secs(rec.remaining_secs(now_unix()));
-                self.ttl.positive_ttl.min(left)
+                self.ttl.positive_ttl.min(left + self.ttl.negative_ttl)
             }
             Answer::Negative => self.ttl.negative_ttl,
             Answer::Unavailable => return self.ttl.unavailable_ttl,

@@ -181,6 +181,12 @@ fn expired_records_are_404_even_from_memory() {
         &format!("1 {} {DOMAIN} https://example.com/p", 1_000_000),
     );
     assert_eq!(get(edge.port, "/past01", DOMAIN).status, 404);
+    assert_eq!(get(edge.port, "/past01", DOMAIN).status, 404);
+    assert_eq!(
+        edge.counter("redis", "hit"),
+        1,
+        "an expired record is remembered like a negative"
+    );
     assert_eq!(get(edge.port, "/soon01", DOMAIN).status, 302);
     // Re-arm Redis with a live record: a 404 can then only come from the
     // cached (now expired) entry, not from a fresh lookup.
