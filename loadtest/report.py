@@ -312,18 +312,18 @@ def markdown(res):
            f"Load: wrk -t{cfg['wrk_threads']} -c{cfg['connections']}, {cfg['duration_s']} s per scenario, "
            f"{cfg['server_workers']} server worker(s), {cfg['links']} links (random codes, same file for every system).",
            "",
-           "| scenario | system | req/s | p50 ms | p99 ms | p99.9 ms | errors | ratio to nginx static |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+           "| scenario | system | req/s | p50 ms | p99 ms | p99.9 ms | errors | ratio to nginx static | load at start |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for s in res["scenarios"]:
         if s.get("skipped"):
-            out.append(f"| {s['name']} | {s['system']} | skipped: {s['skipped']} | | | | | |")
+            out.append(f"| {s['name']} | {s['system']} | skipped: {s['skipped']} | | | | | | |")
             continue
         if s.get("rps") is None:
-            out.append(f"| {s['name']} | {s['system']} | FAILED | | | | | |")
+            out.append(f"| {s['name']} | {s['system']} | FAILED | | | | | | |")
             continue
         ratio = f"{s['ratio_to_nginx']:.2f}×" if s.get("ratio_to_nginx") is not None else "–"
         out.append(f"| {s['name']} | {s['system']} | {s['rps']:,.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | "
-                   f"{s['p999_ms']:.3f} | {s['errors']} | {ratio} |")
+                   f"{s['p999_ms']:.3f} | {s['errors']} | {ratio} | {s.get('load1_at_start') or '–'} |")
     out += ["", "Targets (compared, not asserted):", "", "| target | measured | goal | result |", "|---|---|---|---|"]
     for t in res["targets"]:
         r = {True: "met", False: "**MISSED**", None: "n/a"}[t["met"]]
@@ -367,11 +367,13 @@ def final(run, out_dir, ts):
             shutil.copy(p, os.path.join(out_dir, f"latest.profile-{s['name']}.txt"))
             s["profile"] = os.path.relpath(os.path.join(out_dir, f"latest.profile-{s['name']}.txt"), os.getcwd())
             text = open(p).read().splitlines()
-            try:
-                i = text.index("## CPU by process")
-                s["profile_top"] = [l for l in text[i + 1:i + 9] if l and not l.startswith("##")]
-            except ValueError:
-                pass
+            if any(l.startswith("## CPU by process") for l in text):
+                top = []
+                for l in text[[i for i, l in enumerate(text) if l.startswith("## CPU by process")][0] + 1:]:
+                    if l.startswith("##"):
+                        break
+                    top.append(l)
+                s["profile_top"] = top[:8]
     res = {"started": started, "machine": m, "config": cfg, "scenarios": scenarios,
            "targets": targets(scenarios, cfg), "ok": all(s["ok"] for s in scenarios)}
     res["machine"]["cores"] = int(m.get("cores", 0))
@@ -394,6 +396,40 @@ def final(run, out_dir, ts):
     return 0
 
 
+def perfsum(pidfile):
+    """CPU share by process from `perf script -F pid,comm` on stdin; the
+    runner's pid file names our processes (thread names such as
+    tokio-rt-worker do not say which server they belong to)."""
+    names = {}
+    for l in open(pidfile) if os.path.exists(pidfile) else []:
+        p = l.split()
+        if len(p) == 2:
+            names[p[0]] = p[1]
+    count, comm, total = {}, {}, 0
+    for l in sys.stdin:
+        p = l.split()
+        if len(p) < 2:
+            continue
+        pid, c = p[-1], " ".join(p[:-1])
+        total += 1
+        count[pid] = count.get(pid, 0) + 1
+        comm.setdefault(pid, {}).setdefault(c, 0)
+        comm[pid][c] += 1
+    by = {}
+    for pid, n in count.items():
+        label = names.get(pid)
+        if label is None:
+            c = max(comm[pid], key=comm[pid].get)
+            label = "idle" if pid == "0" else f"other: {c}"
+        else:
+            label = f"{label} (pid {pid})"
+        by[label] = by.get(label, 0) + n
+    for label, n in sorted(by.items(), key=lambda kv: -kv[1]):
+        if total and 100.0 * n / total >= 1.0:
+            print(f"{100.0 * n / total:6.1f}%  {label}")
+    return 0
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -405,6 +441,8 @@ def main(argv):
         return warm(argv[2], argv[3], argv[4])
     if cmd == "missed":
         return missed(argv[2])
+    if cmd == "perfsum":
+        return perfsum(argv[2])
     if cmd == "final":
         return final(argv[2], argv[3], argv[4])
     print(__doc__, file=sys.stderr)
