@@ -56,6 +56,15 @@ pub fn is_valid_code(s: &str) -> bool {
     (CUSTOM_MIN..=CUSTOM_MAX).contains(&s.len()) && s.bytes().all(is_code_byte)
 }
 
+/// Paths the services answer themselves: a custom code equal to one of these
+/// could never resolve, so creation refuses them.
+pub const RESERVED: [&str; 5] = ["healthz", "shorturl_status", "metrics", "internal", "api"];
+
+/// True when `code` is a service path and may not be used as a custom code.
+pub fn is_reserved_code(code: &str) -> bool {
+    RESERVED.iter().any(|r| r.eq_ignore_ascii_case(code))
+}
+
 /// Extracts the code from a redirect request path (`/{code}`), or `None` when
 /// the path is not a single valid code segment. A query string is ignored.
 pub fn code_from_path(path: &str) -> Option<&str> {
@@ -107,5 +116,8 @@ mod tests {
         assert_eq!(code_from_path("/"), None);
         assert_eq!(code_from_path("aB3xYz"), None);
         assert_eq!(decode_index("aB3xY!"), None);
+        assert!(is_reserved_code("healthz"));
+        assert!(is_reserved_code("Shorturl_Status"));
+        assert!(!is_reserved_code("promo1"));
     }
 }

@@ -59,16 +59,24 @@ impl RedisStore {
     }
 
     /// `GET key` within the timeout. `Ok(None)` is a miss.
+    ///
+    /// The first command on a connection that died while idle (Redis
+    /// restarted) fails with a broken pipe while the manager starts its
+    /// reconnect; one retry inside the same time budget turns that into an
+    /// answer instead of a Redis error and an avoidable origin trip.
     pub async fn get(&self, key: &str) -> Result<Option<String>, RedisError> {
         let mut conn = self.manager()?;
         let mut cmd = redis::cmd("GET");
         cmd.arg(key);
-        match tokio::time::timeout(
-            self.cfg.timeout,
-            cmd.query_async::<Option<String>>(&mut conn),
-        )
-        .await
-        {
+        let attempt = async {
+            match cmd.query_async::<Option<String>>(&mut conn).await {
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                    cmd.query_async::<Option<String>>(&mut conn).await
+                }
+                r => r,
+            }
+        };
+        match tokio::time::timeout(self.cfg.timeout, attempt).await {
             Ok(r) => Ok(r?),
             Err(_) => Err(RedisError::Timeout),
         }

@@ -85,6 +85,21 @@ fn redis_outage_serves_from_memory_and_origin_then_reconnects() {
         );
         get(edge.port, &format!("/{code}"), DOMAIN).status == 302
     });
+
+    // Redis restarts again while the edge's connection is idle: the very
+    // first read after it must still come from Redis (the dead connection
+    // costs one retry, not an error and an origin trip; the origin would
+    // answer 404 here, since the code exists only in Redis).
+    redis.restart();
+    let errors = edge.counter("redis", "error");
+    support::redis_set(
+        &redis,
+        "su:1:link:idle01",
+        &support::record_line(DOMAIN, "https://example.com/idle", 600),
+    );
+    let r = get(edge.port, "/idle01", DOMAIN);
+    assert_eq!(r.status, 302, "{}", r.text());
+    assert_eq!(edge.counter("redis", "error"), errors);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use crate::config::LinksConfig;
 use crate::error::ApiError;
 use serde_json::{Map, Value};
-use shorturl_common::code::is_valid_code;
+use shorturl_common::code::{is_reserved_code, is_valid_code};
 use shorturl_common::host::normalize_host;
 
 /// A creation request after validation.
@@ -67,6 +67,12 @@ pub fn parse_create(body: &[u8], cfg: &LinksConfig) -> Result<CreateRequest, Api
         }
     };
     let code = match opt_str(&obj, "code", "invalid_code")? {
+        Some(c) if is_reserved_code(c) => {
+            return Err(ApiError::bad_request(
+                "invalid_code",
+                format!("{c:?} is a reserved service path"),
+            ))
+        }
         Some(c) if is_valid_code(c) => Some(c.to_owned()),
         Some(_) => {
             return Err(ApiError::bad_request(
@@ -235,6 +241,14 @@ mod tests {
             (r#"{"url":"https://x.com","domain":7}"#, "invalid_domain"),
             (r#"{"url":"https://x.com","code":"ab"}"#, "invalid_code"),
             (r#"{"url":"https://x.com","code":"ab/cd"}"#, "invalid_code"),
+            (
+                r#"{"url":"https://x.com","code":"healthz"}"#,
+                "invalid_code",
+            ),
+            (
+                r#"{"url":"https://x.com","code":"shorturl_status"}"#,
+                "invalid_code",
+            ),
             (r#"{"url":"https://x.com","kdt_id":-1}"#, "invalid_kdt_id"),
             (r#"{"url":"https://x.com","kdt_id":"55"}"#, "invalid_kdt_id"),
             (r#"{"url":"https://x.com","ttl_days":0}"#, "invalid_ttl"),
