@@ -7,6 +7,7 @@
 //! when a test panics or is killed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure here is a test failure
 
+pub mod http;
 mod proc;
 pub mod servers;
 pub mod wait;

@@ -368,7 +368,7 @@ fn apply(action: &Action, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) {
                     tries += 1;
                     let before = counters(edge);
                     let code = format!("probe{tries:04}{}", &ctx.run[3..]);
-                    http::get(edge.port, &format!("/{code}"));
+                    http::get(edge.port, &format!("/{code}"), "localhost");
                     let after = counters(edge);
                     after["redis.error"] == before["redis.error"]
                 },
@@ -384,7 +384,7 @@ fn apply(action: &Action, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) {
             testkit::wait_for(
                 &format!("{} to answer {status} on {path}", edge.name),
                 Duration::from_secs(15),
-                || http::get(edge.port, &path).status == *status,
+                || http::get(edge.port, &path, "localhost").status == *status,
             );
         }
     }

@@ -2,7 +2,7 @@
 //! edges in front of it, configured alike (same timeouts, TTLs and limits).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-pub mod http;
+pub use testkit::http;
 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -117,7 +117,7 @@ impl Origin {
     /// Requests the origin handled, excluding health checks, status fetches
     /// and metric scrapes: what "the origin was reached" means per case.
     pub fn handled(&self) -> u64 {
-        let text = http::get(self.port, "/metrics").text();
+        let text = http::get(self.port, "/metrics", "localhost").text();
         text.lines()
             .filter(|l| l.starts_with("shorturl_origin_request_duration_seconds_count{"))
             .filter(|l| {
@@ -287,7 +287,7 @@ edge:
 
     /// The status JSON.
     pub fn status(&self) -> serde_json::Value {
-        let r = http::get(self.port, "/shorturl_status");
+        let r = http::get(self.port, "/shorturl_status", "localhost");
         serde_json::from_slice(&r.body)
             .unwrap_or_else(|e| panic!("{} status is not JSON ({e}): {}", self.name, r.text()))
     }

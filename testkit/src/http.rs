@@ -1,10 +1,24 @@
-//! A tiny HTTP/1.1 client over one TCP connection, so tests can see exactly
-//! what the edge sends (status, headers, body, keep-alive) without a client
-//! library hiding it.
+//! A raw HTTP/1.x client over one TCP connection: tests control every byte
+//! of the request (missing Host, HTTP/1.0, odd paths) and see exactly what a
+//! server sends back (status, headers, body, keep-alive), with no client
+//! library hiding it. Shared by the edge tests and the conformance suite.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
+
+/// One request as sent by [`send`].
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    /// `None`: no Host header at all.
+    pub host: Option<String>,
+    /// "1.1" (default when empty) or "1.0".
+    pub version: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
 
 /// A parsed response.
 #[derive(Debug, Clone)]
@@ -60,7 +74,20 @@ impl Conn {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> std::io::Result<Response> {
-        let mut req = format!("{method} {path} HTTP/1.1\r\n");
+        self.send_version("1.1", method, path, host, headers, body)
+    }
+
+    /// Like [`Conn::send`] with an explicit HTTP version ("1.0" or "1.1").
+    pub fn send_version(
+        &mut self,
+        version: &str,
+        method: &str,
+        path: &str,
+        host: Option<&str>,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<Response> {
+        let mut req = format!("{method} {path} HTTP/{version}\r\n");
         if let Some(h) = host {
             req.push_str(&format!("Host: {h}\r\n"));
         }
@@ -166,4 +193,27 @@ pub fn request(
 /// `GET path` on a fresh connection.
 pub fn get(port: u16, path: &str, host: &str) -> Response {
     request(port, "GET", path, host, &[], b"")
+}
+
+/// Sends `req` on a fresh connection to 127.0.0.1:`port` and reads the answer.
+pub fn send(port: u16, req: &Request) -> std::io::Result<Response> {
+    let mut c = Conn::open(port)?;
+    let version = if req.version.is_empty() {
+        "1.1"
+    } else {
+        req.version.as_str()
+    };
+    let headers: Vec<(&str, &str)> = req
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    c.send_version(
+        version,
+        &req.method,
+        &req.path,
+        req.host.as_deref(),
+        &headers,
+        &req.body,
+    )
 }
