@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure here is a test failure
 
 pub mod http;
+pub mod origin;
 mod proc;
 pub mod servers;
 pub mod wait;

@@ -217,26 +217,11 @@ apps:
   - {{ name: demo, key_sha256: "{key}" }}
 "#,
             redis = redis.url(),
-            key = sha256_hex(API_KEY),
+            key = testkit::origin::sha256_hex(API_KEY),
         );
         std::fs::write(&conf, text).unwrap();
-        let bin = testkit::workspace_bin("shorturl-origin");
-        for args in [
-            vec!["migrate"],
-            vec!["pregen", "--count", &codes.to_string(), "--quiet"],
-        ] {
-            let out = Command::new(&bin)
-                .arg("-c")
-                .arg(&conf)
-                .args(&args)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "origin {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        testkit::origin::run(&conf, &["migrate"]);
+        testkit::origin::run(&conf, &["pregen", "--count", &codes.to_string(), "--quiet"]);
         let mut o = Origin {
             proc: None,
             port,
@@ -262,36 +247,12 @@ apps:
     /// (Re)starts `serve` and waits for it.
     pub fn restart(&mut self) {
         self.stop();
-        let mut cmd = Command::new(testkit::workspace_bin("shorturl-origin"));
-        cmd.arg("-c")
-            .arg(&self.conf)
-            .arg("serve")
-            .env("RUST_LOG", "warn");
-        self.proc = Some(spawn(
-            "shorturl-origin",
-            cmd,
+        self.proc = Some(testkit::origin::serve(
+            &self.conf,
+            self.port,
             &self.dir.path().join("origin.log"),
         ));
-        wait_for_tcp(self.port, TIMEOUT);
     }
-}
-
-fn sha256_hex(s: &str) -> String {
-    let out = Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn();
-    let mut child = out.unwrap();
-    {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned()
 }
 
 /// Creates a link through `port` (edge or origin); returns the JSON answer.

@@ -1,13 +1,11 @@
 //! Test support: a real origin process over private MariaDB and Redis.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use sha2::{Digest, Sha256};
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
-use testkit::{free_port, spawn, wait_for, workspace_bin, MariaDb, Proc, Redis, TempDir};
+use testkit::{free_port, wait_for, workspace_bin, MariaDb, Proc, Redis, TempDir};
 
 pub const KEY: &str = "test-key-demo";
 pub const OTHER_KEY: &str = "test-key-other";
@@ -28,9 +26,7 @@ pub fn fresh_db(prefix: &str) -> String {
     )
 }
 
-pub fn sha256_hex(s: &str) -> String {
-    hex::encode(Sha256::digest(s.as_bytes()))
-}
+pub use testkit::origin::sha256_hex;
 
 /// How to configure an origin.
 #[derive(Clone)]
@@ -94,20 +90,11 @@ pub fn write_config(dir: &TempDir, o: &OriginOpts) -> PathBuf {
 }
 
 /// Runs `shorturl-origin pregen` to completion.
-pub fn pregen(config: &PathBuf, count: u64) -> String {
-    let out = Command::new(origin_bin())
-        .arg("-c")
-        .arg(config)
-        .args(["pregen", "--quiet", "--count", &count.to_string()])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "pregen failed: {text}");
-    text
+pub fn pregen(config: &Path, count: u64) -> String {
+    testkit::origin::run(
+        config,
+        &["pregen", "--quiet", "--count", &count.to_string()],
+    )
 }
 
 impl Origin {
@@ -119,7 +106,7 @@ impl Origin {
             pregen(&config, opts.pregen);
         }
         let mut o = Origin {
-            proc: Origin::spawn_serve(&dir, &config),
+            proc: Origin::spawn_serve(&dir, &config, opts.port),
             port: opts.port,
             config,
             dir,
@@ -133,13 +120,8 @@ impl Origin {
         o
     }
 
-    fn spawn_serve(dir: &TempDir, config: &PathBuf) -> Proc {
-        let mut cmd = Command::new(origin_bin());
-        cmd.arg("-c")
-            .arg(config)
-            .arg("serve")
-            .env("RUST_LOG", "info");
-        spawn("shorturl-origin", cmd, &dir.path().join("origin.log"))
+    fn spawn_serve(dir: &TempDir, config: &Path, port: u16) -> Proc {
+        testkit::origin::serve(config, port, &dir.path().join("origin.log"))
     }
 
     pub fn wait_healthy(&mut self) {
@@ -162,7 +144,7 @@ impl Origin {
     /// Starts `serve` again with the same config and port.
     pub fn restart(&mut self) {
         self.proc.kill();
-        self.proc = Origin::spawn_serve(&self.dir, &self.config);
+        self.proc = Origin::spawn_serve(&self.dir, &self.config, self.port);
         self.wait_healthy();
     }
 

@@ -4,11 +4,10 @@
 
 pub use testkit::http;
 
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use testkit::{free_port, spawn, wait_for, wait_for_tcp, MariaDb, Proc, Redis, TempDir};
+use testkit::{free_port, spawn, wait_for, MariaDb, Proc, Redis, TempDir};
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// The bearer key the origin accepts for app `demo`.
@@ -39,26 +38,11 @@ impl Origin {
              apps:\n  - {{ name: demo, key_sha256: \"{key}\", rate_per_sec: 100000, burst: 100000 }}\n\
              shutdown_grace_secs: 1\n",
             redis = redis.url(),
-            key = hex::encode(Sha256::digest(API_KEY.as_bytes())),
+            key = testkit::origin::sha256_hex(API_KEY),
         );
         std::fs::write(&conf, text).unwrap();
-        let bin = testkit::workspace_bin("shorturl-origin");
-        for args in [
-            vec!["migrate"],
-            vec!["pregen", "--count", &codes.to_string(), "--quiet"],
-        ] {
-            let out = Command::new(&bin)
-                .arg("-c")
-                .arg(&conf)
-                .args(&args)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "origin {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        testkit::origin::run(&conf, &["migrate"]);
+        testkit::origin::run(&conf, &["pregen", "--count", &codes.to_string(), "--quiet"]);
         let mut o = Origin {
             proc: None,
             port,
@@ -88,17 +72,11 @@ impl Origin {
     /// (Re)starts `serve` and waits until it answers.
     pub fn restart(&mut self) {
         self.stop();
-        let mut cmd = Command::new(testkit::workspace_bin("shorturl-origin"));
-        cmd.arg("-c")
-            .arg(&self.conf)
-            .arg("serve")
-            .env("RUST_LOG", "warn");
-        self.proc = Some(spawn(
-            "shorturl-origin",
-            cmd,
+        self.proc = Some(testkit::origin::serve(
+            &self.conf,
+            self.port,
             &self.dir.path().join("origin.log"),
         ));
-        wait_for_tcp(self.port, TIMEOUT);
         let port = self.port;
         wait_for("origin /healthz", TIMEOUT, || {
             http::send(
