@@ -361,7 +361,11 @@ def final(run, out_dir, ts):
     cfg = {k: m.pop(k) for k in cfg_keys if k in m}
     started = m.pop("started", ts)
     scenarios = load_all(run)
-    # Profiles of missed targets are copied next to the results.
+    # Profiles of missed targets are copied next to the results; older
+    # latest.profile-* files would describe a previous run, so they go.
+    for f in os.listdir(out_dir) if os.path.isdir(out_dir) else []:
+        if f.startswith("latest.profile-"):
+            os.remove(os.path.join(out_dir, f))
     for s in scenarios:
         p = os.path.join(run, "s", s["name"], "profile.txt")
         if os.path.exists(p):
