@@ -363,11 +363,7 @@ async fn same_url_same_domain_within_a_day_gets_the_same_code() {
     let (_, d) = o.create(json!({"url": "https://dedup.example/q"})).await;
     assert_ne!(a["code"], d["code"]);
     // The dedup key has a one-day TTL that a hit refreshes.
-    let mut r = redis::Client::open(s.redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut r = s.redis_conn().await;
     let key = shorturl_common::keys::dedup_key("sho.rt", "https://dedup.example/p");
     let _: () = redis::cmd("EXPIRE")
         .arg(&key)
@@ -419,11 +415,7 @@ async fn expired_links_are_404_even_from_redis() {
     s.sql(&format!(
         "UPDATE short_code SET expires_at = UNIX_TIMESTAMP() - 5 WHERE code = '{code}'"
     ));
-    let mut r = redis::Client::open(s.redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut r = s.redis_conn().await;
     let key = shorturl_common::keys::link_key(&code);
     let rec: String = redis::cmd("GET")
         .arg(&key)
@@ -503,11 +495,7 @@ async fn delete_disables_and_clears_redis() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(o.follow("sho.rt", &code).await.0, 404);
-    let mut r = redis::Client::open(s.redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut r = s.redis_conn().await;
     let v: String = redis::cmd("GET")
         .arg(shorturl_common::keys::link_key(&code))
         .query_async(&mut r)
@@ -531,11 +519,7 @@ async fn internal_record_endpoint_and_redis_write_back() {
     let code = o
         .create_ok(json!({"url": "https://rec.example/x", "domain": "s.shop55.com"}))
         .await;
-    let mut r = redis::Client::open(s.redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut r = s.redis_conn().await;
     // Drop Redis's copy: the origin reads MySQL and writes it back.
     let _: () = redis::cmd("FLUSHALL").query_async(&mut r).await.unwrap();
     let resp = o
@@ -619,11 +603,7 @@ async fn concurrent_misses_for_one_code_share_one_mysql_lookup() {
     let s = Setup::start();
     let o = &s.origin;
     let code = o.create_ok(json!({"url": "https://cold.example/"})).await;
-    let mut r = redis::Client::open(s.redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut r = s.redis_conn().await;
     let _: () = redis::cmd("FLUSHALL").query_async(&mut r).await.unwrap();
     let before = o.status().await["mysql"]["select"].as_u64().unwrap();
     let mut tasks = Vec::new();

@@ -35,11 +35,7 @@ async fn redis_stopped_and_restarted_loses_nothing() {
     assert!(st["redis"]["error"].as_u64().unwrap() > 0, "{st}");
     // Redis comes back empty; the origin reconnects by itself and refills it.
     s.redis.restart();
-    let mut conn = redis::Client::open(s.redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = s.redis_conn().await;
     let key = shorturl_common::keys::link_key(&during);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

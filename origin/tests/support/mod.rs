@@ -236,6 +236,15 @@ impl Setup {
         Setup { redis, db, origin }
     }
 
+    /// A connection to this setup's Redis, to inspect or tamper with the cache.
+    pub async fn redis_conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.redis.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
     /// SQL against this setup's database.
     pub fn sql(&self, sql: &str) -> String {
         shared_mariadb().sql(&format!("USE `{}`; {sql}", self.db))
