@@ -52,6 +52,22 @@ function M.get_requests(codes, host)
   return reqs
 end
 
+-- A creation request with a URL unique to this thread (`tag`) and request
+-- number `n`; `domain` is optional.
+function M.create_request(host, key, domain, tag, n)
+  local body
+  if domain then
+    body = string.format('{"url":"https://load.example/%s/%d","domain":"%s"}', tag, n, domain)
+  else
+    body = string.format('{"url":"https://load.example/%s/%d"}', tag, n)
+  end
+  return wrk.format("POST", "/api/v1/links", {
+    ["Host"] = host,
+    ["Authorization"] = "Bearer " .. key,
+    ["Content-Type"] = "application/json",
+  }, body)
+end
+
 status_2xx, status_3xx, status_404, status_429, status_5xx, status_other = 0, 0, 0, 0, 0, 0
 
 function M.response(status, headers, body)

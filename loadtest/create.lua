@@ -21,17 +21,7 @@ end
 
 function request()
   counter = counter + 1
-  local body
-  if domain then
-    body = string.format('{"url":"https://load.example/%s/%d","domain":"%s"}', prefix, counter, domain)
-  else
-    body = string.format('{"url":"https://load.example/%s/%d"}', prefix, counter)
-  end
-  return wrk.format("POST", "/api/v1/links", {
-    ["Host"] = host,
-    ["Authorization"] = "Bearer " .. key,
-    ["Content-Type"] = "application/json",
-  }, body)
+  return common.create_request(host, key, domain, prefix, counter)
 end
 
 response = common.response

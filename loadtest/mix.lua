@@ -31,17 +31,7 @@ function request()
     return reqs[math.random(n)]
   end
   counter = counter + 1
-  local body
-  if domain then
-    body = string.format('{"url":"https://mix.example/%s/%d","domain":"%s"}', prefix, counter, domain)
-  else
-    body = string.format('{"url":"https://mix.example/%s/%d"}', prefix, counter)
-  end
-  return wrk.format("POST", "/api/v1/links", {
-    ["Host"] = host,
-    ["Authorization"] = "Bearer " .. key,
-    ["Content-Type"] = "application/json",
-  }, body)
+  return common.create_request(host, key, domain, "mix-" .. prefix, counter)
 end
 
 -- Always counted: the mix is judged on 3xx + 2xx adding up to every request.
