@@ -8,6 +8,19 @@
 /// empty or malformed host (characters outside `[a-z0-9.-]`, empty labels, or
 /// longer than 253 bytes). IPv6 literals (`[::1]:80`) are kept with brackets.
 pub fn normalize_host(raw: &str) -> Option<String> {
+    host_part(raw).map(str::to_ascii_lowercase)
+}
+
+/// True when the raw `Host` value names `domain` (already normalised).
+/// Same rule as [`normalize_host`], without allocating: the redirect hot
+/// path runs it on every request.
+pub fn host_is(raw: &str, domain: &str) -> bool {
+    host_part(raw).is_some_and(|h| h.eq_ignore_ascii_case(domain))
+}
+
+/// The validated host part of a raw `Host` value, borrowed and not yet
+/// lower-cased: whitespace, `:port` and one trailing dot removed.
+fn host_part(raw: &str) -> Option<&str> {
     let raw = raw.trim();
     let host = if let Some(rest) = raw.strip_prefix('[') {
         let end = rest.find(']')?;
@@ -23,7 +36,7 @@ pub fn normalize_host(raw: &str) -> Option<String> {
         {
             return None;
         }
-        return Some(format!("[{}]", inner.to_ascii_lowercase()));
+        return Some(&raw[..end + 2]);
     } else {
         match raw.rsplit_once(':') {
             Some((h, port)) if valid_port(port) => h,
@@ -42,7 +55,7 @@ pub fn normalize_host(raw: &str) -> Option<String> {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-')
     });
-    ok.then(|| host.to_ascii_lowercase())
+    ok.then_some(host)
 }
 
 fn valid_port(p: &str) -> bool {
@@ -51,7 +64,7 @@ fn valid_port(p: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::normalize_host;
+    use super::{host_is, normalize_host};
 
     #[test]
     fn normalises() {
@@ -77,6 +90,24 @@ mod tests {
             Some("127.0.0.1")
         );
         assert_eq!(normalize_host("[::1]:8080").as_deref(), Some("[::1]"));
+    }
+
+    #[test]
+    fn host_is_matches_exactly_what_normalize_host_gives() {
+        for raw in [
+            "S.Shop55.com",
+            "s.shop55.com.:8080",
+            "[::1]:80",
+            "LOCALHOST",
+            "a..b",
+            "",
+            "x:y",
+        ] {
+            for domain in ["s.shop55.com", "[::1]", "localhost", "a..b", ""] {
+                let want = normalize_host(raw).as_deref() == Some(domain);
+                assert_eq!(host_is(raw, domain), want, "{raw:?} vs {domain:?}");
+            }
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
 use shorturl_common::code::code_from_path;
-use shorturl_common::host::normalize_host;
+use shorturl_common::host::host_is;
 use shorturl_common::time::now_unix;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -129,13 +129,17 @@ fn route(req: &RequestHeader) -> Route {
 }
 
 impl Edge {
-    /// The request's domain: normalised `Host` (or absolute-form authority);
-    /// `None` when absent or malformed, which resolves nothing (the origin
-    /// decides the same way).
-    fn request_host(req: &RequestHeader) -> Option<String> {
+    /// True when the request is for `domain`: its normalised `Host` (or
+    /// absolute-form authority) equals it. No Host, or a malformed one,
+    /// matches nothing (the origin decides the same way). Compared in place:
+    /// no allocation per redirect.
+    fn request_is_for(req: &RequestHeader, domain: &str) -> bool {
         match req.headers.get(http::header::HOST) {
-            Some(h) => normalize_host(h.to_str().ok()?),
-            None => normalize_host(req.uri.authority()?.as_str()),
+            Some(h) => h.to_str().is_ok_and(|h| host_is(h, domain)),
+            None => req
+                .uri
+                .authority()
+                .is_some_and(|a| host_is(a.as_str(), domain)),
         }
     }
 
@@ -145,7 +149,6 @@ impl Edge {
         ctx: &mut Ctx,
         code: &str,
     ) -> Result<bool> {
-        let host = Self::request_host(session.req_header());
         let answer = match self.resolver.cache.get(code, ctx.start) {
             Some(e) => {
                 self.metrics.local_hit.inc();
@@ -172,7 +175,7 @@ impl Edge {
         match answer {
             Answer::Found(rec)
                 if !rec.is_expired_at(now_unix())
-                    && host.as_deref() == Some(rec.domain.as_str()) =>
+                    && Self::request_is_for(session.req_header(), &rec.domain) =>
             {
                 respond::redirect(session, &self.cfg.redirect, &rec.url).await?;
             }
