@@ -43,7 +43,7 @@ clean:
 # Load-test kit: the whole stack under wrk next to nginx static and the
 # OpenResty edge, one command (see docs/perf.md). LOADTEST_ARGS passes
 # options, e.g. LOADTEST_ARGS="--workers 2 -c 256".
-.PHONY: loadtest loadtest-quick
+.PHONY: loadtest loadtest-quick loadtest-memory
 loadtest: deps
 	loadtest/run $(LOADTEST_ARGS)
 
@@ -51,3 +51,8 @@ loadtest: deps
 # runs and answers correctly (no speed assertions); non-zero exit otherwise.
 loadtest-quick: deps
 	loadtest/run --quick --profile debug $(LOADTEST_ARGS)
+
+# The edge's memory: RSS at start, per cached link and with a full cache,
+# next to cache.max_bytes (1M records through Redis; see docs/perf.md "Memory").
+loadtest-memory: deps
+	loadtest/memory $(LOADTEST_ARGS)

@@ -44,10 +44,16 @@ end
 
 -- Pre-formatted GET requests, one per code: wrk's single thread must not be
 -- the bottleneck, so request() only indexes a table (no formatting per call).
+-- LOADTEST_CLOSE=1 adds `Connection: close`: a new connection (and, over
+-- https, a full TLS handshake) for every request.
 function M.get_requests(codes, host)
   local reqs = {}
+  local headers = { ["Host"] = host }
+  if os.getenv("LOADTEST_CLOSE") == "1" then
+    headers["Connection"] = "close"
+  end
   for i, c in ipairs(codes) do
-    reqs[i] = wrk.format("GET", "/" .. c, { ["Host"] = host })
+    reqs[i] = wrk.format("GET", "/" .. c, headers)
   end
   return reqs
 end

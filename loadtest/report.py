@@ -14,7 +14,8 @@ import shutil
 import sys
 
 ORDER = ["nginx-static", "edge-hot", "openresty-hot", "edge-redis", "openresty-redis",
-         "edge-origin", "miss-storm", "mix", "create"]
+         "edge-origin", "miss-storm", "mix", "create",
+         "nginx-static-tls", "edge-hot-tls", "nginx-tls-handshake", "edge-tls-handshake"]
 WHAT = {
     "nginx-static": "nginx `return 302` (anchor)",
     "edge-hot": "edge, every code in memory",
@@ -25,6 +26,10 @@ WHAT = {
     "miss-storm": "edge, unknown codes (404)",
     "mix": "edge, 95% GET / 5% create",
     "create": "edge → origin, POST create",
+    "nginx-static-tls": "nginx `return 302` over TLS, keep-alive (TLS anchor)",
+    "edge-hot-tls": "edge over TLS, keep-alive, every code in memory",
+    "nginx-tls-handshake": "nginx `return 302` over TLS, new connection per request (handshake anchor)",
+    "edge-tls-handshake": "edge over TLS, new connection per request",
 }
 SOCKET = ("connect", "read", "write", "timeout")
 
@@ -64,7 +69,8 @@ def delta(before, after, *keys):
 
 def load_scenario(d):
     meta = read_kv(os.path.join(d, "meta"))
-    s = {"name": meta.get("name", os.path.basename(d)), "system": meta.get("system", "?")}
+    s = {"name": meta.get("name", os.path.basename(d)), "system": meta.get("system", "?"),
+         "anchor": meta.get("anchor")}
     notes = []
     if os.path.exists(os.path.join(d, "notes")):
         notes = [l.strip() for l in open(os.path.join(d, "notes")) if l.strip()]
@@ -251,9 +257,13 @@ def load_all(run):
     names = os.listdir(sdir) if os.path.isdir(sdir) else []
     names.sort(key=lambda n: (ORDER.index(n) if n in ORDER else 99, n))
     scenarios = [load_scenario(os.path.join(sdir, n)) for n in names]
-    nginx = by_name(scenarios).get("nginx-static")
-    base = nginx["rps"] if nginx and nginx.get("rps") else None
+    named = by_name(scenarios)
     for s in scenarios:
+        # Each scenario is compared with its own nginx anchor (meta `anchor`,
+        # default nginx-static): TLS ones with nginx over TLS.
+        s["anchor"] = s.get("anchor") or "nginx-static"
+        a = named.get(s["anchor"])
+        base = a["rps"] if a and a.get("rps") else None
         if base and s.get("rps") is not None:
             s["ratio_to_nginx"] = round(s["rps"] / base, 3)
     return scenarios
@@ -325,6 +335,8 @@ def markdown(res):
             out.append(f"| {s['name']} | {s['system']} | FAILED | | | | | | |")
             continue
         ratio = f"{s['ratio_to_nginx']:.2f}×" if s.get("ratio_to_nginx") is not None else "–"
+        if s.get("ratio_to_nginx") is not None and s.get("anchor", "nginx-static") != "nginx-static":
+            ratio += f" (to {s['anchor']})"
         out.append(f"| {s['name']} | {s['system']} | {s['rps']:,.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | "
                    f"{s['p999_ms']:.3f} | {s['errors']} | {ratio} | {s.get('load1_at_start') or '–'} |")
     out += ["", "Targets (compared, not asserted):", "", "| target | measured | goal | result |", "|---|---|---|---|"]

@@ -11,6 +11,13 @@ check cmake cmake
 check nginx nginx
 check wrk wrk
 check curl curl
+check pebble pebble                 # ACME test CA (edge/tests/acme.rs)
+check pkg-config pkg-config
+check openssl openssl
+[ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)   # Pingora's openssl feature links Debian's OpenSSL
+# The schemathesis test (origin/tests/schemathesis.rs) makes a venv.
+check python3 python3
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || need+=(libnginx-mod-http-lua)
 [ -d /usr/share/lua/5.1/resty/core ] || need+=(lua-resty-core)
 [ -e /usr/share/lua/5.1/resty/lrucache.lua ] || need+=(lua-resty-lrucache)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The local stack under ./var: private Redis and MariaDB on non-default
-# ports, the origin on 127.0.0.1:8081 and the edge on 127.0.0.1:8080.
+# ports, the origin on 127.0.0.1:8081 and the edge on 127.0.0.1:8080
+# (HTTPS on 127.0.0.1:8443 with a development CA under var/tls/).
 #   scripts/stack.sh up     start what is not running (idempotent)
 #   scripts/stack.sh down   stop what it started (by pid file)
 #   scripts/stack.sh status
@@ -50,13 +51,43 @@ start_mariadb() {
   mariadb -h127.0.0.1 -P"$MYSQL_PORT" -uroot -e "CREATE DATABASE IF NOT EXISTS shorturl"
 }
 
-dev_config() {
-  if [ ! -s "$VAR/dev-api-key" ]; then
-    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$VAR/dev-api-key"
+new_key() { # file: a random key, kept across runs
+  if [ ! -s "$1" ]; then
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1"
   fi
-  local hash
-  hash=$(tr -d '\n' <"$VAR/dev-api-key" | sha256sum | cut -d' ' -f1)
-  sed "s/__DEV_KEY_SHA256__/$hash/" conf/origin.dev.yaml >"$VAR/origin.yaml"
+  tr -d '\n' <"$1" | sha256sum | cut -d' ' -f1
+}
+
+dev_config() {
+  local admin merchant
+  admin=$(new_key "$VAR/dev-api-key")            # app "dev": admin
+  merchant=$(new_key "$VAR/dev-merchant-key")    # app "merchant55": merchant 55 only
+  sed -e "s/__DEV_KEY_SHA256__/$admin/" -e "s/__MERCHANT_KEY_SHA256__/$merchant/" \
+    conf/origin.dev.yaml >"$VAR/origin.yaml"
+}
+
+# A development CA (var/tls/ca.pem: trust it in curl with --cacert) and
+# certificates for localhost and the dev domains in the edge's certificate
+# directory (var/tls/certs), made once with the openssl CLI.
+DEV_TLS_NAMES="localhost s.shop55.com go.brand91.cn"
+dev_tls() {
+  local d=$VAR/tls
+  mkdir -p "$d/certs"
+  if [ ! -s "$d/ca.pem" ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+      -subj "/CN=shorturl development CA" -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
+    chmod 600 "$d/ca.key"
+  fi
+  local n
+  for n in $DEV_TLS_NAMES; do
+    [ -s "$d/certs/$n.crt" ] && continue
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$n" \
+      -keyout "$d/certs/$n.key" -out "$d/certs/$n.csr" 2>/dev/null
+    printf 'subjectAltName=DNS:%s\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "$n" >"$d/certs/$n.ext"
+    openssl x509 -req -in "$d/certs/$n.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+      -days 825 -sha256 -extfile "$d/certs/$n.ext" -out "$d/certs/$n.crt" 2>/dev/null
+    rm -f "$d/certs/$n.csr" "$d/certs/$n.ext"
+  done
 }
 
 start_origin() {
@@ -98,6 +129,7 @@ case "${1:-}" in
     start_redis
     start_mariadb
     dev_config
+    dev_tls
     start_origin
     start_edge
     KEY=$(cat "$VAR/dev-api-key")
@@ -105,7 +137,8 @@ case "${1:-}" in
     cat <<MSG
 
 Stack is up: origin 127.0.0.1:$ORIGIN_PORT, Redis 127.0.0.1:$REDIS_PORT, MariaDB 127.0.0.1:$MYSQL_PORT$([ -x "$BIN/shorturl-edge" ] && echo ", edge 127.0.0.1:$EDGE_PORT").
-Dev API key: var/dev-api-key. Logs: var/*.log. Stop with: make down
+API keys: var/dev-api-key (admin), var/dev-merchant-key (merchant 55, domain s.shop55.com).
+Logs: var/*.log. Stop with: make down
 
 Create a link:
   curl -s -X POST http://127.0.0.1:$PORT/api/v1/links \\
@@ -113,6 +146,16 @@ Create a link:
        -H 'Content-Type: application/json' -d '{"url":"https://example.com/hello"}'
 Follow it (use the code from the answer):
   curl -i -H 'Host: localhost' http://127.0.0.1:$PORT/<code>
+Over HTTPS (HTTP/2), trusting the development CA:
+  curl -i --cacert var/tls/ca.pem https://localhost:8443/<code>
+  curl -i --cacert var/tls/ca.pem --resolve s.shop55.com:8443:127.0.0.1 https://s.shop55.com:8443/<code>
+Edit it, then read its history (README.md, "Quick start"):
+  curl -s -X PATCH http://127.0.0.1:$PORT/api/v1/links/<code> -H "Authorization: Bearer \$(cat var/dev-api-key)" \\
+       -H 'Content-Type: application/json' -d '{"url":"https://example.com/edited"}'
+  curl -s http://127.0.0.1:$PORT/api/v1/links/<code>/history -H "Authorization: Bearer \$(cat var/dev-api-key)"
+Find links (newest first; follow next_cursor for the next page):
+  curl -s 'http://127.0.0.1:$PORT/api/v1/links?domain=localhost&limit=10' -H "Authorization: Bearer \$(cat var/dev-api-key)"
+The API contract: http://127.0.0.1:$PORT/api/v1/openapi.json (docs/openapi.yaml)
 MSG
     CODE=$(curl -s -X POST "http://127.0.0.1:$PORT/api/v1/links" -H "Authorization: Bearer $KEY" \
       -H 'Content-Type: application/json' -d '{"url":"https://example.com/hello"}' | sed -n 's/.*"code":"\([^"]*\)".*/\1/p')
@@ -120,6 +163,10 @@ MSG
       echo
       echo "Example: created $CODE; following it:"
       curl -s -o /dev/null -w '  %{http_code} -> %{redirect_url}\n' -H 'Host: localhost' "http://127.0.0.1:$PORT/$CODE"
+      if [ -x "$BIN/shorturl-edge" ]; then
+        curl -s -o /dev/null --cacert "$VAR/tls/ca.pem" -w '  HTTPS (HTTP/%{http_version}): %{http_code} -> %{redirect_url}\n' \
+          "https://localhost:8443/$CODE" || true
+      fi
     fi
     ;;
   down)

@@ -19,8 +19,10 @@ pub fn host_is(raw: &str, domain: &str) -> bool {
 }
 
 /// The validated host part of a raw `Host` value, borrowed and not yet
-/// lower-cased: whitespace, `:port` and one trailing dot removed.
-fn host_part(raw: &str) -> Option<&str> {
+/// lower-cased: whitespace, `:port` and one trailing dot removed; `None` when
+/// [`normalize_host`] would refuse it. Compare it to a normalised domain with
+/// `eq_ignore_ascii_case` (no allocation).
+pub fn host_part(raw: &str) -> Option<&str> {
     let raw = raw.trim();
     let host = if let Some(rest) = raw.strip_prefix('[') {
         let end = rest.find(']')?;

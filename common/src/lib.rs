@@ -4,14 +4,21 @@
 //! re-implements the same rules in Lua, so keep this code and that document in
 //! step (the protocol is versioned by [`PROTOCOL_VERSION`]).
 
+pub mod cidr;
 pub mod code;
 pub mod error;
+pub mod failpoint;
 pub mod host;
+pub mod inval;
 pub mod keys;
 pub mod record;
 pub mod redirect;
+pub mod request_rules;
+pub mod singleflight;
 pub mod status;
 pub mod time;
+pub mod tls;
 
-/// Version of the wire contract (Redis keys, record format, HTTP API, status JSON).
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of the wire contract (record format, invalidation channel, HTTP
+/// API, status JSON). 2: versioned records and invalidation messages.
+pub const PROTOCOL_VERSION: u32 = 2;

@@ -1,28 +1,37 @@
 //! The link record as stored in Redis and returned by the origin's record
-//! endpoint.
+//! endpoint (protocol 2, `docs/protocol.md` section 3).
 //!
-//! Format (protocol v1), one line of ASCII-safe text, fields separated by a
-//! single space, URL last:
+//! One line of ASCII text, fields separated by a single space, URL last:
 //!
 //! ```text
-//! 1 <expires_at_unix> <domain> <url>
+//! 2 <version> <expires_at_unix> <domain> <url>     a link
+//! - <version>                                      a negative record
 //! ```
 //!
-//! The URL never contains whitespace (creation refuses it) and the domain is
-//! a normalised host, so a Lua pattern `^1 (%d+) (%S+) (%S+)$` parses it.
-//! The single character `-` is a negative record: the code is known not to
-//! resolve (unknown, disabled or expired).
+//! `version` is the link row's version in MySQL (0 for a code that was never
+//! issued, 1 at creation, +1 on every change), so a writer can refuse to
+//! replace a newer state with an older one. The URL never contains
+//! whitespace (creation refuses it) and the domain is a normalised host, so
+//! the Lua patterns `^2 (%d+) (%d+) (%S+) (%S+)$` and `^%- (%d+)$` parse it.
+//!
+//! Readers also accept the protocol 1 forms `1 <expires_at> <domain> <url>`
+//! and `-`, as version 0, so a rolling upgrade can meet values written by
+//! older origins.
 
 use crate::time::now_unix;
 
-/// Leading field of a v1 record.
-pub const RECORD_VERSION: &str = "1";
-/// The negative record value.
+/// Leading field of a protocol 2 record.
+pub const RECORD_VERSION: &str = "2";
+/// Leading field of a protocol 1 record (read as version 0, never written).
+pub const LEGACY_RECORD_VERSION: &str = "1";
+/// The protocol 1 negative record (read as version 0, never written).
 pub const NEGATIVE: &str = "-";
 
 /// A resolvable link: where it goes, on which domain, until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
+    /// The link row's version (0 for a record written by a protocol 1 origin).
+    pub version: u64,
     /// Unix seconds after which the link is gone (404 everywhere).
     pub expires_at: u64,
     /// The normalised host the link was created for; it resolves nowhere else.
@@ -36,8 +45,9 @@ pub struct Record {
 pub enum Lookup {
     /// A live or expired link (check [`Record::is_expired`]).
     Found(Record),
-    /// The code is known not to resolve.
-    Negative,
+    /// The code is known not to resolve (never issued, disabled, deleted or
+    /// expired), as of this row version.
+    Negative(u64),
 }
 
 /// Why a stored value could not be read as a record.
@@ -52,11 +62,22 @@ impl std::fmt::Display for MalformedRecord {
 
 impl std::error::Error for MalformedRecord {}
 
+/// A non-empty run of ASCII digits as a number: exactly what Lua's `%d+`
+/// accepts (Rust's own parser would also take a leading `+`).
+fn digits(s: &str) -> Result<u64, MalformedRecord> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(MalformedRecord);
+    }
+    s.parse().map_err(|_| MalformedRecord)
+}
+
 impl Record {
-    /// Serialises to the v1 line format.
+    /// Serialises to the protocol 2 line format.
     pub fn encode(&self) -> String {
-        let mut s = String::with_capacity(24 + self.domain.len() + self.url.len());
+        let mut s = String::with_capacity(48 + self.domain.len() + self.url.len());
         s.push_str(RECORD_VERSION);
+        s.push(' ');
+        s.push_str(&self.version.to_string());
         s.push(' ');
         s.push_str(&self.expires_at.to_string());
         s.push(' ');
@@ -85,36 +106,72 @@ impl Record {
     pub fn binds(&self, host: &str) -> bool {
         self.domain == host
     }
-}
 
-impl Lookup {
-    /// Parses a stored value: a v1 record or the negative marker.
-    pub fn decode(value: &str) -> Result<Lookup, MalformedRecord> {
-        if value == NEGATIVE {
-            return Ok(Lookup::Negative);
-        }
-        let mut parts = value.splitn(4, ' ');
-        let (Some(RECORD_VERSION), Some(exp), Some(domain), Some(url)) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(MalformedRecord);
-        };
-        let expires_at = exp.parse::<u64>().map_err(|_| MalformedRecord)?;
+    fn from_fields(
+        version: u64,
+        exp: &str,
+        domain: &str,
+        url: &str,
+    ) -> Result<Record, MalformedRecord> {
+        let expires_at = digits(exp)?;
         if domain.is_empty() || url.is_empty() || url.bytes().any(|b| b.is_ascii_whitespace()) {
             return Err(MalformedRecord);
         }
-        Ok(Lookup::Found(Record {
+        Ok(Record {
+            version,
             expires_at,
             domain: domain.to_owned(),
             url: url.to_owned(),
-        }))
+        })
+    }
+}
+
+impl Lookup {
+    /// Parses a stored value: a protocol 2 record or negative, or their
+    /// protocol 1 forms (version 0).
+    pub fn decode(value: &str) -> Result<Lookup, MalformedRecord> {
+        if value == NEGATIVE {
+            return Ok(Lookup::Negative(0));
+        }
+        if let Some(v) = value.strip_prefix("- ") {
+            return Ok(Lookup::Negative(digits(v)?));
+        }
+        match value.split_once(' ') {
+            Some((RECORD_VERSION, rest)) => {
+                let mut parts = rest.splitn(4, ' ');
+                let (Some(version), Some(exp), Some(domain), Some(url)) =
+                    (parts.next(), parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(MalformedRecord);
+                };
+                Record::from_fields(digits(version)?, exp, domain, url).map(Lookup::Found)
+            }
+            Some((LEGACY_RECORD_VERSION, rest)) => {
+                let mut parts = rest.splitn(3, ' ');
+                let (Some(exp), Some(domain), Some(url)) =
+                    (parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(MalformedRecord);
+                };
+                Record::from_fields(0, exp, domain, url).map(Lookup::Found)
+            }
+            _ => Err(MalformedRecord),
+        }
     }
 
-    /// The stored form of this lookup result.
+    /// The stored form of this lookup result (always protocol 2).
     pub fn encode(&self) -> String {
         match self {
             Lookup::Found(r) => r.encode(),
-            Lookup::Negative => NEGATIVE.to_owned(),
+            Lookup::Negative(v) => format!("- {v}"),
+        }
+    }
+
+    /// The row version this answer reflects.
+    pub fn version(&self) -> u64 {
+        match self {
+            Lookup::Found(r) => r.version,
+            Lookup::Negative(v) => *v,
         }
     }
 }
@@ -126,22 +183,48 @@ mod tests {
     #[test]
     fn roundtrip() {
         let r = Record {
+            version: 7,
             expires_at: 1_900_000_000,
             domain: "s.shop55.com".into(),
             url: "https://example.com/a b".replace(' ', "%20"),
         };
         let line = r.encode();
-        assert_eq!(line, "1 1900000000 s.shop55.com https://example.com/a%20b");
-        assert_eq!(Lookup::decode(&line), Ok(Lookup::Found(r)));
-        assert_eq!(Lookup::decode("-"), Ok(Lookup::Negative));
+        assert_eq!(
+            line,
+            "2 7 1900000000 s.shop55.com https://example.com/a%20b"
+        );
+        assert_eq!(Lookup::decode(&line), Ok(Lookup::Found(r.clone())));
+        assert_eq!(Lookup::Found(r).version(), 7);
+        assert_eq!(Lookup::decode("- 3"), Ok(Lookup::Negative(3)));
+        assert_eq!(Lookup::Negative(3).encode(), "- 3");
+        assert_eq!(Lookup::Negative(0).encode(), "- 0");
+    }
+
+    #[test]
+    fn protocol_1_values_read_as_version_0() {
+        assert_eq!(
+            Lookup::decode("1 5 d.com https://x/y"),
+            Ok(Lookup::Found(Record {
+                version: 0,
+                expires_at: 5,
+                domain: "d.com".into(),
+                url: "https://x/y".into()
+            }))
+        );
+        assert_eq!(Lookup::decode("-"), Ok(Lookup::Negative(0)));
+        assert_eq!(Lookup::decode("-").map(|l| l.version()), Ok(0));
     }
 
     #[test]
     fn url_may_contain_separators_other_than_space() {
-        let line = "1 5 d.com https://x.com/?a=1|2&b=3:4";
-        match Lookup::decode(line) {
-            Ok(Lookup::Found(r)) => assert_eq!(r.url, "https://x.com/?a=1|2&b=3:4"),
-            other => panic!("unexpected {other:?}"),
+        for line in [
+            "2 1 5 d.com https://x.com/?a=1|2&b=3:4",
+            "1 5 d.com https://x.com/?a=1|2&b=3:4",
+        ] {
+            match Lookup::decode(line) {
+                Ok(Lookup::Found(r)) => assert_eq!(r.url, "https://x.com/?a=1|2&b=3:4"),
+                other => panic!("unexpected {other:?}"),
+            }
         }
     }
 
@@ -150,11 +233,22 @@ mod tests {
         for bad in [
             "",
             "2 5 d.com https://x",
+            "2 x 5 d.com https://x",
+            "2 +1 5 d.com https://x",
+            "2 1 +5 d.com https://x",
+            "2 1 5 d.com https://x y",
+            "2 1 5  https://x",
+            "3 1 5 d.com https://x",
             "1 x d.com https://x",
+            "1 +5 d.com https://x",
             "1 5 d.com",
             "1 5  https://x",
             "1 5 d.com https://x y",
             "--",
+            "- ",
+            "- x",
+            "- 1 2",
+            "-1",
         ] {
             assert_eq!(Lookup::decode(bad), Err(MalformedRecord), "{bad:?}");
         }
@@ -163,6 +257,7 @@ mod tests {
     #[test]
     fn expiry_and_binding() {
         let r = Record {
+            version: 1,
             expires_at: 100,
             domain: "a.com".into(),
             url: "https://x".into(),

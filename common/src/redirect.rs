@@ -30,21 +30,27 @@ impl Default for RedirectPolicy {
     }
 }
 
+/// A redirect policy that cannot be served; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedirectPolicyError {
+    #[error("redirect.status must be one of 301, 302, 307, 308 (got {0})")]
+    Status(u16),
+    #[error("redirect.{0} must be a non-empty header value")]
+    HeaderValue(&'static str),
+}
+
 impl RedirectPolicy {
-    /// Checks the policy; the message names the offending field.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the policy.
+    pub fn validate(&self) -> Result<(), RedirectPolicyError> {
         if !ALLOWED_STATUSES.contains(&self.status) {
-            return Err(format!(
-                "redirect.status must be one of 301, 302, 307, 308 (got {})",
-                self.status
-            ));
+            return Err(RedirectPolicyError::Status(self.status));
         }
         for (name, v) in [
             ("cache_control", &self.cache_control),
             ("not_found_cache_control", &self.not_found_cache_control),
         ] {
             if v.is_empty() || v.bytes().any(|b| b.is_ascii_control()) {
-                return Err(format!("redirect.{name} must be a non-empty header value"));
+                return Err(RedirectPolicyError::HeaderValue(name));
             }
         }
         Ok(())

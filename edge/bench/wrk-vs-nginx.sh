@@ -50,7 +50,7 @@ edge:
   redis: { url: "redis://127.0.0.1:$REDIS_PORT/" }
   origin: { servers: ["127.0.0.1:1"] }
   cache: { max_bytes: 268435456, positive_ttl_secs: 3600 }
-  limits: { unknown_per_ip_per_sec: 0 }
+  limits: { unknown_per_ip_per_sec: 0, max_connections_per_ip: 0 }
   access_log: { path: ${ACCESS_LOG:-off} }
 YAML
 RUST_LOG=error taskset -c 0 "$BIN" -c "$WORK/edge.yaml" >"$WORK/edge.log" 2>&1 &

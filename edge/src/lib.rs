@@ -2,18 +2,26 @@
 //!
 //! Redirects are answered in `request_filter` from an in-process cache, then
 //! Redis, then the origin's record endpoint (coalesced per code); API routes
-//! are proxied to a health-checked origin pool. See `docs/architecture.md`.
+//! are proxied to a health-checked origin pool; invalidation messages from
+//! Redis pub/sub keep the in-process cache current (`inval`). Connections pass through
+//! `conn` first (connection caps, request-head deadline). See
+//! `docs/architecture.md`.
 
 pub mod access_log;
 pub mod cache;
 pub mod config;
-pub mod legacy_lua;
+pub mod conn;
+pub mod inval;
 pub mod limits;
 pub mod lookup;
 pub mod metrics;
+pub mod net;
 pub mod origin;
 pub mod outcome;
 pub mod proxy;
 pub mod redis_store;
+pub mod request_rules;
 pub mod respond;
+pub mod route;
 pub mod status;
+pub mod tls;

@@ -1,89 +1,345 @@
-//! Per-client-IP abuse limits on top of `pingora-limits::Rate` (a count-min
-//! sketch per one-second window: constant memory whatever the number of
-//! clients, lock-free).
+//! Per-client abuse limits with exact counters.
 //!
-//! * unknown-code lookups: every 404 for a code-shaped path counts against
-//!   the client; once past the limit, its next *uncached* lookups are 429
-//!   before any Redis or origin work, so an enumeration scan costs the edge
-//!   almost nothing. Cached redirects are never limited.
-//! * creations: `POST /api/v1/links` per client before forwarding.
+//! Each client (its address; IPv6 by its prefix, see [`ClientKey`]) has its
+//! own counters in a bounded table that evicts the least recently seen
+//! client, so a spray of distinct source addresses can only push other
+//! *sprayers* out of the table; it can never raise anyone else's count (the
+//! count-min sketch used before could be filled that way, after which every
+//! client was over every limit). An evicted client starts again from zero.
+//!
+//! * unknown-code lookups: every 404 for a code-shaped path counts; once a
+//!   client is past `unknown_per_ip_per_sec`, its next lookups that are not a
+//!   cached record answer 429 before any Redis or origin work. Cached
+//!   redirects never reach this module.
+//! * creations: `POST /api/v1/links` per client, counted before forwarding.
+//! * refused creations: creations the origin answered 401/403, a stricter
+//!   per-minute budget; once spent, further creations from that client are
+//!   429 at the edge and never reach the origin.
+//!
+//! Windows are fixed and start at a client's first counted event, so a burst
+//! shorter than the window is counted exactly. A limit of 0 is off; with
+//! every limit off the table is never touched.
 
 use crate::config::LimitsConfig;
-use pingora_limits::rate::Rate;
-use std::net::IpAddr;
-use std::time::Duration;
+use crate::net::ClientKey;
+use lru::LruCache;
+use pingora_prometheus::prometheus::IntCounter;
+use std::hash::BuildHasher;
+use std::num::NonZeroUsize;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
-/// The two per-IP limiters.
+const SECOND_MS: u64 = 1000;
+const MINUTE_MS: u64 = 60_000;
+/// Tables at least this large are split into [`SHARDS`] locks.
+const SHARD_FROM: usize = 1024;
+const SHARDS: usize = 16;
+
+/// Which limit refused a request (the `limit` label of
+/// `shorturl_limits_refused_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Too many unknown-code answers this second.
+    Unknown,
+    /// Too many creations this second.
+    Creations,
+    /// Too many creations refused by the origin this minute.
+    RefusedCreations,
+}
+
+impl Refusal {
+    /// Every refusal, in label order.
+    pub const ALL: [Refusal; 3] = [
+        Refusal::Unknown,
+        Refusal::Creations,
+        Refusal::RefusedCreations,
+    ];
+
+    /// Metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Unknown => "unknown",
+            Refusal::Creations => "creations",
+            Refusal::RefusedCreations => "refused_creations",
+        }
+    }
+
+    /// The 429 message.
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::Unknown => "too many requests for unknown links",
+            Refusal::Creations => "too many creations",
+            Refusal::RefusedCreations => "too many refused creations",
+        }
+    }
+}
+
+/// A fixed window starting at the first event counted in it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    start_ms: u64,
+    count: u32,
+}
+
+impl Window {
+    fn value(&self, now_ms: u64, len_ms: u64) -> u32 {
+        if now_ms.saturating_sub(self.start_ms) >= len_ms {
+            0
+        } else {
+            self.count
+        }
+    }
+
+    fn add(&mut self, now_ms: u64, len_ms: u64) -> u32 {
+        if self.value(now_ms, len_ms) == 0 {
+            *self = Window {
+                start_ms: now_ms,
+                count: 0,
+            };
+        }
+        self.count = self.count.saturating_add(1);
+        self.count
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    unknown: Window,
+    creations: Window,
+    refused: Window,
+}
+
+type Shard = LruCache<ClientKey, Counters>;
+
+/// The bounded client table.
+struct ClientTable {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: std::hash::RandomState,
+    epoch: Instant,
+    evictions: IntCounter,
+}
+
+impl ClientTable {
+    fn new(clients: usize, evictions: IntCounter) -> Self {
+        let n = if clients >= SHARD_FROM { SHARDS } else { 1 };
+        let per = NonZeroUsize::new(clients.div_ceil(n)).unwrap_or(NonZeroUsize::MIN);
+        ClientTable {
+            // Sparse: memory follows the clients seen, not the bound.
+            shards: (0..n).map(|_| Mutex::new(LruCache::sparse(per))).collect(),
+            hasher: std::hash::RandomState::new(),
+            epoch: Instant::now(),
+            evictions,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn shard(&self, key: &ClientKey) -> MutexGuard<'_, Shard> {
+        let i = (self.hasher.hash_one(key) as usize) % self.shards.len();
+        let m = &self.shards[i];
+        // A poisoned shard still holds whole entries.
+        match m.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Reads `key`'s counters (marking it seen); `None` when not tracked.
+    fn read<R>(&self, key: &ClientKey, f: impl FnOnce(&Counters, u64) -> R) -> Option<R> {
+        let now = self.now_ms();
+        self.shard(key).get(key).map(|c| f(c, now))
+    }
+
+    /// Updates `key`'s counters, tracking it (and evicting the least
+    /// recently seen client of its shard when full) if it is new.
+    fn update<R>(&self, key: ClientKey, f: impl FnOnce(&mut Counters, u64) -> R) -> R {
+        let now = self.now_ms();
+        let mut shard = self.shard(&key);
+        if shard.len() >= shard.cap().get() && !shard.contains(&key) {
+            self.evictions.inc();
+        }
+        f(shard.get_or_insert_mut(key, Counters::default), now)
+    }
+}
+
+/// The per-client limits.
 pub struct Limits {
-    unknown: Rate,
-    unknown_max: isize,
-    creations: Rate,
-    creations_max: isize,
+    unknown_max: u32,
+    creations_max: u32,
+    refused_max: u32,
+    table: ClientTable,
 }
 
 impl Limits {
-    /// Limiters with one-second windows; a configured 0 disables one.
-    pub fn new(cfg: &LimitsConfig) -> Self {
+    /// Limits from the configuration; `evictions` counts clients pushed out
+    /// of the table.
+    pub fn new(cfg: &LimitsConfig, evictions: IntCounter) -> Self {
         Limits {
-            unknown: Rate::new(Duration::from_secs(1)),
-            unknown_max: cfg.unknown_per_ip_per_sec as isize,
-            creations: Rate::new(Duration::from_secs(1)),
-            creations_max: cfg.creations_per_ip_per_sec as isize,
+            unknown_max: cfg.unknown_per_ip_per_sec,
+            creations_max: cfg.creations_per_ip_per_sec,
+            refused_max: cfg.refused_creations_per_ip_per_min,
+            table: ClientTable::new(cfg.clients_tracked, evictions),
         }
     }
 
-    /// True when `ip` has already produced too many unknown-code answers in
-    /// the current window.
-    pub fn unknown_exceeded(&self, ip: &IpAddr) -> bool {
-        self.unknown_max > 0 && self.unknown.observe(ip, 0) >= self.unknown_max
+    /// True when `client` has already produced too many unknown-code
+    /// answers in its current one-second window.
+    pub fn unknown_exceeded(&self, client: &ClientKey) -> bool {
+        self.unknown_max > 0
+            && self
+                .table
+                .read(client, |c, now| {
+                    c.unknown.value(now, SECOND_MS) >= self.unknown_max
+                })
+                .unwrap_or(false)
     }
 
-    /// Counts one unknown-code answer for `ip`.
-    pub fn count_unknown(&self, ip: &IpAddr) {
+    /// Counts one unknown-code answer for `client`.
+    pub fn count_unknown(&self, client: ClientKey) {
         if self.unknown_max > 0 {
-            self.unknown.observe(ip, 1);
+            self.table
+                .update(client, |c, now| c.unknown.add(now, SECOND_MS));
         }
     }
 
-    /// Counts a creation for `ip`; false when it is over the limit.
-    pub fn allow_creation(&self, ip: &IpAddr) -> bool {
-        self.creations_max == 0 || self.creations.observe(ip, 1) <= self.creations_max
+    /// Decides a creation before it is forwarded: refused while the client's
+    /// refused-creation budget is spent, else counted against the
+    /// per-second creation limit.
+    pub fn admit_creation(&self, client: ClientKey) -> Result<(), Refusal> {
+        if self.creations_max == 0 && self.refused_max == 0 {
+            return Ok(());
+        }
+        self.table.update(client, |c, now| {
+            if self.refused_max > 0 && c.refused.value(now, MINUTE_MS) >= self.refused_max {
+                return Err(Refusal::RefusedCreations);
+            }
+            if self.creations_max > 0 && c.creations.add(now, SECOND_MS) > self.creations_max {
+                return Err(Refusal::Creations);
+            }
+            Ok(())
+        })
+    }
+
+    /// Counts a creation the origin refused (401/403) for `client`.
+    pub fn count_refused_creation(&self, client: ClientKey) {
+        if self.refused_max > 0 {
+            self.table
+                .update(client, |c, now| c.refused.add(now, MINUTE_MS));
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::IpAddr;
+    use std::time::Duration;
 
-    fn cfg(unknown: u32, creations: u32) -> LimitsConfig {
+    fn cfg(unknown: u32, creations: u32, refused: u32, clients: usize) -> LimitsConfig {
         LimitsConfig {
             unknown_per_ip_per_sec: unknown,
             creations_per_ip_per_sec: creations,
+            refused_creations_per_ip_per_min: refused,
+            clients_tracked: clients,
+            ipv6_prefix_len: 64,
             max_uri_bytes: 4096,
             max_header_bytes: 16384,
             client_timeout: Duration::from_secs(10),
             keepalive_timeout_secs: 60,
+            header_timeout: Duration::from_secs(5),
+            max_connections: 0,
+            max_connections_per_ip: 0,
         }
     }
 
+    fn evictions() -> IntCounter {
+        IntCounter::new("test_evictions", "test").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn key(n: u32) -> ClientKey {
+        ClientKey::new(IpAddr::from(n.to_be_bytes()), 64)
+    }
+
     #[test]
-    fn per_ip_and_disabled() {
-        let l = Limits::new(&cfg(3, 2));
-        let a: IpAddr = [10, 0, 0, 1].into();
-        let b: IpAddr = [10, 0, 0, 2].into();
+    fn per_client_and_disabled() {
+        let l = Limits::new(&cfg(3, 2, 0, 100), evictions());
+        let (a, b) = (key(1), key(2));
         for _ in 0..3 {
             assert!(!l.unknown_exceeded(&a));
-            l.count_unknown(&a);
+            l.count_unknown(a);
         }
         assert!(l.unknown_exceeded(&a));
         assert!(!l.unknown_exceeded(&b), "limits are per client");
-        assert!(l.allow_creation(&a) && l.allow_creation(&a));
-        assert!(!l.allow_creation(&a));
-        let off = Limits::new(&cfg(0, 0));
+        assert_eq!(l.admit_creation(a), Ok(()));
+        assert_eq!(l.admit_creation(a), Ok(()));
+        assert_eq!(l.admit_creation(a), Err(Refusal::Creations));
+        assert_eq!(l.admit_creation(b), Ok(()));
+        let off = Limits::new(&cfg(0, 0, 0, 100), evictions());
         for _ in 0..100 {
-            off.count_unknown(&a);
-            assert!(off.allow_creation(&a));
+            off.count_unknown(a);
+            off.count_refused_creation(a);
+            assert_eq!(off.admit_creation(a), Ok(()));
         }
         assert!(!off.unknown_exceeded(&a));
+    }
+
+    #[test]
+    fn a_spray_of_clients_cannot_raise_another_clients_count() {
+        let ev = evictions();
+        let l = Limits::new(&cfg(1, 0, 0, 64), ev.clone());
+        let victim = key(7);
+        l.count_unknown(key(8));
+        for n in 1000..50_000 {
+            l.count_unknown(key(n));
+            assert!(l.unknown_exceeded(&key(n)), "own count is exact");
+        }
+        assert!(!l.unknown_exceeded(&victim));
+        assert!(
+            !l.unknown_exceeded(&key(8)),
+            "evicted clients start from zero"
+        );
+        assert_eq!(
+            ev.get(),
+            49_000 + 1 - 64,
+            "one eviction per new client past the bound"
+        );
+    }
+
+    #[test]
+    fn the_least_recently_seen_client_is_evicted() {
+        let l = Limits::new(&cfg(1, 0, 0, 2), evictions());
+        l.count_unknown(key(1));
+        l.count_unknown(key(2));
+        assert!(l.unknown_exceeded(&key(1)), "seen again: now most recent");
+        l.count_unknown(key(3)); // evicts 2, the least recently seen
+        assert!(l.unknown_exceeded(&key(1)));
+        assert!(!l.unknown_exceeded(&key(2)));
+        assert!(l.unknown_exceeded(&key(3)));
+    }
+
+    #[test]
+    fn refused_creations_spend_a_stricter_budget() {
+        let l = Limits::new(&cfg(0, 100, 2, 100), evictions());
+        let (a, b) = (key(1), key(2));
+        assert_eq!(l.admit_creation(a), Ok(()));
+        l.count_refused_creation(a);
+        assert_eq!(l.admit_creation(a), Ok(()));
+        l.count_refused_creation(a);
+        assert_eq!(l.admit_creation(a), Err(Refusal::RefusedCreations));
+        assert_eq!(l.admit_creation(a), Err(Refusal::RefusedCreations));
+        assert_eq!(l.admit_creation(b), Ok(()));
+    }
+
+    #[test]
+    fn windows_start_at_the_first_event_and_expire() {
+        let mut w = Window::default();
+        assert_eq!(w.add(5_000, SECOND_MS), 1);
+        assert_eq!(w.add(5_999, SECOND_MS), 2);
+        assert_eq!(w.value(5_999, SECOND_MS), 2);
+        assert_eq!(w.value(6_000, SECOND_MS), 0);
+        assert_eq!(w.add(6_500, SECOND_MS), 1);
+        assert_eq!(w.value(7_499, SECOND_MS), 1);
     }
 }

@@ -1,29 +1,42 @@
 //! The miss path: in-process cache → Redis → origin, with concurrent misses
-//! for one code coalesced into a single lookup.
+//! for one code coalesced into a single lookup by
+//! [`SingleFlight`](shorturl_common::singleflight::SingleFlight).
 //!
-//! The first request to miss becomes the leader: it registers the code in
-//! the in-flight table and spawns the lookup as its own task, so a client
-//! that disconnects (or a caller that is cancelled) can never cancel it nor
-//! leave a stale lock behind. Every request for that code, the leader
-//! included, then waits on a `watch` channel for the result. The task stores
-//! the result in the cache *before* leaving the table, so a later request
-//! finds either the table entry or the cached answer, never neither.
+//! The first request to miss becomes the leader and its lookup runs as its
+//! own task, so a client that disconnects can neither cancel it nor leave a
+//! stale entry, and a lookup task that panics leaves no entry either (its
+//! waiters get `Unavailable`, the next request starts a new lookup). The task
+//! stores the result in the cache *before* the flight ends, so a later
+//! request finds either the flight or the cached answer, never neither.
 //! Failures are results too: all waiters get the same `Unavailable`, and it
 //! is cached for `unavailable_ttl` so the next wave does not retry at once.
+//!
+//! Invalidation (`crate::inval`): the answer is stored only if no message
+//! announced a newer version of the code meanwhile (the cache's tombstone);
+//! otherwise the code is looked up once more, and Redis already holds the
+//! newer state (the origin writes it before publishing). An answer whose
+//! lookup did not start while subscribed is cached at most
+//! `unsubscribed_grace` (a change after its read may never be announced).
+//!
+//! Failpoints (tests only): `edge.lookup.panic=<code>` makes the first lookup
+//! task for `<code>` panic; `edge.lookup.hold=<code>@<path>` pauses the
+//! first lookup of `<code>` after its Redis (or origin) read, before the
+//! answer is stored, while the file `<path>` exists (it creates
+//! `<path>.held` when it starts waiting).
 
-use crate::cache::{Answer, LocalCache};
+use crate::cache::{Answer, Generation, LocalCache, Stored};
 use crate::config::CacheConfig;
 use crate::metrics::Metrics;
 use crate::origin::OriginPool;
 use crate::outcome::Outcome;
 use crate::redis_store::RedisStore;
+use shorturl_common::failpoint;
 use shorturl_common::keys::link_key;
 use shorturl_common::record::Lookup;
+use shorturl_common::singleflight::{Role, SingleFlight};
 use shorturl_common::time::now_unix;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 
 /// A finished lookup: the answer and where it came from.
 #[derive(Debug, Clone)]
@@ -35,12 +48,20 @@ pub struct Resolved {
     pub max_age: Option<Duration>,
 }
 
-type Flight = watch::Receiver<Option<Resolved>>;
+impl Resolved {
+    fn unavailable() -> Self {
+        Resolved {
+            answer: Answer::Unavailable,
+            source: Outcome::Fail,
+            max_age: None,
+        }
+    }
+}
 
 /// Resolves codes through the cache, Redis and the origin.
 pub struct Resolver {
     pub cache: LocalCache,
-    inflight: Mutex<HashMap<Box<str>, Flight>>,
+    flight: Arc<SingleFlight<String, Resolved>>,
     redis: RedisStore,
     origin: Arc<OriginPool>,
     metrics: Arc<Metrics>,
@@ -57,7 +78,7 @@ impl Resolver {
     ) -> Self {
         Resolver {
             cache: LocalCache::new(ttl.max_bytes),
-            inflight: Mutex::new(HashMap::new()),
+            flight: SingleFlight::new(),
             redis,
             origin,
             metrics,
@@ -66,67 +87,102 @@ impl Resolver {
     }
 
     /// Resolves `code` after an in-process cache miss, joining an in-flight
-    /// lookup for the same code when there is one.
+    /// lookup for the same code when there is one. Waiters that joined are
+    /// counted as `lock.get`, and as `lock.error` when the lookup failed.
     pub async fn resolve(self: &Arc<Self>, code: &str) -> Resolved {
-        let (mut rx, joined) = {
-            let mut table = match self.inflight.lock() {
-                Ok(t) => t,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            if let Some(rx) = table.get(code) {
-                (rx.clone(), true)
-            } else {
+        let this = Arc::clone(self);
+        let got = self
+            .flight
+            .run(
+                code,
                 // The previous leader may have finished between our cache
-                // miss and taking the lock: its answer is in the cache now.
-                if let Some(e) = self.cache.get(code, Instant::now()) {
-                    let source = if matches!(e.answer, Answer::Unavailable) {
-                        Outcome::Fail
-                    } else {
-                        Outcome::Hit
-                    };
-                    return Resolved {
-                        answer: e.answer.clone(),
-                        source,
-                        max_age: None,
-                    };
+                // miss and now: its answer is in the cache.
+                || {
+                    self.cache.get(code, Instant::now()).map(|e| {
+                        let answer = e.to_answer();
+                        Resolved {
+                            source: if matches!(answer, Answer::Unavailable) {
+                                Outcome::Fail
+                            } else {
+                                Outcome::Hit
+                            },
+                            answer,
+                            max_age: None,
+                        }
+                    })
+                },
+                move |code: String| async move {
+                    if failpoint::hit_once("edge.lookup.panic", &code) {
+                        panic!("failpoint edge.lookup.panic: lookup task for {code}");
+                    }
+                    this.lookup_and_store(&code).await
+                },
+            )
+            .await;
+        match got {
+            Ok((resolved, Role::Follower)) => {
+                self.metrics.lock_get.inc();
+                if matches!(resolved.answer, Answer::Unavailable) {
+                    self.metrics.lock_error.inc();
                 }
-                let (tx, rx) = watch::channel(None);
-                table.insert(code.into(), rx.clone());
-                let this = Arc::clone(self);
-                let code: Box<str> = code.into();
-                tokio::spawn(async move {
-                    let resolved = this.lookup(&code).await;
-                    this.cache
-                        .put(&code, resolved.answer.clone(), this.ttl_for(&resolved));
-                    match this.inflight.lock() {
-                        Ok(mut t) => t.remove(&code),
-                        Err(p) => p.into_inner().remove(&code),
-                    };
-                    let _ = tx.send(Some(resolved));
-                });
-                (rx, false)
+                resolved
             }
-        };
-        if joined {
-            self.metrics.lock_get.inc();
+            Ok((resolved, _)) => resolved,
+            Err(e) => {
+                tracing::error!(code, error = %e, "record lookup task died");
+                Resolved::unavailable()
+            }
         }
-        let resolved = match rx.wait_for(Option::is_some).await {
-            Ok(v) => v.clone(),
-            Err(_) => None, // the lookup task died: treat as a failure
-        };
-        let resolved = resolved.unwrap_or(Resolved {
-            answer: Answer::Unavailable,
-            source: Outcome::Fail,
-            max_age: None,
-        });
-        if joined && matches!(resolved.answer, Answer::Unavailable) {
-            self.metrics.lock_error.inc();
-        }
-        resolved
     }
 
-    /// How long a result may stay in the in-process cache.
-    fn ttl_for(&self, r: &Resolved) -> Duration {
+    /// Looks `code` up and stores the answer, unless an invalidation
+    /// received meanwhile says it is already superseded: then once more. A
+    /// second superseded answer (Redis lost the announced write) is neither
+    /// stored nor served: the caller gets `Unavailable`.
+    async fn lookup_and_store(&self, code: &str) -> Resolved {
+        for attempt in 0..2 {
+            let gen = self.cache.generation();
+            let resolved = self.lookup(code).await;
+            if attempt == 0 {
+                if let Some(path) = failpoint::hold_path("edge.lookup.hold", code) {
+                    failpoint::hold(path).await;
+                }
+            }
+            let ttl = self.ttl_for(&resolved, gen);
+            match self.cache.store(code, resolved.answer.clone(), ttl, gen) {
+                Stored::Superseded(by) => {
+                    self.metrics.inval.superseded.inc();
+                    tracing::debug!(
+                        code,
+                        by,
+                        attempt,
+                        "lookup answer superseded by an invalidation"
+                    );
+                }
+                Stored::Cached | Stored::NotCached => return resolved,
+            }
+        }
+        tracing::warn!(
+            code,
+            "redis keeps answering an older version than was announced; answering 503"
+        );
+        Resolved::unavailable()
+    }
+
+    /// How long a result of a lookup that started in `gen` may stay in the
+    /// in-process cache.
+    fn ttl_for(&self, r: &Resolved, gen: Generation) -> Duration {
+        let ttl = self.ttl_by_answer(r);
+        if self.cache.is_subscribed_in(gen) {
+            ttl
+        } else {
+            // A change after the lookup's read may not be announced to
+            // this edge: trust the answer only briefly.
+            ttl.min(self.ttl.unsubscribed_grace)
+        }
+    }
+
+    fn ttl_by_answer(&self, r: &Resolved) -> Duration {
         let ttl = match &r.answer {
             // Expiry is checked on every answer, so a record may outlive its
             // expiry in the cache: from then on it answers 404 like a
@@ -135,7 +191,7 @@ impl Resolver {
                 let left = Duration::from_secs(rec.remaining_secs(now_unix()));
                 self.ttl.positive_ttl.min(left + self.ttl.negative_ttl)
             }
-            Answer::Negative => self.ttl.negative_ttl,
+            Answer::Negative(_) => self.ttl.negative_ttl,
             Answer::Unavailable => return self.ttl.unavailable_ttl,
         };
         r.max_age.map_or(ttl, |m| ttl.min(m))
@@ -174,11 +230,7 @@ impl Resolver {
             Err(e) => {
                 tracing::warn!(code, error = %e, "origin record fetch failed");
                 self.metrics.origin_error.inc();
-                Resolved {
-                    answer: Answer::Unavailable,
-                    source: Outcome::Fail,
-                    max_age: None,
-                }
+                Resolved::unavailable()
             }
         }
     }
@@ -187,6 +239,6 @@ impl Resolver {
 fn to_answer(l: Lookup) -> Answer {
     match l {
         Lookup::Found(r) => Answer::Found(Arc::new(r)),
-        Lookup::Negative => Answer::Negative,
+        Lookup::Negative(v) => Answer::Negative(v),
     }
 }

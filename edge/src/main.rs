@@ -5,18 +5,24 @@
 //! old one); `-d` daemonises (and writes `server.pid_file`).
 
 use clap::Parser;
-use pingora::proxy::http_proxy_service_with_name;
+use pingora::apps::HttpServerOptions;
+use pingora::proxy::http_proxy;
 use pingora::server::configuration::Opt;
 use pingora::server::Server;
 use pingora::services::background::background_service;
+use pingora::services::listening::Service;
 use shorturl_edge::access_log::{AccessLog, AccessLogWriter};
 use shorturl_edge::config;
+use shorturl_edge::conn::{ConnCaps, ConnMetrics, Guarded};
+use shorturl_edge::inval::subscriber::Subscriber;
 use shorturl_edge::limits::Limits;
 use shorturl_edge::lookup::Resolver;
 use shorturl_edge::metrics::Metrics;
 use shorturl_edge::origin::{build_balancer, OriginPool};
 use shorturl_edge::proxy::Edge;
 use shorturl_edge::redis_store::RedisStore;
+use shorturl_edge::status::StatusSource;
+use shorturl_edge::tls::{TlsRuntime, TlsView};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -51,7 +57,7 @@ struct Cli {
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
     let legacy = cli.lua_config.take().map(|p| cli.conf = p).is_some();
-    let loaded = match shorturl_edge::legacy_lua::load_either(&cli.conf, legacy) {
+    let loaded = match shorturl_edge::config::legacy_lua::load_either(&cli.conf, legacy) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("shorturl-edge: {}: {e}", cli.conf.display());
@@ -107,33 +113,91 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
         Arc::clone(&origin),
         Arc::clone(&metrics),
     ));
+    if let Err(e) = resolver.cache.register_metrics() {
+        tracing::warn!(error = %e, "cache metrics not exported");
+    }
+    let tls = TlsRuntime::build(&edge_cfg.tls, &edge_cfg.redis.url, &origin)?;
+    let subscriber = background_service(
+        "invalidation subscriber",
+        Subscriber::new(
+            Arc::clone(&resolver),
+            Arc::clone(&metrics),
+            &edge_cfg.redis,
+            &edge_cfg.cache,
+        )
+        .map_err(|e| format!("redis: {e}"))?,
+    );
     let log = AccessLog::new(&edge_cfg.access_log);
     let log_writer = background_service(
         "access log",
         AccessLogWriter::new(Arc::clone(&log), edge_cfg.access_log.clone()),
     );
 
+    let caps = ConnCaps::new(
+        &edge_cfg.limits,
+        edge_cfg.trusted_proxies.clone(),
+        metrics.conn_open.clone(),
+    );
+    let conn_metrics = ConnMetrics::from(&metrics);
     let app = Edge {
         resolver,
+        status: StatusSource::new(Arc::clone(&origin)),
         origin,
+        limits: Limits::new(&edge_cfg.limits, metrics.limits_evictions.clone()),
         metrics,
-        limits: Limits::new(&edge_cfg.limits),
         log,
         cfg: Arc::clone(&edge_cfg),
+        tls: Arc::new(TlsView::of(&tls, edge_cfg.tls.https.clone())),
     };
-    let mut proxy = http_proxy_service_with_name(&server.configuration, app, "shorturl-edge");
+    // One proxy (one set of limits) behind the connection caps and the
+    // request-head deadline, on the plain and the TLS listeners.
+    let mut proxy_app = http_proxy(&server.configuration, app);
+    let mut server_options = HttpServerOptions::default();
+    server_options.h2_idle_timeout = Some(std::time::Duration::from_secs(
+        edge_cfg.limits.keepalive_timeout_secs,
+    ));
+    proxy_app.server_options = Some(server_options);
+    let proxy_app = Arc::new(proxy_app);
+    let guarded = Guarded::shared(
+        Arc::clone(&proxy_app),
+        Arc::clone(&caps),
+        edge_cfg.limits.header_timeout,
+        conn_metrics.clone(),
+    );
+    let mut proxy = Service::new("shorturl-edge".to_owned(), guarded);
     for addr in &edge_cfg.listen {
         proxy.add_tcp(addr);
     }
     server.add_service(proxy);
+    if let (Some(t), Some(term)) = (&edge_cfg.tls.tls, tls.terminator.clone()) {
+        let guarded = Guarded::shared(
+            proxy_app,
+            caps,
+            edge_cfg.limits.header_timeout,
+            conn_metrics,
+        )
+        .with_handshake(term);
+        let mut svc = Service::new("shorturl-edge-tls".to_owned(), guarded);
+        for addr in &t.listen {
+            svc.add_tcp(addr);
+        }
+        server.add_service(svc);
+    }
+    if let Some(r) = tls.refresher {
+        server.add_service(background_service("certificate store", r));
+    }
+    if let Some(i) = tls.issuer {
+        server.add_service(background_service("acme issuer", i));
+    }
     server.add_service(lb_service);
     server.add_service(log_writer);
+    server.add_service(subscriber);
     if let Some(addr) = &edge_cfg.metrics_listen {
         let mut prom = pingora_prometheus::prometheus_http_service();
         prom.add_tcp(addr);
         prom.threads = Some(1);
         server.add_service(prom);
     }
-    tracing::info!(listen = ?edge_cfg.listen, origins = ?edge_cfg.origin.servers, "shorturl-edge starting");
+    tracing::info!(listen = ?edge_cfg.listen, tls_listen = ?edge_cfg.tls.tls.as_ref().map(|t| &t.listen), origins = ?edge_cfg.origin.servers, "shorturl-edge starting");
     server.run_forever()
 }

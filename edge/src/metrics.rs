@@ -1,4 +1,5 @@
-//! Counters behind `/shorturl_status` and the Prometheus endpoint.
+//! Counters behind `/shorturl_status` and the Prometheus endpoint, named as
+//! `docs/protocol.md` section 7 says (the same names on every service).
 //!
 //! The status counters *are* Prometheus counters (atomics underneath), so the
 //! JSON and the scrape can never disagree. Everything is registered through
@@ -6,9 +7,10 @@
 //! `prometheus_http_service()` gathers (a separately linked `prometheus`
 //! would register into a registry nobody serves).
 
+use crate::limits::Refusal;
 use crate::outcome::Outcome;
 use pingora_prometheus::prometheus::{
-    self, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts,
+    self, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
 };
 use std::time::Duration;
 
@@ -25,6 +27,49 @@ pub struct Metrics {
     pub lock_get: IntCounter,
     pub lock_error: IntCounter,
     latency: Vec<Histogram>,
+    /// Requests refused by a per-client limit, by [`Refusal`].
+    limits_refused: Vec<IntCounter>,
+    /// Clients pushed out of the bounded limits table.
+    pub limits_evictions: IntCounter,
+    /// Connections closed before reading, over `max_connections`.
+    pub conn_refused_total: IntCounter,
+    /// Connections closed before reading, over `max_connections_per_ip`.
+    pub conn_refused_per_ip: IntCounter,
+    /// Connections closed because a request head took too long.
+    pub conn_header_timeouts: IntCounter,
+    /// Client connections open now.
+    pub conn_open: IntGauge,
+    pub inval: InvalMetrics,
+}
+
+/// The invalidation subscriber's counters (`shorturl_inval_*`, the same
+/// names as the OpenResty module's).
+pub struct InvalMetrics {
+    /// Messages applied to the cache (`messages_total{result="applied"}`).
+    pub applied: IntCounter,
+    /// Messages that are not `<version> <code>` (`{result="invalid"}`).
+    pub invalid: IntCounter,
+    /// Entries a message dropped (`dropped_total{cache="node"}`: the
+    /// process-wide cache).
+    pub dropped: IntCounter,
+    /// 1 while subscribed to `su:1:inval`.
+    pub subscribed: IntGauge,
+    /// Subscriptions established, the first included.
+    pub subscriptions: IntCounter,
+    /// Lookups whose answer was older than a tombstone (looked up again).
+    pub superseded: IntCounter,
+}
+
+impl InvalMetrics {
+    /// Messages received, whatever they did.
+    pub fn messages(&self) -> u64 {
+        self.applied.get() + self.invalid.get()
+    }
+
+    /// Subscriptions established again after one was lost.
+    pub fn reconnects(&self) -> u64 {
+        self.subscriptions.get().saturating_sub(1)
+    }
 }
 
 impl Metrics {
@@ -34,7 +79,7 @@ impl Metrics {
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let dims = IntCounterVec::new(
             Opts::new(
-                "shorturl_edge_status_total",
+                "shorturl_status_total",
                 "The /shorturl_status counters, by dimension and result.",
             ),
             &["dimension", "result"],
@@ -45,14 +90,77 @@ impl Metrics {
         ];
         let hist = HistogramVec::new(
             HistogramOpts::new(
-                "shorturl_edge_request_duration_seconds",
+                "shorturl_request_duration_seconds",
                 "Time to answer a request, by lookup outcome.",
             )
             .buckets(buckets),
             &["outcome"],
         )?;
-        let _ = prometheus::register(Box::new(dims.clone()));
-        let _ = prometheus::register(Box::new(hist.clone()));
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "shorturl_limits_refused_total",
+                "Requests answered 429 by a per-client limit, by limit.",
+            ),
+            &["limit"],
+        )?;
+        let evictions = IntCounter::new(
+            "shorturl_limits_evictions_total",
+            "Clients evicted from the bounded per-client limits table.",
+        )?;
+        let conn_refused = IntCounterVec::new(
+            Opts::new(
+                "shorturl_connections_refused_total",
+                "Connections closed before reading a byte, by cap.",
+            ),
+            &["reason"],
+        )?;
+        let header_timeouts = IntCounter::new(
+            "shorturl_connections_header_timeouts_total",
+            "Connections closed because a request head was not received in time.",
+        )?;
+        let open = IntGauge::new("shorturl_connections_open", "Client connections open now.")?;
+        let inval_messages = IntCounterVec::new(
+            Opts::new(
+                "shorturl_inval_messages_total",
+                "Invalidation messages received: applied, or invalid (not <version> <code>).",
+            ),
+            &["result"],
+        )?;
+        let inval_dropped = IntCounterVec::new(
+            Opts::new(
+                "shorturl_inval_dropped_total",
+                "In-process entries dropped by invalidation messages, by cache.",
+            ),
+            &["cache"],
+        )?;
+        let inval_subscribed = IntGauge::new(
+            "shorturl_inval_subscribed",
+            "1 while the edge is subscribed to the invalidation channel.",
+        )?;
+        let inval_subscriptions = IntCounter::new(
+            "shorturl_inval_subscriptions_total",
+            "Invalidation subscriptions established (the first included).",
+        )?;
+        let inval_superseded = IntCounter::new(
+            "shorturl_inval_superseded_total",
+            "Lookups whose answer was older than an invalidation already received (looked up again).",
+        )?;
+        for c in [
+            Box::new(dims.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(hist.clone()),
+            Box::new(refused.clone()),
+            Box::new(evictions.clone()),
+            Box::new(conn_refused.clone()),
+            Box::new(header_timeouts.clone()),
+            Box::new(open.clone()),
+            Box::new(inval_messages.clone()),
+            Box::new(inval_dropped.clone()),
+            Box::new(inval_subscribed.clone()),
+            Box::new(inval_subscriptions.clone()),
+            Box::new(inval_superseded.clone()),
+        ] {
+            let _ = prometheus::register(c);
+        }
         let c = |dim: &str, res: &str| dims.with_label_values(&[dim, res]);
         let latency = Outcome::ALL
             .iter()
@@ -69,7 +177,31 @@ impl Metrics {
             lock_get: c("lock", "get"),
             lock_error: c("lock", "error"),
             latency,
+            limits_refused: Refusal::ALL
+                .iter()
+                .map(|r| refused.with_label_values(&[r.label()]))
+                .collect(),
+            limits_evictions: evictions,
+            conn_refused_total: conn_refused.with_label_values(&["max_connections"]),
+            conn_refused_per_ip: conn_refused.with_label_values(&["max_connections_per_ip"]),
+            conn_header_timeouts: header_timeouts,
+            conn_open: open,
+            inval: InvalMetrics {
+                applied: inval_messages.with_label_values(&["applied"]),
+                invalid: inval_messages.with_label_values(&["invalid"]),
+                dropped: inval_dropped.with_label_values(&["node"]),
+                subscribed: inval_subscribed,
+                subscriptions: inval_subscriptions,
+                superseded: inval_superseded,
+            },
         })
+    }
+
+    /// Counts a request refused by a per-client limit.
+    pub fn limited(&self, r: Refusal) {
+        if let Some(c) = self.limits_refused.get(r as usize) {
+            c.inc();
+        }
     }
 
     /// Records how long a request took, under its outcome.

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 /// Largest body accepted from an internal origin answer.
 const MAX_INTERNAL_BODY: usize = 64 * 1024;
+/// Largest whitelist accepted from `/internal/v1/domains`.
+const MAX_DOMAINS_BODY: usize = 8 << 20;
 
 /// Why an internal origin request failed.
 #[derive(Debug, thiserror::Error)]
@@ -116,12 +118,12 @@ impl OriginPool {
     pub async fn fetch_record(&self, code: &str) -> Result<RecordAnswer, OriginError> {
         let path = format!("/internal/v1/records/{code}");
         let budget = self.cfg.record_timeout;
-        let (status, max_age, body) = self.get(&path, budget).await?;
+        let (status, max_age, body) = self.get(&path, budget, MAX_INTERNAL_BODY).await?;
         match status {
             200 | 404 => {
                 let text = std::str::from_utf8(&body).map_err(|_| OriginError::Malformed)?;
                 let lookup = Lookup::decode(text.trim_end()).map_err(|_| OriginError::Malformed)?;
-                if status == 404 && lookup != Lookup::Negative {
+                if status == 404 && !matches!(lookup, Lookup::Negative(_)) {
                     return Err(OriginError::Malformed);
                 }
                 Ok(RecordAnswer { lookup, max_age })
@@ -133,7 +135,25 @@ impl OriginPool {
     /// Fetches the origin's `/shorturl_status` JSON within the status budget.
     pub async fn fetch_status(&self) -> Result<serde_json::Value, OriginError> {
         let (status, _, body) = self
-            .get("/shorturl_status", self.cfg.status_timeout)
+            .get(
+                "/shorturl_status",
+                self.cfg.status_timeout,
+                MAX_INTERNAL_BODY,
+            )
+            .await?;
+        if status != 200 {
+            return Err(OriginError::Status(status));
+        }
+        serde_json::from_slice(&body).map_err(|_| OriginError::Malformed)
+    }
+
+    /// Fetches the whitelist (`/internal/v1/domains`) for the ACME issuer.
+    pub async fn fetch_domains(
+        &self,
+        budget: Duration,
+    ) -> Result<shorturl_common::tls::DomainList, OriginError> {
+        let (status, _, body) = self
+            .get("/internal/v1/domains", budget, MAX_DOMAINS_BODY)
             .await?;
         if status != 200 {
             return Err(OriginError::Status(status));
@@ -146,10 +166,11 @@ impl OriginPool {
         &self,
         path: &str,
         budget: Duration,
+        max_body: usize,
     ) -> Result<(u16, Option<Duration>, BytesMut), OriginError> {
         let addr = self.select().ok_or(OriginError::NoneHealthy)?;
         let peer = self.peer(addr, budget);
-        match tokio::time::timeout(budget, self.get_from(&peer, path)).await {
+        match tokio::time::timeout(budget, self.get_from(&peer, path, max_body)).await {
             Ok(r) => r,
             Err(_) => Err(OriginError::Timeout),
         }
@@ -159,6 +180,7 @@ impl OriginPool {
         &self,
         peer: &HttpPeer,
         path: &str,
+        max_body: usize,
     ) -> Result<(u16, Option<Duration>, BytesMut), OriginError> {
         let t = |e: Box<pingora::Error>| OriginError::Transport(e.to_string());
         let (mut session, _reused) = self.connector.get_http_session(peer).await.map_err(t)?;
@@ -181,7 +203,7 @@ impl OriginPool {
         };
         let mut body = BytesMut::new();
         while let Some(chunk) = session.read_response_body().await.map_err(t)? {
-            if body.len() + chunk.len() > MAX_INTERNAL_BODY {
+            if body.len() + chunk.len() > max_body {
                 return Err(OriginError::Malformed);
             }
             body.extend_from_slice(&chunk);

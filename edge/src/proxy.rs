@@ -1,26 +1,31 @@
-//! The Pingora application: routes each request, answers redirects from the
+//! The Pingora application: checks sizes, resolves the client address,
+//! routes each request (`route.rs`), answers redirects from the
 //! cache/Redis/origin record lookups in `request_filter`, and proxies API
 //! routes to the origin pool.
 //!
-//! Routes (first match wins):
+//! * a head the protocol rules refuse (section 2.1, `request_rules.rs`) → 400 / 405 / 431
 //! * URI or headers over the configured size → 414 / 431
-//! * `GET|HEAD /shorturl_status` → merged status JSON
-//! * `GET|HEAD /healthz` → the edge's own liveness
-//! * `/internal/...` → 404 (never forwarded from clients)
-//! * `/api/...` → origin pool (creations rate-limited per client IP)
-//! * `GET|HEAD /{code}` → redirect or 404
-//! * anything else → 404 (405 for other methods on a code path)
+//! * `/shorturl_status` → merged status JSON for `status_allow` clients,
+//!   the protocol 404 for everyone else
+//! * `/api/...` → origin pool (creations limited per client, see `limits.rs`)
+//! * `/.well-known/acme-challenge/{token}` → the HTTP-01 answer from the shared store
+//! * codes → redirect, 404, 429 or 503; over plain HTTP on a domain in
+//!   `https.redirect`, a 308 to the same URL on https instead (`tls::https`)
 
 use crate::access_log::{AccessLog, LogLine};
-use crate::cache::Answer;
+use crate::cache::AnswerRef;
 use crate::config::EdgeConfig;
-use crate::limits::Limits;
+use crate::limits::{Limits, Refusal};
 use crate::lookup::Resolver;
 use crate::metrics::Metrics;
+use crate::net::{client_of, forwarded_for, ClientKey};
 use crate::origin::OriginPool;
 use crate::outcome::Outcome;
+use crate::request_rules::{self, HostAt};
 use crate::respond;
-use crate::status::edge_status;
+use crate::route::{route, Route};
+use crate::status::StatusSource;
+use crate::tls::{https, TlsView};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
@@ -29,8 +34,6 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
-use shorturl_common::code::code_from_path;
-use shorturl_common::host::host_is;
 use shorturl_common::time::now_unix;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -45,20 +48,31 @@ pub struct Edge {
     pub origin: Arc<OriginPool>,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
+    pub status: StatusSource,
     pub log: Arc<AccessLog>,
     pub cfg: Arc<EdgeConfig>,
+    pub tls: Arc<TlsView>,
 }
 
 /// Per-request state.
 pub struct Ctx {
     start: Instant,
     outcome: Outcome,
+    /// The TCP peer.
+    peer: Option<IpAddr>,
+    /// The client: the peer, or the client behind a trusted proxy.
     client: Option<IpAddr>,
+    /// A creation was forwarded: its answer may count as refused.
+    creation: bool,
+    /// Where the request's host is (protocol 2.1); `None`: no domain.
+    host: Option<HostAt>,
     upstream: Option<SocketAddr>,
     connect_failures: usize,
+    /// Over TLS (only looked at when an HTTPS policy is configured).
+    tls: bool,
 }
 
-fn client_ip(session: &Session) -> Option<IpAddr> {
+fn peer_ip(session: &Session) -> Option<IpAddr> {
     session
         .client_addr()
         .and_then(|a| a.as_inet())
@@ -73,74 +87,13 @@ fn header_bytes(req: &RequestHeader) -> usize {
         .sum()
 }
 
-/// A code copied out of the request (at most 32 bytes, no allocation).
-struct CodeBuf {
-    buf: [u8; shorturl_common::code::CUSTOM_MAX],
-    len: usize,
-}
-
-impl CodeBuf {
-    fn new(code: &str) -> Option<Self> {
-        let bytes = code.as_bytes();
-        let mut buf = [0u8; shorturl_common::code::CUSTOM_MAX];
-        buf.get_mut(..bytes.len())?.copy_from_slice(bytes);
-        Some(CodeBuf {
-            buf,
-            len: bytes.len(),
-        })
-    }
-
-    fn as_str(&self) -> &str {
-        // Only ever built from a valid (ASCII) code.
-        std::str::from_utf8(self.buf.get(..self.len).unwrap_or_default()).unwrap_or_default()
-    }
-}
-
-/// Where a request goes.
-enum Route {
-    Code(CodeBuf),
-    CodeWrongMethod,
-    Api,
-    Status,
-    Health,
-    NotFound,
-}
-
-fn route(req: &RequestHeader) -> Route {
-    let get_or_head = req.method == Method::GET || req.method == Method::HEAD;
-    let path = req.uri.path();
-    // Checked before codes: both names are also valid custom-code shapes.
-    match path {
-        "/shorturl_status" if get_or_head => return Route::Status,
-        "/healthz" if get_or_head => return Route::Health,
-        _ => {}
-    }
-    if let Some(code) = code_from_path(path) {
-        return match (get_or_head, CodeBuf::new(code)) {
-            (true, Some(c)) => Route::Code(c),
-            (true, None) => Route::NotFound,
-            (false, _) => Route::CodeWrongMethod,
-        };
-    }
-    if path == "/api" || path.starts_with("/api/") {
-        return Route::Api;
-    }
-    Route::NotFound
-}
-
 impl Edge {
-    /// True when the request is for `domain`: its normalised `Host` (or
-    /// absolute-form authority) equals it. No Host, or a malformed one,
-    /// matches nothing (the origin decides the same way). Compared in place:
-    /// no allocation per redirect.
-    fn request_is_for(req: &RequestHeader, domain: &str) -> bool {
-        match req.headers.get(http::header::HOST) {
-            Some(h) => h.to_str().is_ok_and(|h| host_is(h, domain)),
-            None => req
-                .uri
-                .authority()
-                .is_some_and(|a| host_is(a.as_str(), domain)),
-        }
+    /// True when the request is for `domain` (normalised): its host, as the
+    /// protocol rules found it, equals it. Compared in place: no allocation
+    /// per redirect.
+    fn request_is_for(req: &RequestHeader, host: Option<HostAt>, domain: &str) -> bool {
+        host.and_then(|h| h.get(req))
+            .is_some_and(|h| h.eq_ignore_ascii_case(domain))
     }
 
     async fn redirect_or_404(
@@ -149,37 +102,41 @@ impl Edge {
         ctx: &mut Ctx,
         code: &str,
     ) -> Result<bool> {
+        // The answer borrows from whichever of these holds it: a cached
+        // entry (no allocation on a hit) or a fresh lookup.
+        let (hit, resolved);
         let answer = match self.resolver.cache.get(code, ctx.start) {
             Some(e) => {
+                hit = e;
                 self.metrics.local_hit.inc();
-                ctx.outcome = match e.answer {
-                    Answer::Found(_) => Outcome::Hit,
-                    Answer::Negative => Outcome::Neg,
-                    Answer::Unavailable => Outcome::Fail,
+                ctx.outcome = match hit.answer() {
+                    AnswerRef::Found(_) => Outcome::Hit,
+                    AnswerRef::Negative(_) => Outcome::Neg,
+                    AnswerRef::Unavailable => Outcome::Fail,
                 };
-                if !matches!(e.answer, Answer::Found(_)) && self.over_unknown_limit(ctx) {
-                    return self.too_many(session, ctx).await;
+                if !matches!(hit.answer(), AnswerRef::Found(_)) && self.over_unknown_limit(ctx) {
+                    return self.too_many(session, ctx, Refusal::Unknown).await;
                 }
-                e.answer.clone()
+                hit.answer()
             }
             None => {
                 self.metrics.local_miss.inc();
                 if self.over_unknown_limit(ctx) {
-                    return self.too_many(session, ctx).await;
+                    return self.too_many(session, ctx, Refusal::Unknown).await;
                 }
-                let r = self.resolver.resolve(code).await;
-                ctx.outcome = r.source;
-                r.answer
+                resolved = self.resolver.resolve(code).await;
+                ctx.outcome = resolved.source;
+                resolved.answer.view()
             }
         };
         match answer {
-            Answer::Found(rec)
+            AnswerRef::Found(rec)
                 if !rec.is_expired_at(now_unix())
-                    && Self::request_is_for(session.req_header(), &rec.domain) =>
+                    && Self::request_is_for(session.req_header(), ctx.host, rec.domain) =>
             {
-                respond::redirect(session, &self.cfg.redirect, &rec.url).await?;
+                respond::redirect(session, &self.cfg.redirect, rec.url, self.hsts(ctx)).await?;
             }
-            Answer::Unavailable => {
+            AnswerRef::Unavailable => {
                 respond::error(
                     session,
                     503,
@@ -190,28 +147,80 @@ impl Edge {
                 .await?;
             }
             _ => {
-                if let Some(ip) = &ctx.client {
-                    self.limits.count_unknown(ip);
+                if let Some(key) = self.client_key(ctx) {
+                    self.limits.count_unknown(key);
                 }
-                respond::not_found(session, &self.cfg.redirect).await?;
+                respond::not_found_with(session, &self.cfg.redirect, self.hsts(ctx)).await?;
             }
         }
         Ok(true)
     }
 
-    fn over_unknown_limit(&self, ctx: &Ctx) -> bool {
-        ctx.client
-            .as_ref()
-            .is_some_and(|ip| self.limits.unknown_exceeded(ip))
+    /// `Strict-Transport-Security` for answers over TLS, when configured.
+    fn hsts(&self, ctx: &Ctx) -> Option<&http::HeaderValue> {
+        self.tls.https.hsts.as_ref().filter(|_| ctx.tls)
     }
 
-    async fn too_many(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+    /// A plain-HTTP redirect request for a domain that goes to HTTPS
+    /// first: the `Location` of its 308.
+    fn https_upgrade(&self, session: &Session, ctx: &Ctx) -> Option<String> {
+        if ctx.tls {
+            return None;
+        }
+        let req = session.req_header();
+        let host = ctx.host.and_then(|h| h.get(req))?;
+        if !self.tls.https.upgrades(host) {
+            return None;
+        }
+        let pq = req.uri.path_and_query().map_or("/", |p| p.as_str());
+        Some(self.tls.https.location(host, pq))
+    }
+
+    /// `GET /.well-known/acme-challenge/{token}`: the key authorisation
+    /// from the shared store, or the protocol 404.
+    async fn acme_challenge(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        ctx.outcome = Outcome::Local;
+        let path = session.req_header().uri.path();
+        let answer = match crate::tls::challenge::token_of(path) {
+            Some(token) => self.tls.shared.challenge(token).await,
+            None => Ok(None),
+        };
+        match answer {
+            Ok(Some(key_auth)) => respond::text(session, 200, Bytes::from(key_auth)).await?,
+            Ok(None) => respond::not_found(session, &self.cfg.redirect).await?,
+            Err(e) => {
+                tracing::warn!(error = %e, "ACME challenge lookup failed");
+                respond::error(
+                    session,
+                    503,
+                    "unavailable",
+                    "challenge store unavailable",
+                    Some(RETRY_AFTER_SECS),
+                )
+                .await?;
+            }
+        }
+        Ok(true)
+    }
+
+    fn client_key(&self, ctx: &Ctx) -> Option<ClientKey> {
+        ctx.client
+            .map(|ip| ClientKey::new(ip, self.cfg.limits.ipv6_prefix_len))
+    }
+
+    fn over_unknown_limit(&self, ctx: &Ctx) -> bool {
+        self.client_key(ctx)
+            .is_some_and(|k| self.limits.unknown_exceeded(&k))
+    }
+
+    async fn too_many(&self, session: &mut Session, ctx: &mut Ctx, why: Refusal) -> Result<bool> {
         ctx.outcome = Outcome::Limit;
+        self.metrics.limited(why);
         respond::error(
             session,
             429,
             "rate_limited",
-            "too many requests for unknown links",
+            why.message(),
             Some(RETRY_AFTER_SECS),
         )
         .await?;
@@ -221,18 +230,10 @@ impl Edge {
     async fn forward(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let req = session.req_header();
         if req.method == Method::POST && req.uri.path().starts_with("/api/v1/links") {
-            if let Some(ip) = &ctx.client {
-                if !self.limits.allow_creation(ip) {
-                    ctx.outcome = Outcome::Limit;
-                    respond::error(
-                        session,
-                        429,
-                        "rate_limited",
-                        "too many creations",
-                        Some(RETRY_AFTER_SECS),
-                    )
-                    .await?;
-                    return Ok(true);
+            ctx.creation = true;
+            if let Some(key) = self.client_key(ctx) {
+                if let Err(why) = self.limits.admit_creation(key) {
+                    return self.too_many(session, ctx, why).await;
                 }
             }
         }
@@ -270,17 +271,35 @@ impl ProxyHttp for Edge {
         Ctx {
             start: Instant::now(),
             outcome: Outcome::Local,
+            peer: None,
             client: None,
+            creation: false,
+            host: None,
             upstream: None,
             connect_failures: 0,
+            tls: false,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        ctx.client = client_ip(session);
+        ctx.peer = peer_ip(session);
+        ctx.client = ctx
+            .peer
+            .map(|p| client_of(p, &session.req_header().headers, &self.cfg.trusted_proxies).0);
         // HTTP/1.1 keep-alive is unbounded by default: bound idle time.
         if session.get_keepalive().is_some() {
             session.set_keepalive(Some(self.cfg.limits.keepalive_timeout_secs));
+        }
+        if !self.tls.https.is_off() {
+            ctx.tls = https::is_tls(session);
+        }
+        match request_rules::check(session.req_header()) {
+            Ok(host) => ctx.host = host,
+            Err(refusal) => {
+                ctx.outcome = Outcome::Bad;
+                request_rules::refuse(session, refusal).await?;
+                return Ok(true);
+            }
         }
         let req = session.req_header();
         let uri_len = req.uri.path_and_query().map_or(0, |p| p.as_str().len());
@@ -302,7 +321,15 @@ impl ProxyHttp for Edge {
             return Ok(true);
         }
         match route(req) {
-            Route::Code(code) => self.redirect_or_404(session, ctx, code.as_str()).await,
+            Route::Code(code) => {
+                if let Some(location) = self.https_upgrade(session, ctx) {
+                    ctx.outcome = Outcome::Local;
+                    respond::to_https(session, &location).await?;
+                    return Ok(true);
+                }
+                self.redirect_or_404(session, ctx, code.as_str()).await
+            }
+            Route::AcmeChallenge => self.acme_challenge(session, ctx).await,
             Route::CodeWrongMethod => {
                 ctx.outcome = Outcome::Bad;
                 respond::error(
@@ -317,8 +344,18 @@ impl ProxyHttp for Edge {
             }
             Route::Api => self.forward(session, ctx).await,
             Route::Status => {
+                if !ctx
+                    .client
+                    .is_some_and(|ip| self.cfg.status_allow.contains(ip))
+                {
+                    ctx.outcome = Outcome::Bad;
+                    respond::not_found(session, &self.cfg.redirect).await?;
+                    return Ok(true);
+                }
                 ctx.outcome = Outcome::Local;
-                let body = edge_status(&self.metrics, &self.origin).await;
+                let mut doc = self.status.document(&self.metrics).await;
+                doc.tls = self.tls.status();
+                let body = serde_json::to_vec(&doc).unwrap_or_else(|_| b"{}".to_vec());
                 respond::json(session, 200, Bytes::from(body), "no-store", None).await?;
                 Ok(true)
             }
@@ -373,22 +410,42 @@ impl ProxyHttp for Edge {
         e
     }
 
+    /// `X-Forwarded-For` starts with the client the edge decided on (see
+    /// [`forwarded_for`]); what an untrusted client wrote there is dropped.
     async fn upstream_request_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        if let Some(ip) = ctx.client {
-            let xff = match upstream
-                .headers
-                .get("x-forwarded-for")
-                .and_then(|v| v.to_str().ok())
-            {
-                Some(prev) => format!("{prev}, {ip}"),
-                None => ip.to_string(),
-            };
+        if let Some(peer) = ctx.peer {
+            let xff = forwarded_for(
+                peer,
+                &session.req_header().headers,
+                &self.cfg.trusted_proxies,
+            );
             upstream.insert_header("X-Forwarded-For", xff)?;
+        } else {
+            upstream.remove_header("X-Forwarded-For");
+        }
+        Ok(())
+    }
+
+    /// A creation the origin refused (401/403) spends the client's
+    /// stricter refused-creation budget.
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        upstream: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if ctx.creation && matches!(upstream.status.as_u16(), 401 | 403) {
+            if let Some(key) = self.client_key(ctx) {
+                self.limits.count_refused_creation(key);
+            }
+        }
+        if let Some(v) = self.hsts(ctx) {
+            upstream.insert_header("Strict-Transport-Security", v.clone())?;
         }
         Ok(())
     }

@@ -5,35 +5,69 @@
 //! it always turns keep-alive off.
 
 use bytes::Bytes;
+use http::HeaderValue;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use pingora::Result;
-use shorturl_common::error::ErrorBody;
+use shorturl_common::error::{ErrorBody, NOT_FOUND_BODY};
 use shorturl_common::redirect::RedirectPolicy;
 
-/// `{"error":"not_found",...}`, the one 404 body for unknown codes, bad
-/// paths, Host mismatches and expired links alike.
-pub const NOT_FOUND_BODY: &[u8] = br#"{"error":"not_found","message":"no such short link"}"#;
-
-/// Writes the redirect to `url`.
-pub async fn redirect(session: &mut Session, policy: &RedirectPolicy, url: &str) -> Result<()> {
-    let mut h = ResponseHeader::build(policy.status, Some(4))?;
+/// Writes the redirect to `url`; `hsts`: a `Strict-Transport-Security`
+/// value (answers over TLS, when configured).
+pub async fn redirect(
+    session: &mut Session,
+    policy: &RedirectPolicy,
+    url: &str,
+    hsts: Option<&HeaderValue>,
+) -> Result<()> {
+    let mut h = ResponseHeader::build(policy.status, Some(5))?;
     h.insert_header("Location", url)?;
     h.insert_header("Content-Length", "0")?;
     h.insert_header("Cache-Control", policy.cache_control.as_str())?;
+    if let Some(v) = hsts {
+        h.insert_header("Strict-Transport-Security", v.clone())?;
+    }
+    session.write_response_header(Box::new(h), true).await
+}
+
+/// The `308` sending a plain-HTTP request to the same URL on HTTPS.
+pub async fn to_https(session: &mut Session, location: &str) -> Result<()> {
+    let mut h = ResponseHeader::build(308, Some(3))?;
+    h.insert_header("Location", location)?;
+    h.insert_header("Content-Length", "0")?;
+    h.insert_header("Cache-Control", "no-store")?;
     session.write_response_header(Box::new(h), true).await
 }
 
 /// Writes the protocol's 404 for anything that does not resolve.
 pub async fn not_found(session: &mut Session, policy: &RedirectPolicy) -> Result<()> {
-    json(
-        session,
-        404,
-        Bytes::from_static(NOT_FOUND_BODY),
-        &policy.not_found_cache_control,
-        None,
-    )
-    .await
+    not_found_with(session, policy, None).await
+}
+
+/// The protocol's 404, with `Strict-Transport-Security` when given.
+pub async fn not_found_with(
+    session: &mut Session,
+    policy: &RedirectPolicy,
+    hsts: Option<&HeaderValue>,
+) -> Result<()> {
+    let body = Bytes::from_static(NOT_FOUND_BODY);
+    let mut h = ResponseHeader::build(404, Some(5))?;
+    h.insert_header("Content-Type", "application/json")?;
+    h.insert_header("Content-Length", body.len().to_string())?;
+    h.insert_header("Cache-Control", policy.not_found_cache_control.as_str())?;
+    if let Some(v) = hsts {
+        h.insert_header("Strict-Transport-Security", v.clone())?;
+    }
+    write(session, h, body).await
+}
+
+/// A `text/plain` answer (ACME challenge key authorisations).
+pub async fn text(session: &mut Session, status: u16, body: Bytes) -> Result<()> {
+    let mut h = ResponseHeader::build(status, Some(3))?;
+    h.insert_header("Content-Type", "text/plain")?;
+    h.insert_header("Content-Length", body.len().to_string())?;
+    h.insert_header("Cache-Control", "no-store")?;
+    write(session, h, body).await
 }
 
 /// Writes a JSON error `{"error": kind, "message": message}`.
@@ -63,6 +97,11 @@ pub async fn json(
     if let Some(secs) = retry_after {
         h.insert_header("Retry-After", secs.to_string())?;
     }
+    write(session, h, body).await
+}
+
+/// Writes `h` and `body`; HEAD and empty bodies get the headers only.
+async fn write(session: &mut Session, h: ResponseHeader, body: Bytes) -> Result<()> {
     let head = session.req_header().method == http::Method::HEAD;
     if head || body.is_empty() {
         session.write_response_header(Box::new(h), true).await

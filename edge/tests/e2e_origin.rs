@@ -5,9 +5,12 @@
 
 mod support;
 
+use shorturl_common::status::EdgeStatus;
 use std::sync::{Arc, Barrier};
 use support::http::{get, request};
-use support::{create_link, redis_del, redis_get, start_edge, EdgeOpts, Origin};
+use support::{
+    create_link, origin_route_count, redis_del, redis_get, start_edge, EdgeOpts, Origin,
+};
 use testkit::{wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
@@ -38,8 +41,9 @@ fn creation_origin_miss_coalescing_and_merged_status() {
     let r = get(edge.port, &format!("/{code}"), DOMAIN);
     assert_eq!(r.status, 302, "{}", r.text());
     assert_eq!(r.header("location"), Some("https://example.com/created"));
-    // Forwarded requests carry the client address.
-    assert!(edge.counter("origin", "forward") >= 1);
+    // The creation was forwarded; the redirect came from Redis (the origin
+    // wrote the record there), not from the origin.
+    assert_eq!(edge.counter("origin", "forward"), 1);
 
     // Invalid creation: the origin's 4xx JSON comes back unchanged.
     let bad = create_link(edge.port, "not a url", Some(DOMAIN));
@@ -72,9 +76,10 @@ fn creation_origin_miss_coalescing_and_merged_status() {
     let before = edge.counter("origin", "forward");
     assert_eq!(get(edge.port, "/zzzzz9", DOMAIN).status, 404);
     assert_eq!(get(edge.port, "/zzzzz9", DOMAIN).status, 404);
-    assert!(
-        edge.counter("origin", "forward") <= before + 1,
-        "negative answer not cached"
+    assert_eq!(
+        edge.counter("origin", "forward"),
+        before + 1,
+        "one origin lookup, then the cached negative answer"
     );
 
     // Coalescing: 100 concurrent requests for a cold code → one origin lookup.
@@ -84,12 +89,14 @@ fn creation_origin_miss_coalescing_and_merged_status() {
     let st0 = edge.status();
     let barrier = Arc::new(Barrier::new(100));
     let port = edge.port;
-    let threads: Vec<_> = (0..100)
-        .map(|_| {
+    let threads: Vec<_> = (0..100u8)
+        .map(|i| {
             let b = Arc::clone(&barrier);
             let path = format!("/{cold}");
             std::thread::spawn(move || {
-                let mut c = support::http::Conn::open(port).unwrap();
+                // Four client addresses: under the per-client connection cap.
+                let from = [127, 0, 6, 1 + i % 4].into();
+                let mut c = support::http::Conn::open_from(from, port).unwrap();
                 b.wait();
                 c.get(&path, DOMAIN).map(|r| r.status).unwrap_or(0)
             })
@@ -118,11 +125,105 @@ fn creation_origin_miss_coalescing_and_merged_status() {
     });
 
     // Status merges the origin's mysql and issuer dimensions.
-    let st = edge.status();
-    assert_eq!(st["origin_reachable"], true, "{st}");
-    assert!(st["mysql"]["select"].is_u64(), "{st}");
-    assert!(
-        st["issuer"]["capacity"].as_u64().unwrap_or(0) >= 2000,
-        "{st}"
+    let st = edge.typed_status();
+    assert!(st.origin_reachable, "{st:?}");
+    assert!(st.mysql.is_some(), "{st:?}");
+    assert_eq!(st.issuer.map(|i| i.capacity), Some(2000), "{st:?}");
+}
+
+/// `/shorturl_status` costs the origin at most one status request per
+/// second, whatever the number of callers.
+#[test]
+fn status_fetches_the_origins_part_once_for_concurrent_callers() {
+    let redis = Redis::start();
+    let origin = Origin::start(&redis, 100);
+    let edge = start_edge(EdgeOpts::new(redis.url(), vec![origin.addr()]));
+    assert_eq!(origin_route_count(origin.port, "status"), 0);
+    let port = edge.port;
+    let barrier = Arc::new(Barrier::new(50));
+    let callers: Vec<_> = (0..50)
+        .map(|_| {
+            let b = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                let mut c = support::http::Conn::open(port).unwrap();
+                b.wait();
+                c.get("/shorturl_status", "localhost").unwrap()
+            })
+        })
+        .collect();
+    for t in callers {
+        let r = t.join().unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        let st: EdgeStatus = serde_json::from_slice(&r.body).unwrap();
+        assert!(st.origin_reachable, "{st:?}");
+        assert_eq!(st.issuer.map(|i| i.capacity), Some(100));
+    }
+    assert_eq!(
+        origin_route_count(origin.port, "status"),
+        1,
+        "50 concurrent status requests must cost the origin one"
+    );
+    // A second later the next caller refreshes it, once.
+    wait_for(
+        "the origin's part to be refreshed",
+        support::TIMEOUT,
+        || {
+            edge.typed_status();
+            origin_route_count(origin.port, "status") >= 2
+        },
+    );
+    assert_eq!(origin_route_count(origin.port, "status"), 2);
+}
+
+/// Creations the origin refuses (401/403) spend a stricter per-client
+/// budget; past it the edge answers 429 without asking the origin, while
+/// other clients still create.
+#[test]
+fn refused_creations_spend_a_stricter_budget() {
+    let redis = Redis::start();
+    let origin = Origin::start(&redis, 100);
+    let mut opts = EdgeOpts::new(redis.url(), vec![origin.addr()]);
+    opts.extra = "  limits: { refused_creations_per_ip_per_min: 3 }\n";
+    let edge = start_edge(opts);
+    let create = |from: [u8; 4], key: &str, domain: &str| {
+        let auth = format!("Bearer {key}");
+        let body = serde_json::json!({ "url": "https://example.com/r", "domain": domain });
+        let mut c = support::http::Conn::open_from(from.into(), edge.port).unwrap();
+        let r = c
+            .send(
+                "POST",
+                "/api/v1/links",
+                Some("localhost"),
+                &[
+                    ("Authorization", &auth),
+                    ("Content-Type", "application/json"),
+                ],
+                body.to_string().as_bytes(),
+            )
+            .unwrap();
+        (
+            r.status,
+            r.json()["error"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    let bad = [127, 0, 5, 1];
+    assert_eq!(create(bad, "wrong-key", DOMAIN).0, 401);
+    assert_eq!(create(bad, "wrong-key", DOMAIN).0, 401);
+    assert_eq!(create(bad, support::API_KEY, "not-allowed.example").0, 403);
+    // Budget spent: refused at the edge, a valid creation included.
+    assert_eq!(
+        create(bad, "wrong-key", DOMAIN),
+        (429, "rate_limited".into())
+    );
+    assert_eq!(
+        create(bad, support::API_KEY, DOMAIN),
+        (429, "rate_limited".into())
+    );
+    // Another client is not affected.
+    assert_eq!(create([127, 0, 5, 2], support::API_KEY, DOMAIN).0, 201);
+    assert_eq!(origin_route_count(origin.port, "create"), 4);
+    assert_eq!(
+        edge.metric("shorturl_limits_refused_total{limit=\"refused_creations\"}"),
+        2.0
     );
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use support::http::{get, Conn};
-use support::{create_link, start_edge, EdgeOpts, Origin, TIMEOUT};
+use support::{create_link, record_line, redis_set, start_edge, EdgeOpts, Origin, TIMEOUT};
 use testkit::{wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
@@ -61,7 +61,11 @@ fn redis_outage_serves_from_memory_and_origin_then_reconnects() {
     let r = get(edge.port, &format!("/{cold}"), DOMAIN);
     assert_eq!(r.status, 302, "{}", r.text());
     assert_eq!(r.header("location"), Some("https://example.com/cold"));
-    assert!(edge.counter("redis", "error") >= 1);
+    assert_eq!(
+        edge.counter("redis", "error"),
+        1,
+        "one lookup, one Redis failure"
+    );
     redis.restart();
     stop.store(true, Ordering::Relaxed);
     let seen = loader.join().unwrap();
@@ -138,9 +142,9 @@ fn origin_outage_keeps_cached_links_and_fails_fast_then_recovers() {
     );
     assert!(c.json()["error"].is_string());
     eprintln!("origin down: miss answered in {miss_took:?}, creation in {create_took:?}");
-    let st = edge.status();
-    assert_eq!(st["origin_reachable"], false);
-    assert!(st["origin"]["error"].as_u64().unwrap_or(0) >= 2, "{st}");
+    let st = edge.typed_status();
+    assert!(!st.origin_reachable);
+    assert_eq!(st.origin.error, 2, "the miss and the creation: {st:?}");
 
     origin.restart();
     wait_for("creations through the edge to recover", TIMEOUT, || {
@@ -150,4 +154,40 @@ fn origin_outage_keeps_cached_links_and_fails_fast_then_recovers() {
     wait_for("misses to recover", TIMEOUT, || {
         get(edge.port, "/unkn01", DOMAIN).status == 404
     });
+}
+
+/// A lookup task that panics must leave nothing behind: before the shared
+/// single-flight, its in-flight entry stayed in the table, and every later
+/// request for that code joined a dead channel and got 503 until restart.
+#[test]
+fn a_lookup_task_that_panics_leaves_nothing_behind() {
+    let redis = Redis::start();
+    let mut opts = EdgeOpts::new(
+        redis.url(),
+        vec![format!("127.0.0.1:{}", testkit::free_port())],
+    );
+    // The first lookup task for pan1c0 panics (failpoint, once).
+    opts.env = vec![(
+        shorturl_common::failpoint::ENV,
+        "edge.lookup.panic=pan1c0".to_owned(),
+    )];
+    let edge = start_edge(opts);
+    redis_set(
+        &redis,
+        "su:1:link:pan1c0",
+        &record_line(DOMAIN, "https://example.com/p", 3600),
+    );
+    let r = get(edge.port, "/pan1c0", DOMAIN);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"], "unavailable");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // Nothing was cached and no dead flight remains: a new lookup runs.
+    let r = get(edge.port, "/pan1c0", DOMAIN);
+    assert_eq!(r.status, 302, "{}", r.text());
+    assert_eq!(r.header("location"), Some("https://example.com/p"));
+    let st = edge.typed_status();
+    assert_eq!(st.redis.hit, 1, "{st:?}");
+    assert_eq!((st.lock.get, st.lock.error), (0, 0), "{st:?}");
+    edge.log_line(" /pan1c0 503 FAIL ");
+    edge.log_line(" /pan1c0 302 REDIS ");
 }

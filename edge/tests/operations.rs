@@ -58,26 +58,33 @@ fn creations_are_rate_limited_per_ip() {
     let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
     opts.extra = "  limits: { creations_per_ip_per_sec: 2 }\n";
     let edge = start_edge(opts);
-    let mut c = Conn::open(edge.port).unwrap();
-    let mut statuses = Vec::new();
-    for _ in 0..6 {
-        let r = c.send(
-            "POST",
-            "/api/v1/links",
-            Some("localhost"),
-            &[],
-            br#"{"url":"https://e.com/"}"#,
-        );
-        match r {
-            Ok(r) => statuses.push(r.status),
-            Err(_) => {
-                // The origin is down here (5xx closes the connection): reconnect.
-                c = Conn::open(edge.port).unwrap();
-                statuses.push(0);
-            }
-        }
-    }
-    assert!(statuses.contains(&429), "{statuses:?}");
+    // A burst well inside one second (the window starts at the first one),
+    // one connection each: a failed forward closes its connection.
+    let statuses: Vec<u16> = (0..6)
+        .map(|_| {
+            Conn::open(edge.port)
+                .and_then(|mut c| {
+                    c.send(
+                        "POST",
+                        "/api/v1/links",
+                        Some("localhost"),
+                        &[],
+                        br#"{"url":"https://e.com/"}"#,
+                    )
+                })
+                .map_or(0, |r| r.status)
+        })
+        .collect();
+    // The first two were forwarded (and failed: no origin), the rest refused.
+    assert!(
+        statuses[..2].iter().all(|s| *s == 502 || *s == 503),
+        "{statuses:?}"
+    );
+    assert_eq!(statuses[2..], [429; 4], "{statuses:?}");
+    assert_eq!(
+        edge.metric("shorturl_limits_refused_total{limit=\"creations\"}"),
+        4.0
+    );
 }
 
 #[test]
@@ -266,13 +273,62 @@ fn api_requests_are_forwarded_unchanged_with_x_forwarded_for() {
     );
     assert!(lower.contains("host: s.shop55.com\r\n"), "{req}");
     assert!(lower.contains("authorization: bearer k\r\n"), "{req}");
-    assert!(
-        lower.contains("x-forwarded-for: 10.1.1.1, 127.0.0.1\r\n"),
-        "{req}"
-    );
+    // No trusted proxies: what the client wrote in X-Forwarded-For is not
+    // passed on; the origin sees the client address the edge used.
+    assert!(lower.contains("x-forwarded-for: 127.0.0.1\r\n"), "{req}");
     assert!(req.ends_with(std::str::from_utf8(body).unwrap()), "{req}");
     // Internal paths are never forwarded from clients.
     let r = get(edge.port, "/internal/v1/records/abcdef", DOMAIN);
     assert_eq!(r.status, 404);
     assert!(std::iter::from_fn(|| seen.try_recv().ok()).all(|r| !r.contains("/internal/")));
+}
+
+/// Behind trusted proxies the client is the rightmost untrusted
+/// `X-Forwarded-For` hop: limits, the access log and the forwarded header
+/// all use it; from any other peer the header is ignored.
+#[test]
+fn trusted_proxies_name_the_client_for_limits_log_and_origin() {
+    let redis = Redis::start();
+    let (origin_port, seen) = capture_server();
+    let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{origin_port}")]);
+    opts.extra = "  trusted_proxies: [127.0.0.2/32, 10.0.0.0/8]\n  limits: { creations_per_ip_per_sec: 1 }\n";
+    let edge = start_edge(opts);
+    let create = |peer: [u8; 4], xff: &str| {
+        let mut c = Conn::open_from(peer.into(), edge.port).unwrap();
+        c.send(
+            "POST",
+            "/api/v1/links",
+            Some("localhost"),
+            &[("X-Forwarded-For", xff)],
+            br#"{"url":"https://e.com/"}"#,
+        )
+        .unwrap()
+        .status
+    };
+    let forwarded = || {
+        let req = std::iter::from_fn(|| seen.recv_timeout(TIMEOUT).ok())
+            .find(|r| r.starts_with("POST "))
+            .unwrap_or_else(|| panic!("no POST reached the origin"));
+        req.to_ascii_lowercase()
+            .lines()
+            .find_map(|l| l.strip_prefix("x-forwarded-for: ").map(str::to_owned))
+            .unwrap_or_else(|| panic!("no x-forwarded-for in {req}"))
+    };
+
+    // Through the trusted proxy 127.0.0.2 and the trusted hop 10.9.9.9:
+    // the client is 1.2.3.4 (6.6.6.6 is whatever the client claimed).
+    assert_eq!(create([127, 0, 0, 2], "6.6.6.6, 1.2.3.4, 10.9.9.9"), 201);
+    assert_eq!(forwarded(), "1.2.3.4, 10.9.9.9, 127.0.0.2");
+    edge.log_line(" 1.2.3.4 POST /api/v1/links 201 FWD ");
+    // Its creation budget (1/s) is its own: spent for 1.2.3.4...
+    assert_eq!(create([127, 0, 0, 2], "1.2.3.4"), 429);
+    // ...but not for another client behind the same proxy.
+    assert_eq!(create([127, 0, 0, 2], "5.5.5.5"), 201);
+    assert_eq!(forwarded(), "5.5.5.5, 127.0.0.2");
+
+    // An untrusted peer's header is ignored: it is the client itself.
+    assert_eq!(create([127, 0, 0, 3], "1.2.3.4"), 201);
+    assert_eq!(forwarded(), "127.0.0.3");
+    edge.log_line(" 127.0.0.3 POST /api/v1/links 201 FWD ");
+    assert_eq!(create([127, 0, 0, 3], "7.7.7.7"), 429);
 }

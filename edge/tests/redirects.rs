@@ -40,22 +40,23 @@ fn redis_hit_then_memory_hit_with_protocol_headers() {
     let r = get(edge.port, "/aB3xYz?utm=x", "S.Shop55.COM.:8080");
     assert_eq!(r.status, 302);
     assert_eq!(r.header("location"), Some("https://example.com/a?b=1"));
-    let st = edge.status();
-    assert_eq!(st["service"], "edge");
-    assert_eq!(st["protocol"], 1);
+    let st = edge.typed_status();
+    assert_eq!(st.service, "edge");
+    assert_eq!(st.protocol, shorturl_common::PROTOCOL_VERSION);
     assert_eq!(
-        st["redis"]["hit"], 1,
-        "second request must not reach Redis: {st}"
+        st.redis.hit, 1,
+        "second request must not reach Redis: {st:?}"
     );
-    assert_eq!(st["local"]["hit"], 1);
-    assert_eq!(st["local"]["miss"], 1);
-    assert_eq!(st["origin"]["forward"], 0);
-    assert_eq!(st["origin_reachable"], false);
-    assert!(st["mysql"].is_null() && st["issuer"].is_null());
+    assert_eq!((st.local.hit, st.local.miss), (1, 1));
+    assert_eq!(st.origin.forward, 0);
+    assert!(!st.origin_reachable);
+    assert_eq!((st.mysql, st.issuer), (None, None));
 
-    // Case-sensitive codes: a different code is a different lookup.
+    // Case-sensitive codes: a different code is a different lookup (not in
+    // Redis, and the origin is down: unavailable, not the other code's URL).
     let r = get(edge.port, "/Ab3xYz", DOMAIN);
-    assert_ne!(r.status, 302);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(edge.typed_status().redis.miss, 1);
 
     edge.log_line(" /aB3xYz 302 REDIS ");
     edge.log_line(" /aB3xYz 302 HIT ");
@@ -103,7 +104,8 @@ fn negative_records_head_invalid_paths_and_host_binding() {
     let other = get(edge.port, "/good12", "other.example.com");
     assert_eq!(other.status, 404);
     assert_eq!(other.body, g404.body);
-    assert_eq!(get(edge.port, "/good12", "bad host!").status, 404);
+    // An invalid Host is a malformed request (protocol 2.1).
+    assert_eq!(get(edge.port, "/good12", "bad host!").status, 400);
 
     // Invalid codes: 404 at once, no lookup anywhere.
     let before = edge.status();
@@ -226,22 +228,24 @@ fn unknown_code_scans_are_rate_limited_per_ip_with_keepalive() {
     }
     assert_eq!(get(edge.port, "/live01", DOMAIN).status, 302);
     let mut c = Conn::open(edge.port).unwrap();
-    let mut saw_429 = false;
-    for i in 0..40 {
-        let r = c.get(&format!("/scan{i:02}"), DOMAIN).unwrap();
-        assert!(r.status == 404 || r.status == 429, "{}", r.status);
-        if r.status == 429 {
-            assert_eq!(r.json()["error"], "rate_limited");
-            assert!(r.header("retry-after").is_some());
-            saw_429 = true;
-            // Keep-alive survives the 429, and cached links still work.
-            let ok = c.get("/live01", DOMAIN).unwrap();
-            assert_eq!(ok.status, 302);
-            break;
-        }
-    }
-    assert!(saw_429, "an enumeration scan was never limited");
+    // Exact per-client counts: the window starts at the first 404, so a
+    // burst gets exactly the limit's worth of answers, then 429s.
+    let statuses: Vec<u16> = (0..40)
+        .map(|i| c.get(&format!("/scan{i:02}"), DOMAIN).unwrap().status)
+        .collect();
+    assert_eq!(statuses[..5], [404; 5], "{statuses:?}");
+    assert!(statuses[5..].iter().all(|s| *s == 429), "{statuses:?}");
+    let r = c.get("/scan00", DOMAIN).unwrap();
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["error"], "rate_limited");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // Keep-alive survives the 429, and cached links still work.
+    assert_eq!(c.get("/live01", DOMAIN).unwrap().status, 302);
     edge.log_line(" 429 LIMIT ");
+    assert_eq!(
+        edge.metric("shorturl_limits_refused_total{limit=\"unknown\"}"),
+        36.0
+    );
 }
 
 #[test]
@@ -257,9 +261,9 @@ fn prometheus_metrics_on_their_own_port() {
     assert_eq!(get(edge.port, "/prom01", DOMAIN).status, 302);
     // Histograms are updated in the logging phase, just after the response.
     let want = [
-        "shorturl_edge_request_duration_seconds_count{outcome=\"HIT\"} 1",
-        "shorturl_edge_request_duration_seconds_count{outcome=\"REDIS\"} 1",
-        "shorturl_edge_status_total{dimension=\"redis\",result=\"hit\"} 1",
+        "shorturl_request_duration_seconds_count{outcome=\"HIT\"} 1\n",
+        "shorturl_request_duration_seconds_count{outcome=\"REDIS\"} 1\n",
+        "shorturl_status_total{dimension=\"redis\",result=\"hit\"} 1\n",
     ];
     let mut text = String::new();
     wait_for("metrics to show both requests", support::TIMEOUT, || {
@@ -279,9 +283,45 @@ fn a_request_without_host_resolves_nothing() {
         "su:1:link:nohost",
         &record_line("localhost", "https://example.com/n", 3600),
     );
-    // HTTP/1.0 without Host: the same 404 as the origin gives.
+    // HTTP/1.0 without Host: a request for no domain, the same 404 as the
+    // origin gives; HTTP/1.1 without Host is refused (protocol 2.1).
+    let mut c = Conn::open(edge.port).unwrap();
+    let r = c
+        .send_version("1.0", "GET", "/nohost", None, &[], b"")
+        .unwrap();
+    assert_eq!(r.status, 404);
     let mut c = Conn::open(edge.port).unwrap();
     let r = c.send("GET", "/nohost", None, &[], b"").unwrap();
-    assert_eq!(r.status, 404);
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"], "bad_request");
     assert_eq!(get(edge.port, "/nohost", "localhost").status, 302);
+}
+
+#[test]
+fn status_is_answered_only_to_status_allow_clients() {
+    let redis = Redis::start();
+    let edge = edge_on(
+        &redis,
+        "  status_allow: [127.0.0.1/32]\n  trusted_proxies: [127.0.0.3/32]\n",
+    );
+    let from = |ip: [u8; 4], xff: Option<&str>| {
+        let mut c = Conn::open_from(ip.into(), edge.port).unwrap();
+        let headers: Vec<(&str, &str)> = xff.map(|v| ("X-Forwarded-For", v)).into_iter().collect();
+        c.send("GET", "/shorturl_status", Some("localhost"), &headers, b"")
+            .unwrap()
+    };
+    let ok = from([127, 0, 0, 1], None);
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let st: shorturl_common::status::EdgeStatus = serde_json::from_slice(&ok.body).unwrap();
+    assert_eq!(st.service, "edge");
+    // Outside the list: exactly the protocol 404, as for any unknown path.
+    let denied = from([127, 0, 0, 2], None);
+    assert_eq!(denied.status, 404);
+    assert_eq!(denied.body, shorturl_common::error::NOT_FOUND_BODY);
+    assert_eq!(denied.header("cache-control"), Some("no-store"));
+    // An untrusted peer cannot claim an allowed address...
+    assert_eq!(from([127, 0, 0, 2], Some("127.0.0.1")).status, 404);
+    // ...and behind a trusted proxy the client it names is what counts.
+    assert_eq!(from([127, 0, 0, 3], Some("203.0.113.9")).status, 404);
+    assert_eq!(from([127, 0, 0, 3], Some("127.0.0.1")).status, 200);
 }

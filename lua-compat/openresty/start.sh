@@ -13,15 +13,22 @@
 #   SU_ORIGIN_CONNECT_TIMEOUT_MS=100  SU_ORIGIN_READ_TIMEOUT_MS=5000  SU_RECORD_TIMEOUT_MS=500
 #   SU_STATUS_TIMEOUT_MS=300  SU_HEALTH_INTERVAL_MS=1000
 #   SU_POSITIVE_TTL_SECS=30  SU_NEGATIVE_TTL_SECS=5  SU_UNAVAILABLE_TTL_MS=1000
-#   SU_UNKNOWN_LIMIT=50  SU_CREATION_LIMIT=20  (per client IP per second, 0 = off)
+#   SU_TOMBSTONE_TTL_MS=10000  SU_UNSUBSCRIBED_GRACE_MS=5000  (invalidation, see README)
+#   SU_UNKNOWN_LIMIT=50  SU_CREATION_LIMIT=20  (per client per second, 0 = off)
+#   SU_REFUSED_CREATION_LIMIT=10 (per client per minute)  SU_CLIENTS_TRACKED=100000  SU_IPV6_PREFIX_LEN=64
+#   SU_TRUSTED_PROXIES=<cidr,...> (default none)  SU_STATUS_ALLOW=<cidr,...> (default loopback + private)
+#   SU_HEADER_TIMEOUT_SECS=5  SU_KEEPALIVE_SECS=60  SU_MAX_CONNECTIONS=10000  SU_MAX_CONNECTIONS_PER_IP=64
 #   SU_REDIRECT_STATUS=302  SU_ACCESS_LOG=<prefix>/logs/access.log|off  SU_METRICS_PORT=<port>
 #   SU_RESOLVER=<ip> (default: first nameserver of /etc/resolv.conf)
+#   SU_TLS_PORT=<port>  also serve HTTPS (HTTP/2 and 1.1) there, certificates by SNI from the
+#     shared store in Redis and SU_TLS_CERT_DIR (<name>.crt/.key); SU_TLS_DEFAULT_CERT=<name>
+#     (default SU_DEFAULT_DOMAIN) is served when no other matches; SU_TLS_CACHE_SECS=5
 #   SU_CONF=<file.lua>  use this module config instead of generating one
 #   SU_DIE_WITH_MASTER=1  workers exit when the master dies (test harnesses)
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,22p' "$0" >&2
+  sed -n '2,28p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -40,6 +47,30 @@ esac
 servers=""
 IFS=',' read -ra list <<< "$origins"
 for o in "${list[@]}"; do servers="$servers\"$o\", "; done
+# "a,b" -> { "a", "b", }
+lua_list() {
+  local out="" item
+  IFS=',' read -ra items <<< "$1"
+  for item in "${items[@]}"; do
+    item="${item// /}"
+    [ -n "$item" ] && out="$out\"$item\", "
+  done
+  printf '{ %s}' "$out"
+}
+int() { # name value: a whole number or exit
+  case "$2" in ''|*[!0-9]*) echo "start.sh: $1 must be a whole number (got '$2')" >&2; exit 2 ;; esac
+  printf '%s' "$2"
+}
+header_timeout="$(int SU_HEADER_TIMEOUT_SECS "${SU_HEADER_TIMEOUT_SECS:-5}")"
+keepalive="$(int SU_KEEPALIVE_SECS "${SU_KEEPALIVE_SECS:-60}")"
+max_conn="$(int SU_MAX_CONNECTIONS "${SU_MAX_CONNECTIONS:-10000}")"
+max_conn_ip="$(int SU_MAX_CONNECTIONS_PER_IP "${SU_MAX_CONNECTIONS_PER_IP:-64}")"
+clients="$(int SU_CLIENTS_TRACKED "${SU_CLIENTS_TRACKED:-100000}")"
+workers="$(int SU_WORKERS "${SU_WORKERS:-1}")"
+tombstone_ttl="$(int SU_TOMBSTONE_TTL_MS "${SU_TOMBSTONE_TTL_MS:-10000}")"
+unsubscribed_grace="$(int SU_UNSUBSCRIBED_GRACE_MS "${SU_UNSUBSCRIBED_GRACE_MS:-5000}")"
+status_allow=""
+[ -n "${SU_STATUS_ALLOW:-}" ] && status_allow="status_allow = $(lua_list "$SU_STATUS_ALLOW"),"
 
 conf="$prefix/conf/shorturl.lua"
 if [ -n "${SU_CONF:-}" ]; then
@@ -68,11 +99,17 @@ return {
     positive_ttl_secs = ${SU_POSITIVE_TTL_SECS:-30},
     negative_ttl_secs = ${SU_NEGATIVE_TTL_SECS:-5},
     unavailable_ttl_ms = ${SU_UNAVAILABLE_TTL_MS:-1000},
+    tombstone_ttl_ms = $tombstone_ttl,
+    unsubscribed_grace_ms = $unsubscribed_grace,
   },
   redirect = { status = ${SU_REDIRECT_STATUS:-302} },
+  trusted_proxies = $(lua_list "${SU_TRUSTED_PROXIES:-}"),
+  $status_allow
   limits = {
     unknown_per_ip_per_sec = ${SU_UNKNOWN_LIMIT:-50},
     creations_per_ip_per_sec = ${SU_CREATION_LIMIT:-20},
+    refused_creations_per_ip_per_min = ${SU_REFUSED_CREATION_LIMIT:-10},
+    ipv6_prefix_len = ${SU_IPV6_PREFIX_LEN:-64},
   },
   die_with_master = $([ "${SU_DIE_WITH_MASTER:-0}" = 1 ] && echo true || echo false),
 }
@@ -88,6 +125,22 @@ if [ "$access_log" = off ]; then
 else
   access_log_directive="$access_log shorturl buffer=64k flush=200ms"
 fi
+# Per-client windows: up to three entries per client, ~128 bytes each.
+limits_kb=$(( clients * 3 * 128 / 1024 )); [ "$limits_kb" -lt 1024 ] && limits_kb=1024
+conn_kb=$(( clients * 128 / 1024 )); [ "$conn_kb" -lt 1024 ] && conn_kb=1024
+# max_connections per worker, plus room for upstream (Redis, origin) sockets.
+worker_conns=8192
+if [ "$max_conn" -gt 0 ]; then worker_conns=$(( (max_conn + workers - 1) / workers + 1024 )); fi
+conn_limits=""
+if [ "$max_conn" -gt 0 ]; then
+  conn_limits="        limit_conn su_conn_all $max_conn;"
+fi
+if [ "$max_conn_ip" -gt 0 ]; then
+  conn_limits="$conn_limits
+        # Per peer (IPv6 by prefix; trusted proxies exempt), as on the Pingora edge.
+        set_by_lua_block \$su_conn_key { return require(\"shorturl.edge\").conn_key() }
+        limit_conn su_conn_per_ip $max_conn_ip;"
+fi
 metrics=""
 if [ -n "${SU_METRICS_PORT:-}" ]; then
   metrics="    server {
@@ -98,21 +151,49 @@ if [ -n "${SU_METRICS_PORT:-}" ]; then
     }"
 fi
 
+tls_dir="${SU_TLS_CERT_DIR:-}"
+tls_listen=""
+if [ -n "${SU_TLS_PORT:-}" ]; then
+  tls_port="$(int SU_TLS_PORT "$SU_TLS_PORT")"
+  default_cert="${SU_TLS_DEFAULT_CERT:-${SU_DEFAULT_DOMAIN:-localhost}}"
+  if [ -z "$tls_dir" ] || [ ! -s "$tls_dir/$default_cert.crt" ] || [ ! -s "$tls_dir/$default_cert.key" ]; then
+    echo "start.sh: SU_TLS_PORT needs SU_TLS_CERT_DIR with $default_cert.crt and $default_cert.key (the default certificate)" >&2
+    exit 2
+  fi
+  tls_dir="$(cd "$tls_dir" && pwd)"
+  tls_listen="        # HTTPS: TLS 1.2/1.3, ALPN h2 + http/1.1, session cache and tickets;
+        # the certificate by SNI from the shared store (tls.lua), else this one.
+        listen ${SU_LISTEN_ADDR:-127.0.0.1}:$tls_port ssl http2 reuseport;
+        ssl_certificate $tls_dir/$default_cert.crt;
+        ssl_certificate_key $tls_dir/$default_cert.key;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_session_cache shared:su_tls:10m;
+        ssl_session_timeout 1h;
+        ssl_certificate_by_lua_block { require(\"shorturl.tls\").certificate() }"
+fi
+
 out="$prefix/conf/nginx.conf"
 esc() { printf '%s' "$1" | sed -e 's/[\/&|]/\\&/g'; }
 sed_args=()
-for kv in "PREFIX=$prefix" "LUA_DIR=$here/lua" "CONF=$conf" "WORKERS=${SU_WORKERS:-1}" \
+for kv in "PREFIX=$prefix" "LUA_DIR=$here/lua" "CONF=$conf" "WORKERS=$workers" \
           "LISTEN=${SU_LISTEN_ADDR:-127.0.0.1}:$port" "CACHE_SIZE=${SU_CACHE_SIZE:-64m}" \
           "RESOLVER=$resolver" "ERROR_LOG_LEVEL=${SU_ERROR_LOG_LEVEL:-warn}" \
-          "ACCESS_LOG=$access_log_directive" "KEEPALIVE=${SU_KEEPALIVE_SECS:-60}" \
+          "ACCESS_LOG=$access_log_directive" "KEEPALIVE=$keepalive" \
+          "HEADER_TIMEOUT=$header_timeout" "MAX_CONNECTIONS=$max_conn" "MAX_CONNECTIONS_PER_IP=$max_conn_ip" \
+          "CLIENTS_TRACKED=$clients" "LIMITS_SIZE=${limits_kb}k" "CONN_ZONE_SIZE=${conn_kb}k" \
+          "WORKER_CONNECTIONS=$worker_conns" \
           "CLIENT_TIMEOUT=${SU_CLIENT_TIMEOUT_SECS:-10}" \
           "ORIGIN_CONNECT_TIMEOUT=${SU_ORIGIN_CONNECT_TIMEOUT_MS:-100}" \
-          "ORIGIN_READ_TIMEOUT=${SU_ORIGIN_READ_TIMEOUT_MS:-5000}"; do
+          "ORIGIN_READ_TIMEOUT=${SU_ORIGIN_READ_TIMEOUT_MS:-5000}" \
+          "REDIS_URL=$redis_url" "TLS_CERT_DIR=$tls_dir" \
+          "TLS_CACHE_SECS=$(int SU_TLS_CACHE_SECS "${SU_TLS_CACHE_SECS:-5}")"; do
   sed_args+=(-e "s|@${kv%%=*}@|$(esc "${kv#*=}")|g")
 done
 sed "${sed_args[@]}" "$here/nginx.conf.tmpl" > "$out.tmp"
-# The metrics server block spans lines: splice it in last.
-awk -v block="$metrics" '{ if ($0 == "@METRICS_SERVER@") print block; else print }' "$out.tmp" > "$out"
+# Multi-line blocks: spliced in last.
+awk -v block="$metrics" -v conn="$conn_limits" -v tls="$tls_listen" \
+  '{ if ($0 == "@METRICS_SERVER@") print block; else if ($0 == "@CONN_LIMITS@") print conn; else if ($0 == "@TLS_LISTEN@") print tls; else print }' \
+  "$out.tmp" > "$out"
 rm -f "$out.tmp"
 
 nginx_bin="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"

@@ -1,12 +1,14 @@
-//! API callers: bearer keys (only their SHA-256 is configured) and a
+//! API callers: bearer keys (only their SHA-256 is configured), resolved
+//! to a [`Caller`] (the app, its scopes and merchant binding), and a
 //! per-app token-bucket creation limit.
 
 use crate::config::AppConfig;
 use crate::error::ApiError;
+use crate::tenancy::{Caller, Scope};
 use http::{HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 struct Bucket {
@@ -15,7 +17,7 @@ struct Bucket {
 }
 
 struct App {
-    name: String,
+    caller: Arc<Caller>,
     rate: f64,
     burst: f64,
     bucket: Mutex<Bucket>,
@@ -34,7 +36,11 @@ impl Auth {
             .iter()
             .map(|a| {
                 let app = App {
-                    name: a.name.clone(),
+                    caller: Arc::new(Caller::new(
+                        a.name.clone(),
+                        a.scopes.iter().copied(),
+                        a.merchants.iter().copied(),
+                    )),
                     rate: a.rate_per_sec,
                     burst: a.burst,
                     bucket: Mutex::new(Bucket {
@@ -68,35 +74,64 @@ impl Auth {
         self.by_hash.get(&hash).ok_or_else(unauthorized)
     }
 
-    /// The caller's app name, or 401.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<String, ApiError> {
-        self.app(headers).map(|a| a.name.clone())
+    /// The caller behind the request's key, or 401.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Caller>, ApiError> {
+        self.app(headers).map(|a| Arc::clone(&a.caller))
     }
 
-    /// Authenticates and takes one creation token, or 401/429.
-    pub fn admit_creation(&self, headers: &HeaderMap) -> Result<String, ApiError> {
+    /// Authenticates a caller allowed to create, and takes `n` creation
+    /// tokens from its app's bucket: 401, 403 `insufficient_scope` or 429.
+    pub fn admit_creations(&self, headers: &HeaderMap, n: u32) -> Result<Arc<Caller>, ApiError> {
+        let app = self.creator(headers)?;
+        let need = n.max(1);
+        app.take(need, need)?;
+        Ok(Arc::clone(&app.caller))
+    }
+
+    /// For a batch of `n` creations: authenticates a caller allowed to
+    /// create and takes as many of `n` tokens as its bucket holds (at least
+    /// one, else 429). Returns how many were granted: the items past them
+    /// are refused one by one.
+    pub fn admit_batch(&self, headers: &HeaderMap, n: u32) -> Result<u32, ApiError> {
+        self.creator(headers)?.take(1, n.max(1))
+    }
+
+    fn creator(&self, headers: &HeaderMap) -> Result<&App, ApiError> {
         let app = self.app(headers)?;
-        let mut b = app
+        app.caller
+            .require(Scope::LinksCreate)
+            .map_err(crate::links::LinkError::from)?;
+        Ok(app)
+    }
+}
+
+impl App {
+    /// Takes between `min` and `max` whole tokens (as many as there are),
+    /// or answers 429 with the wait for `min`.
+    fn take(&self, min: u32, max: u32) -> Result<u32, ApiError> {
+        let mut b = self
             .bucket
             .lock()
             .map_err(|_| ApiError::unavailable("rate limiter poisoned"))?;
         let now = Instant::now();
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * app.rate).min(app.burst);
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * self.rate).min(self.burst);
         b.at = now;
-        if b.tokens < 1.0 {
-            let wait = ((1.0 - b.tokens) / app.rate).ceil() as u64;
+        let need = f64::from(min);
+        if b.tokens < need {
+            let wait = ((need - b.tokens) / self.rate).ceil() as u64;
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 format!(
                     "app {} is over its creation rate limit of {}/s",
-                    app.name, app.rate
+                    self.caller.app, self.rate
                 ),
             )
             .retry_after(wait));
         }
-        b.tokens -= 1.0;
-        Ok(app.name.clone())
+        let got = b.tokens.floor().min(f64::from(max)) as u32;
+        b.tokens -= f64::from(got);
+        Ok(got)
     }
 }
 
@@ -105,13 +140,15 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
-    fn auth(rate: f64, burst: f64) -> Auth {
+    fn auth(rate: f64, burst: f64, scopes: &[Scope]) -> Auth {
         let key_hash: [u8; 32] = Sha256::digest(b"secret-key").into();
         Auth::new(&[AppConfig {
             name: "demo".into(),
             key_hash,
             rate_per_sec: rate,
             burst,
+            scopes: scopes.iter().copied().collect(),
+            merchants: [55].into_iter().collect(),
         }])
     }
 
@@ -126,13 +163,12 @@ mod tests {
 
     #[test]
     fn keys() {
-        let a = auth(10.0, 10.0);
+        let a = auth(10.0, 10.0, &Scope::DEFAULT);
+        let c = a.authenticate(&headers("Bearer secret-key")).unwrap();
+        assert_eq!(c.app, "demo");
+        assert!(c.can_see(Some("x"), Some(55)) && !c.can_see(Some("demo"), Some(91)));
         assert_eq!(
-            a.authenticate(&headers("Bearer secret-key")).unwrap(),
-            "demo"
-        );
-        assert_eq!(
-            a.authenticate(&headers("bearer secret-key")).unwrap(),
+            a.authenticate(&headers("bearer secret-key")).unwrap().app,
             "demo"
         );
         for bad in ["Bearer nope", "Basic secret-key", "secret-key", "Bearer "] {
@@ -150,16 +186,41 @@ mod tests {
 
     #[test]
     fn burst_then_429() {
-        let a = auth(0.001, 3.0);
+        let a = auth(0.001, 3.0, &Scope::DEFAULT);
         let h = headers("Bearer secret-key");
         for _ in 0..3 {
-            assert!(a.admit_creation(&h).is_ok());
+            assert!(a.admit_creations(&h, 1).is_ok());
         }
-        let e = a.admit_creation(&h).unwrap_err();
+        let e = a.admit_creations(&h, 1).unwrap_err();
         assert_eq!(
             (e.status, e.kind),
             (StatusCode::TOO_MANY_REQUESTS, "rate_limited")
         );
         assert!(e.retry_after.unwrap_or(0) >= 1);
+    }
+
+    #[test]
+    fn creation_needs_the_scope_and_costs_no_token_without_it() {
+        let a = auth(0.001, 1.0, &[Scope::LinksRead]);
+        let h = headers("Bearer secret-key");
+        let e = a.admit_creations(&h, 1).unwrap_err();
+        assert_eq!(
+            (e.status, e.kind),
+            (StatusCode::FORBIDDEN, "insufficient_scope")
+        );
+        let a = auth(0.001, 5.0, &[Scope::Admin]);
+        assert!(a.admit_creations(&h, 5).is_ok());
+        assert_eq!(a.admit_creations(&h, 1).unwrap_err().kind, "rate_limited");
+    }
+
+    #[test]
+    fn a_batch_takes_what_the_bucket_holds() {
+        let a = auth(0.001, 5.0, &Scope::DEFAULT);
+        let h = headers("Bearer secret-key");
+        assert_eq!(a.admit_batch(&h, 3).unwrap(), 3);
+        assert_eq!(a.admit_batch(&h, 10).unwrap(), 2);
+        assert_eq!(a.admit_batch(&h, 1).unwrap_err().kind, "rate_limited");
+        let r = auth(0.001, 5.0, &[Scope::LinksRead]);
+        assert_eq!(r.admit_batch(&h, 1).unwrap_err().kind, "insufficient_scope");
     }
 }

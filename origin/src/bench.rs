@@ -3,26 +3,45 @@
 //!
 //! - `issuer`: ids/s handed out by the issuer over the real MySQL counter.
 //! - `raw-claims`: the raw capacity of the same MariaDB for durable
-//!   single-row claims (one autocommit `UPDATE ... WHERE id = ? AND state = 0`
+//!   single-row claims (one autocommit `UPDATE ... WHERE id = ? AND state = free`
 //!   per claim, `concurrency` connections), the figure group commit must beat.
 
 use crate::config::Config;
 use crate::issuer::counter::MysqlCounter;
 use crate::issuer::Issuer;
 use crate::metrics::Metrics;
+use crate::store::RowState;
 use mysql_async::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("unknown benchmark {0:?} (issuer | raw-claims)")]
+    Unknown(String),
+    #[error("raw-claims needs pre-generated rows (pregen first)")]
+    NoRows,
+    #[error("mysql: {0}")]
+    Mysql(#[from] mysql_async::Error),
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
 /// Runs one measurement and prints a JSON line.
-pub async fn run(cfg: &Config, what: &str, concurrency: usize, seconds: u64) -> Result<(), String> {
-    let pool = crate::db::pool(&cfg.mysql).map_err(|e| e.to_string())?;
-    crate::db::migrate(&pool).await.map_err(|e| e.to_string())?;
+pub async fn run(
+    cfg: &Config,
+    what: &str,
+    concurrency: usize,
+    seconds: u64,
+) -> Result<(), BenchError> {
+    let pool = crate::db::pool(&cfg.mysql)?;
+    crate::db::migrate(&pool).await?;
     let dur = Duration::from_secs(seconds.max(1));
     let (count, elapsed) = match what {
         "issuer" => {
-            let metrics = Arc::new(Metrics::new().map_err(|e| e.to_string())?);
+            let metrics = Arc::new(Metrics::new()?);
             let counter = MysqlCounter::new(pool.clone(), "bench".into());
             let issuer = Issuer::new(
                 Box::new(counter),
@@ -53,11 +72,9 @@ pub async fn run(cfg: &Config, what: &str, concurrency: usize, seconds: u64) -> 
         "raw-claims" => {
             // Claim rows from the top of the table down, so a later creation
             // benchmark on the same table is not affected by holes at the front.
-            let top: u64 = crate::db::capacity(&pool)
-                .await
-                .map_err(|e| e.to_string())?;
+            let top: u64 = crate::db::capacity(&pool).await?;
             if top == 0 {
-                return Err("raw-claims needs pre-generated rows (pregen first)".into());
+                return Err(BenchError::NoRows);
             }
             let next = Arc::new(AtomicU64::new(top));
             let n = Arc::new(AtomicU64::new(0));
@@ -74,9 +91,9 @@ pub async fn run(cfg: &Config, what: &str, concurrency: usize, seconds: u64) -> 
                         }
                         let r = conn
                             .exec_drop(
-                                "UPDATE short_code SET state = 2, long_url = 'https://bench.example/raw', \
-                                 domain = 'bench', created_at = UNIX_TIMESTAMP() WHERE id = ? AND state = 0",
-                                (id,),
+                                "UPDATE short_code SET state = ?, long_url = 'https://bench.example/raw', \
+                                 domain = 'bench', created_at = UNIX_TIMESTAMP() WHERE id = ? AND state = ?",
+                                (RowState::Reserved, id, RowState::Free),
                             )
                             .await;
                         if r.is_err() {
@@ -91,7 +108,7 @@ pub async fn run(cfg: &Config, what: &str, concurrency: usize, seconds: u64) -> 
             }
             (n.load(Ordering::Relaxed), t0.elapsed())
         }
-        other => return Err(format!("unknown benchmark {other:?} (issuer | raw-claims)")),
+        other => return Err(BenchError::Unknown(other.to_owned())),
     };
     let rate = count as f64 / elapsed.as_secs_f64().max(1e-9);
     println!(

@@ -5,11 +5,18 @@
 //! `redis.error` in the status). The client is a lazy, reconnecting
 //! `ConnectionManager`: the origin starts without Redis and recovers by
 //! itself when Redis comes back.
+//!
+//! Every write of a link record goes through one Lua script
+//! ([`CAS_SCRIPT`]): it writes only if the stored value's version is not
+//! newer than the one written, and publishes the invalidation message in
+//! the same step when asked to. A resolution that read MySQL before a
+//! change therefore cannot put the old state back, whatever the timing.
 
 use crate::config::RedisConfig;
 use crate::metrics::Metrics;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::AsyncCommands;
+use redis::{AsyncCommands, Script};
+use shorturl_common::inval::Invalidation;
 use shorturl_common::keys;
 use shorturl_common::record::{Lookup, Record};
 use shorturl_common::time::now_unix;
@@ -17,12 +24,33 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Compare-and-set of a link record (protocol section 3.1).
+/// `KEYS[1]` the link key; `ARGV` version, value, TTL seconds, channel
+/// (empty: publish nothing), message. Returns 1 if written, 0 if the stored
+/// value is newer. A stored value that is not a protocol 2 line (a protocol
+/// 1 value, garbage) counts as version 0.
+pub const CAS_SCRIPT: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local v = string.match(cur, '^2 (%d+) ') or string.match(cur, '^%- (%d+)$') or '0'
+  if tonumber(v) > tonumber(ARGV[1]) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+if ARGV[4] ~= '' then
+  redis.call('PUBLISH', ARGV[4], ARGV[5])
+end
+return 1
+";
+
 /// The Redis cache.
 #[derive(Clone)]
 pub struct Cache {
     conn: ConnectionManager,
     cfg: RedisConfig,
     metrics: Arc<Metrics>,
+    cas: Arc<Script>,
 }
 
 /// What Redis said about a code.
@@ -31,6 +59,29 @@ pub enum CacheAnswer {
     Miss,
     /// Redis failed or timed out: treat as a miss, don't write back.
     Error,
+}
+
+/// What a record write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Stored (and published, when asked).
+    Stored,
+    /// Redis holds a newer version: nothing was written.
+    Stale,
+}
+
+/// Redis failed or timed out (already counted and logged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("redis is unavailable")]
+pub struct CacheDown;
+
+/// Whether a record write also announces the change to the edges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publish {
+    /// A resolution write-back: nothing changed, nobody needs telling.
+    No,
+    /// A change (creation, edit, delete...): publish `<version> <code>`.
+    Yes,
 }
 
 impl Cache {
@@ -43,7 +94,12 @@ impl Cache {
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
         let conn = ConnectionManager::new_lazy_with_config(client, mcfg)?;
-        Ok(Cache { conn, cfg, metrics })
+        Ok(Cache {
+            conn,
+            cfg,
+            metrics,
+            cas: Arc::new(Script::new(CAS_SCRIPT)),
+        })
     }
 
     /// The raw connection, for the Redis issuer backend.
@@ -91,37 +147,95 @@ impl Cache {
         }
     }
 
-    /// Caches `lookup` for `code`: a record for min(record TTL, time to
-    /// expiry), a negative for the negative TTL. Best-effort.
-    pub async fn put_record(&self, code: &str, lookup: &Lookup) {
-        let ttl = match lookup {
-            Lookup::Found(r) => self.record_ttl(r),
-            Lookup::Negative => self.cfg.negative_ttl.as_secs(),
-        };
-        if ttl == 0 {
-            return;
+    /// The stored form of `lookup` and its TTL: a record for min(record
+    /// TTL, time to expiry), a negative (also a record already expired) for
+    /// the negative TTL.
+    fn stored(&self, lookup: &Lookup) -> (String, u64) {
+        match lookup {
+            Lookup::Found(r) => match self.record_ttl(r) {
+                0 => (
+                    Lookup::Negative(r.version).encode(),
+                    self.cfg.negative_ttl.as_secs(),
+                ),
+                ttl => (r.encode(), ttl),
+            },
+            Lookup::Negative(_) => (lookup.encode(), self.cfg.negative_ttl.as_secs()),
         }
-        let mut c = self.conn.clone();
-        let _ = self
-            .bounded(c.set_ex::<_, _, ()>(keys::link_key(code), lookup.encode(), ttl))
-            .await;
     }
 
-    /// Caches a new link's record and its dedup entry in one round trip.
-    pub async fn put_created(&self, code: &str, r: &Record, url: &str) {
-        let ttl = self.record_ttl(r);
-        let mut pipe = redis::pipe();
-        if ttl > 0 {
-            pipe.set_ex(keys::link_key(code), r.encode(), ttl).ignore();
-        }
-        pipe.set_ex(
-            keys::dedup_key(&r.domain, url),
-            code,
-            self.cfg.dedup_ttl.as_secs(),
-        )
-        .ignore();
+    /// The CAS script's invocation for `lookup` of `code`.
+    fn cas_invocation(&self, code: &str, lookup: &Lookup, publish: Publish) -> redis::Cmd {
+        let (value, ttl) = self.stored(lookup);
+        let version = lookup.version();
+        let (channel, msg) = match publish {
+            Publish::No => ("", String::new()),
+            Publish::Yes => (keys::INVAL_CHANNEL, Invalidation { version, code }.encode()),
+        };
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.cas.get_hash())
+            .arg(1)
+            .arg(keys::link_key(code))
+            .arg(version)
+            .arg(value)
+            .arg(ttl.max(1))
+            .arg(channel)
+            .arg(msg);
+        cmd
+    }
+
+    /// Runs `pipe` (whose commands use the CAS script); after Redis lost its
+    /// script cache (a restart), loads the script and runs it once more.
+    async fn run_cas<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Option<T> {
         let mut c = self.conn.clone();
-        let _ = self.bounded(pipe.query_async::<()>(&mut c)).await;
+        let cas = Arc::clone(&self.cas);
+        self.bounded(async move {
+            match pipe.query_async::<T>(&mut c).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    cas.prepare_invoke().load_async(&mut c).await?;
+                    pipe.query_async::<T>(&mut c).await
+                }
+                r => r,
+            }
+        })
+        .await
+    }
+
+    /// Writes `lookup` as the record of `code` unless Redis holds a newer
+    /// version; with [`Publish::Yes`] the invalidation message goes out in
+    /// the same step.
+    pub async fn write_record(
+        &self,
+        code: &str,
+        lookup: &Lookup,
+        publish: Publish,
+    ) -> Result<Written, CacheDown> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.cas_invocation(code, lookup, publish));
+        match self.run_cas::<(i64,)>(&pipe).await {
+            Some((1,)) => Ok(Written::Stored),
+            Some(_) => Ok(Written::Stale),
+            None => Err(CacheDown),
+        }
+    }
+
+    /// Caches what a resolution read from MySQL (no message). Best-effort.
+    pub async fn put_record(&self, code: &str, lookup: &Lookup) {
+        let _ = self.write_record(code, lookup, Publish::No).await;
+    }
+
+    /// Caches a new link's record, announces it (an edge may hold a
+    /// negative for a custom code from before it existed) and, for an issued
+    /// code, writes its dedup entry: one round trip. Best-effort.
+    pub async fn put_created(&self, code: &str, r: &Record, dedup_key: Option<&str>) {
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.cas_invocation(code, &Lookup::Found(r.clone()), Publish::Yes))
+            .ignore();
+        if let Some(k) = dedup_key {
+            pipe.set_ex(k, code, self.cfg.dedup_ttl.as_secs()).ignore();
+        }
+        let _ = self.run_cas::<()>(&pipe).await;
     }
 
     /// Seconds a record may live in Redis.
@@ -132,23 +246,14 @@ impl Cache {
             .min(r.remaining_secs(now_unix()))
     }
 
-    /// The code of a recent creation of `(domain, url)`, refreshing its TTL.
-    pub async fn get_dedup(&self, domain: &str, url: &str) -> Option<String> {
+    /// The code of a recent creation with dedup key `key`, refreshing its TTL.
+    pub async fn get_dedup(&self, key: &str) -> Option<String> {
         let mut c = self.conn.clone();
-        let key = keys::dedup_key(domain, url);
         let ttl = self.cfg.dedup_ttl.as_secs();
         // GETEX: read and refresh the one-day window in one round trip.
-        let cmd = redis::cmd("GETEX").arg(&key).arg("EX").arg(ttl).to_owned();
+        let cmd = redis::cmd("GETEX").arg(key).arg("EX").arg(ttl).to_owned();
         self.bounded(async move { cmd.query_async::<Option<String>>(&mut c).await })
             .await
             .flatten()
-    }
-
-    /// Forgets the dedup entry of `(domain, url)` (after a delete).
-    pub async fn del_dedup(&self, domain: &str, url: &str) {
-        let mut c = self.conn.clone();
-        let _ = self
-            .bounded(c.del::<_, ()>(keys::dedup_key(domain, url)))
-            .await;
     }
 }

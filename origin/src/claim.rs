@@ -6,8 +6,14 @@
 //! queue (up to `claim_batch`) and commits them in one transaction, so the
 //! flush is shared and throughput grows with concurrency while a lone
 //! creation still commits at once.
+//!
+//! Batches are isolated: when a batch fails for a reason one item could have
+//! caused (the server refused a statement), its items are claimed again one
+//! by one, so only a bad item fails and the other callers get their links.
+//! A lost connection or a timeout fails the whole batch (retrying each item
+//! would only multiply the wait).
 
-use crate::store::{DbError, LinkData, Store};
+use crate::store::{ClaimItem, DbError, LinkData, Store};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
@@ -50,22 +56,11 @@ impl Claimer {
                             }
                         }
                     }
-                    let items: Vec<(u64, String, Arc<LinkData>)> = buf
-                        .iter()
-                        .map(|c| (c.id, c.code.clone(), Arc::clone(&c.data)))
-                        .collect();
-                    match store.claim_batch(&items).await {
-                        Ok(claimed) => {
-                            for (c, ok) in buf.drain(..).zip(claimed) {
-                                let _ = c.reply.send(Ok(ok));
-                            }
-                        }
-                        Err(e) => {
-                            for c in buf.drain(..) {
-                                let _ = c.reply.send(Err(e.clone()));
-                            }
-                        }
-                    }
+                    commit(
+                        &store,
+                        std::mem::replace(&mut buf, Vec::with_capacity(batch)),
+                    )
+                    .await;
                 }
             });
         }
@@ -84,8 +79,42 @@ impl Claimer {
                 reply,
             })
             .await
-            .map_err(|_| DbError("claim queue closed".into()))?;
-        rx.await
-            .map_err(|_| DbError("claim worker stopped".into()))?
+            .map_err(|_| DbError::ClaimQueueClosed)?;
+        rx.await.map_err(|_| DbError::ClaimWorkerStopped)?
+    }
+}
+
+/// Commits one batch and answers its callers; a batch that may have failed
+/// because of one item is retried item by item.
+async fn commit(store: &Store, claims: Vec<Claim>) {
+    let items: Vec<ClaimItem> = claims
+        .iter()
+        .map(|c| (c.id, c.code.clone(), Arc::clone(&c.data)))
+        .collect();
+    match store.claim_batch(&items).await {
+        Ok(claimed) => {
+            for (c, ok) in claims.into_iter().zip(claimed) {
+                let _ = c.reply.send(Ok(ok));
+            }
+        }
+        Err(e) if claims.len() > 1 && e.may_be_item_specific() => {
+            tracing::warn!(items = claims.len(), error = %e,
+                "claim batch failed; retrying its items one by one");
+            for (c, item) in claims.into_iter().zip(items) {
+                let r = store
+                    .claim_batch(std::slice::from_ref(&item))
+                    .await
+                    .map(|v| v.first().copied().unwrap_or(false));
+                if let Err(e) = &r {
+                    tracing::error!(id = item.0, error = %e, "claim failed on its own");
+                }
+                let _ = c.reply.send(r);
+            }
+        }
+        Err(e) => {
+            for c in claims {
+                let _ = c.reply.send(Err(e.clone()));
+            }
+        }
     }
 }

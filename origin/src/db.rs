@@ -1,13 +1,33 @@
 //! MySQL connection pool, versioned migrations and installation metadata.
 
 use crate::config::MysqlConfig;
+use crate::links::CursorKey;
 use crate::permutation::Permutation;
 use mysql_async::prelude::*;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 
-/// Versioned schema migrations, applied in order, each once.
-pub const MIGRATIONS: &[(u32, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+/// Versioned schema migrations, applied in order, each once. A change adds
+/// the next number at the end (`migrations/NNNN_name.sql`); numbers are
+/// never reused or reordered, and every statement should be safe to run
+/// again (`IF NOT EXISTS`), since a crash can interrupt a migration before
+/// it is recorded.
+pub const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (
+        2,
+        "versions_audit_outbox",
+        include_str!("../migrations/0002_versions_audit_outbox.sql"),
+    ),
+    (
+        3,
+        "search_indexes",
+        include_str!("../migrations/0003_search_indexes.sql"),
+    ),
+];
+
+/// Size of the `short_code.long_url` column (bytes; the column is ASCII):
+/// `links.max_url_bytes` may not exceed it.
+pub const LONG_URL_MAX_BYTES: usize = 8192;
 
 /// First id used for custom codes that are not pre-generated codes.
 pub const CUSTOM_ID_BASE: u64 = 1 << 40;
@@ -65,9 +85,12 @@ pub async fn migrate(pool: &Pool) -> Result<Vec<u32>, mysql_async::Error> {
             conn.exec_drop("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (version, name)).await?;
             applied.push(*version);
         }
-        // The permutation key is created once per installation, at random.
+        // The permutation key and the key that signs search cursors are
+        // created once per installation, at random.
         let key: [u8; 32] = rand::random();
         conn.exec_drop("INSERT IGNORE INTO meta (name, value) VALUES ('perm_key', ?)", (hex::encode(key),)).await?;
+        let key: [u8; 32] = rand::random();
+        conn.exec_drop("INSERT IGNORE INTO meta (name, value) VALUES ('cursor_key', ?)", (hex::encode(key),)).await?;
         conn.query_drop("INSERT IGNORE INTO meta (name, value) VALUES ('pregen_done', '0')").await?;
         conn.exec_drop("INSERT IGNORE INTO counter (name, value) VALUES ('custom', ?)", (CUSTOM_ID_BASE,)).await?;
         Ok::<_, mysql_async::Error>(applied)
@@ -114,6 +137,19 @@ pub async fn load_permutation(pool: &Pool) -> Result<Permutation, mysql_async::E
         })
 }
 
+/// Reads the installation's cursor-signing key (created by `migrate`).
+pub async fn load_cursor_key(pool: &Pool) -> Result<CursorKey, mysql_async::Error> {
+    let mut conn = pool.get_conn().await?;
+    let key: Option<String> = conn
+        .query_first("SELECT value FROM meta WHERE name = 'cursor_key'")
+        .await?;
+    key.as_deref().and_then(CursorKey::from_hex).ok_or_else(|| {
+        mysql_async::Error::Other(
+            "meta.cursor_key missing or invalid: run `shorturl-origin migrate`".into(),
+        )
+    })
+}
+
 /// Number of pre-generated codes (ids 1..=n are in the table).
 pub async fn capacity(pool: &Pool) -> Result<u64, mysql_async::Error> {
     let mut conn = pool.get_conn().await?;
@@ -130,7 +166,23 @@ pub fn is_duplicate(e: &mysql_async::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::split_statements;
+    use super::{split_statements, LONG_URL_MAX_BYTES, MIGRATIONS};
+
+    #[test]
+    fn migrations_are_numbered_in_order() {
+        for (i, (v, _, _)) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(*v as usize, i + 1);
+        }
+    }
+
+    #[test]
+    fn long_url_limit_matches_the_column() {
+        let column = format!("long_url       VARCHAR({LONG_URL_MAX_BYTES})    CHARACTER SET ascii");
+        assert!(
+            MIGRATIONS.iter().any(|(_, _, sql)| sql.contains(&column)),
+            "the long_url column changed: update LONG_URL_MAX_BYTES"
+        );
+    }
 
     #[test]
     fn splits_migration_files() {

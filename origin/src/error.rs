@@ -1,9 +1,15 @@
 //! API errors: each is a status, a stable kind and a message, rendered as the
-//! protocol's JSON error body.
+//! protocol's JSON error body. This is the one place domain errors
+//! ([`LinkError`]) become HTTP: a dependency's failure is answered by what is
+//! unavailable, never by its own text (that goes to the log where it happens).
 
+use crate::links::LinkError;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
 use shorturl_common::error::ErrorBody;
+
+/// The 503 message when MySQL failed.
+pub const DATABASE_UNAVAILABLE: &str = "the link database is unavailable; retry shortly";
 
 /// An error answer.
 #[derive(Debug, Clone)]
@@ -43,6 +49,52 @@ impl ApiError {
     }
 }
 
+impl From<LinkError> for ApiError {
+    fn from(e: LinkError) -> Self {
+        let unavailable = |m: &str| ApiError::unavailable(m);
+        let forbidden = |kind: &'static str, e: &LinkError| {
+            ApiError::new(StatusCode::FORBIDDEN, kind, e.to_string())
+        };
+        match e {
+            LinkError::NotFound => ApiError::not_found(),
+            LinkError::InsufficientScope(_) => forbidden("insufficient_scope", &e),
+            LinkError::KdtIdRequired(_) => forbidden("kdt_id_required", &e),
+            LinkError::ForbiddenMerchant(_) => forbidden("forbidden_merchant", &e),
+            LinkError::VersionMismatch { .. } => ApiError::new(
+                StatusCode::PRECONDITION_FAILED,
+                "version_mismatch",
+                e.to_string(),
+            ),
+            LinkError::InvalidCursor => ApiError::bad_request(
+                "invalid_cursor",
+                "cursor is not one this query returned (changed, or from other filters)",
+            ),
+            LinkError::LinkDeleted => {
+                ApiError::new(StatusCode::CONFLICT, "link_deleted", e.to_string())
+            }
+            LinkError::CodeTaken(_) => {
+                ApiError::new(StatusCode::CONFLICT, "code_taken", e.to_string())
+            }
+            LinkError::DomainNotAllowed(_) => forbidden("domain_not_allowed", &e),
+            LinkError::MerchantMismatch { .. } => forbidden("merchant_domain_mismatch", &e),
+            LinkError::CodesExhausted { .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "codes_exhausted",
+                e.to_string(),
+            )
+            .retry_after(60),
+            LinkError::Database(_) => unavailable(DATABASE_UNAVAILABLE),
+            LinkError::Issuer(_) => unavailable("the id counter is unavailable; retry shortly"),
+            LinkError::LookupAbandoned(_) => {
+                unavailable("this short link could not be looked up; retry shortly")
+            }
+            LinkError::NoFreeCode { .. } | LinkError::IdOutOfRange(_) => {
+                unavailable("no code could be issued; retry shortly")
+            }
+        }
+    }
+}
+
 /// A JSON response with an explicit `Content-Length`.
 pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut r = (status, body).into_response();
@@ -62,6 +114,12 @@ impl IntoResponse for ApiError {
         if let Some(s) = self.retry_after {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        // A 413 is answered before the body is read: the rest of it is still
+        // on the connection, so the connection cannot carry another request.
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         r
     }

@@ -3,8 +3,11 @@
 use clap::{Parser, Subcommand};
 use shorturl_origin::config::Config;
 use shorturl_origin::{bench, db, pregen, serve};
+use std::error::Error;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -56,6 +59,8 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Log files get plain text; colours only on a terminal.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
     let cfg = match Config::load(&cli.config) {
@@ -80,11 +85,11 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(async move {
-        match cli.cmd {
-            Cmd::Serve => serve::run(cfg).await,
+        let r: Result<(), Box<dyn Error + Send + Sync>> = match cli.cmd {
+            Cmd::Serve => serve::run(cfg).await.map_err(Into::into),
             Cmd::Migrate => {
-                let pool = db::pool(&cfg.mysql).map_err(|e| e.to_string())?;
-                let applied = db::migrate(&pool).await.map_err(|e| e.to_string())?;
+                let pool = db::pool(&cfg.mysql)?;
+                let applied = db::migrate(&pool).await?;
                 println!("migrations applied: {applied:?}");
                 Ok(())
             }
@@ -93,11 +98,9 @@ fn main() -> ExitCode {
                 chunk,
                 quiet,
             } => {
-                let pool = db::pool(&cfg.mysql).map_err(|e| e.to_string())?;
-                db::migrate(&pool).await.map_err(|e| e.to_string())?;
-                let perm = db::load_permutation(&pool)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let pool = db::pool(&cfg.mysql)?;
+                db::migrate(&pool).await?;
+                let perm = db::load_permutation(&pool).await?;
                 let r = pregen::run(&pool, &perm, count, chunk.max(1), !quiet).await?;
                 if r.to == r.from {
                     println!("short_code already holds {} codes; nothing to do", r.to);
@@ -115,10 +118,16 @@ fn main() -> ExitCode {
                 what,
                 concurrency,
                 seconds,
-            } => bench::run(&cfg, &what, concurrency.max(1), seconds).await,
+            } => bench::run(&cfg, &what, concurrency.max(1), seconds)
+                .await
+                .map_err(Into::into),
             Cmd::Check => Ok(()),
-        }
+        };
+        r
     });
+    // Tasks still running (claim workers, refresh loops) are cancelled; the
+    // shutdown grace was already spent by `serve`.
+    rt.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

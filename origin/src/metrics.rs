@@ -1,13 +1,17 @@
-//! Counters behind `/shorturl_status` and `/metrics`.
+//! Counters behind `/shorturl_status` and `/metrics`, named as protocol
+//! section 7 says: the status dimensions are one family,
+//! `shorturl_status_total{dimension,result}`, and everything else is
+//! `shorturl_<subsystem>_<name>[_unit][_total]`, with no service name (the
+//! scrape's `job` says which service a series comes from).
 //!
 //! The Prometheus counters are the single source of truth: the status JSON
 //! reads the same values, so the two views never disagree.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
-use shorturl_common::status::{LockDim, MysqlDim, RedisDim};
+use shorturl_common::status::{LockDim, MysqlDim, OutboxDim, RedisDim};
 
 /// All origin metrics.
 pub struct Metrics {
@@ -27,6 +31,14 @@ pub struct Metrics {
     pub issuer_skipped: IntCounter,
     pub creations: IntCounterVec,
     pub requests: HistogramVec,
+    /// Outbox rows pending (the whole installation's, as last polled).
+    pub outbox_pending: IntGauge,
+    /// Outbox rows this origin applied.
+    pub outbox_applied: IntCounter,
+    /// Failed attempts to apply outbox rows (they are retried).
+    pub outbox_failed: IntCounter,
+    /// Age of the oldest pending outbox row, seconds.
+    pub outbox_oldest_age: Gauge,
 }
 
 fn counter(reg: &Registry, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
@@ -42,9 +54,18 @@ fn gauge(reg: &Registry, name: &str, help: &str) -> Result<IntGauge, prometheus:
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
+    /// Creates and registers every metric (namespace `shorturl`).
     pub fn new() -> Result<Metrics, prometheus::Error> {
-        let r = Registry::new_custom(Some("shorturl_origin".into()), None)?;
+        let r = Registry::new_custom(Some("shorturl".into()), None)?;
+        let status = IntCounterVec::new(
+            Opts::new(
+                "status_total",
+                "The /shorturl_status counters, by dimension and result.",
+            ),
+            &["dimension", "result"],
+        )?;
+        r.register(Box::new(status.clone()))?;
+        let dim = |d: &str, res: &str| status.with_label_values(&[d, res]);
         let creations = IntCounterVec::new(
             Opts::new("creations_total", "Creation requests by outcome"),
             &["outcome"],
@@ -61,24 +82,21 @@ impl Metrics {
             &["route", "status"],
         )?;
         r.register(Box::new(requests.clone()))?;
+        let issuer_skipped = IntCounter::new(
+            "issuer_skipped_total",
+            "Issued ids whose row was not free (skipped)",
+        )?;
+        r.register(Box::new(issuer_skipped.clone()))?;
         Ok(Metrics {
-            redis_hit: counter(&r, "redis_hit_total", "Record lookups answered by Redis")?,
-            redis_miss: counter(&r, "redis_miss_total", "Record lookups not in Redis")?,
-            redis_error: counter(&r, "redis_error_total", "Redis failures and timeouts")?,
-            mysql_update: counter(&r, "mysql_update_total", "Writing MySQL statements")?,
-            mysql_select: counter(&r, "mysql_select_total", "Reading MySQL statements")?,
-            mysql_error: counter(&r, "mysql_error_total", "MySQL failures and timeouts")?,
-            lock_get: counter(
-                &r,
-                "lock_get_total",
-                "Lookups that joined another in-flight lookup of the same code",
-            )?,
-            lock_error: counter(&r, "lock_error_total", "Shared lookups that failed")?,
-            issuer_error: counter(
-                &r,
-                "issuer_error_total",
-                "Failures fetching an id block from the counter",
-            )?,
+            redis_hit: dim("redis", "hit"),
+            redis_miss: dim("redis", "miss"),
+            redis_error: dim("redis", "error"),
+            mysql_update: dim("mysql", "update"),
+            mysql_select: dim("mysql", "select"),
+            mysql_error: dim("mysql", "error"),
+            lock_get: dim("lock", "get"),
+            lock_error: dim("lock", "error"),
+            issuer_error: dim("issuer", "error"),
             issuer_current: gauge(
                 &r,
                 "issuer_current",
@@ -90,13 +108,32 @@ impl Metrics {
                 "issuer_exhausted",
                 "1 when the counter has passed the table size",
             )?,
-            issuer_skipped: counter(
-                &r,
-                "issuer_skipped_total",
-                "Issued ids whose row was not free (skipped)",
-            )?,
+            issuer_skipped,
             creations,
             requests,
+            outbox_pending: gauge(
+                &r,
+                "outbox_pending",
+                "Outbox rows waiting to be applied to Redis",
+            )?,
+            outbox_applied: counter(
+                &r,
+                "outbox_applied_total",
+                "Outbox rows applied (Redis record written, invalidation published)",
+            )?,
+            outbox_failed: counter(
+                &r,
+                "outbox_failed_total",
+                "Failed attempts to apply outbox rows (retried by the drainer)",
+            )?,
+            outbox_oldest_age: {
+                let g = Gauge::new(
+                    "outbox_oldest_age_seconds",
+                    "Age of the oldest pending outbox row (0 when none)",
+                )?;
+                r.register(Box::new(g.clone()))?;
+                g
+            },
             registry: r,
         })
     }
@@ -126,11 +163,49 @@ impl Metrics {
         }
     }
 
+    /// The `outbox` status dimension.
+    pub fn outbox_dim(&self) -> OutboxDim {
+        OutboxDim {
+            pending: self.outbox_pending.get().max(0) as u64,
+            applied: self.outbox_applied.get(),
+            failed: self.outbox_failed.get(),
+            oldest_age_ms: (self.outbox_oldest_age.get() * 1000.0).round() as u64,
+        }
+    }
+
     /// The `lock` status dimension.
     pub fn lock_dim(&self) -> LockDim {
         LockDim {
             get: self.lock_get.get(),
             error: self.lock_error.get(),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::Metrics;
+
+    #[test]
+    fn names_follow_the_protocol_scheme() {
+        let m = Metrics::new().unwrap();
+        m.mysql_select.inc();
+        m.creations.with_label_values(&["created"]).inc();
+        let text = String::from_utf8(m.render()).unwrap();
+        for line in [
+            "shorturl_status_total{dimension=\"mysql\",result=\"select\"} 1",
+            "shorturl_status_total{dimension=\"redis\",result=\"hit\"} 0",
+            "shorturl_status_total{dimension=\"issuer\",result=\"error\"} 0",
+            "shorturl_creations_total{outcome=\"created\"} 1",
+            "shorturl_issuer_capacity 0",
+            "shorturl_outbox_pending 0",
+            "shorturl_outbox_applied_total 0",
+            "shorturl_outbox_failed_total 0",
+            "shorturl_outbox_oldest_age_seconds 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        assert!(!text.contains("shorturl_origin"), "{text}");
     }
 }

@@ -25,6 +25,7 @@ pub struct PregenReport {
 
 fn chunk_sql(perm: &Permutation, start: u64, end: u64) -> String {
     let mut sql = String::with_capacity(((end - start + 1) * 22 + 64) as usize);
+    // `state` is left to the column default, `RowState::Free` (checked by a test).
     sql.push_str("INSERT IGNORE INTO short_code (id, code) VALUES ");
     for id in start..=end {
         if id != start {
@@ -37,6 +38,19 @@ fn chunk_sql(perm: &Permutation, start: u64, end: u64) -> String {
     sql
 }
 
+/// Why pre-generation stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PregenError {
+    #[error("--count {0} exceeds the code space (62^6 = {CODE_SPACE})")]
+    TooMany(u64),
+    #[error("meta.pregen_done missing: run `shorturl-origin migrate` first")]
+    NotMigrated,
+    #[error("another pregen run is extending the table concurrently; stopped")]
+    Concurrent,
+    #[error("mysql: {0}")]
+    Mysql(#[from] mysql_async::Error),
+}
+
 /// Extends the table to `count` codes.
 pub async fn run(
     pool: &Pool,
@@ -44,19 +58,16 @@ pub async fn run(
     count: u64,
     chunk: u64,
     progress: bool,
-) -> Result<PregenReport, String> {
+) -> Result<PregenReport, PregenError> {
     if count > CODE_SPACE {
-        return Err(format!(
-            "--count {count} exceeds the code space (62^6 = {CODE_SPACE})"
-        ));
+        return Err(PregenError::TooMany(count));
     }
-    let mut conn = pool.get_conn().await.map_err(|e| e.to_string())?;
+    let mut conn = pool.get_conn().await?;
     let done: u64 = conn
         .query_first::<String, _>("SELECT value FROM meta WHERE name = 'pregen_done'")
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
         .and_then(|v| v.parse().ok())
-        .ok_or("meta.pregen_done missing: run `shorturl-origin migrate` first")?;
+        .ok_or(PregenError::NotMigrated)?;
     if done >= count {
         return Ok(PregenReport {
             from: done,
@@ -90,23 +101,19 @@ pub async fn run(
     });
     let t0 = Instant::now();
     while let Some((start, end, sql)) = rx.recv().await {
-        let mut t = conn
-            .start_transaction(TxOpts::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        t.query_drop(sql).await.map_err(|e| e.to_string())?;
+        let mut t = conn.start_transaction(TxOpts::default()).await?;
+        t.query_drop(sql).await?;
         // The mark only moves forward from exactly where this chunk starts:
         // two concurrent runs cannot both commit the same chunk.
         t.exec_drop(
             "UPDATE meta SET value = ? WHERE name = 'pregen_done' AND value = ?",
             (end.to_string(), (start - 1).to_string()),
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         if t.affected_rows() != 1 {
-            return Err("another pregen run is extending the table concurrently; stopped".into());
+            return Err(PregenError::Concurrent);
         }
-        t.commit().await.map_err(|e| e.to_string())?;
+        t.commit().await?;
         bar.inc(end - start + 1);
     }
     let _ = producer.join();

@@ -1,5 +1,8 @@
 //! `shorturl-origin serve`: wires the components and runs the HTTP server
-//! until SIGTERM/SIGINT, then drains in-flight requests.
+//! until SIGTERM/SIGINT, then drains in-flight requests for at most
+//! `shutdown_grace` (the whole shutdown, closing MySQL included, fits in
+//! it): a request still running then is cut off, so a stuck client or a
+//! stuck dependency cannot hold a deploy.
 
 use crate::auth::Auth;
 use crate::cache::Cache;
@@ -8,26 +11,52 @@ use crate::config::{Config, CounterBackend};
 use crate::http::{router, AppState};
 use crate::issuer::counter::{highest_used_id, Counter, MysqlCounter, RedisCounter};
 use crate::issuer::Issuer;
-use crate::links::Links;
+use crate::links::{Links, Parts};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::whitelist::Whitelist;
 use crate::{apollo, db};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
+
+/// Why the origin could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("mysql.url: {0}")]
+    MysqlUrl(#[source] mysql_async::Error),
+    #[error("redis.url: {0}")]
+    RedisUrl(#[source] redis::RedisError),
+    #[error("reading the issuer floor from MySQL: {0}")]
+    IssuerFloor(#[source] mysql_async::Error),
+    #[error("listen {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("server: {0}")]
+    Server(#[source] std::io::Error),
+    #[error("the compiled-in docs/openapi.yaml does not parse: {0}")]
+    OpenApi(#[source] serde_yaml::Error),
+}
 
 /// Starts the origin; returns when it has shut down.
-pub async fn run(cfg: Config) -> Result<(), String> {
+pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let cfg = Arc::new(cfg);
-    let metrics = Arc::new(Metrics::new().map_err(|e| format!("metrics: {e}"))?);
-    let pool = db::pool(&cfg.mysql).map_err(|e| format!("mysql.url: {e}"))?;
+    let metrics = Arc::new(Metrics::new()?);
+    let pool = db::pool(&cfg.mysql).map_err(ServeError::MysqlUrl)?;
     // Migrations and the permutation key are needed before anything can be
     // issued; wait for MySQL at start rather than serve errors.
-    let (perm, capacity) = loop {
+    let (perm, cursor, capacity) = loop {
         let attempt = async {
             db::migrate(&pool).await?;
             Ok::<_, mysql_async::Error>((
                 db::load_permutation(&pool).await?,
+                db::load_cursor_key(&pool).await?,
                 db::capacity(&pool).await?,
             ))
         };
@@ -43,14 +72,14 @@ pub async fn run(cfg: Config) -> Result<(), String> {
             "no pre-generated codes: run `shorturl-origin pregen --count N`; creations answer 503"
         );
     }
-    let cache = Cache::new(cfg.redis.clone(), Arc::clone(&metrics))
-        .map_err(|e| format!("redis.url: {e}"))?;
+    let cache =
+        Cache::new(cfg.redis.clone(), Arc::clone(&metrics)).map_err(ServeError::RedisUrl)?;
     let counter: Box<dyn Counter> = match cfg.issuer.backend {
         CounterBackend::Mysql => Box::new(MysqlCounter::new(pool.clone(), cfg.issuer.name.clone())),
         CounterBackend::Redis => {
             let floor = highest_used_id(&pool)
                 .await
-                .map_err(|e| format!("reading the issuer floor: {e}"))?;
+                .map_err(ServeError::IssuerFloor)?;
             Box::new(RedisCounter::new(
                 cache.connection(),
                 &cfg.issuer.name,
@@ -71,44 +100,102 @@ pub async fn run(cfg: Config) -> Result<(), String> {
         cfg.mysql.claim_workers,
         cfg.mysql.claim_batch,
     );
-    let whitelist = Arc::new(Whitelist::new(
-        cfg.default_domain.clone(),
-        cfg.links.allowed_domains.clone(),
-    ));
-    apollo::register_metrics(&metrics.registry, Arc::clone(&whitelist))
-        .map_err(|e| format!("metrics: {e}"))?;
+    let whitelist = Arc::new(
+        Whitelist::new(
+            cfg.default_domain.clone(),
+            cfg.links.allowed_domains.clone(),
+        )
+        .with_merchant_domains(&cfg.links.merchant_domains),
+    );
+    apollo::register_metrics(&metrics.registry, Arc::clone(&whitelist))?;
     let apollo_task = match cfg.apollo.clone() {
         Some(a) => apollo::start(a, Arc::clone(&whitelist)).await,
         None => None,
     };
-    let links = Links::new(
-        Arc::clone(&cfg),
+    let links = Links::new(Parts {
+        cfg: Arc::clone(&cfg),
         store,
         cache,
-        Arc::clone(&issuer),
+        issuer: Arc::clone(&issuer),
         claimer,
         perm,
         whitelist,
         metrics,
-    );
+        cursor,
+    });
     spawn_capacity_refresh(pool.clone(), Arc::clone(&issuer));
+    // Every origin drains the outbox (rows are taken with SKIP LOCKED).
+    let drainer = tokio::spawn(Arc::clone(&links.outbox).run_drainer());
 
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
-        .map_err(|e| format!("listen {}: {e}", cfg.listen))?;
+        .map_err(|source| ServeError::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
     tracing::info!(listen = %cfg.listen, capacity, backend = ?cfg.issuer.backend, "origin serving");
     let app = router(AppState {
         links,
         auth: Arc::new(Auth::new(&cfg.apps)),
+        openapi: crate::http::openapi::json().map_err(ServeError::OpenApi)?,
     });
-    let grace = cfg.shutdown_grace;
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal());
-    let result = server.await.map_err(|e| format!("server: {e}"));
+    // The peer address is needed for `status_allow`.
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = stop_rx.await;
+    });
+    let mut server = tokio::spawn(async move { server.await });
+    let deadline = tokio::select! {
+        r = &mut server => {
+            // The server stopped by itself (an accept error).
+            drainer.abort();
+            return finish(r, apollo_task, pool, Instant::now() + cfg.shutdown_grace).await;
+        }
+        () = shutdown_signal() => Instant::now() + cfg.shutdown_grace,
+    };
+    let _ = stop_tx.send(());
+    // Rows it leaves are applied by another origin or after the restart.
+    drainer.abort();
+    let r = match tokio::time::timeout_at(deadline, &mut server).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::warn!(grace = ?cfg.shutdown_grace,
+                "shutdown grace elapsed; closing the requests still in flight");
+            server.abort();
+            Ok(Ok(()))
+        }
+    };
+    finish(r, apollo_task, pool, deadline).await
+}
+
+/// Stops the background work and closes MySQL within what is left of the grace.
+async fn finish(
+    served: Result<std::io::Result<()>, tokio::task::JoinError>,
+    apollo_task: Option<tokio::task::JoinHandle<()>>,
+    pool: mysql_async::Pool,
+    deadline: Instant,
+) -> Result<(), ServeError> {
     if let Some(t) = apollo_task {
         t.abort();
     }
-    let _ = tokio::time::timeout(grace, pool.disconnect()).await;
-    result
+    if tokio::time::timeout_at(deadline, pool.disconnect())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown grace elapsed while closing MySQL connections");
+    }
+    match served {
+        Ok(r) => r.map_err(ServeError::Server),
+        // The server task panicked or was aborted: nothing left to serve.
+        Err(e) => {
+            tracing::error!(error = %e, "server task ended abnormally");
+            Ok(())
+        }
+    }
 }
 
 /// Re-reads the table size so `pregen` can extend a running system.

@@ -1,5 +1,12 @@
-//! Validation of creation requests: every rule that turns bad input into a
-//! 400 with a precise kind, before anything is written.
+//! Validation of request bodies: every rule that turns bad input into a
+//! 400 with a precise kind, before anything is written. Creations and
+//! batches here, edits in [`patch`], search queries in [`search`].
+
+mod patch;
+mod search;
+
+pub use patch::{parse_patch, Patch, PatchState};
+pub use search::{parse_search, SearchRequest, DEFAULT_LIMIT, MAX_LIMIT};
 
 use crate::config::LinksConfig;
 use crate::error::ApiError;
@@ -20,27 +27,73 @@ pub struct CreateRequest {
     pub ttl_days: Option<u32>,
 }
 
-const FIELDS: [&str; 7] = [
-    "url", "domain", "app", "version", "kdt_id", "code", "ttl_days",
+const FIELDS: [&str; 8] = [
+    "url",
+    "domain",
+    "app",
+    "client_version",
+    "version",
+    "kdt_id",
+    "code",
+    "ttl_days",
 ];
 
-/// Parses and validates a creation body.
-pub fn parse_create(body: &[u8], cfg: &LinksConfig) -> Result<CreateRequest, ApiError> {
+/// A JSON object with only `fields` in it, or the 400 saying why not.
+fn json_object(body: &[u8], fields: &[&str]) -> Result<Map<String, Value>, ApiError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request("invalid_json", format!("body is not valid JSON: {e}"))
     })?;
+    object_of(v, fields, "body")
+}
+
+/// `v` as an object with only `fields` in it (`what` names it in messages).
+fn object_of(v: Value, fields: &[&str], what: &str) -> Result<Map<String, Value>, ApiError> {
     let Value::Object(obj) = v else {
         return Err(ApiError::bad_request(
             "invalid_json",
-            "body must be a JSON object",
+            format!("{what} must be a JSON object"),
         ));
     };
-    if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+    if let Some(k) = obj.keys().find(|k| !fields.contains(&k.as_str())) {
         return Err(ApiError::bad_request(
             "invalid_field",
             format!("unknown field {k:?}"),
         ));
     }
+    Ok(obj)
+}
+
+/// Parses a batch body, `{"links": [<creation>, ...]}` with 1..=`max_items`
+/// items: the envelope's faults are the whole request's 400; each item is
+/// validated on its own (an invalid item fails alone).
+pub fn parse_batch(
+    body: &[u8],
+    cfg: &LinksConfig,
+    max_items: usize,
+) -> Result<Vec<Result<CreateRequest, ApiError>>, ApiError> {
+    let mut obj = json_object(body, &["links"])?;
+    let bad = || {
+        ApiError::bad_request(
+            "invalid_batch",
+            format!("links must be an array of 1 to {max_items} creation objects"),
+        )
+    };
+    match obj.remove("links") {
+        Some(Value::Array(items)) if !items.is_empty() && items.len() <= max_items => Ok(items
+            .into_iter()
+            .map(|item| create_of(object_of(item, &FIELDS, "each item")?, cfg))
+            .collect()),
+        _ => Err(bad()),
+    }
+}
+
+/// Parses and validates a creation body.
+pub fn parse_create(body: &[u8], cfg: &LinksConfig) -> Result<CreateRequest, ApiError> {
+    create_of(json_object(body, &FIELDS)?, cfg)
+}
+
+/// Validates the fields of one creation.
+fn create_of(obj: Map<String, Value>, cfg: &LinksConfig) -> Result<CreateRequest, ApiError> {
     let url = match obj.get("url") {
         Some(Value::String(s)) => validate_url(s, cfg.max_url_bytes)?,
         Some(_) => return Err(ApiError::bad_request("invalid_url", "url must be a string")),
@@ -53,7 +106,20 @@ pub fn parse_create(body: &[u8], cfg: &LinksConfig) -> Result<CreateRequest, Api
         None => None,
     };
     let client_app = opt_label(&obj, "app", 64)?;
-    let client_version = opt_label(&obj, "version", 32)?;
+    // `version` was the field's name before links had a row version; it is
+    // still accepted, as a deprecated alias.
+    let client_version = match (
+        opt_label(&obj, "client_version", 32)?,
+        opt_label(&obj, "version", 32)?,
+    ) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "invalid_field",
+                "give client_version only (version is its deprecated alias)",
+            ))
+        }
+        (a, b) => a.or(b),
+    };
     let kdt_id = match obj.get("kdt_id") {
         None | Some(Value::Null) => None,
         Some(Value::Number(n)) => Some(n.as_u64().ok_or_else(|| {
@@ -198,7 +264,9 @@ mod tests {
             max_ttl_days: 3650,
             max_url_bytes: 2048,
             max_body_bytes: 16384,
+            max_batch_body_bytes: 1 << 21,
             allowed_domains: BTreeSet::new(),
+            merchant_domains: Default::default(),
         }
     }
 
@@ -256,9 +324,69 @@ mod tests {
             (r#"{"url":"https://x.com","ttl_days":1.5}"#, "invalid_ttl"),
             (r#"{"url":"https://x.com","evil":1}"#, "invalid_field"),
             (r#"{"url":"https://x.com","app":"\u0007"}"#, "invalid_field"),
+            (
+                r#"{"url":"https://x.com","client_version":"1","version":"1"}"#,
+                "invalid_field",
+            ),
+            (
+                r#"{"url":"https://x.com","client_version":5}"#,
+                "invalid_field",
+            ),
         ];
         for (body, want) in cases {
             assert_eq!(kind(body), *want, "{body}");
+        }
+    }
+
+    #[test]
+    fn batch_envelopes_and_items() {
+        let kinds = |body: &str| -> Result<Vec<String>, String> {
+            parse_batch(body.as_bytes(), &cfg(), 3)
+                .map(|v| {
+                    v.into_iter()
+                        .map(|r| r.map_or_else(|e| e.kind.to_string(), |_| "ok".into()))
+                        .collect()
+                })
+                .map_err(|e| e.kind.to_string())
+        };
+        assert_eq!(
+            kinds(
+                r#"{"links":[{"url":"https://a.com"},{"url":"ftp://x"},7,{"url":"https://b.com","x":1}]}"#
+            ),
+            Err("invalid_batch".into())
+        );
+        assert_eq!(
+            kinds(r#"{"links":[{"url":"https://a.com"},{"url":"ftp://x"},7]}"#),
+            Ok(vec![
+                "ok".into(),
+                "invalid_url".into(),
+                "invalid_json".into()
+            ])
+        );
+        assert_eq!(
+            kinds(r#"{"links":[{"url":"https://b.com","x":1}]}"#),
+            Ok(vec!["invalid_field".into()])
+        );
+        for (body, kind) in [
+            ("[]", "invalid_json"),
+            ("nope", "invalid_json"),
+            (r#"{"links":[]}"#, "invalid_batch"),
+            (r#"{"links":{}}"#, "invalid_batch"),
+            (r#"{}"#, "invalid_batch"),
+            (r#"{"links":[],"more":1}"#, "invalid_field"),
+        ] {
+            assert_eq!(kinds(body), Err(kind.to_string()), "{body}");
+        }
+    }
+
+    #[test]
+    fn version_is_an_alias_of_client_version() {
+        for body in [
+            r#"{"url":"https://x.com","client_version":"2.1"}"#,
+            r#"{"url":"https://x.com","version":"2.1"}"#,
+        ] {
+            let r = parse_create(body.as_bytes(), &cfg()).unwrap();
+            assert_eq!(r.client_version.as_deref(), Some("2.1"), "{body}");
         }
     }
 

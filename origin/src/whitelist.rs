@@ -5,7 +5,8 @@
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
-use std::collections::{BTreeSet, HashMap};
+use shorturl_common::status::WhitelistDim;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -19,6 +20,17 @@ pub enum Source {
     Apollo,
     /// Loaded from the last-good file (Apollo unreachable at start).
     File,
+}
+
+impl Source {
+    /// The name used in the status JSON and the metrics' `source` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::StaticOnly => "static-only",
+            Source::Apollo => "apollo",
+            Source::File => "file",
+        }
+    }
 }
 
 /// The merchant list as published in Apollo, already validated.
@@ -50,21 +62,8 @@ pub enum Denied {
     NotAllowed(String),
     /// The domain belongs to another merchant than the `kdt_id` given.
     MerchantMismatch { domain: String, kdt_id: u64 },
-}
-
-/// Status view of the whitelist.
-#[derive(Debug, Clone, Serialize)]
-pub struct WhitelistStatus {
-    pub source: Source,
-    pub size: usize,
-    pub static_size: usize,
-    pub dynamic_size: usize,
-    pub release_key: Option<String>,
-    pub last_refresh_unix: Option<u64>,
-    /// Apollo values refused by validation (each counted as an empty list).
-    pub invalid_values: u64,
-    /// Failed Apollo requests (unreachable, timeout, 5xx, unreadable answer).
-    pub refresh_errors: u64,
+    /// The domain is a merchant domain and the creation names no merchant.
+    KdtIdRequired(String),
 }
 
 /// Counters of the dynamic feed; atomics so the feed and the status readers
@@ -81,6 +80,8 @@ struct FeedCounters {
 pub struct Whitelist {
     default_domain: String,
     static_domains: BTreeSet<String>,
+    /// Static merchant domains (config `links.merchant_domains`): domain → owners.
+    static_owners: HashMap<String, BTreeSet<u64>>,
     dynamic: ArcSwap<DynamicList>,
     feed: FeedCounters,
 }
@@ -91,21 +92,67 @@ impl Whitelist {
         Whitelist {
             default_domain,
             static_domains,
+            static_owners: HashMap::new(),
             dynamic: ArcSwap::from_pointee(DynamicList::empty()),
             feed: FeedCounters::default(),
         }
     }
 
-    /// Decides whether a link may be created on `domain` (normalised) for `kdt_id`.
+    /// Adds the static merchant domains (kdt_id → domains, normalised).
+    pub fn with_merchant_domains(mut self, map: &BTreeMap<u64, BTreeSet<String>>) -> Self {
+        for (kdt, domains) in map {
+            for d in domains {
+                self.static_owners
+                    .entry(d.clone())
+                    .or_default()
+                    .insert(*kdt);
+            }
+        }
+        self
+    }
+
+    /// Whether `kdt_id` owns `domain`, by the static map or Apollo's. The
+    /// default domain belongs to no merchant, even if Apollo maps one to it.
+    pub fn owns(&self, kdt_id: u64, domain: &str) -> bool {
+        domain != self.default_domain
+            && (self
+                .static_owners
+                .get(domain)
+                .is_some_and(|o| o.contains(&kdt_id))
+                || self
+                    .dynamic
+                    .load()
+                    .by_domain
+                    .get(domain)
+                    .is_some_and(|o| o.contains(&kdt_id)))
+    }
+
+    /// Whether `domain` is on any list (default, static, merchant domains),
+    /// whoever would use it.
+    pub fn is_listed(&self, domain: &str) -> bool {
+        domain == self.default_domain
+            || self.static_domains.contains(domain)
+            || self.static_owners.contains_key(domain)
+            || self.dynamic.load().by_domain.contains_key(domain)
+    }
+
+    /// Decides whether a link may be created on `domain` (normalised) for
+    /// `kdt_id`, whoever the caller: a merchant domain (one with owners in
+    /// the static map or Apollo's) needs one of its owners' `kdt_id`.
     pub fn check(&self, domain: &str, kdt_id: Option<u64>) -> Result<(), Denied> {
-        // The default domain belongs to no merchant, even if Apollo maps one to it.
         if domain == self.default_domain {
             return Ok(());
         }
         let dynamic = self.dynamic.load();
-        if let (Some(kdt), Some(owners)) = (kdt_id, dynamic.by_domain.get(domain)) {
-            // A merchant domain named together with a merchant id must be that merchant's.
-            if !owners.contains(&kdt) {
+        let static_owners = self.static_owners.get(domain);
+        let dynamic_owners = dynamic.by_domain.get(domain);
+        if static_owners.is_some() || dynamic_owners.is_some() {
+            let Some(kdt) = kdt_id else {
+                return Err(Denied::KdtIdRequired(domain.to_owned()));
+            };
+            let owned = static_owners.is_some_and(|o| o.contains(&kdt))
+                || dynamic_owners.is_some_and(|o| o.contains(&kdt));
+            if !owned {
                 return Err(Denied::MerchantMismatch {
                     domain: domain.to_owned(),
                     kdt_id: kdt,
@@ -113,13 +160,26 @@ impl Whitelist {
             }
             return Ok(());
         }
-        if domain == self.default_domain
-            || self.static_domains.contains(domain)
-            || dynamic.by_domain.contains_key(domain)
-        {
+        if self.static_domains.contains(domain) {
             return Ok(());
         }
         Err(Denied::NotAllowed(domain.to_owned()))
+    }
+
+    /// Every listed domain (default, static, merchant domains static and
+    /// dynamic), sorted: the names an edge may order certificates for.
+    pub fn domains(&self) -> Vec<String> {
+        let d = self.dynamic.load();
+        let mut all: BTreeSet<&str> = self.static_domains.iter().map(String::as_str).collect();
+        all.insert(&self.default_domain);
+        all.extend(self.static_owners.keys().map(String::as_str));
+        all.extend(d.by_domain.keys().map(String::as_str));
+        all.into_iter().map(str::to_owned).collect()
+    }
+
+    /// The default domain.
+    pub fn default_domain(&self) -> &str {
+        &self.default_domain
     }
 
     /// Replaces the dynamic list (already validated by the caller).
@@ -149,16 +209,23 @@ impl Whitelist {
             .fetch_max(unix, Ordering::Relaxed);
     }
 
-    /// Status for `/shorturl_status`.
-    pub fn status(&self) -> WhitelistStatus {
+    /// Where the dynamic list comes from now.
+    pub fn source(&self) -> Source {
+        self.dynamic.load().source
+    }
+
+    /// The `whitelist` dimension of `/shorturl_status`.
+    pub fn status(&self) -> WhitelistDim {
         let d = self.dynamic.load();
         let mut all: BTreeSet<&str> = self.static_domains.iter().map(String::as_str).collect();
         all.insert(&self.default_domain);
+        all.extend(self.static_owners.keys().map(String::as_str));
+        let static_size = all.len();
         all.extend(d.by_domain.keys().map(String::as_str));
-        WhitelistStatus {
-            source: d.source,
+        WhitelistDim {
+            source: d.source.as_str().to_owned(),
             size: all.len(),
-            static_size: self.static_domains.len() + 1,
+            static_size,
             dynamic_size: d.by_domain.len(),
             release_key: d.release_key.clone(),
             last_refresh_unix: match self.feed.last_refresh_unix.load(Ordering::Relaxed) {
@@ -196,6 +263,13 @@ mod tests {
     }
 
     #[test]
+    fn domains_lists_every_source_once() {
+        let w = wl();
+        w.swap_dynamic(dynamic(&[(1, "m.com"), (2, "m.com"), (3, "static.com")]));
+        assert_eq!(w.domains(), ["m.com", "sho.rt", "static.com"]);
+    }
+
+    #[test]
     fn static_and_default_always_allowed() {
         let w = wl();
         assert_eq!(w.check("sho.rt", None), Ok(()));
@@ -210,7 +284,12 @@ mod tests {
     fn dynamic_domains_and_merchant_isolation() {
         let w = wl();
         w.swap_dynamic(dynamic(&[(55, "s.shop55.com"), (91, "go.brand91.cn")]));
-        assert_eq!(w.check("s.shop55.com", None), Ok(()));
+        assert_eq!(
+            w.check("s.shop55.com", None),
+            Err(Denied::KdtIdRequired("s.shop55.com".into()))
+        );
+        assert!(w.is_listed("s.shop55.com"));
+        assert!(w.owns(55, "s.shop55.com") && !w.owns(91, "s.shop55.com"));
         assert_eq!(w.check("s.shop55.com", Some(55)), Ok(()));
         assert_eq!(
             w.check("s.shop55.com", Some(91)),
@@ -221,11 +300,42 @@ mod tests {
         );
         let st = w.status();
         assert_eq!(
-            (st.size, st.dynamic_size, st.source),
-            (4, 2, Source::Apollo)
+            (st.size, st.dynamic_size, st.source.as_str()),
+            (4, 2, "apollo")
         );
+        assert_eq!(w.source(), Source::Apollo);
         w.swap_dynamic(DynamicList::empty());
-        assert!(w.check("s.shop55.com", None).is_err());
+        assert_eq!(
+            w.check("s.shop55.com", Some(55)),
+            Err(Denied::NotAllowed("s.shop55.com".into()))
+        );
+    }
+
+    #[test]
+    fn static_merchant_domains_merge_with_apollo() {
+        let map: BTreeMap<u64, BTreeSet<String>> =
+            [(55, ["s.shop55.com".to_string()].into_iter().collect())]
+                .into_iter()
+                .collect();
+        let w = wl().with_merchant_domains(&map);
+        assert_eq!(w.check("s.shop55.com", Some(55)), Ok(()));
+        assert_eq!(
+            w.check("s.shop55.com", None),
+            Err(Denied::KdtIdRequired("s.shop55.com".into()))
+        );
+        // Apollo adds a second owner; the static one stays.
+        w.swap_dynamic(dynamic(&[(60, "s.shop55.com")]));
+        assert_eq!(w.check("s.shop55.com", Some(55)), Ok(()));
+        assert_eq!(w.check("s.shop55.com", Some(60)), Ok(()));
+        assert_eq!(
+            w.check("s.shop55.com", Some(91)),
+            Err(Denied::MerchantMismatch {
+                domain: "s.shop55.com".into(),
+                kdt_id: 91
+            })
+        );
+        let st = w.status();
+        assert_eq!((st.size, st.static_size, st.dynamic_size), (3, 3, 1));
     }
 
     #[test]
@@ -233,6 +343,8 @@ mod tests {
         let w = wl();
         w.swap_dynamic(dynamic(&[(55, "sho.rt")]));
         assert_eq!(w.check("sho.rt", Some(91)), Ok(()));
+        assert_eq!(w.check("sho.rt", None), Ok(()));
+        assert!(!w.owns(55, "sho.rt"));
     }
 
     #[test]

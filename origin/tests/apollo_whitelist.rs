@@ -3,16 +3,14 @@
 //! rule of the whitelist is checked through the creation API.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/apollo_server.rs"]
-mod apollo_server;
 mod support;
 
-use apollo_server::{ApolloServer, Fault};
 use serde_json::{json, Value};
-use std::future::Future;
+use shorturl_common::status::WhitelistDim;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-use support::{Origin, Setup};
+use std::time::Duration;
+use support::{eventually, Origin, Setup};
+use testkit::apollo::{ApolloServer, Fault};
 use testkit::TempDir;
 
 const APP: &str = "shorturl-origin";
@@ -84,39 +82,21 @@ async fn assert_refused(o: &Origin, domain: &str, kdt_id: Option<u64>, error: &s
     );
 }
 
-/// Retries `cond` until true; panics naming `what` after `timeout`.
-async fn eventually<F, Fut>(what: &str, timeout: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !cond().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Whether merchant `kdt_id` can create on `domain` now.
+async fn usable(o: &Origin, domain: &str, kdt_id: u64) -> bool {
+    create(o, domain, Some(kdt_id)).await.0 == 201
 }
 
-async fn usable(o: &Origin, domain: &str) -> bool {
-    create(o, domain, None).await.0 == 201
-}
-
-async fn whitelist_status(o: &Origin) -> Value {
-    o.status().await["whitelist"].clone()
+async fn whitelist_status(o: &Origin) -> WhitelistDim {
+    o.status().await.whitelist
 }
 
 async fn release_key_is(o: &Origin, rk: &str) -> bool {
-    whitelist_status(o).await["release_key"] == rk
+    whitelist_status(o).await.release_key.as_deref() == Some(rk)
 }
 
 async fn errors_above(o: &Origin, n: u64) -> bool {
-    whitelist_status(o).await["refresh_errors"]
-        .as_u64()
-        .unwrap()
-        > n
+    whitelist_status(o).await.refresh_errors > n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,10 +111,11 @@ async fn whitelist_is_static_union_apollo_and_follows_releases() {
     let s = start(&apollo, &last_good(&dir), "static.shop.com, both.shop.com");
     let o = &s.origin;
 
-    // 1. Static list; 2. dynamic list (with or without the merchant id).
+    // 1. Static list; 2. dynamic list, with the owning merchant id (a
+    // merchant domain without one is refused, whoever asks).
     assert_allowed(o, "static.shop.com", None).await;
     assert_allowed(o, "static.shop.com", Some(55)).await;
-    assert_allowed(o, "s.shop55.com", None).await;
+    assert_refused(o, "s.shop55.com", None, "kdt_id_required").await;
     assert_allowed(o, "s.shop55.com", Some(55)).await;
     assert_allowed(o, "sho.rt", Some(91)).await;
     assert_refused(o, "unknown.shop.com", None, "domain_not_allowed").await;
@@ -145,11 +126,11 @@ async fn whitelist_is_static_union_apollo_and_follows_releases() {
 
     // Status: source, size (default + static ∪ dynamic), release key, refresh time.
     let w = whitelist_status(o).await;
-    assert_eq!(w["source"], "apollo", "{w}");
-    assert_eq!(w["size"], 5, "{w}");
-    assert_eq!(w["release_key"], rk1.as_str());
-    assert!(w["last_refresh_unix"].as_u64().unwrap() > 0, "{w}");
-    assert_eq!(w["invalid_values"], 0);
+    assert_eq!(w.source, "apollo", "{w:?}");
+    assert_eq!(w.size, 5, "{w:?}");
+    assert_eq!(w.release_key.as_deref(), Some(rk1.as_str()));
+    assert!(w.last_refresh_unix.unwrap() > 0, "{w:?}");
+    assert_eq!(w.invalid_values, 0);
 
     // 3. Added in Apollo: usable without a restart, within seconds.
     let rk2 = apollo.release_value(
@@ -158,11 +139,14 @@ async fn whitelist_is_static_union_apollo_and_follows_releases() {
         r#"{"55": "s.shop55.com", "77": "new.shop77.com"}"#,
     );
     eventually("new.shop77.com to become usable", WAIT, || {
-        usable(o, "new.shop77.com")
+        usable(o, "new.shop77.com", 77)
     })
     .await;
     assert_allowed(o, "new.shop77.com", Some(77)).await;
-    assert_eq!(whitelist_status(o).await["release_key"], rk2.as_str());
+    assert_eq!(
+        whitelist_status(o).await.release_key.as_deref(),
+        Some(rk2.as_str())
+    );
     // 4. Removed, not static: refused, naming the domain.
     assert_refused(o, "go.brand91.cn", None, "domain_not_allowed").await;
     assert_refused(o, "go.brand91.cn", Some(91), "domain_not_allowed").await;
@@ -193,16 +177,16 @@ async fn whitelist_is_static_union_apollo_and_follows_releases() {
         .await;
         let w = whitelist_status(o).await;
         assert_eq!(
-            (w["invalid_values"].as_u64(), w["dynamic_size"].as_u64()),
-            (Some(n as u64 + 1), Some(0)),
-            "{w}"
+            (w.invalid_values, w.dynamic_size),
+            (n as u64 + 1, 0),
+            "{w:?}"
         );
-        assert_eq!(w["source"], "apollo");
+        assert_eq!(w.source, "apollo");
         assert_refused(o, "s.shop55.com", None, "domain_not_allowed").await;
         assert_allowed(o, "static.shop.com", None).await;
         // Back to a valid value between the bad ones, so each one is seen to empty the list.
         apollo.release_value("application", KEY, r#"{"55": "s.shop55.com"}"#);
-        eventually("s.shop55.com back", WAIT, || usable(o, "s.shop55.com")).await;
+        eventually("s.shop55.com back", WAIT, || usable(o, "s.shop55.com", 55)).await;
     }
     assert!(
         o.log().contains("not a JSON object of kdt_id to domain"),
@@ -217,11 +201,7 @@ async fn whitelist_is_static_union_apollo_and_follows_releases() {
         assert_allowed(o, "static.shop.com", None).await;
         assert_allowed(o, "both.shop.com", None).await;
         let w = whitelist_status(o).await;
-        assert_eq!(
-            (w["size"].as_u64(), w["invalid_values"].as_u64()),
-            (Some(3), Some(4)),
-            "{w}"
-        );
+        assert_eq!((w.size, w.invalid_values), (3, 4), "{w:?}");
     }
 
     assert_eq!(
@@ -250,9 +230,7 @@ async fn apollo_outages_fall_back_to_the_last_good_value() {
         Fault::Garbage,
         Fault::Delay(Duration::from_secs(7)),
     ] {
-        let before = whitelist_status(&s.origin).await["refresh_errors"]
-            .as_u64()
-            .unwrap();
+        let before = whitelist_status(&s.origin).await.refresh_errors;
         apollo.set_fault(fault.clone());
         eventually(&format!("the origin to see {fault:?}"), WAIT, || {
             errors_above(&s.origin, before)
@@ -269,22 +247,20 @@ async fn apollo_outages_fall_back_to_the_last_good_value() {
         apollo.set_fault(Fault::None);
     }
     apollo.stop();
-    let before = whitelist_status(&s.origin).await["refresh_errors"]
-        .as_u64()
-        .unwrap();
+    let before = whitelist_status(&s.origin).await.refresh_errors;
     eventually("the origin to see Apollo down", WAIT, || {
         errors_above(&s.origin, before)
     })
     .await;
-    assert_allowed(&s.origin, "s.shop55.com", None).await;
+    assert_allowed(&s.origin, "s.shop55.com", Some(55)).await;
 
     // Start-up with Apollo unreachable: the file is loaded.
     s.origin.restart();
     let w = whitelist_status(&s.origin).await;
     assert_eq!(
-        (w["source"].as_str(), w["release_key"].as_str()),
-        (Some("file"), Some(rk.as_str())),
-        "{w}"
+        (w.source.as_str(), w.release_key.as_deref()),
+        ("file", Some(rk.as_str())),
+        "{w:?}"
     );
     assert_allowed(&s.origin, "s.shop55.com", Some(55)).await;
     assert_refused(
@@ -299,8 +275,8 @@ async fn apollo_outages_fall_back_to_the_last_good_value() {
     apollo.restart();
     apollo.set_fault(Fault::Delay(Duration::from_secs(30)));
     s.origin.restart();
-    assert_eq!(whitelist_status(&s.origin).await["source"], "file");
-    assert_allowed(&s.origin, "s.shop55.com", None).await;
+    assert_eq!(whitelist_status(&s.origin).await.source, "file");
+    assert_allowed(&s.origin, "s.shop55.com", Some(55)).await;
     apollo.stop();
     apollo.set_fault(Fault::None);
 
@@ -308,11 +284,7 @@ async fn apollo_outages_fall_back_to_the_last_good_value() {
     std::fs::remove_file(&file).unwrap();
     s.origin.restart();
     let w = whitelist_status(&s.origin).await;
-    assert_eq!(
-        (w["source"].as_str(), w["size"].as_u64()),
-        (Some("static-only"), Some(2)),
-        "{w}"
-    );
+    assert_eq!((w.source.as_str(), w.size), ("static-only", 2), "{w:?}");
     assert_refused(&s.origin, "s.shop55.com", None, "domain_not_allowed").await;
     assert_allowed(&s.origin, "static.shop.com", None).await;
 
@@ -324,10 +296,10 @@ async fn apollo_outages_fall_back_to_the_last_good_value() {
     );
     apollo.restart();
     eventually("go.brand91.cn once Apollo is back", WAIT, || {
-        usable(&s.origin, "go.brand91.cn")
+        usable(&s.origin, "go.brand91.cn", 91)
     })
     .await;
-    assert_eq!(whitelist_status(&s.origin).await["source"], "apollo");
+    assert_eq!(whitelist_status(&s.origin).await.source, "apollo");
     assert!(file.exists(), "the file is written again");
 }
 
@@ -355,12 +327,12 @@ async fn whitelist_metrics_match_the_status() {
         .await
         .unwrap();
     for line in [
-        format!("shorturl_origin_whitelist_size {}", w["size"]),
-        "shorturl_origin_whitelist_size 2".to_string(),
-        "shorturl_origin_whitelist_dynamic_size 0".to_string(),
-        "shorturl_origin_whitelist_source{source=\"apollo\"} 1".to_string(),
-        "shorturl_origin_whitelist_source{source=\"file\"} 0".to_string(),
-        "shorturl_origin_apollo_invalid_values_total 1".to_string(),
+        format!("shorturl_whitelist_size {}", w.size),
+        "shorturl_whitelist_size 2".to_string(),
+        "shorturl_whitelist_dynamic_size 0".to_string(),
+        "shorturl_whitelist_source{source=\"apollo\"} 1".to_string(),
+        "shorturl_whitelist_source{source=\"file\"} 0".to_string(),
+        "shorturl_apollo_invalid_values_total 1".to_string(),
     ] {
         assert!(
             metrics.lines().any(|l| l == line),
@@ -369,7 +341,7 @@ async fn whitelist_metrics_match_the_status() {
     }
     let refreshed = metrics
         .lines()
-        .find_map(|l| l.strip_prefix("shorturl_origin_whitelist_last_refresh_timestamp_seconds "))
+        .find_map(|l| l.strip_prefix("shorturl_whitelist_last_refresh_timestamp_seconds "))
         .and_then(|v| v.parse::<u64>().ok());
     assert!(refreshed.unwrap_or(0) > 0, "last refresh time in /metrics");
 }

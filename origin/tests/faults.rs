@@ -31,8 +31,12 @@ async fn redis_stopped_and_restarted_loses_nothing() {
         (302, Some("https://during.example/".into()))
     );
     assert_eq!(s.origin.follow("sho.rt", "ZZZZZZ").await.0, 404);
+    // Every Redis call failed and was counted once: the creation's dedup read
+    // and write-back (2), and per lookup the read and the write-back (3 x 2;
+    // after a failed read the lookup does not try Redis again before MySQL).
     let st = s.origin.status().await;
-    assert!(st["redis"]["error"].as_u64().unwrap() > 0, "{st}");
+    assert_eq!(st.redis.error, 8, "{st:?}");
+    assert_eq!((st.redis.hit, st.redis.miss), (0, 0), "{st:?}");
     // Redis comes back empty; the origin reconnects by itself and refills it.
     s.redis.restart();
     let mut conn = s.redis_conn().await;
@@ -74,36 +78,74 @@ async fn mysql_down_is_503_with_retry_after_then_recovers() {
     m.stop();
     // Cached in Redis: still redirects.
     assert_eq!(origin.follow("sho.rt", &cached).await.0, 302);
-    // Creation: 503 JSON with Retry-After, in bounded time.
-    let t = Instant::now();
-    let r = origin
-        .http
-        .post(origin.url("/api/v1/links"))
-        .bearer_auth(support::KEY)
-        .json(&json!({"url": "https://x.example/"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 503);
-    assert!(r.headers().contains_key("retry-after"));
-    assert_eq!(
-        r.json::<serde_json::Value>().await.unwrap()["error"],
-        "unavailable"
-    );
-    assert!(
-        t.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        t.elapsed()
-    );
-    // An uncached code can't be resolved: 503, not 404 (it may exist).
-    let r = origin
-        .http
-        .get(origin.url("/QQQQQQ"))
-        .header("Host", "sho.rt")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 503);
+    // Creation, a custom code, a read, a record lookup and a redirect of an
+    // uncached code (503, not 404: it may exist): 503 JSON with Retry-After,
+    // in bounded time, saying what is unavailable and nothing of MySQL's text.
+    let requests = [
+        origin
+            .http
+            .post(origin.url("/api/v1/links"))
+            .bearer_auth(support::KEY)
+            .json(&json!({"url": "https://x.example/"})),
+        origin
+            .http
+            .post(origin.url("/api/v1/links"))
+            .bearer_auth(support::KEY)
+            .json(&json!({"url": "https://x.example/", "code": "custom-down"})),
+        origin
+            .http
+            .get(origin.url("/api/v1/links/QQQQQQ"))
+            .bearer_auth(support::KEY),
+        origin.http.get(origin.url("/internal/v1/records/QQQQQQ")),
+        origin
+            .http
+            .get(origin.url("/QQQQQQ"))
+            .header("Host", "sho.rt"),
+        // Changes of an existing link: nothing may be half-written.
+        origin
+            .http
+            .patch(origin.url(&format!("/api/v1/links/{cached}")))
+            .bearer_auth(support::KEY)
+            .json(&json!({"url": "https://changed.example/"})),
+        origin
+            .http
+            .delete(origin.url(&format!("/api/v1/links/{cached}")))
+            .bearer_auth(support::KEY),
+        origin
+            .http
+            .get(origin.url(&format!("/api/v1/links/{cached}/history")))
+            .bearer_auth(support::KEY),
+        // A search, and a batch whose every item finds MySQL down: one 503.
+        origin
+            .http
+            .get(origin.url("/api/v1/links?domain=sho.rt"))
+            .bearer_auth(support::KEY),
+        origin
+            .http
+            .post(origin.url("/api/v1/links/batch"))
+            .bearer_auth(support::KEY)
+            .json(
+                &json!({"links": [{"url": "https://b1.example/"}, {"url": "https://b2.example/"}]}),
+            ),
+    ];
+    for req in requests {
+        let t = Instant::now();
+        let r = req.send().await.unwrap();
+        let what = r.url().path().to_owned();
+        assert_eq!(r.status(), 503, "{what}");
+        assert!(r.headers().contains_key("retry-after"), "{what}");
+        assert_eq!(r.headers()["content-type"], "application/json", "{what}");
+        assert_eq!(
+            r.text().await.unwrap(),
+            r#"{"error":"unavailable","message":"the link database is unavailable; retry shortly"}"#,
+            "{what}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{what} took {:?}",
+            t.elapsed()
+        );
+    }
     let r = origin
         .http
         .get(origin.url("/healthz"))
@@ -111,6 +153,13 @@ async fn mysql_down_is_503_with_retry_after_then_recovers() {
         .await
         .unwrap();
     assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(
+        r.text().await.unwrap(),
+        r#"{"status":"degraded","mysql":"unavailable"}"#
+    );
+    // The detail is in the log instead.
+    assert!(origin.log().contains("mysql"), "{}", origin.log());
     // MySQL returns: the origin recovers without a restart.
     m.restart();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -126,6 +175,20 @@ async fn mysql_down_is_503_with_retry_after_then_recovers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(origin.follow("sho.rt", &code).await.0, 302);
+    // The refused edit and delete left nothing behind: the link, its one
+    // audit row (the creation), no outbox row, and Redis's record as before.
+    assert_eq!(
+        m.sql(&format!(
+            "USE faults; SELECT state, version, long_url FROM short_code WHERE code = '{cached}'; \
+             SELECT COUNT(*) FROM link_audit WHERE code = '{cached}'; SELECT COUNT(*) FROM outbox; \
+             SELECT COUNT(*) FROM short_code WHERE long_url LIKE 'https://b_.example/'"
+        )),
+        "1\t1\thttps://cached.example/\n1\n0\n0\n"
+    );
+    assert_eq!(
+        origin.follow("sho.rt", &cached).await,
+        (302, Some("https://cached.example/".into()))
+    );
     assert_eq!(
         origin
             .http
@@ -136,7 +199,7 @@ async fn mysql_down_is_503_with_retry_after_then_recovers() {
             .status(),
         200
     );
-    assert!(origin.status().await["mysql"]["error"].as_u64().unwrap() > 0);
+    assert!(origin.status().await.mysql.error > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -81,10 +81,7 @@ async fn four_origins_create_20k_links_without_a_duplicate_even_across_a_crash()
         let mut seen = 0;
         while seen < 300 {
             tokio::time::sleep(Duration::from_millis(5)).await;
-            seen = victim.status().await["issuer"]["current"]
-                .as_u64()
-                .unwrap_or(0)
-                % 100_000;
+            seen = victim.status().await.issuer.current % 100_000;
             if seen == 0 {
                 break;
             }
@@ -176,7 +173,7 @@ async fn redis_counter_backend_issues_unique_ids_across_processes_and_a_lost_cou
         assert!(all.insert(code), "re-issued after counter loss");
     }
     let st = c.status().await;
-    assert!(st["issuer"]["current"].as_u64().unwrap() > 1200, "{st}");
+    assert!(st.issuer.current > 1200, "{st:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,4 +252,55 @@ async fn pregen_is_resumable_extendable_uniform_and_extends_a_running_origin() {
         ok,
         "creation did not resume after pregen extended the table"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_creations_consume_no_ids_and_creation_resumes_after_pregen() {
+    let s = support::Setup::start_with(|o| o.pregen = 10);
+    let o = &s.origin;
+    let id_of = |code: &str| -> u64 {
+        s.sql(&format!("SELECT id FROM short_code WHERE code = '{code}'"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    for i in 1..=10u64 {
+        let code = o
+            .create_ok(json!({"url": format!("https://x.example/{i}")}))
+            .await;
+        assert_eq!(id_of(&code), i);
+    }
+    // Exhausted: every refusal is the same answer and burns nothing.
+    for i in 0..25 {
+        let (st, v) = o
+            .create(json!({"url": format!("https://x.example/refused/{i}")}))
+            .await;
+        assert_eq!((st, v["error"].as_str()), (503, Some("codes_exhausted")));
+    }
+    let st = o.status().await;
+    assert_eq!(
+        (st.issuer.current, st.issuer.capacity, st.issuer.remaining),
+        (10, 10, 0)
+    );
+    assert!(st.issuer.exhausted);
+    // Extend the table while the origin runs: it re-reads the size by itself.
+    pregen(&o.config, 20);
+    support::eventually(
+        "the origin to see the new capacity",
+        Duration::from_secs(15),
+        || async { o.status().await.issuer.capacity == 20 },
+    )
+    .await;
+    // The next codes are exactly the next ids: 11, 12, ... 20, then exhausted again.
+    for want in 11..=20u64 {
+        let code = o
+            .create_ok(json!({"url": format!("https://x.example/after/{want}")}))
+            .await;
+        assert_eq!(id_of(&code), want);
+    }
+    let (st, v) = o.create(json!({"url": "https://x.example/over"})).await;
+    assert_eq!((st, v["error"].as_str()), (503, Some("codes_exhausted")));
+    let st = o.status().await;
+    assert_eq!((st.issuer.current, st.issuer.remaining), (20, 0));
+    assert!(st.issuer.exhausted);
 }

@@ -7,24 +7,28 @@
 //! when a test panics or is killed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure here is a test failure
 
+pub mod apollo;
 pub mod http;
 pub mod origin;
+pub mod pebble;
+mod ports;
 mod proc;
 pub mod servers;
+pub mod tls;
 pub mod wait;
 
 pub use proc::{spawn, workspace_bin, Proc};
 pub use servers::{MariaDb, Redis};
 pub use wait::{wait_for, wait_for_tcp};
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// A loopback port that was free a moment ago.
+/// A loopback port reserved for this test process: no other test, in this
+/// process or a concurrent one, is given it, and the kernel never hands it
+/// out as an ephemeral port (see `ports.rs`), so a child can bind it later.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().expect("local addr").port()
+    ports::reserve_port()
 }
 
 /// A fresh private directory under the system temp dir, removed on drop.

@@ -32,8 +32,14 @@ pub fn run(conf: &Path, args: &[&str]) -> String {
 /// Starts `shorturl-origin -c <conf> serve` (log in `log`) and waits until
 /// it accepts on `port`. `RUST_LOG` defaults to `warn`.
 pub fn serve(conf: &Path, port: u16, log: &Path) -> Proc {
+    serve_with(conf, port, log, &[])
+}
+
+/// [`serve`] with more environment variables (e.g. `SHORTURL_FAILPOINTS`).
+pub fn serve_with(conf: &Path, port: u16, log: &Path, env: &[(String, String)]) -> Proc {
     let mut cmd = Command::new(workspace_bin("shorturl-origin"));
     cmd.arg("-c").arg(conf).arg("serve");
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     if std::env::var_os("RUST_LOG").is_none() {
         cmd.env("RUST_LOG", "warn");
     }

@@ -136,15 +136,20 @@ impl Drop for Proc {
     }
 }
 
-/// Path of a binary built by this workspace (`target/<profile>/<name>`),
-/// found next to the running test executable (`target/<profile>/deps/...`).
-/// Build it first (`cargo build --workspace`, which `make test` does).
+/// Path of a binary of this workspace, next to the running test
+/// executable (`<target>/<profile>/deps/...` → `<target>/<profile>/<name>`).
+///
+/// The first call per binary runs `cargo build --bin <name>` for the same
+/// profile and target directory (a no-op when it is fresh), so `cargo test`
+/// alone works on a clean checkout and never runs a stale binary of another
+/// package.
 pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let profile_dir = exe
         .parent()
         .and_then(|d| d.parent())
         .expect("target/<profile>");
+    build_once(name, profile_dir);
     let p = profile_dir.join(name);
     assert!(
         p.exists(),
@@ -152,4 +157,37 @@ pub fn workspace_bin(name: &str) -> PathBuf {
         p.display()
     );
     p
+}
+
+fn build_once(name: &str, profile_dir: &Path) {
+    static BUILT: OnceLock<Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+    let built = BUILT.get_or_init(Default::default);
+    let mut built = built.lock().unwrap_or_else(|p| p.into_inner());
+    if built.contains(name) {
+        return;
+    }
+    // Only when run by cargo (it sets CARGO); a test binary run by hand uses
+    // what is there.
+    let (Some(cargo), Some(target), Some(profile)) = (
+        std::env::var_os("CARGO"),
+        profile_dir.parent(),
+        profile_dir.file_name().and_then(|p| p.to_str()),
+    ) else {
+        return;
+    };
+    let profile = if profile == "debug" { "dev" } else { profile };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(cargo)
+        .current_dir(&root)
+        .args(["build", "--quiet", "--bin", name, "--profile", profile])
+        .arg("--target-dir")
+        .arg(target)
+        .output()
+        .expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "cargo build --bin {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    built.insert(name.to_owned());
 }

@@ -61,6 +61,21 @@ impl Redis {
         });
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open and nothing is
+    /// answered, as in a network cut that sends no FIN.
+    pub fn pause(&self) {
+        if let Some(p) = &self.proc {
+            p.signal(libc::SIGSTOP);
+        }
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        if let Some(p) = &self.proc {
+            p.signal(libc::SIGCONT);
+        }
+    }
+
     /// (Re)starts the server on the same port, empty.
     pub fn restart(&mut self) {
         self.stop();

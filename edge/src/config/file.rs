@@ -33,6 +33,53 @@ pub struct EdgeFile {
     pub limits: LimitsFile,
     #[serde(default)]
     pub access_log: AccessLogFile,
+    /// CIDRs of load balancers/proxies whose `X-Forwarded-For` is believed.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// CIDRs allowed to read `/shorturl_status`.
+    #[serde(default = "d_status_allow")]
+    pub status_allow: Vec<String>,
+    /// TLS listeners (next to `listen`); empty: no TLS.
+    #[serde(default)]
+    pub tls_listen: Vec<String>,
+    /// Certificate store and TLS settings (`crate::tls::config`).
+    #[serde(default)]
+    pub tls: crate::tls::config::TlsFile,
+    /// Plain HTTP to HTTPS and HSTS.
+    #[serde(default)]
+    pub https: crate::tls::config::HttpsFile,
+    /// ACME issuance.
+    #[serde(default)]
+    pub acme: crate::tls::config::AcmeFile,
+}
+
+impl EdgeFile {
+    /// The required keys; everything else at its default (what the YAML
+    /// gives when only these are written).
+    pub fn new(
+        listen: Vec<String>,
+        default_domain: String,
+        redis: RedisFile,
+        origin: OriginFile,
+    ) -> Self {
+        EdgeFile {
+            listen,
+            metrics_listen: None,
+            default_domain,
+            redis,
+            origin,
+            cache: CacheFile::default(),
+            redirect: RedirectPolicy::default(),
+            limits: LimitsFile::default(),
+            access_log: AccessLogFile::default(),
+            trusted_proxies: Vec::new(),
+            status_allow: d_status_allow(),
+            tls_listen: Vec::new(),
+            tls: Default::default(),
+            https: Default::default(),
+            acme: Default::default(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -43,6 +90,17 @@ pub struct RedisFile {
     pub timeout_ms: u64,
     #[serde(default = "d_redis_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+}
+
+impl RedisFile {
+    /// `url` with the default timeouts.
+    pub fn new(url: String) -> Self {
+        RedisFile {
+            url,
+            timeout_ms: d_redis_timeout_ms(),
+            connect_timeout_ms: d_redis_connect_timeout_ms(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -63,6 +121,21 @@ pub struct OriginFile {
     pub health_check_path: String,
 }
 
+impl OriginFile {
+    /// `servers` with the default timeouts and health check.
+    pub fn new(servers: Vec<String>) -> Self {
+        OriginFile {
+            servers,
+            connect_timeout_ms: d_origin_connect_timeout_ms(),
+            read_timeout_ms: d_origin_read_timeout_ms(),
+            record_timeout_ms: d_origin_record_timeout_ms(),
+            status_timeout_ms: d_origin_status_timeout_ms(),
+            health_check_interval_ms: d_health_interval_ms(),
+            health_check_path: d_health_path(),
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheFile {
@@ -70,6 +143,12 @@ pub struct CacheFile {
     pub positive_ttl_secs: u64,
     pub negative_ttl_secs: u64,
     pub unavailable_ttl_ms: u64,
+    /// How long an invalidation's version is remembered against lookups
+    /// that read an older state before the message arrived.
+    pub tombstone_ttl_ms: u64,
+    /// While the invalidation subscription is down, entries are trusted at
+    /// most this long past its last sign of life.
+    pub unsubscribed_grace_ms: u64,
 }
 
 impl Default for CacheFile {
@@ -79,6 +158,8 @@ impl Default for CacheFile {
             positive_ttl_secs: 30,
             negative_ttl_secs: 5,
             unavailable_ttl_ms: 1000,
+            tombstone_ttl_ms: 10_000,
+            unsubscribed_grace_ms: 5_000,
         }
     }
 }
@@ -92,6 +173,12 @@ pub struct LimitsFile {
     pub max_header_bytes: usize,
     pub client_timeout_secs: u64,
     pub keepalive_timeout_secs: u64,
+    pub refused_creations_per_ip_per_min: u32,
+    pub clients_tracked: usize,
+    pub ipv6_prefix_len: u8,
+    pub header_timeout_secs: u64,
+    pub max_connections: usize,
+    pub max_connections_per_ip: u32,
 }
 
 impl Default for LimitsFile {
@@ -103,6 +190,12 @@ impl Default for LimitsFile {
             max_header_bytes: 16384,
             client_timeout_secs: 10,
             keepalive_timeout_secs: 60,
+            refused_creations_per_ip_per_min: 10,
+            clients_tracked: 100_000,
+            ipv6_prefix_len: 64,
+            header_timeout_secs: 5,
+            max_connections: 10_000,
+            max_connections_per_ip: 64,
         }
     }
 }
@@ -147,4 +240,17 @@ fn d_health_interval_ms() -> u64 {
 }
 fn d_health_path() -> String {
     "/healthz".into()
+}
+/// Loopback and private ranges: operators and monitoring, not the internet.
+pub fn d_status_allow() -> Vec<String> {
+    [
+        "127.0.0.0/8",
+        "::1/128",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "fc00::/7",
+    ]
+    .map(String::from)
+    .to_vec()
 }

@@ -4,7 +4,9 @@
 //! `shorturl-edge --test -c ...` catches every mistake before a deploy.
 
 pub mod file;
+pub mod legacy_lua;
 
+use crate::net::CidrList;
 use pingora::server::configuration::ServerConf;
 use shorturl_common::host::normalize_host;
 use shorturl_common::redirect::RedirectPolicy;
@@ -40,6 +42,12 @@ pub struct EdgeConfig {
     pub redirect: RedirectPolicy,
     pub limits: LimitsConfig,
     pub access_log: AccessLogConfig,
+    /// Peers whose `X-Forwarded-For` names the client (default: none).
+    pub trusted_proxies: CidrList,
+    /// Clients that may read `/shorturl_status`; others get the normal 404.
+    pub status_allow: CidrList,
+    /// TLS listeners, certificates, HTTPS policy and ACME (`crate::tls`).
+    pub tls: crate::tls::config::TlsSettings,
 }
 
 /// Redis, the shared cache in front of the origin.
@@ -73,17 +81,37 @@ pub struct CacheConfig {
     pub positive_ttl: Duration,
     pub negative_ttl: Duration,
     pub unavailable_ttl: Duration,
+    /// How long an invalidation's tombstone refuses older answers.
+    pub tombstone_ttl: Duration,
+    /// While unsubscribed from invalidations: how long past the last sign
+    /// of life entries cached before are served, and the longest TTL of
+    /// entries cached meanwhile.
+    pub unsubscribed_grace: Duration,
 }
 
-/// Abuse limits; a rate of 0 disables that limit.
+/// Abuse limits; a rate or cap of 0 disables that limit.
 #[derive(Debug, Clone)]
 pub struct LimitsConfig {
     pub unknown_per_ip_per_sec: u32,
     pub creations_per_ip_per_sec: u32,
+    /// Creations the origin refused (401/403) per client per minute before
+    /// further creations from it are answered 429 by the edge.
+    pub refused_creations_per_ip_per_min: u32,
+    /// Clients with live counters; the least recently seen is evicted.
+    pub clients_tracked: usize,
+    /// IPv6 clients are counted by this prefix (64: one subscriber).
+    pub ipv6_prefix_len: u8,
     pub max_uri_bytes: usize,
     pub max_header_bytes: usize,
     pub client_timeout: Duration,
     pub keepalive_timeout_secs: u64,
+    /// Time to receive a whole request head (from accept on a new
+    /// connection, from the first byte on a kept-alive one).
+    pub header_timeout: Duration,
+    /// Concurrent client connections in total (0: no cap).
+    pub max_connections: usize,
+    /// Concurrent connections per client key (0: no cap).
+    pub max_connections_per_ip: u32,
 }
 
 /// Where access-log lines go.
@@ -118,6 +146,15 @@ pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
 pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
     let file: file::FileConfig =
         serde_yaml::from_str(text).map_err(|e| ConfigError(format!("invalid config: {e}")))?;
+    from_file(file, env)
+}
+
+/// Validates a file model however it was read (YAML, or a legacy
+/// `config.lua` mapped onto it); `env` as in [`parse`].
+pub fn from_file(
+    file: file::FileConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Loaded, ConfigError> {
     let server_yaml = serde_yaml::to_string(&file.server)
         .map_err(|e| ConfigError(format!("invalid server section: {e}")))?;
     let server = ServerConf::from_yaml(&server_yaml)
@@ -201,6 +238,21 @@ fn edge_from_file(
     if f.limits.max_uri_bytes < 64 || f.limits.max_header_bytes < 256 {
         return err("edge.limits.max_uri_bytes must be >= 64 and max_header_bytes >= 256");
     }
+    if f.limits.clients_tracked == 0 {
+        return err("edge.limits.clients_tracked must be at least 1");
+    }
+    if !(1..=128).contains(&f.limits.ipv6_prefix_len) {
+        return err("edge.limits.ipv6_prefix_len must be between 1 and 128");
+    }
+    if f.limits.header_timeout_secs == 0 {
+        return err("edge.limits.header_timeout_secs must be > 0");
+    }
+    let trusted_proxies = CidrList::parse(&f.trusted_proxies)
+        .map_err(|e| ConfigError(format!("edge.trusted_proxies: {e}")))?;
+    let status_allow = CidrList::parse(&f.status_allow)
+        .map_err(|e| ConfigError(format!("edge.status_allow: {e}")))?;
+    let tls = crate::tls::config::from_file(f.tls_listen, f.tls, f.https, f.acme, &default_domain)
+        .map_err(ConfigError)?;
     let target = match f.access_log.path.as_deref() {
         None | Some("") | Some("off") => AccessLogTarget::Off,
         Some("-") => AccessLogTarget::Stdout,
@@ -235,15 +287,26 @@ fn edge_from_file(
             positive_ttl: Duration::from_secs(f.cache.positive_ttl_secs),
             negative_ttl: Duration::from_secs(f.cache.negative_ttl_secs),
             unavailable_ttl: ms(f.cache.unavailable_ttl_ms, "edge.cache.unavailable_ttl_ms")?,
+            tombstone_ttl: ms(f.cache.tombstone_ttl_ms, "edge.cache.tombstone_ttl_ms")?,
+            unsubscribed_grace: ms(
+                f.cache.unsubscribed_grace_ms,
+                "edge.cache.unsubscribed_grace_ms",
+            )?,
         },
         redirect: f.redirect,
         limits: LimitsConfig {
             unknown_per_ip_per_sec: f.limits.unknown_per_ip_per_sec,
             creations_per_ip_per_sec: f.limits.creations_per_ip_per_sec,
+            refused_creations_per_ip_per_min: f.limits.refused_creations_per_ip_per_min,
+            clients_tracked: f.limits.clients_tracked,
+            ipv6_prefix_len: f.limits.ipv6_prefix_len,
             max_uri_bytes: f.limits.max_uri_bytes,
             max_header_bytes: f.limits.max_header_bytes,
             client_timeout: Duration::from_secs(f.limits.client_timeout_secs.max(1)),
             keepalive_timeout_secs: f.limits.keepalive_timeout_secs.max(1),
+            header_timeout: Duration::from_secs(f.limits.header_timeout_secs),
+            max_connections: f.limits.max_connections,
+            max_connections_per_ip: f.limits.max_connections_per_ip,
         },
         access_log: AccessLogConfig {
             target,
@@ -252,6 +315,9 @@ fn edge_from_file(
                 "edge.access_log.flush_interval_ms",
             )?,
         },
+        trusted_proxies,
+        status_allow,
+        tls,
     })
 }
 
@@ -287,7 +353,27 @@ edge:
         assert_eq!(l.edge.redirect.status, 302);
         assert_eq!(l.edge.cache.positive_ttl, Duration::from_secs(30));
         assert_eq!(l.edge.cache.negative_ttl, Duration::from_secs(5));
+        assert_eq!(l.edge.cache.tombstone_ttl, Duration::from_secs(10));
+        assert_eq!(l.edge.cache.unsubscribed_grace, Duration::from_secs(5));
         assert_eq!(l.server.threads, 1);
+        assert!(l.edge.trusted_proxies.is_empty());
+        let allowed = |s: &str| {
+            l.edge
+                .status_allow
+                .contains(s.parse().unwrap_or_else(|_| panic!()))
+        };
+        assert!(allowed("127.0.0.1") && allowed("::1") && allowed("10.1.2.3"));
+        assert!(allowed("172.16.0.1") && allowed("192.168.9.9") && allowed("fd00::1"));
+        assert!(!allowed("8.8.8.8") && !allowed("2001:db8::1") && !allowed("172.32.0.1"));
+        let lim = &l.edge.limits;
+        assert_eq!(lim.refused_creations_per_ip_per_min, 10);
+        assert_eq!(lim.clients_tracked, 100_000);
+        assert_eq!(lim.ipv6_prefix_len, 64);
+        assert_eq!(lim.header_timeout, Duration::from_secs(5));
+        assert_eq!(
+            (lim.max_connections, lim.max_connections_per_ip),
+            (10_000, 64)
+        );
     }
 
     #[test]
@@ -332,6 +418,34 @@ edge:
             (
                 GOOD.replace("127.0.0.1:8081", "not-an-addr"),
                 "origin.servers",
+            ),
+            (
+                format!("{GOOD}  trusted_proxies: [10.0.0.0/33]\n"),
+                "edge.trusted_proxies",
+            ),
+            (
+                format!("{GOOD}  status_allow: [localhost]\n"),
+                "edge.status_allow",
+            ),
+            (
+                format!("{GOOD}  limits: {{ ipv6_prefix_len: 0 }}\n"),
+                "ipv6_prefix_len",
+            ),
+            (
+                format!("{GOOD}  limits: {{ header_timeout_secs: 0 }}\n"),
+                "header_timeout_secs",
+            ),
+            (
+                format!("{GOOD}  limits: {{ clients_tracked: 0 }}\n"),
+                "clients_tracked",
+            ),
+            (
+                format!("{GOOD}  cache: {{ unsubscribed_grace_ms: 0 }}\n"),
+                "unsubscribed_grace_ms",
+            ),
+            (
+                format!("{GOOD}  cache: {{ tombstone_ttl_ms: 0 }}\n"),
+                "tombstone_ttl_ms",
             ),
         ];
         for (text, needle) in cases {

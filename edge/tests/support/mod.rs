@@ -68,6 +68,13 @@ pub struct EdgeOpts<'a> {
     pub extra: &'a str,
     /// Pingora worker threads.
     pub threads: usize,
+    /// Extra environment of the edge process (e.g. `SHORTURL_FAILPOINTS`).
+    pub env: Vec<(&'a str, String)>,
+    /// `edge.redis.timeout_ms`: generous, so a loaded test machine does not
+    /// turn a slow Redis answer into a 503 (a stopped Redis refuses at once).
+    pub redis_timeout_ms: u64,
+    /// The plain listener's port (`None`: a free one).
+    pub port: Option<u16>,
 }
 
 impl<'a> EdgeOpts<'a> {
@@ -77,6 +84,9 @@ impl<'a> EdgeOpts<'a> {
             origins,
             extra: "",
             threads: 2,
+            env: Vec::new(),
+            redis_timeout_ms: 1000,
+            port: None,
         }
     }
 }
@@ -105,7 +115,7 @@ edge:
   listen: ["127.0.0.1:{port}"]
   metrics_listen: 127.0.0.1:{metrics_port}
   default_domain: localhost
-  redis: {{ url: "{redis}", timeout_ms: 50, connect_timeout_ms: 100 }}
+  redis: {{ url: "{redis}", timeout_ms: {redis_timeout}, connect_timeout_ms: 100 }}
   origin:
     servers: [{origins}]
     connect_timeout_ms: 100
@@ -118,6 +128,7 @@ edge:
         threads = opts.threads,
         dir = dir.display(),
         redis = opts.redis_url,
+        redis_timeout = opts.redis_timeout_ms,
         extra = opts.extra,
     );
     let conf = dir.join("edge.yaml");
@@ -128,10 +139,13 @@ edge:
 /// Starts an edge and waits until it answers.
 pub fn start_edge(opts: EdgeOpts<'_>) -> Edge {
     let dir = TempDir::new("edge");
-    let (port, metrics_port) = (free_port(), free_port());
+    let (port, metrics_port) = (opts.port.unwrap_or_else(free_port), free_port());
     let conf = write_edge_config(dir.path(), &opts, port, metrics_port);
     let mut cmd = Command::new(edge_bin());
     cmd.arg("-c").arg(&conf).env("RUST_LOG", "warn");
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
     let proc = spawn("shorturl-edge", cmd, &dir.path().join("edge.log"));
     let edge = Edge {
         proc,
@@ -145,6 +159,18 @@ pub fn start_edge(opts: EdgeOpts<'_>) -> Edge {
 }
 
 impl Edge {
+    /// Kills the edge (SIGKILL) and starts it again with the same config.
+    pub fn restart(&mut self, env: &[(&str, &str)]) {
+        self.proc.kill();
+        let mut cmd = Command::new(edge_bin());
+        cmd.arg("-c").arg(&self.conf).env("RUST_LOG", "warn");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        self.proc = spawn("shorturl-edge", cmd, &self.dir.path().join("edge.log"));
+        self.wait_ready();
+    }
+
     pub fn wait_ready(&self) {
         wait_for_tcp(self.port, TIMEOUT);
         wait_for("edge /healthz", TIMEOUT, || {
@@ -158,6 +184,23 @@ impl Edge {
     /// `GET /shorturl_status` as JSON.
     pub fn status(&self) -> serde_json::Value {
         http::get(self.port, "/shorturl_status", "localhost").json()
+    }
+
+    /// `GET /shorturl_status`, parsed into the protocol's type.
+    pub fn typed_status(&self) -> shorturl_common::status::EdgeStatus {
+        let r = http::get(self.port, "/shorturl_status", "localhost");
+        assert_eq!(r.status, 200, "{}", r.text());
+        serde_json::from_slice(&r.body)
+            .unwrap_or_else(|e| panic!("status is not an EdgeStatus ({e}): {}", r.text()))
+    }
+
+    /// The value of one Prometheus series (`name{labels}` exactly as
+    /// exposed), 0 when absent.
+    pub fn metric(&self, series: &str) -> f64 {
+        metric_value(
+            &http::get(self.metrics_port, "/metrics", "localhost").text(),
+            series,
+        )
     }
 
     /// One counter of the status JSON, e.g. `("redis", "hit")`.
@@ -189,6 +232,32 @@ impl Edge {
     }
 }
 
+/// The value of `series` (`name{labels}` as exposed) in a Prometheus text
+/// exposition, 0 when absent.
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+/// How many requests the origin served on `route` (the count of its
+/// request-duration histogram, summed over status classes), from its
+/// `/metrics`.
+pub fn origin_route_count(origin_port: u16, route: &str) -> u64 {
+    let text = http::get(origin_port, "/metrics", "localhost").text();
+    let label = format!("route=\"{route}\"");
+    text.lines()
+        .filter(|l| l.contains("request_duration_seconds_count{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 /// A real origin (migrated, pre-generated codes) on its own MariaDB.
 pub struct Origin {
     pub proc: Option<Proc>,
@@ -201,6 +270,12 @@ pub struct Origin {
 impl Origin {
     /// Migrates, pre-generates `codes` codes and serves on a free port.
     pub fn start(redis: &Redis, codes: u64) -> Origin {
+        Self::start_with(redis, codes, "")
+    }
+
+    /// Like [`Origin::start`], with `extra` YAML appended to its config
+    /// (e.g. an `apollo:` section).
+    pub fn start_with(redis: &Redis, codes: u64, extra: &str) -> Origin {
         let mysql = MariaDb::start();
         let db_url = mysql.create_database("shorturl");
         let dir = TempDir::new("origin");
@@ -215,6 +290,7 @@ redis: {{ url: "{redis}" }}
 links: {{ allowed_domains: ["s.shop55.com"] }}
 apps:
   - {{ name: demo, key_sha256: "{key}" }}
+{extra}
 "#,
             redis = redis.url(),
             key = testkit::origin::sha256_hex(API_KEY),
@@ -273,4 +349,49 @@ pub fn create_link(port: u16, url: &str, domain: Option<&str>) -> http::Response
         ],
         body.to_string().as_bytes(),
     )
+}
+
+/// `PATCH /api/v1/links/{code}` with a JSON body, through `port` (edge or origin).
+pub fn patch_link(port: u16, code: &str, body: serde_json::Value) -> http::Response {
+    let auth = format!("Bearer {API_KEY}");
+    http::request(
+        port,
+        "PATCH",
+        &format!("/api/v1/links/{code}"),
+        "localhost",
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        body.to_string().as_bytes(),
+    )
+}
+
+/// `DELETE /api/v1/links/{code}` through `port` (edge or origin).
+pub fn delete_link(port: u16, code: &str) -> http::Response {
+    let auth = format!("Bearer {API_KEY}");
+    http::request(
+        port,
+        "DELETE",
+        &format!("/api/v1/links/{code}"),
+        "localhost",
+        &[("Authorization", &auth)],
+        b"",
+    )
+}
+
+impl Edge {
+    /// The `inval` dimension of the status (the Pingora edge always has it).
+    pub fn inval(&self) -> shorturl_common::status::InvalDim {
+        self.typed_status()
+            .inval
+            .unwrap_or_else(|| panic!("no inval dimension in the edge status"))
+    }
+
+    /// Waits until the edge is subscribed to the invalidation channel.
+    pub fn wait_subscribed(&self) {
+        wait_for("edge to subscribe to su:1:inval", TIMEOUT, || {
+            self.inval().subscribed
+        });
+    }
 }

@@ -22,6 +22,39 @@ use testkit::Redis;
 struct Suite {
     links: BTreeMap<String, Fixture>,
     cases: Vec<Case>,
+    /// Protocol 2.1: raw bytes on a socket.
+    #[serde(default)]
+    malformed: Vec<RawCase>,
+}
+
+/// A request sent as raw bytes on a fresh connection.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCase {
+    name: String,
+    /// The bytes: one per character (so `"\xff"` is the byte 0xFF),
+    /// after placeholders are expanded.
+    raw: String,
+    expect: RawExpect,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpect {
+    /// `None`: the connection is closed without an answer.
+    status: Option<u16>,
+    #[serde(default)]
+    location: Option<String>,
+    /// Fields the JSON body must contain with these values.
+    #[serde(default)]
+    body: Option<Value>,
+    /// An empty body (`Content-Length: 0`): Pingora's own parser answer.
+    #[serde(default)]
+    bare: bool,
+    /// The server closes the connection after its answer.
+    closed: bool,
+    #[serde(default)]
+    origin: bool,
 }
 
 /// A link created through the origin's API before the cases run.
@@ -106,6 +139,9 @@ enum Action {
     Set(String, String),
     /// `DEL su:1:link:<code>`.
     Del(String),
+    /// `PUBLISH su:1:inval <message>` (protocol 3.2): both edges hear it,
+    /// so a case publishing for a code of its own uses `${run}` in it.
+    Publish(String),
     /// Per-edge variable `${var:NAME}`.
     Let(String, String),
     /// Waits until the Unix time is at or past the value.
@@ -116,6 +152,14 @@ enum Action {
     Await {
         path: String,
         status: u16,
+    },
+    /// Polls the edge until the JSON answer of `path` has `field` = `value`
+    /// (e.g. the status document after its cached origin part expired);
+    /// a dotted `field` names a nested member (`inval.subscribed`).
+    AwaitField {
+        path: String,
+        field: String,
+        value: Value,
     },
     /// Sends lookups of fresh unknown codes until one reaches Redis without
     /// an error (an edge may need a few lookups to reconnect after a Redis
@@ -162,12 +206,13 @@ const HEADERS: [&str; 6] = [
 ];
 
 /// JSON fields that legitimately differ between two runs of one case.
-const VOLATILE: [&str; 5] = [
+const VOLATILE: [&str; 6] = [
     "code",
     "short_url",
     "expires_at",
     "expires_at_unix",
     "created_at",
+    "updated_at",
 ];
 
 fn now_unix() -> u64 {
@@ -323,6 +368,14 @@ fn apply(action: &Action, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) {
             let key = format!("su:1:link:{}", expand(code, w, ctx));
             support::redis_cmd(&url, &["DEL", &key]).unwrap();
         }
+        Action::Publish(msg) => {
+            let msg = expand(msg, w, ctx);
+            support::redis_cmd(
+                &url,
+                &["PUBLISH", shorturl_common::keys::INVAL_CHANNEL, &msg],
+            )
+            .unwrap();
+        }
         Action::Let(name, value) => {
             let v = expand(value, w, ctx);
             ctx.vars.insert(name.clone(), v);
@@ -377,6 +430,19 @@ fn apply(action: &Action, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) {
                 "  {} read Redis again after {tries} lookup(s), {:?}",
                 edge.name,
                 t0.elapsed()
+            );
+        }
+        Action::AwaitField { path, field, value } => {
+            let path = expand(path, w, ctx);
+            testkit::wait_for(
+                &format!("{} to answer {field} = {value} on {path}", edge.name),
+                Duration::from_secs(15),
+                || {
+                    let r = http::get(edge.port, &path, "localhost");
+                    let pointer = format!("/{}", field.replace('.', "/"));
+                    serde_json::from_slice::<Value>(&r.body)
+                        .is_ok_and(|v| v.pointer(&pointer) == Some(value))
+                },
             );
         }
         Action::Await { path, status } => {
@@ -504,6 +570,93 @@ fn check_expectation(case: &Case, o: &Outcome, resp: &Response) -> Vec<String> {
     bad
 }
 
+/// The raw bytes of a malformed case: one byte per character.
+fn raw_bytes(s: &str) -> Vec<u8> {
+    s.chars()
+        .map(|c| u8::try_from(u32::from(c)).unwrap_or_else(|_| panic!("{c:?} is not a byte")))
+        .collect()
+}
+
+/// What one edge did with a malformed case, normalised for comparison.
+#[derive(Debug, Clone, PartialEq)]
+struct RawOutcome {
+    answer: Option<Outcome>,
+    closed: bool,
+}
+
+fn run_raw_case(case: &RawCase, w: &World, edge: &Edge, ctx: &EdgeCtx) -> RawOutcome {
+    let bytes = raw_bytes(&expand(&case.raw, w, ctx));
+    let before_origin = w.origin.handled();
+    let before = counters(edge);
+    let x = http::exchange_raw(edge.port, &bytes)
+        .unwrap_or_else(|e| panic!("case {:?} on {}: {e}", case.name, edge.name));
+    let after = counters(edge);
+    let reached = w.origin.handled() > before_origin;
+    let diff: BTreeMap<String, i64> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .collect();
+    RawOutcome {
+        answer: x.response.map(|r| normalise(&r, reached, diff)),
+        closed: x.closed,
+    }
+}
+
+fn check_raw_expectation(case: &RawCase, o: &RawOutcome) -> Vec<String> {
+    let e = &case.expect;
+    let mut bad = Vec::new();
+    if o.closed != e.closed {
+        bad.push(format!("closed: {} (expected {})", o.closed, e.closed));
+    }
+    let Some(a) = &o.answer else {
+        if e.status.is_some() {
+            bad.push(format!("no answer (expected {:?})", e.status));
+        }
+        return bad;
+    };
+    if Some(a.status) != e.status {
+        bad.push(format!("status {} (expected {:?})", a.status, e.status));
+    }
+    if e.location.as_deref().map(untag) != a.headers.get("location").cloned() {
+        bad.push(format!(
+            "Location {:?} (expected {:?})",
+            a.headers.get("location"),
+            e.location
+        ));
+    }
+    if a.origin != e.origin {
+        bad.push(format!(
+            "origin reached: {} (expected {})",
+            a.origin, e.origin
+        ));
+    }
+    if e.bare
+        && (!a.body.is_empty() || a.headers.get("content-length").map(String::as_str) != Some("0"))
+    {
+        bad.push(format!("body {:?} (expected an empty one)", a.body));
+    }
+    if let Some(want) = &e.body {
+        let got: Value = serde_json::from_str(&a.body).unwrap_or(Value::Null);
+        for (k, v) in want.as_object().into_iter().flatten() {
+            if got.get(k) != Some(v) {
+                bad.push(format!("body.{k} = {:?} (expected {v})", got.get(k)));
+            }
+        }
+    }
+    if !a.headers.contains_key("content-length") {
+        bad.push("no Content-Length".into());
+    }
+    // A refused request moves no counter.
+    if matches!(a.status, 400 | 405 | 431) {
+        for (k, v) in &a.counters {
+            if *v != 0 {
+                bad.push(format!("counter {k} +{v} (expected +0)"));
+            }
+        }
+    }
+    bad
+}
+
 #[test]
 fn both_edges_answer_every_case_identically() {
     let t0 = Instant::now();
@@ -571,6 +724,38 @@ fn both_edges_answer_every_case_identically() {
         },
     ];
     let mut failures = Vec::new();
+    // Malformed requests first: the stack is whole (the table ends with faults).
+    for case in &suite.malformed {
+        let mut outs = Vec::new();
+        for (edge, ctx) in edges.iter().zip(ctxs.iter()) {
+            let o = run_raw_case(case, &w, edge, ctx);
+            for b in check_raw_expectation(case, &o) {
+                failures.push(format!("[{}] malformed: {}: {b}", edge.name, case.name));
+            }
+            outs.push(o);
+        }
+        let (p, l) = (&outs[0], &outs[1]);
+        if p != l {
+            failures.push(format!(
+                "[differ] malformed: {}:\n    pingora:   {p:?}\n    openresty: {l:?}",
+                case.name
+            ));
+        }
+        let show = |o: &RawOutcome| {
+            let st = o
+                .answer
+                .as_ref()
+                .map_or("-".to_owned(), |a| a.status.to_string());
+            format!("{st}{}", if o.closed { " closed" } else { "" })
+        };
+        eprintln!(
+            "{:<52} pingora {} openresty {}{}",
+            format!("malformed: {}", case.name),
+            show(p),
+            show(l),
+            if p == l { "" } else { "  DIFFERENT" }
+        );
+    }
     for case in &suite.cases {
         let mut outs = Vec::new();
         for (edge, ctx) in edges.iter().zip(ctxs.iter_mut()) {
@@ -596,8 +781,9 @@ fn both_edges_answer_every_case_identically() {
         );
     }
     eprintln!(
-        "{} cases on both edges in {:?}",
+        "{} cases and {} malformed requests on both edges in {:?}",
         suite.cases.len(),
+        suite.malformed.len(),
         t0.elapsed()
     );
     if !failures.is_empty() {

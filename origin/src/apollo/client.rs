@@ -39,14 +39,28 @@ struct Notification {
 /// good value and retry later".
 #[derive(Debug, thiserror::Error)]
 pub enum ApolloError {
-    #[error("{url}: {reason}")]
-    Transport { url: String, reason: String },
+    /// Connecting, sending or reading failed (the display carries the whole
+    /// cause chain: `reqwest` keeps the useful part, e.g. "connection
+    /// refused", in its sources).
+    #[error("{url}: {}", error_chain(source))]
+    Transport {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
     #[error("{url}: HTTP {status}")]
     Status { url: String, status: u16 },
-    #[error("{url}: unreadable answer: {reason}")]
-    Body { url: String, reason: String },
+    #[error("{url}: unreadable answer: {source}")]
+    Body {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("config server address {0:?} cannot take a path")]
     BadServer(String),
+    /// The HTTP client could not be built.
+    #[error("apollo http client: {0}")]
+    Client(#[source] reqwest::Error),
 }
 
 /// Who we are to Apollo.
@@ -92,7 +106,7 @@ pub struct Client {
 impl Client {
     /// Builds the client; `connect_timeout` bounds connection set-up only
     /// (each call passes its own total timeout).
-    pub fn new(id: Identity, connect_timeout: Duration) -> Result<Client, String> {
+    pub fn new(id: Identity, connect_timeout: Duration) -> Result<Client, ApolloError> {
         let http = reqwest::Client::builder()
             // Config services are internal: never route them through an
             // HTTP(S)_PROXY meant for the outside world.
@@ -100,7 +114,7 @@ impl Client {
             .connect_timeout(connect_timeout)
             .user_agent(concat!("shorturl-origin/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| format!("apollo http client: {e}"))?;
+            .map_err(ApolloError::Client)?;
         Ok(Client { http, id })
     }
 
@@ -153,9 +167,9 @@ impl Client {
         match status {
             200 => serde_json::from_slice::<Release>(&body)
                 .map(Some)
-                .map_err(|e| ApolloError::Body {
+                .map_err(|source| ApolloError::Body {
                     url: url.to_string(),
-                    reason: e.to_string(),
+                    source,
                 }),
             304 => Ok(None),
             s => Err(ApolloError::Status {
@@ -191,9 +205,9 @@ impl Client {
         match status {
             200 => {
                 let list: Vec<Notification> =
-                    serde_json::from_slice(&body).map_err(|e| ApolloError::Body {
+                    serde_json::from_slice(&body).map_err(|source| ApolloError::Body {
                         url: url.to_string(),
-                        reason: e.to_string(),
+                        source,
                     })?;
                 let newest = list
                     .iter()
@@ -225,9 +239,9 @@ impl Client {
                 req = req.header(name, value);
             }
         }
-        let transport = |e: reqwest::Error| ApolloError::Transport {
+        let transport = |source: reqwest::Error| ApolloError::Transport {
             url: url.to_string(),
-            reason: error_chain(&e),
+            source,
         };
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status().as_u16();
@@ -275,7 +289,8 @@ fn same_namespace(a: &str, b: &str) -> bool {
 }
 
 /// `reqwest` hides the useful part ("connection refused") in the sources.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+fn error_chain(e: &reqwest::Error) -> String {
+    use std::error::Error as _;
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {

@@ -23,16 +23,41 @@ pub fn store(path: &Path, saved: &Saved) -> std::io::Result<()> {
     write_atomic(path, &bytes)
 }
 
+/// Why the last-good file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LastGoodError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is not a saved Apollo release: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// Reads the file: `Ok(None)` when there is none.
-pub fn load(path: &Path) -> Result<Option<Saved>, String> {
+pub fn load(path: &Path) -> Result<Option<Saved>, LastGoodError> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(source) => {
+            return Err(LastGoodError::Read {
+                path: path.to_owned(),
+                source,
+            })
+        }
     };
     serde_json::from_slice(&bytes)
         .map(Some)
-        .map_err(|e| format!("{} is not a saved Apollo release: {e}", path.display()))
+        .map_err(|source| LastGoodError::Parse {
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// Temp file + fsync + rename (+ fsync of the directory, best effort).

@@ -7,9 +7,11 @@ use prometheus::proto::MetricFamily;
 use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
 use std::sync::Arc;
 
-/// Registers the whitelist metrics (`whitelist_size`, `whitelist_dynamic_size`,
-/// `whitelist_source{source}`, `whitelist_last_refresh_timestamp_seconds`,
-/// `apollo_invalid_values_total`, `apollo_refresh_errors_total`) into `registry`.
+/// Registers the whitelist metrics (`shorturl_whitelist_size`,
+/// `shorturl_whitelist_dynamic_size`, `shorturl_whitelist_source{source}`,
+/// `shorturl_whitelist_last_refresh_timestamp_seconds`,
+/// `shorturl_apollo_invalid_values_total`, `shorturl_apollo_refresh_errors_total`)
+/// into `registry`, whose namespace is `shorturl`.
 pub fn register_metrics(
     registry: &Registry,
     whitelist: Arc<Whitelist>,
@@ -28,11 +30,7 @@ struct WhitelistCollector {
     descs: Vec<Desc>,
 }
 
-const SOURCES: [(Source, &str); 3] = [
-    (Source::StaticOnly, "static-only"),
-    (Source::Apollo, "apollo"),
-    (Source::File, "file"),
-];
+const SOURCES: [Source; 3] = [Source::StaticOnly, Source::Apollo, Source::File];
 
 impl WhitelistCollector {
     fn new(whitelist: Arc<Whitelist>) -> Result<Self, prometheus::Error> {
@@ -94,10 +92,10 @@ impl Collector for WhitelistCollector {
         let st = self.whitelist.status();
         self.size.set(st.size as i64);
         self.dynamic_size.set(st.dynamic_size as i64);
-        for (s, label) in SOURCES {
+        for s in SOURCES {
             self.source
-                .with_label_values(&[label])
-                .set(i64::from(st.source == s));
+                .with_label_values(&[s.as_str()])
+                .set(i64::from(st.source == s.as_str()));
         }
         self.last_refresh
             .set(st.last_refresh_unix.unwrap_or(0) as i64);
@@ -132,7 +130,7 @@ mod tests {
             "sho.rt".into(),
             ["static.com".to_string()].into_iter().collect(),
         ));
-        let reg = Registry::new_custom(Some("shorturl_origin".into()), None).unwrap();
+        let reg = Registry::new_custom(Some("shorturl".into()), None).unwrap();
         register_metrics(&reg, Arc::clone(&wl)).unwrap();
         wl.note_invalid_value();
         wl.note_refresh_ok(1234);
@@ -140,12 +138,12 @@ mod tests {
         TextEncoder::new().encode(&reg.gather(), &mut buf).unwrap();
         let text = String::from_utf8(buf).unwrap();
         for line in [
-            "shorturl_origin_whitelist_size 2",
-            "shorturl_origin_whitelist_source{source=\"static-only\"} 1",
-            "shorturl_origin_whitelist_source{source=\"apollo\"} 0",
-            "shorturl_origin_whitelist_last_refresh_timestamp_seconds 1234",
-            "shorturl_origin_apollo_invalid_values_total 1",
-            "shorturl_origin_apollo_refresh_errors_total 0",
+            "shorturl_whitelist_size 2",
+            "shorturl_whitelist_source{source=\"static-only\"} 1",
+            "shorturl_whitelist_source{source=\"apollo\"} 0",
+            "shorturl_whitelist_last_refresh_timestamp_seconds 1234",
+            "shorturl_apollo_invalid_values_total 1",
+            "shorturl_apollo_refresh_errors_total 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

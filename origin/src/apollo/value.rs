@@ -6,6 +6,7 @@
 use serde_json::Value;
 use shorturl_common::host::normalize_host;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// Where the value sits inside a namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,15 +20,32 @@ pub enum Layout {
 /// The validated dynamic list: domain (normalised) → merchants mapped to it.
 pub type ByDomain = HashMap<String, BTreeSet<u64>>;
 
+/// Why a value is not a JSON object of kdt_id to domain.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ValueError {
+    #[error("not JSON: {0}")]
+    NotJson(#[source] Arc<serde_json::Error>),
+    #[error("expected a JSON object of kdt_id to domain, got {0}")]
+    NotAnObject(&'static str),
+    #[error("key {0:?} is not a kdt_id (decimal integer)")]
+    BadKdtId(String),
+    #[error("kdt_id {kdt_id}: domain is {got}, expected a string")]
+    DomainNotAString { kdt_id: String, got: &'static str },
+    #[error("kdt_id {kdt_id}: {domain:?} is not a valid domain")]
+    BadDomain { kdt_id: String, domain: String },
+    #[error("configuration {key:?} is not a string but {got}")]
+    NotAString { key: String, got: &'static str },
+}
+
 /// What a namespace's configurations say about the list.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Parsed {
     /// A valid value (possibly empty).
     List(ByDomain),
     /// The key is absent: treated as an empty value.
     Missing,
     /// Not a JSON object of kdt_id → domain; treated as empty, and reported.
-    Invalid(String),
+    Invalid(ValueError),
 }
 
 /// Extracts and validates the value from a namespace's `configurations`.
@@ -42,38 +60,40 @@ pub fn from_configurations(configurations: &BTreeMap<String, Value>, layout: &La
             Ok(list) => Parsed::List(list),
             Err(e) => Parsed::Invalid(e),
         },
-        Some(other) => Parsed::Invalid(format!(
-            "configuration {key:?} is not a string but {}",
-            kind(other)
-        )),
+        Some(other) => Parsed::Invalid(ValueError::NotAString {
+            key: key.to_owned(),
+            got: kind(other),
+        }),
     }
 }
 
 /// Parses the JSON text. Blank text is the empty list (rule: an empty value
 /// leaves only the static list).
-pub fn parse(raw: &str) -> Result<ByDomain, String> {
+pub fn parse(raw: &str) -> Result<ByDomain, ValueError> {
     if raw.trim().is_empty() {
         return Ok(ByDomain::new());
     }
-    let value: Value = serde_json::from_str(raw).map_err(|e| format!("not JSON: {e}"))?;
+    let value: Value = serde_json::from_str(raw).map_err(|e| ValueError::NotJson(Arc::new(e)))?;
     let Value::Object(map) = value else {
-        return Err(format!(
-            "expected a JSON object of kdt_id to domain, got {}",
-            kind(&value)
-        ));
+        return Err(ValueError::NotAnObject(kind(&value)));
     };
     let mut out = ByDomain::new();
     for (k, v) in map {
-        let kdt_id = parse_kdt_id(&k)
-            .ok_or_else(|| format!("key {k:?} is not a kdt_id (decimal integer)"))?;
-        let Value::String(d) = v else {
-            return Err(format!(
-                "kdt_id {k}: domain is {}, expected a string",
-                kind(&v)
-            ));
+        let Some(kdt_id) = parse_kdt_id(&k) else {
+            return Err(ValueError::BadKdtId(k));
         };
-        let domain =
-            normalize_host(&d).ok_or_else(|| format!("kdt_id {k}: {d:?} is not a valid domain"))?;
+        let Value::String(d) = v else {
+            return Err(ValueError::DomainNotAString {
+                kdt_id: k,
+                got: kind(&v),
+            });
+        };
+        let Some(domain) = normalize_host(&d) else {
+            return Err(ValueError::BadDomain {
+                kdt_id: k,
+                domain: d,
+            });
+        };
         out.entry(domain).or_default().insert(kdt_id);
     }
     Ok(out)
@@ -158,10 +178,10 @@ mod tests {
         assert!(
             matches!(from_configurations(&props, &key), Parsed::List(l) if l.contains_key("s.shop55.com"))
         );
-        assert_eq!(
+        assert!(matches!(
             from_configurations(&props, &Layout::Content),
             Parsed::Missing
-        );
+        ));
         let json = conf(&[("content", Value::String(r#"{"91":"go.brand91.cn"}"#.into()))]);
         assert!(
             matches!(from_configurations(&json, &Layout::Content), Parsed::List(l) if l.contains_key("go.brand91.cn"))

@@ -27,6 +27,9 @@ pub struct FileConfig {
     pub apollo: Option<crate::apollo::ApolloFile>,
     #[serde(default)]
     pub shutdown_grace_secs: Option<u64>,
+    /// CIDRs that may read `/shorturl_status` (default: loopback and private ranges).
+    #[serde(default)]
+    pub status_allow: Option<Vec<String>>,
 }
 
 fn default_scheme() -> String {
@@ -86,7 +89,12 @@ pub struct LinksFile {
     #[serde(default)]
     pub max_body_bytes: Option<usize>,
     #[serde(default)]
+    pub max_batch_body_bytes: Option<usize>,
+    #[serde(default)]
     pub allowed_domains: Vec<String>,
+    /// kdt_id (as a string or an integer key) → that merchant's domains.
+    #[serde(default)]
+    pub merchant_domains: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,4 +106,11 @@ pub struct AppFile {
     pub rate_per_sec: Option<f64>,
     #[serde(default)]
     pub burst: Option<f64>,
+    /// `links:create`, `links:read`, `links:manage`, `stats:read`, `admin`;
+    /// absent: the first three (own links only).
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
+    /// kdt_ids this key is bound to (absent or empty: none).
+    #[serde(default)]
+    pub merchants: Vec<u64>,
 }

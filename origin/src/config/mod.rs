@@ -6,13 +6,17 @@
 //! naming the field, never later on a request.
 
 pub mod file;
+mod tenancy;
+
+pub use tenancy::AppConfig;
 
 use file::FileConfig;
+use shorturl_common::cidr::{CidrError, CidrList};
 use shorturl_common::host::normalize_host;
 use shorturl_common::redirect::RedirectPolicy;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Which durable counter hands out id blocks.
@@ -66,18 +70,13 @@ pub struct LinksConfig {
     pub max_ttl_days: u32,
     pub max_url_bytes: usize,
     pub max_body_bytes: usize,
+    /// Body limit of `POST /api/v1/links/batch` (up to 1000 creations).
+    pub max_batch_body_bytes: usize,
     /// Static whitelist (normalised), not including the default domain.
     pub allowed_domains: BTreeSet<String>,
-}
-
-/// One API caller.
-#[derive(Debug, Clone)]
-pub struct AppConfig {
-    pub name: String,
-    /// SHA-256 of the bearer key.
-    pub key_hash: [u8; 32],
-    pub rate_per_sec: f64,
-    pub burst: f64,
+    /// Static merchant domains: kdt_id → its domains (normalised), merged
+    /// with Apollo's map. A domain with owners needs an owning `kdt_id`.
+    pub merchant_domains: BTreeMap<u64, BTreeSet<String>>,
 }
 
 /// The whole validated configuration.
@@ -94,30 +93,65 @@ pub struct Config {
     pub redirect: RedirectPolicy,
     pub apps: Vec<AppConfig>,
     pub apollo: Option<crate::apollo::ApolloConfig>,
+    /// Bound on the whole shutdown after SIGTERM, in-flight requests included.
     pub shutdown_grace: Duration,
+    /// Peers that may read `/shorturl_status`; others get the protocol 404.
+    pub status_allow: CidrList,
 }
 
 /// A configuration problem, naming the field.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid YAML, or not the file format (serde names the field).
+    #[error("config: {0}")]
+    Format(#[from] serde_yaml::Error),
+    /// A network list entry that is not a CIDR.
+    #[error("{field}: {source}")]
+    Cidr {
+        field: &'static str,
+        #[source]
+        source: CidrError,
+    },
+    /// A redirect policy that cannot be served.
+    #[error(transparent)]
+    Redirect(#[from] shorturl_common::redirect::RedirectPolicyError),
+    /// A URL that does not parse.
+    #[error("{field}: {value:?}: {source}")]
+    Url {
+        field: &'static str,
+        value: String,
+        #[source]
+        source: url::ParseError,
+    },
+    /// A value out of its range, or inconsistent with another.
+    #[error("{0}")]
+    Invalid(String),
+}
 
 fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError(msg.into()))
+    Err(ConfigError::Invalid(msg.into()))
 }
 
 impl Config {
     /// Reads, overrides from the environment, and validates `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
         Config::parse(&text, |k| std::env::var(k).ok())
     }
 
     /// Parses YAML text; `env` looks up override variables.
     pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let mut f: FileConfig =
-            serde_yaml::from_str(text).map_err(|e| ConfigError(format!("config: {e}")))?;
+        let mut f: FileConfig = serde_yaml::from_str(text)?;
         if let Some(v) = env("SHORTURL_MYSQL_URL") {
             f.mysql.url = v;
         }
@@ -131,10 +165,9 @@ impl Config {
         f: FileConfig,
         env: &impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let listen: SocketAddr = f
-            .listen
-            .parse()
-            .map_err(|_| ConfigError(format!("listen: not an address:port: {:?}", f.listen)))?;
+        let Ok(listen) = f.listen.parse::<SocketAddr>() else {
+            return err(format!("listen: not an address:port: {:?}", f.listen));
+        };
         let Some(default_domain) = normalize_host(&f.default_domain) else {
             return err(format!(
                 "default_domain: not a valid host: {:?}",
@@ -216,50 +249,41 @@ impl Config {
         if default_ttl_days > max_ttl_days {
             return err("links.default_ttl_days: larger than links.max_ttl_days");
         }
+        let max_url_bytes = positive(f.links.max_url_bytes, 2048, "links.max_url_bytes")?;
+        if max_url_bytes > crate::db::LONG_URL_MAX_BYTES {
+            // A longer URL would pass validation and then fail its claim batch.
+            return err(format!(
+                "links.max_url_bytes: at most {} (the size of the long_url column)",
+                crate::db::LONG_URL_MAX_BYTES
+            ));
+        }
+        let merchant_domains =
+            tenancy::merchant_domains(&f.links.merchant_domains, &default_domain)?;
         let links = LinksConfig {
             default_ttl_days,
             max_ttl_days,
-            max_url_bytes: positive(f.links.max_url_bytes, 2048, "links.max_url_bytes")?,
+            max_url_bytes,
             max_body_bytes: positive(f.links.max_body_bytes, 16 * 1024, "links.max_body_bytes")?,
+            max_batch_body_bytes: positive(
+                f.links.max_batch_body_bytes,
+                2 * 1024 * 1024,
+                "links.max_batch_body_bytes",
+            )?,
             allowed_domains: allowed,
+            merchant_domains,
         };
-        f.redirect.validate().map_err(ConfigError)?;
-        let mut apps = Vec::new();
-        let mut names = BTreeSet::new();
-        for a in f.apps {
-            if a.name.is_empty() || a.name.len() > 64 || !names.insert(a.name.clone()) {
-                return err(format!(
-                    "apps: name {:?} is empty, too long or repeated",
-                    a.name
-                ));
-            }
-            let key_hash: [u8; 32] = hex::decode(a.key_sha256.trim())
-                .ok()
-                .and_then(|b| b.try_into().ok())
-                .ok_or_else(|| {
-                    ConfigError(format!(
-                        "apps.{}.key_sha256: expected 64 hex digits",
-                        a.name
-                    ))
-                })?;
-            let rate_per_sec = a.rate_per_sec.unwrap_or(1000.0);
-            let burst = a.burst.unwrap_or(rate_per_sec * 2.0);
-            if !(rate_per_sec > 0.0 && burst >= 1.0) {
-                return err(format!(
-                    "apps.{}: rate_per_sec must be > 0 and burst >= 1",
-                    a.name
-                ));
-            }
-            apps.push(AppConfig {
-                name: a.name,
-                key_hash,
-                rate_per_sec,
-                burst,
-            });
-        }
+        f.redirect.validate()?;
+        let apps = tenancy::apps(f.apps)?;
         let apollo = match f.apollo {
-            Some(a) => Some(crate::apollo::ApolloConfig::from_file(a, env).map_err(ConfigError)?),
+            Some(a) => Some(crate::apollo::ApolloConfig::from_file(a, env)?),
             None => None,
+        };
+        let status_allow = match &f.status_allow {
+            Some(list) => CidrList::parse(list).map_err(|source| ConfigError::Cidr {
+                field: "status_allow",
+                source,
+            })?,
+            None => CidrList::default_status_allow(),
         };
         Ok(Config {
             listen,
@@ -274,6 +298,7 @@ impl Config {
             apps,
             apollo,
             shutdown_grace: Duration::from_secs(f.shutdown_grace_secs.unwrap_or(10)),
+            status_allow,
         })
     }
 
@@ -299,10 +324,10 @@ fn positive<T: PartialOrd + Default + Copy>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    const MIN: &str = "listen: 127.0.0.1:8081\ndefault_domain: Sho.RT.\nmysql: {url: 'mysql://root@127.0.0.1:3306/x'}\nredis: {url: 'redis://127.0.0.1:6379/'}\n";
+    pub(super) const MIN: &str = "listen: 127.0.0.1:8081\ndefault_domain: Sho.RT.\nmysql: {url: 'mysql://root@127.0.0.1:3306/x'}\nredis: {url: 'redis://127.0.0.1:6379/'}\n";
 
     #[test]
     fn minimal_config_gets_defaults() {
@@ -314,6 +339,35 @@ mod tests {
         assert_eq!(c.links.max_url_bytes, 2048);
         assert_eq!(c.redirect.status, 302);
         assert_eq!(c.short_url("sho.rt", "abc123"), "https://sho.rt/abc123");
+        assert_eq!(c.status_allow, CidrList::default_status_allow());
+    }
+
+    #[test]
+    fn status_allow_is_parsed() {
+        let c = Config::parse(&format!("{MIN}status_allow: [10.0.0.0/8, '::1']\n"), |_| {
+            None
+        })
+        .unwrap();
+        let shown: Vec<String> = c.status_allow.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "::1/128"]);
+        let c = Config::parse(&format!("{MIN}status_allow: []\n"), |_| None).unwrap();
+        assert!(c.status_allow.is_empty());
+    }
+
+    #[test]
+    fn max_url_bytes_cannot_exceed_the_column() {
+        let ok = format!("{MIN}links: {{max_url_bytes: 8192}}\n");
+        assert_eq!(
+            Config::parse(&ok, |_| None).unwrap().links.max_url_bytes,
+            8192
+        );
+        let e = Config::parse(&format!("{MIN}links: {{max_url_bytes: 8193}}\n"), |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("links.max_url_bytes") && e.contains("8192"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -350,11 +404,32 @@ mod tests {
                 "apps.a.key_sha256",
             ),
             (format!("{MIN}bogus: 1\n"), "bogus"),
+            (
+                format!(
+                    "{MIN}apps: [{{name: a, key_sha256: '{}', scopes: [links:delete]}}]\n",
+                    "a".repeat(64)
+                ),
+                "apps.a.scopes",
+            ),
+            (
+                format!("{MIN}links: {{merchant_domains: {{x: [a.com]}}}}\n"),
+                "links.merchant_domains",
+            ),
+            (
+                format!("{MIN}links: {{merchant_domains: {{'5': ['a b']}}}}\n"),
+                "links.merchant_domains.5",
+            ),
+            (
+                format!("{MIN}links: {{merchant_domains: {{'5': [sho.rt]}}}}\n"),
+                "links.merchant_domains.5",
+            ),
+            (format!("{MIN}status_allow: [10.0.0.1/8]\n"), "status_allow"),
+            (format!("{MIN}status_allow: [nope]\n"), "status_allow"),
         ];
         for (text, field) in cases {
             let e = Config::parse(&text, |_| None)
                 .err()
-                .map(|e| e.0)
+                .map(|e| e.to_string())
                 .unwrap_or_default();
             assert!(e.contains(field), "{field}: {e}");
         }

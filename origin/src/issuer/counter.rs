@@ -1,17 +1,31 @@
 //! Durable counters that hand out id blocks. Each call moves the counter by
 //! a whole block, so the counter sees 1/block of the creation rate.
 
+use crate::store::RowState;
 use futures::future::BoxFuture;
 use mysql_async::prelude::*;
 use mysql_async::Pool;
 use redis::aio::ConnectionManager;
 use shorturl_common::keys;
 
+/// Why the durable counter could not be advanced.
+#[derive(Debug, thiserror::Error)]
+pub enum CounterError {
+    #[error("mysql counter: {0}")]
+    Mysql(#[from] mysql_async::Error),
+    #[error("mysql counter: the statement returned no LAST_INSERT_ID")]
+    NoInsertId,
+    #[error("redis counter: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("counter returned {got}, below one block of {block}")]
+    BelowBlock { got: u64, block: u64 },
+}
+
 /// A durable, atomic counter.
 pub trait Counter: Send + Sync + 'static {
     /// Atomically adds `n` and returns the new value: the block
     /// `value - n + 1 ..= value` now belongs to the caller alone.
-    fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, String>>;
+    fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, CounterError>>;
     /// Backend name for logs and status.
     fn kind(&self) -> &'static str;
 }
@@ -31,18 +45,16 @@ impl MysqlCounter {
 }
 
 impl Counter for MysqlCounter {
-    fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, String>> {
+    fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, CounterError>> {
         Box::pin(async move {
-            let mut conn = self.pool.get_conn().await.map_err(|e| e.to_string())?;
+            let mut conn = self.pool.get_conn().await?;
             conn.exec_drop(
                 "INSERT INTO counter (name, value) VALUES (?, LAST_INSERT_ID(?)) \
                  ON DUPLICATE KEY UPDATE value = LAST_INSERT_ID(value + ?)",
                 (&self.name, n, n),
             )
-            .await
-            .map_err(|e| e.to_string())?;
-            conn.last_insert_id()
-                .ok_or_else(|| "counter: no LAST_INSERT_ID".to_string())
+            .await?;
+            conn.last_insert_id().ok_or(CounterError::NoInsertId)
         })
     }
 
@@ -80,7 +92,7 @@ impl RedisCounter {
 }
 
 impl Counter for RedisCounter {
-    fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, String>> {
+    fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, CounterError>> {
         Box::pin(async move {
             let mut c = self.conn.clone();
             let floor = self.floor.load(std::sync::atomic::Ordering::Relaxed);
@@ -89,8 +101,7 @@ impl Counter for RedisCounter {
                 .arg(n)
                 .arg(floor)
                 .invoke_async(&mut c)
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             self.floor
                 .fetch_max(v, std::sync::atomic::Ordering::Relaxed);
             Ok(v)
@@ -108,10 +119,17 @@ pub async fn highest_used_id(pool: &Pool) -> Result<u64, mysql_async::Error> {
     let mut conn = pool.get_conn().await?;
     let v: Option<Option<u64>> = conn
         .exec_first(
-            "SELECT GREATEST(COALESCE((SELECT MAX(id) FROM short_code WHERE state = 1 AND id < ?), 0), \
-             COALESCE((SELECT MAX(id) FROM short_code WHERE state = 2 AND id < ?), 0), \
-             COALESCE((SELECT MAX(id) FROM short_code WHERE state = 3 AND id < ?), 0))",
-            (crate::db::CUSTOM_ID_BASE, crate::db::CUSTOM_ID_BASE, crate::db::CUSTOM_ID_BASE),
+            "SELECT GREATEST(COALESCE((SELECT MAX(id) FROM short_code WHERE state = ? AND id < ?), 0), \
+             COALESCE((SELECT MAX(id) FROM short_code WHERE state = ? AND id < ?), 0), \
+             COALESCE((SELECT MAX(id) FROM short_code WHERE state = ? AND id < ?), 0))",
+            (
+                RowState::Active,
+                crate::db::CUSTOM_ID_BASE,
+                RowState::Reserved,
+                crate::db::CUSTOM_ID_BASE,
+                RowState::Disabled,
+                crate::db::CUSTOM_ID_BASE,
+            ),
         )
         .await?;
     Ok(v.flatten().unwrap_or(0))

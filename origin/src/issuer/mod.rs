@@ -1,6 +1,6 @@
 //! The issuer: hands out ids (issue order) from a local block with atomics.
 //!
-//! The hot path is one `fetch_add` on the current block. The next block is
+//! The hot path is one compare-and-swap on the current block. The next block is
 //! fetched in the background when the current one falls to the low-water
 //! mark, so in steady state no creation waits for the durable counter; only
 //! the caller that finds the block empty (rare: a burst faster than the
@@ -8,26 +8,30 @@
 //! hot path. Every id comes from a block that the durable counter gave this
 //! process alone, so ids are never issued twice across processes, crashes
 //! and restarts (an unused remainder is a gap, which is fine).
+//!
+//! An id is taken only once it is known to be within the table: a creation
+//! refused because every code is issued consumes nothing, so when `pregen`
+//! extends the table the next creation gets exactly the next id.
 
 pub mod counter;
 
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
-use counter::Counter;
+use counter::{Counter, CounterError};
 use shorturl_common::status::IssuerDim;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::Mutex;
 
 /// Why no id could be issued.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum IssueError {
     /// The counter has passed the number of pre-generated codes.
     #[error("all {capacity} pre-generated codes have been issued; run `shorturl-origin pregen --count <more>`")]
     Exhausted { capacity: u64 },
     /// The durable counter could not be reached.
-    #[error("id counter unavailable: {0}")]
-    Counter(String),
+    #[error("id counter unavailable")]
+    Counter(#[source] Arc<CounterError>),
 }
 
 struct Block {
@@ -92,38 +96,60 @@ impl Issuer {
         self.metrics.issuer_exhausted.get() == 1
     }
 
-    /// The next id. Never returns an id above the table size.
+    /// The next id. Never returns an id above the table size, and never
+    /// consumes one it refuses.
     pub async fn next_id(self: &Arc<Self>) -> Result<u64, IssueError> {
         loop {
             let blk = self.current.load_full();
-            let id = blk.next.fetch_add(1, Ordering::Relaxed);
-            if id <= blk.end {
-                if blk.end - id == self.low_water {
-                    self.prefetch();
-                }
+            let mut id = blk.next.load(Ordering::Acquire);
+            while id <= blk.end {
                 let capacity = self.capacity.load(Ordering::Relaxed);
                 if id > capacity {
-                    if !self.is_exhausted() {
-                        tracing::error!(
-                            capacity,
-                            id,
-                            "issuer exhausted: every pre-generated code has been issued"
-                        );
+                    return Err(self.exhausted(capacity, id));
+                }
+                match blk.next.compare_exchange_weak(
+                    id,
+                    id + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        if blk.end - id == self.low_water {
+                            self.prefetch();
+                        }
+                        self.metrics.issuer_exhausted.set(0);
+                        let prev = self.highest.fetch_max(id, Ordering::Relaxed);
+                        if id > prev {
+                            self.metrics
+                                .issuer_current
+                                .set(i64::try_from(id).unwrap_or(i64::MAX));
+                        }
+                        return Ok(id);
                     }
-                    self.metrics.issuer_exhausted.set(1);
-                    return Err(IssueError::Exhausted { capacity });
+                    Err(now) => id = now,
                 }
-                self.metrics.issuer_exhausted.set(0);
-                let prev = self.highest.fetch_max(id, Ordering::Relaxed);
-                if id > prev {
-                    self.metrics
-                        .issuer_current
-                        .set(i64::try_from(id).unwrap_or(i64::MAX));
-                }
-                return Ok(id);
+            }
+            // Every id after this block is past the table: refuse without
+            // taking a block the table cannot use yet.
+            let capacity = self.capacity.load(Ordering::Relaxed);
+            if blk.end >= capacity {
+                return Err(self.exhausted(capacity, blk.end + 1));
             }
             self.advance(&blk).await?;
         }
+    }
+
+    /// Marks (and logs, once) the exhaustion that refuses `id`.
+    fn exhausted(&self, capacity: u64, id: u64) -> IssueError {
+        if !self.is_exhausted() {
+            tracing::error!(
+                capacity,
+                id,
+                "issuer exhausted: every pre-generated code has been issued"
+            );
+        }
+        self.metrics.issuer_exhausted.set(1);
+        IssueError::Exhausted { capacity }
     }
 
     /// Installs the next block after `old` ran out (slow path).
@@ -162,17 +188,17 @@ impl Issuer {
     }
 
     async fn fetch(&self) -> Result<(u64, u64), IssueError> {
-        match self.counter.advance(self.block).await {
-            Ok(end) if end >= self.block => Ok((end - self.block + 1, end)),
-            Ok(end) => Err(IssueError::Counter(format!(
-                "counter returned {end}, below one block"
-            ))),
-            Err(e) => {
-                self.metrics.issuer_error.inc();
-                tracing::error!(backend = self.counter.kind(), error = %e, "id counter failed");
-                Err(IssueError::Counter(e))
-            }
-        }
+        let r = match self.counter.advance(self.block).await {
+            Ok(end) if end >= self.block => return Ok((end - self.block + 1, end)),
+            Ok(got) => CounterError::BelowBlock {
+                got,
+                block: self.block,
+            },
+            Err(e) => e,
+        };
+        self.metrics.issuer_error.inc();
+        tracing::error!(backend = self.counter.kind(), error = %r, "id counter failed");
+        Err(IssueError::Counter(Arc::new(r)))
     }
 
     /// The `issuer` status dimension.
@@ -200,7 +226,7 @@ mod tests {
     struct LocalCounter(AtomicU64, AtomicU64);
 
     impl Counter for LocalCounter {
-        fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, String>> {
+        fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, CounterError>> {
             self.1.fetch_add(1, Ordering::Relaxed);
             let v = self.0.fetch_add(n, Ordering::SeqCst) + n;
             Box::pin(async move { Ok(v) })
@@ -216,7 +242,7 @@ mod tests {
         let c = Arc::new(LocalCounter(AtomicU64::new(0), AtomicU64::new(0)));
         struct Shared(Arc<LocalCounter>);
         impl Counter for Shared {
-            fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, String>> {
+            fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, CounterError>> {
                 self.0.advance(n)
             }
             fn kind(&self) -> &'static str {
@@ -257,13 +283,39 @@ mod tests {
             m,
         );
         for want in 1..=25 {
-            assert_eq!(iss.next_id().await, Ok(want));
+            assert_eq!(iss.next_id().await.unwrap(), want);
         }
-        assert_eq!(
+        assert!(matches!(
             iss.next_id().await,
             Err(IssueError::Exhausted { capacity: 25 })
-        );
+        ));
         assert!(iss.dim().exhausted);
         assert_eq!(iss.dim().remaining, 0);
+    }
+
+    #[tokio::test]
+    async fn refusals_consume_no_ids_and_an_extension_resumes_at_the_next_one() {
+        let m = Arc::new(Metrics::new().unwrap());
+        let iss = Issuer::new(
+            Box::new(LocalCounter(AtomicU64::new(0), AtomicU64::new(0))),
+            10,
+            2,
+            5,
+            m,
+        );
+        for want in 1..=5 {
+            assert_eq!(iss.next_id().await.unwrap(), want);
+        }
+        for _ in 0..50 {
+            assert!(matches!(
+                iss.next_id().await,
+                Err(IssueError::Exhausted { capacity: 5 })
+            ));
+        }
+        iss.set_capacity(30);
+        assert!(!iss.dim().exhausted);
+        for want in 6..=30 {
+            assert_eq!(iss.next_id().await.unwrap(), want);
+        }
     }
 }

@@ -1,6 +1,11 @@
 //! Test support: a real origin process over private MariaDB and Redis.
+//! Its `http` client checks every response against the API contract
+//! ([`contract`]).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod contract;
+
+use shorturl_common::status::OriginStatus;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
@@ -38,6 +43,12 @@ pub struct OriginOpts {
     pub extra_yaml: String,
     /// `links:` section body lines (indented by the caller with two spaces).
     pub links_yaml: String,
+    /// `mysql:` section extra lines (indented by the caller with two spaces).
+    pub mysql_yaml: String,
+    /// More `apps:` entries, each a line `  - {...}\n`.
+    pub apps_yaml: String,
+    /// Environment of `serve` (e.g. `SHORTURL_FAILPOINTS`).
+    pub env: Vec<(String, String)>,
     pub port: u16,
 }
 
@@ -49,8 +60,18 @@ impl OriginOpts {
             pregen: 5000,
             extra_yaml: String::new(),
             links_yaml: "  allowed_domains: [s.shop55.com, go.brand91.cn]\n".into(),
+            mysql_yaml: String::new(),
+            apps_yaml: String::new(),
+            env: Vec::new(),
             port: free_port(),
         }
+    }
+
+    /// Sets the test failpoints (`SHORTURL_FAILPOINTS`).
+    pub fn failpoints(mut self, spec: &str) -> Self {
+        self.env
+            .push((shorturl_common::failpoint::ENV.into(), spec.into()));
+        self
     }
 }
 
@@ -61,7 +82,8 @@ pub struct Origin {
     pub config: PathBuf,
     pub dir: TempDir,
     pub opts: OriginOpts,
-    pub http: reqwest::Client,
+    /// Every response through it is checked against `docs/openapi.yaml`.
+    pub http: contract::CheckedClient,
 }
 
 pub fn origin_bin() -> PathBuf {
@@ -71,17 +93,19 @@ pub fn origin_bin() -> PathBuf {
 pub fn write_config(dir: &TempDir, o: &OriginOpts) -> PathBuf {
     let yaml = format!(
         "listen: 127.0.0.1:{port}\ndefault_domain: sho.rt\npublic_scheme: http\n\
-         mysql:\n  url: '{mysql}'\n  timeout_ms: 1500\n\
+         mysql:\n  url: '{mysql}'\n  timeout_ms: 1500\n{mysql_extra}\
          redis:\n  url: '{redis}'\n  timeout_ms: 1000\n\
          links:\n{links}\
-         apps:\n  - {{name: demo, key_sha256: {k1}, rate_per_sec: 100000, burst: 100000}}\n  - {{name: other, key_sha256: {k2}, rate_per_sec: 2, burst: 3}}\n\
+         apps:\n  - {{name: demo, key_sha256: {k1}, rate_per_sec: 100000, burst: 100000}}\n  - {{name: other, key_sha256: {k2}, rate_per_sec: 2, burst: 3}}\n{apps}\
          shutdown_grace_secs: 2\n{extra}",
         port = o.port,
         mysql = o.mysql_url,
+        mysql_extra = o.mysql_yaml,
         redis = o.redis_url,
         links = o.links_yaml,
         k1 = sha256_hex(KEY),
         k2 = sha256_hex(OTHER_KEY),
+        apps = o.apps_yaml,
         extra = o.extra_yaml,
     );
     let p = dir.path().join("origin.yaml");
@@ -106,22 +130,32 @@ impl Origin {
             pregen(&config, opts.pregen);
         }
         let mut o = Origin {
-            proc: Origin::spawn_serve(&dir, &config, opts.port),
+            proc: Origin::spawn_serve(&dir, &config, &opts),
             port: opts.port,
             config,
             dir,
             opts,
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
+            http: contract::CheckedClient::new(
+                reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .unwrap(),
+            ),
         };
         o.wait_healthy();
         o
     }
 
-    fn spawn_serve(dir: &TempDir, config: &Path, port: u16) -> Proc {
-        testkit::origin::serve(config, port, &dir.path().join("origin.log"))
+    fn spawn_serve(dir: &TempDir, config: &Path, opts: &OriginOpts) -> Proc {
+        let mut cmd = std::process::Command::new(origin_bin());
+        cmd.arg("-c").arg(config).arg("serve");
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "warn");
+        }
+        cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
+        let p = testkit::spawn("shorturl-origin", cmd, &dir.path().join("origin.log"));
+        testkit::wait_for_tcp(opts.port, Duration::from_secs(60));
+        p
     }
 
     pub fn wait_healthy(&mut self) {
@@ -144,7 +178,7 @@ impl Origin {
     /// Starts `serve` again with the same config and port.
     pub fn restart(&mut self) {
         self.proc.kill();
-        self.proc = Origin::spawn_serve(&self.dir, &self.config, self.port);
+        self.proc = Origin::spawn_serve(&self.dir, &self.config, &self.opts);
         self.wait_healthy();
     }
 
@@ -201,15 +235,98 @@ impl Origin {
         (r.status().as_u16(), loc)
     }
 
-    pub async fn status(&self) -> serde_json::Value {
-        self.http
+    /// `GET /shorturl_status`, parsed into the protocol's type.
+    pub async fn status(&self) -> OriginStatus {
+        let r = self
+            .http
             .get(self.url("/shorturl_status"))
             .send()
             .await
-            .unwrap()
-            .json()
+            .unwrap();
+        assert_eq!(r.status(), 200, "/shorturl_status");
+        let text = r.text().await.unwrap();
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("status {text}: {e}"))
+    }
+
+    /// An API call with `key`: status, JSON body (`Null` if none) and headers.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: &str,
+        body: Option<serde_json::Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, serde_json::Value, reqwest::header::HeaderMap) {
+        let mut req = self.http.request(method, self.url(path)).bearer_auth(key);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let h = r.headers().clone();
+        let text = r.text().await.unwrap();
+        let v = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        (status, v, h)
+    }
+
+    /// `GET /api/v1/links/{code}` with `key`: status and the raw body.
+    pub async fn read_raw(&self, key: &str, code: &str) -> (u16, String) {
+        let r = self
+            .http
+            .get(self.url(&format!("/api/v1/links/{code}")))
+            .bearer_auth(key)
+            .send()
             .await
-            .unwrap()
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// `PATCH /api/v1/links/{code}` with `key` and a JSON body.
+    pub async fn patch(
+        &self,
+        key: &str,
+        code: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let (st, v, _) = self
+            .call(
+                reqwest::Method::PATCH,
+                &format!("/api/v1/links/{code}"),
+                key,
+                Some(body),
+                &[],
+            )
+            .await;
+        (st, v)
+    }
+
+    /// `DELETE /api/v1/links/{code}` with `key`.
+    pub async fn delete(&self, key: &str, code: &str) -> (u16, serde_json::Value) {
+        let (st, v, _) = self
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/api/v1/links/{code}"),
+                key,
+                None,
+                &[],
+            )
+            .await;
+        (st, v)
+    }
+
+    /// One raw request: status and body text.
+    pub async fn get_text(&self, path: &str, host: &str) -> (u16, String) {
+        let r = self
+            .http
+            .get(self.url(path))
+            .header("Host", host)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
     }
 }
 
@@ -245,8 +362,85 @@ impl Setup {
             .unwrap()
     }
 
+    /// The raw value of `su:1:link:{code}` in this setup's Redis.
+    pub async fn redis_record(&self, code: &str) -> Option<String> {
+        let mut c = self.redis_conn().await;
+        redis::cmd("GET")
+            .arg(shorturl_common::keys::link_key(code))
+            .query_async(&mut c)
+            .await
+            .unwrap()
+    }
+
+    /// A subscriber on the invalidation channel of this setup's Redis.
+    pub async fn subscribe(&self) -> Subscriber {
+        Subscriber::connect(&self.redis.url()).await
+    }
+
     /// SQL against this setup's database.
     pub fn sql(&self, sql: &str) -> String {
         shared_mariadb().sql(&format!("USE `{}`; {sql}", self.db))
+    }
+}
+
+/// Polls `cond` until it is true; panics naming `what` after `timeout`.
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    while !cond().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A client subscribed to `su:1:inval`, as an edge is.
+pub struct Subscriber {
+    stream: std::pin::Pin<Box<dyn futures::Stream<Item = redis::Msg> + Send>>,
+}
+
+impl Subscriber {
+    /// Connects to `redis_url` and subscribes (returns once subscribed).
+    pub async fn connect(redis_url: &str) -> Subscriber {
+        let mut ps = redis::Client::open(redis_url)
+            .unwrap()
+            .get_async_pubsub()
+            .await
+            .unwrap();
+        ps.subscribe(shorturl_common::keys::INVAL_CHANNEL)
+            .await
+            .unwrap();
+        Subscriber {
+            stream: Box::pin(ps.into_on_message()),
+        }
+    }
+
+    /// The next message (its payload), or `None` after `timeout`.
+    pub async fn next(&mut self, timeout: Duration) -> Option<String> {
+        use futures::StreamExt;
+        let m = tokio::time::timeout(timeout, self.stream.next())
+            .await
+            .ok()??;
+        Some(m.get_payload::<String>().unwrap())
+    }
+
+    /// The next message about `code` (others are skipped); panics after `timeout`.
+    pub async fn next_for(&mut self, code: &str, timeout: Duration) -> String {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let m = self
+                .next(left)
+                .await
+                .unwrap_or_else(|| panic!("no invalidation for {code} within {timeout:?}"));
+            if m.split_once(' ').is_some_and(|(_, c)| c == code) {
+                return m;
+            }
+        }
     }
 }

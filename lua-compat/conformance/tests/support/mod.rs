@@ -20,11 +20,18 @@ pub struct Origin {
     pub dir: TempDir,
     pub conf: PathBuf,
     pub mysql: MariaDb,
+    /// Extra environment of `serve` (failpoints).
+    pub env: Vec<(String, String)>,
 }
 
 impl Origin {
     /// Migrates, pre-generates `codes` codes and serves on a free port.
     pub fn start(redis: &Redis, codes: u64) -> Origin {
+        Origin::start_with(redis, codes, &[])
+    }
+
+    /// [`Origin::start`] with more environment for `serve` (failpoints).
+    pub fn start_with(redis: &Redis, codes: u64, env: &[(&str, String)]) -> Origin {
         let mysql = MariaDb::start();
         let db_url = mysql.create_database("shorturl");
         let dir = TempDir::new("conf-origin");
@@ -49,6 +56,10 @@ impl Origin {
             dir,
             conf,
             mysql,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
         };
         o.restart();
         o
@@ -72,10 +83,11 @@ impl Origin {
     /// (Re)starts `serve` and waits until it answers.
     pub fn restart(&mut self) {
         self.stop();
-        self.proc = Some(testkit::origin::serve(
+        self.proc = Some(testkit::origin::serve_with(
             &self.conf,
             self.port,
             &self.dir.path().join("origin.log"),
+            &self.env,
         ));
         let port = self.port;
         wait_for("origin /healthz", TIMEOUT, || {
@@ -97,7 +109,7 @@ impl Origin {
     pub fn handled(&self) -> u64 {
         let text = http::get(self.port, "/metrics", "localhost").text();
         text.lines()
-            .filter(|l| l.starts_with("shorturl_origin_request_duration_seconds_count{"))
+            .filter(|l| l.starts_with("shorturl_request_duration_seconds_count{"))
             .filter(|l| {
                 !["route=\"healthz\"", "route=\"status\"", "route=\"metrics\""]
                     .iter()
@@ -205,6 +217,12 @@ edge:
 
     /// The OpenResty module, through its start script.
     pub fn openresty(redis_addr: &str, origin: &str) -> Edge {
+        Edge::openresty_with(redis_addr, origin, &[])
+    }
+
+    /// The OpenResty module with more `SU_*` settings (they override the
+    /// shared knobs).
+    pub fn openresty_with(redis_addr: &str, origin: &str, env: &[(&str, String)]) -> Edge {
         let dir = TempDir::new("conf-openresty");
         let port = free_port();
         let k = &KNOBS;
@@ -231,6 +249,9 @@ edge:
             .env("SU_UNKNOWN_LIMIT", k.unknown_limit.to_string())
             .env("SU_CREATION_LIMIT", k.creation_limit.to_string())
             .env("SU_ERROR_LOG_LEVEL", "warn");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         let log_file = prefix.join("logs/access.log");
         let proc = spawn("nginx", cmd, &dir.path().join("start.log"));
         let e = Edge {

@@ -4,8 +4,10 @@
 -- mistake stops nginx with a message naming the key.
 local proto = require("shorturl.proto")
 local redis = require("shorturl.redis")
+local net = require("shorturl.net")
 
 local M = {}
+local format = string.format
 
 local function defaults()
     return {
@@ -35,17 +37,34 @@ local function defaults()
             positive_ttl_secs = 30,
             negative_ttl_secs = 5,
             unavailable_ttl_ms = 1000,
+            -- Invalidation (protocol section 3.2): how long a message's
+            -- version outlives it, refusing older answers of lookups in
+            -- flight; how long entries are trusted while not subscribed.
+            tombstone_ttl_ms = 10000,
+            unsubscribed_grace_ms = 5000,
         },
         redirect = {
             status = 302,
             cache_control = "private, max-age=60",
             not_found_cache_control = "no-store",
         },
+        -- Only from these peers is the client taken from X-Forwarded-For.
+        trusted_proxies = {},
+        -- Who may GET /shorturl_status; everyone else gets the normal 404.
+        status_allow = { "127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7" },
         limits = {
             unknown_per_ip_per_sec = 50,
             creations_per_ip_per_sec = 20,
+            refused_creations_per_ip_per_min = 10,
+            clients_tracked = 100000,
+            ipv6_prefix_len = 64,
             max_uri_bytes = 4096,
             max_header_bytes = 16384,
+            -- nginx directives (rendered by start.sh from SU_* variables).
+            header_timeout_secs = 5,
+            max_connections = 10000,
+            max_connections_per_ip = 64,
+            keepalive_timeout_secs = 60,
         },
         -- Workers exit with the master (tests kill the master with SIGKILL).
         die_with_master = false,
@@ -105,8 +124,16 @@ local function positive(v, name)
     end
 end
 
+-- Limits that are nginx directives, not module settings: nginx.conf is
+-- rendered with them before the module loads its config.
+local NGINX_LIMITS = { "header_timeout_secs", "max_connections", "max_connections_per_ip", "keepalive_timeout_secs",
+    "clients_tracked" }
+
 -- Loads and validates `path`; returns the config or raises a message.
-function M.load(path)
+-- `nginx` holds the values start.sh rendered into nginx.conf for the
+-- NGINX_LIMITS: a config file stating another value is refused, since
+-- nginx would not apply it.
+function M.load(path, nginx)
     local chunk, err = loadfile(path)
     if not chunk then
         error("cannot load " .. path .. ": " .. tostring(err), 0)
@@ -117,6 +144,17 @@ function M.load(path)
     end
     local c = defaults()
     merge(c, user, "")
+    nginx = nginx or {}
+    for _, k in ipairs(NGINX_LIMITS) do
+        local given = user.limits and user.limits[k]
+        if nginx[k] ~= nil then
+            if given ~= nil and given ~= nginx[k] then
+                error(format("limits.%s is %s here but nginx was rendered with %s: set it through start.sh (SU_* "
+                    .. "variables)", k, tostring(given), tostring(nginx[k])), 0)
+            end
+            c.limits[k] = nginx[k]
+        end
+    end
     local dd = proto.normalize_host(c.default_domain)
     if not dd then
         error("default_domain " .. c.default_domain .. " is not a valid host", 0)
@@ -175,9 +213,27 @@ function M.load(path)
     positive(c.cache.negative_ttl_secs, "cache.negative_ttl_secs")
     positive(c.cache.unavailable_ttl_ms, "cache.unavailable_ttl_ms")
     positive(c.cache.lru_items, "cache.lru_items")
+    positive(c.cache.tombstone_ttl_ms, "cache.tombstone_ttl_ms")
+    positive(c.cache.unsubscribed_grace_ms, "cache.unsubscribed_grace_ms")
     if c.limits.max_uri_bytes < 64 or c.limits.max_header_bytes < 256 then
         error("limits.max_uri_bytes must be >= 64 and max_header_bytes >= 256", 0)
     end
+    for _, k in ipairs({ "unknown_per_ip_per_sec", "creations_per_ip_per_sec", "refused_creations_per_ip_per_min",
+        "max_connections", "max_connections_per_ip" }) do
+        local v = c.limits[k]
+        if v < 0 or v % 1 ~= 0 then
+            error("limits." .. k .. " must be a whole number >= 0 (0 = off)", 0)
+        end
+    end
+    positive(c.limits.clients_tracked, "limits.clients_tracked")
+    positive(c.limits.header_timeout_secs, "limits.header_timeout_secs")
+    positive(c.limits.keepalive_timeout_secs, "limits.keepalive_timeout_secs")
+    local p = c.limits.ipv6_prefix_len
+    if p < 1 or p > 128 or p % 1 ~= 0 then
+        error("limits.ipv6_prefix_len must be 1..128", 0)
+    end
+    c.trusted = net.parse_list(c.trusted_proxies, "trusted_proxies")
+    c.status_cidrs = net.parse_list(c.status_allow, "status_allow")
     return c
 end
 

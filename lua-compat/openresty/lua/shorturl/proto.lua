@@ -1,11 +1,10 @@
--- Protocol v1 rules (docs/protocol.md), mirroring common/src/{code,host,record,keys}.rs
+-- Protocol 2 rules (docs/protocol.md), mirroring common/src/{code,host,record,keys,inval}.rs
 -- byte for byte: the Pingora edge and this module must agree on every input.
 local byte, sub, find, lower = string.byte, string.sub, string.find, string.lower
 
 local M = {}
 
 M.PREFIX = "su:1:"
-M.NEGATIVE = "-"
 
 -- Custom-code grammar: 4-32 of [0-9A-Za-z_-] (contains the 6-char pre-generated one).
 function M.is_valid_code(s)
@@ -99,69 +98,116 @@ function M.link_key(code)
     return M.PREFIX .. "link:" .. code
 end
 
--- Parsed answers. A found record is a table {exp=, domain=, url=, line=}.
-M.NEG = { kind = "neg" }
-M.UNAV = { kind = "unav" }
-
+-- Parsed answers: tables of `kind` "found" ({v=, exp=, domain=, url=,
+-- line=}), "neg" ({v=}) or "unav" (the lookup failed). `v` is the link's
+-- row version; protocol 1 values read as version 0. Each answer is its own
+-- table: the caches annotate it (`at`, the time it was stored).
 local U64_MAX = "18446744073709551615"
 
--- Rust's u64::from_str: optional '+', then digits, no overflow.
-local function parse_u64(s)
-    if byte(s, 1) == 43 then
-        s = sub(s, 2)
-    end
-    if s == "" or not find(s, "^[0-9]+$") then
+-- record::digits: a non-empty run of ASCII digits (Lua's %d+: no sign)
+-- within u64.
+local function digits(s)
+    if s == "" or find(s, "[^0-9]") then
         return nil
     end
-    local digits = s:gsub("^0+", "")
-    if #digits > 20 or (#digits == 20 and digits > U64_MAX) then
+    local d = s:gsub("^0+", "")
+    if #d > 20 or (#d == 20 and d > U64_MAX) then
         return nil
     end
     return tonumber(s)
 end
+M.digits = digits
 
--- Lookup::decode: "-" or "1 <exp> <domain> <url>"; nil when malformed.
-function M.decode(v)
-    if v == "-" then
-        return M.NEG
-    end
-    -- splitn(4, ' ')
-    local a = find(v, " ", 1, true)
-    if not a or sub(v, 1, a - 1) ~= "1" then
-        return nil
-    end
-    local b = find(v, " ", a + 1, true)
-    if not b then
-        return nil
-    end
-    local c = find(v, " ", b + 1, true)
-    if not c then
-        return nil
-    end
-    local exp = parse_u64(sub(v, a + 1, b - 1))
-    local domain = sub(v, b + 1, c - 1)
-    local url = sub(v, c + 1)
+function M.unav()
+    return { kind = "unav" }
+end
+
+local function found(v, exp, domain, url, line)
+    exp = digits(exp)
+    -- Rust's u8::is_ascii_whitespace: space, \t, \n, \f, \r.
     if not exp or domain == "" or url == "" or find(url, "[ \t\n\f\r]") then
         return nil
     end
-    return { kind = "found", exp = exp, domain = domain, url = url, line = v }
+    return { kind = "found", v = v, exp = exp, domain = domain, url = url, line = line }
 end
 
--- The stored (shared-dict) form of an answer.
+-- Lookup::decode: "2 <v> <exp> <domain> <url>" or "- <v>", and the
+-- protocol 1 forms "1 <exp> <domain> <url>" and "-" as version 0; nil when
+-- malformed.
+function M.decode(s)
+    if s == "-" then
+        return { kind = "neg", v = 0 }
+    end
+    if sub(s, 1, 2) == "- " then
+        local v = digits(sub(s, 3))
+        return v and { kind = "neg", v = v } or nil
+    end
+    local a = find(s, " ", 1, true)
+    if not a then
+        return nil
+    end
+    local head = sub(s, 1, a - 1)
+    local v
+    if head == "2" then
+        -- rest.splitn(4, ' '): version, expiry, domain, url
+        local b = find(s, " ", a + 1, true)
+        if not b then
+            return nil
+        end
+        v = digits(sub(s, a + 1, b - 1))
+        if not v then
+            return nil
+        end
+        a = b
+    elseif head == "1" then
+        v = 0
+    else
+        return nil
+    end
+    -- splitn(3, ' '): expiry, domain, url
+    local b = find(s, " ", a + 1, true)
+    if not b then
+        return nil
+    end
+    local c = find(s, " ", b + 1, true)
+    if not c then
+        return nil
+    end
+    return found(v, sub(s, a + 1, b - 1), sub(s, b + 1, c - 1), sub(s, c + 1), s)
+end
+
+-- The cached form of an answer (shared dict, coalesced results).
 function M.encode(ans)
     if ans.kind == "found" then
         return ans.line
     elseif ans.kind == "neg" then
-        return "-"
+        return "- " .. ans.v
     end
     return "!"
 end
 
-function M.decode_cached(v)
-    if v == "!" then
-        return M.UNAV
+function M.decode_cached(s)
+    if s == "!" then
+        return M.unav()
     end
-    return M.decode(v)
+    return M.decode(s)
 end
+
+-- Invalidation::decode: "<version> <code>" (protocol section 3.2); nil, nil
+-- when malformed.
+function M.decode_inval(msg)
+    local sp = find(msg, " ", 1, true)
+    if not sp then
+        return nil
+    end
+    local v = digits(sub(msg, 1, sp - 1))
+    local code = sub(msg, sp + 1)
+    if not v or not M.is_valid_code(code) then
+        return nil
+    end
+    return v, code
+end
+
+M.INVAL_CHANNEL = M.PREFIX .. "inval"
 
 return M

@@ -1,6 +1,7 @@
--- A small read-only RESP client over cosockets (Debian has no lua-resty-redis).
--- One GET per call; connections go back to nginx's keepalive pool, so the
--- hot path costs one round trip. AUTH/SELECT run only on fresh connections.
+-- A small RESP client over cosockets (Debian has no lua-resty-redis): one
+-- GET per call, connections back to nginx's keepalive pool, so a lookup
+-- costs one round trip (AUTH/SELECT run only on fresh connections); and the
+-- reply reader the invalidation subscriber (inval.lua) uses.
 local tcp = ngx.socket.tcp
 local sub, byte = string.sub, string.byte
 
@@ -46,6 +47,7 @@ function M.parse_url(url)
     }
 end
 
+-- One command in RESP (a table of strings, for sock:send).
 local function command(...)
     local args = { ... }
     local out = { "*", #args, "\r\n" }
@@ -58,13 +60,13 @@ local function command(...)
     end
     return out
 end
+M.command = command
 
--- Reads one reply: value (string, number, or false for a nil bulk), or nil, err.
-local function read_reply(sock)
-    local line, err = sock:receive("*l")
-    if not line then
-        return nil, err
-    end
+local read_reply
+
+-- The reply whose first line is `line`: a string, a number, false for a
+-- nil bulk, a table for an array; or nil, err.
+local function read_value(sock, line)
     local t, rest = byte(line, 1), sub(line, 2)
     if t == 36 then -- '$' bulk string
         local n = tonumber(rest)
@@ -85,8 +87,50 @@ local function read_reply(sock)
         return nil, "redis: " .. rest
     elseif t == 58 then -- ':'
         return tonumber(rest)
+    elseif t == 42 then -- '*' array (pub/sub frames)
+        local n = tonumber(rest)
+        if not n then
+            return nil, "bad array length"
+        end
+        local items = {}
+        for i = 1, n do
+            local v, e = read_reply(sock)
+            if v == nil then
+                return nil, e
+            end
+            items[i] = v
+        end
+        return items
     end
     return nil, "unexpected reply " .. line
+end
+M.read_value = read_value
+
+-- Reads one reply (see read_value).
+read_reply = function(sock)
+    local line, err = sock:receive("*l")
+    if not line then
+        return nil, err
+    end
+    return read_value(sock, line)
+end
+M.read_reply = read_reply
+
+-- AUTH (and SELECT, when `db`) for a fresh connection, as commands to send
+-- before the first real one; returns them and how many replies they give.
+function M.setup_commands(cfg, with_db)
+    local req = {}
+    if cfg.password then
+        if cfg.user then
+            req[#req + 1] = command("AUTH", cfg.user, cfg.password)
+        else
+            req[#req + 1] = command("AUTH", cfg.password)
+        end
+    end
+    if with_db and cfg.db and cfg.db ~= 0 then
+        req[#req + 1] = command("SELECT", tostring(cfg.db))
+    end
+    return req, #req
 end
 
 -- GET key within cfg.timeout_ms. Returns value, or false on a miss, or nil, err.
@@ -97,20 +141,10 @@ function M.get(cfg, key)
     if not ok then
         return nil, "connect: " .. tostring(err)
     end
-    local req = {}
+    local req, setup = {}, 0
     if sock:getreusedtimes() == 0 then
-        if cfg.password then
-            if cfg.user then
-                req[#req + 1] = command("AUTH", cfg.user, cfg.password)
-            else
-                req[#req + 1] = command("AUTH", cfg.password)
-            end
-        end
-        if cfg.db and cfg.db ~= 0 then
-            req[#req + 1] = command("SELECT", tostring(cfg.db))
-        end
+        req, setup = M.setup_commands(cfg, true)
     end
-    local setup = #req
     req[#req + 1] = command("GET", key)
     local sent
     sent, err = sock:send(req)
@@ -136,8 +170,8 @@ function M.get(cfg, key)
         return nil, e
     end
     sock:setkeepalive(cfg.keepalive_ms, cfg.pool_size)
-    if type(v) == "number" then
-        return nil, "unexpected integer reply"
+    if type(v) == "number" or type(v) == "table" then
+        return nil, "unexpected reply type"
     end
     return v
 end

@@ -23,7 +23,6 @@
 //! on the same port with the same releases; answer every request with a
 //! status (e.g. 503) or with a garbage 200 body; delay answers (timeouts).
 //! It runs on its own runtime thread, so sync and async tests can use it.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use base64::Engine as _;
 use bytes::Bytes;

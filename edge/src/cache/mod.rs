@@ -1,0 +1,374 @@
+//! The in-process cache: code → what the code resolved to, bounded by the
+//! bytes it really occupies.
+//!
+//! * **Memory.** `max_bytes` is split evenly over up to 256 shards. A shard
+//!   counts its bytes exactly — each entry's weight is what its two
+//!   allocations occupy under the edge's allocator ([`allocation_size`]),
+//!   plus the shard's slot array and ghost filter — and evicts before an
+//!   insertion would pass its share. Nothing is sized from the budget up
+//!   front: an empty cache is a few tens of KiB whatever `max_bytes` says.
+//! * **Reads** (`get`, the redirect hot path) take no lock and allocate
+//!   nothing: an epoch pin, a probe of the shard's slot array, a compare of
+//!   the code, one reference-count increment.
+//! * **Writes** (`put`, `remove`: the miss path) take the shard's lock.
+//! * **Collisions.** Slots are found by a per-process keyed hash (SipHash
+//!   with a random key), and a read compares the stored code: two codes can
+//!   never be answered with each other's URL.
+//! * **Eviction** is S3-FIFO (`policy`): new entries in a small queue, hits
+//!   promote links to the main queue; negative and unavailable answers stay
+//!   in the small queue, so a scan of unknown codes cannot flush the hot
+//!   set. Every answer offered is admitted.
+//! * **TTL** per entry; a stale entry reads as absent until replaced or
+//!   evicted.
+//! * **Invalidation** (`invalidate`): a message `<v> <code>` drops the
+//!   entry unless its version is already `v` or later, and leaves a
+//!   tombstone (`tombstones`) that makes `store` refuse an older answer for
+//!   a while. Generations (`generation`) let the subscriber retire, in one
+//!   store, everything cached before it lost the subscription.
+
+mod entry;
+mod export;
+mod generation;
+mod policy;
+mod table;
+mod tombstones;
+
+pub use entry::{allocation_size, Answer, AnswerRef, Entry, RecordRef};
+pub use generation::Generation;
+pub use tombstones::MAX_TOMBSTONES;
+
+use crossbeam_epoch as epoch;
+use generation::{Generations, Horizon};
+use pingora_prometheus::prometheus;
+use policy::{Change, State};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use table::Table;
+use tombstones::Tombstones;
+
+/// Shards get at least this much of the budget each (at most 256 shards).
+const MIN_SHARD_BYTES: usize = 1 << 20;
+const MAX_SHARDS: usize = 256;
+
+struct Shard {
+    table: Table,
+    state: Mutex<Locked>,
+}
+
+/// What a shard's lock guards: its eviction state and its tombstones.
+struct Locked {
+    policy: State,
+    tombs: Tombstones,
+}
+
+impl Shard {
+    fn lock(&self) -> MutexGuard<'_, Locked> {
+        // A panic never leaves a shard half-changed (no code under the
+        // lock panics), so a poisoned lock is still consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The cache's totals, kept by the writers (deltas under each shard's
+/// lock) and read by `len`/`bytes` and the metrics exporter.
+#[derive(Default)]
+struct Totals {
+    entries: AtomicI64,
+    bytes: AtomicI64,
+    evictions: AtomicU64,
+    max_bytes: usize,
+}
+
+/// Bytes-bounded TTL cache of code lookups, safe to share between threads.
+pub struct LocalCache {
+    shards: Box<[Shard]>,
+    keys: RandomState,
+    /// Origin of the entries' clock.
+    base: Instant,
+    totals: Arc<Totals>,
+    gens: Generations,
+    /// Tests: every code gets this hash (all collide).
+    #[cfg(test)]
+    fixed_hash: Option<u64>,
+}
+
+impl LocalCache {
+    /// A cache holding at most `max_bytes` of entries and index.
+    pub fn new(max_bytes: usize) -> Self {
+        let mut n = 1;
+        while n < MAX_SHARDS && max_bytes / (n * 2) >= MIN_SHARD_BYTES {
+            n *= 2;
+        }
+        let per_shard = max_bytes / n;
+        let tombs_per_shard = MAX_TOMBSTONES.div_ceil(n);
+        let shards = (0..n)
+            .map(|_| {
+                let (table, index) = Table::new();
+                Shard {
+                    table,
+                    state: Mutex::new(Locked {
+                        policy: State::new(index, per_shard),
+                        tombs: Tombstones::new(tombs_per_shard),
+                    }),
+                }
+            })
+            .collect::<Box<[_]>>();
+        let totals = Arc::new(Totals {
+            max_bytes,
+            ..Totals::default()
+        });
+        let cache = LocalCache {
+            shards,
+            keys: RandomState::new(),
+            base: Instant::now(),
+            totals,
+            gens: Generations::default(),
+            #[cfg(test)]
+            fixed_hash: None,
+        };
+        let start: usize = cache.shards.iter().map(|s| s.lock().policy.bytes()).sum();
+        cache.totals.bytes.store(start as i64, Relaxed);
+        cache
+    }
+
+    /// Registers the `shorturl_cache_*` metrics in the registry that the
+    /// edge's Prometheus endpoint serves.
+    pub fn register_metrics(&self) -> Result<(), prometheus::Error> {
+        prometheus::register(Box::new(export::Exporter::new(Arc::clone(&self.totals))?))
+    }
+
+    fn hash(&self, code: &str) -> u64 {
+        #[cfg(test)]
+        if let Some(h) = self.fixed_hash {
+            return h;
+        }
+        self.keys.hash_one(code)
+    }
+
+    fn shard(&self, hash: u64) -> &Shard {
+        // Bits 32.. pick the shard; the slot index uses the low bits and
+        // the slot tag the top 16, so the three stay independent.
+        let i = (hash >> 32) as usize & (self.shards.len() - 1);
+        &self.shards[i]
+    }
+
+    /// `t` on the entries' clock (nanoseconds since the cache was made).
+    fn ticks(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn horizon(&self, now: Instant) -> Horizon {
+        Horizon {
+            now: self.ticks(now),
+            oldest_live: self.gens.oldest_live(),
+        }
+    }
+
+    fn ttl_ticks(ttl: Duration) -> u64 {
+        u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The fresh entry for `code`, if any. Stale entries and entries of a
+    /// retired generation are treated as absent. Lock-free and
+    /// allocation-free.
+    pub fn get(&self, code: &str, now: Instant) -> Option<Arc<Entry>> {
+        let hash = self.hash(code);
+        let h = self.horizon(now);
+        let e = self.shard(hash).table.get(hash, code, |e| h.admits(e))?;
+        e.touch();
+        Some(e)
+    }
+
+    /// Stores `answer` for `code` for `ttl` in the current generation (see
+    /// [`LocalCache::store`], which the lookup path uses).
+    pub fn put(&self, code: &str, answer: Answer, ttl: Duration) {
+        let _ = self.store(code, answer, ttl, self.generation());
+    }
+
+    /// Stores `answer` for `code` for `ttl`, replacing what was cached for
+    /// it, stamped with `gen` (the generation current when the lookup that
+    /// produced it started). Every answer is admitted (see the module doc
+    /// for where it goes); an entry larger than a quarter of a shard is not
+    /// cached. An answer older than the code's tombstone is refused.
+    pub fn store(&self, code: &str, answer: Answer, ttl: Duration, gen: Generation) -> Stored {
+        let hash = self.hash(code);
+        let h = self.horizon(Instant::now());
+        let shard = self.shard(hash);
+        let entry = Entry::new(
+            code,
+            &answer,
+            hash,
+            h.now.saturating_add(Self::ttl_ticks(ttl)),
+            gen.0,
+        )
+        .map(Arc::new);
+        let guard = epoch::pin();
+        let (change, evicted) = {
+            let mut st = shard.lock();
+            if let (Some(v), Some(t)) = (answer.version(), st.tombs.version(code, h.now)) {
+                if v < t {
+                    return Stored::Superseded(t);
+                }
+            }
+            if ttl.is_zero() {
+                return Stored::NotCached;
+            }
+            let Some(entry) = entry else {
+                // Too long to cache; at least do not keep serving the old answer.
+                drop(st);
+                self.remove(code);
+                return Stored::NotCached;
+            };
+            let c = st.policy.insert(&shard.table, entry, h, &guard);
+            (c, st.policy.take_evicted())
+        };
+        self.account(&change, evicted);
+        Stored::Cached
+    }
+
+    /// Handles the invalidation `<version> <code>`: drops the entry for
+    /// `code` unless its version is already `version` or later, and
+    /// remembers the version for `keep` (a lookup completing meanwhile with
+    /// an older answer cannot store it).
+    pub fn invalidate(&self, code: &str, version: u64, keep: Duration) -> Invalidated {
+        let hash = self.hash(code);
+        let now = self.ticks(Instant::now());
+        let shard = self.shard(hash);
+        let guard = epoch::pin();
+        let change = {
+            let mut st = shard.lock();
+            st.tombs.raise(
+                code,
+                version,
+                now,
+                now.saturating_add(Self::ttl_ticks(keep)),
+            );
+            let Some(e) = shard.table.find(hash, code, &guard) else {
+                return Invalidated::Absent;
+            };
+            if e.version() >= version && !matches!(e.answer(), AnswerRef::Unavailable) {
+                return Invalidated::Current;
+            }
+            let before = (st.policy.bytes(), st.policy.len());
+            st.policy.remove(&shard.table, e, &guard);
+            Change {
+                bytes_before: before.0,
+                bytes_after: st.policy.bytes(),
+                len_before: before.1,
+                len_after: st.policy.len(),
+            }
+        };
+        self.account(&change, 0);
+        Invalidated::Dropped
+    }
+
+    /// The current generation: read it before a lookup starts and hand it
+    /// to [`LocalCache::store`].
+    pub fn generation(&self) -> Generation {
+        self.gens.current()
+    }
+
+    /// Opens a new generation: the subscription was lost or established,
+    /// and what is looked up from now on is told apart from what was
+    /// looked up before.
+    pub fn begin_generation(&self) -> Generation {
+        self.gens.begin()
+    }
+
+    /// Records which generation is the subscribed one (`None`: the
+    /// invalidation subscription is down).
+    pub fn set_subscribed(&self, g: Option<Generation>) {
+        self.gens.set_subscribed(g);
+    }
+
+    /// True when a lookup that started in `gen` is covered by the
+    /// subscription: every change after it started will be announced.
+    pub fn is_subscribed_in(&self, gen: Generation) -> bool {
+        self.gens.is_subscribed_in(gen)
+    }
+
+    /// Entries of generations before `g` read as absent from now on (and
+    /// are the first to go when their shard needs room).
+    pub fn retire_before(&self, g: Generation) {
+        self.gens.retire_before(g);
+    }
+
+    /// Drops the entry for `code` (invalidation). True if there was one.
+    pub fn remove(&self, code: &str) -> bool {
+        let hash = self.hash(code);
+        let shard = self.shard(hash);
+        let guard = epoch::pin();
+        let change = {
+            let mut st = shard.lock();
+            let Some(e) = shard.table.find(hash, code, &guard) else {
+                return false;
+            };
+            let before = (st.policy.bytes(), st.policy.len());
+            st.policy.remove(&shard.table, e, &guard);
+            Change {
+                bytes_before: before.0,
+                bytes_after: st.policy.bytes(),
+                len_before: before.1,
+                len_after: st.policy.len(),
+            }
+        };
+        self.account(&change, 0);
+        true
+    }
+
+    fn account(&self, c: &Change, evicted: u64) {
+        let d = |after: usize, before: usize| after as i64 - before as i64;
+        let t = &self.totals;
+        t.bytes.fetch_add(d(c.bytes_after, c.bytes_before), Relaxed);
+        t.entries.fetch_add(d(c.len_after, c.len_before), Relaxed);
+        t.evictions.fetch_add(evicted, Relaxed);
+    }
+
+    /// Entries held (fresh or stale).
+    pub fn len(&self) -> usize {
+        self.totals.entries.load(Relaxed).max(0) as usize
+    }
+
+    /// True when the cache holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes held: entries' weights plus the shards' slot arrays and ghost
+    /// filters. Never more than `max_bytes`.
+    pub fn bytes(&self) -> usize {
+        self.totals.bytes.load(Relaxed).max(0) as usize
+    }
+
+    /// Entries evicted to stay within the budget, since start.
+    pub fn evictions(&self) -> u64 {
+        self.totals.evictions.load(Relaxed)
+    }
+}
+
+/// What [`LocalCache::store`] did with an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    Cached,
+    /// A zero TTL, or an answer too long to cache (the old entry is gone).
+    NotCached,
+    /// Refused: an invalidation announced this version of the code, newer
+    /// than the answer. Look it up again.
+    Superseded(u64),
+}
+
+/// What [`LocalCache::invalidate`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalidated {
+    /// An older entry (or a failed lookup) was dropped.
+    Dropped,
+    /// The entry is already at that version or later: kept.
+    Current,
+    /// Nothing was cached for the code.
+    Absent,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,223 @@
+//! Client addresses: CIDR lists (`trusted_proxies`, `status_allow`), the
+//! client behind trusted proxies (`X-Forwarded-For`, nginx `realip`
+//! semantics), and the key per-client limits count under (IPv6 by prefix).
+//!
+//! Nothing here allocates on the redirect path: the forwarded chain is only
+//! materialised for requests that are proxied to the origin.
+
+use http::HeaderMap;
+use shorturl_common::cidr::truncate;
+pub use shorturl_common::cidr::{Cidr, CidrError, CidrList};
+use std::net::{IpAddr, SocketAddr};
+
+/// What per-client limits count under: an IPv4 address, or an IPv6 address
+/// cut to its prefix (one subscriber usually holds a whole /64, so counting
+/// single IPv6 addresses would let one client be 2^64 clients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClientKey(IpAddr);
+
+impl ClientKey {
+    /// The key of `ip` with IPv6 cut to `v6_prefix` bits.
+    pub fn new(ip: IpAddr, v6_prefix: u8) -> ClientKey {
+        match ip.to_canonical() {
+            v4 @ IpAddr::V4(_) => ClientKey(v4),
+            v6 => ClientKey(truncate(v6, v6_prefix)),
+        }
+    }
+}
+
+/// One `X-Forwarded-For` hop as an address: `1.2.3.4`, `::1`, and the
+/// `1.2.3.4:5678` / `[::1]:5678` forms some proxies write.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    let hop = hop.trim();
+    hop.parse::<IpAddr>()
+        .ok()
+        .or_else(|| hop.parse::<SocketAddr>().ok().map(|s| s.ip()))
+}
+
+/// Every `X-Forwarded-For` hop, right to left (nearest proxy first), over
+/// all header fields in order.
+fn hops_rev(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .rev()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.rsplit(','))
+}
+
+/// The client: the peer itself unless the peer is a trusted proxy; then
+/// `X-Forwarded-For` is walked from the right past trusted hops, and the
+/// first untrusted hop is the client (all trusted: the leftmost; a hop that
+/// is not an address stops the walk at the last good one). Returns the
+/// client and how many hops it consumed. Without trusted proxies the
+/// header is never read.
+pub fn client_of(peer: IpAddr, headers: &HeaderMap, trusted: &CidrList) -> (IpAddr, usize) {
+    let mut client = peer;
+    let mut used = 0;
+    if trusted.is_empty() {
+        return (client, used);
+    }
+    for hop in hops_rev(headers) {
+        if !trusted.contains(client) {
+            break;
+        }
+        match parse_hop(hop) {
+            Some(ip) => {
+                client = ip;
+                used += 1;
+            }
+            None => break,
+        }
+    }
+    (client, used)
+}
+
+/// The `X-Forwarded-For` sent to the origin: the client, the trusted hops
+/// between it and the edge, then the peer. Whatever an untrusted client
+/// wrote itself is dropped, so the origin can read the first entry as the
+/// client address the edge decided on.
+pub fn forwarded_for(peer: IpAddr, headers: &HeaderMap, trusted: &CidrList) -> String {
+    let (_, used) = client_of(peer, headers, trusted);
+    let mut chain: Vec<IpAddr> = hops_rev(headers).take(used).filter_map(parse_hop).collect();
+    chain.reverse();
+    chain.push(peer);
+    chain
+        .iter()
+        .map(IpAddr::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap_or_else(|_| panic!("{s}"))
+    }
+
+    fn list(items: &[&str]) -> CidrList {
+        CidrList::parse(items).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn xff(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn cidr_parse_and_contains() {
+        let l = list(&[
+            "10.0.0.0/8",
+            "::1/128",
+            "192.168.1.7",
+            "fc00::/7",
+            "172.16.0.0/12",
+        ]);
+        for yes in [
+            "10.2.3.4",
+            "::1",
+            "192.168.1.7",
+            "fd12::1",
+            "172.31.0.1",
+            "::ffff:10.0.0.9",
+        ] {
+            assert!(l.contains(ip(yes)), "{yes}");
+        }
+        for no in [
+            "11.0.0.1",
+            "::2",
+            "192.168.1.8",
+            "fe80::1",
+            "172.32.0.1",
+            "127.0.0.1",
+        ] {
+            assert!(!l.contains(ip(no)), "{no}");
+        }
+        assert_eq!(
+            "172.16.0.0/12".parse::<Cidr>().map(|c| c.to_string()),
+            Ok("172.16.0.0/12".into())
+        );
+        assert!(list(&["0.0.0.0/0"]).contains(ip("8.8.8.8")));
+        assert!(!list(&["0.0.0.0/0"]).contains(ip("2001:db8::1")));
+        assert!(list(&["::/0"]).contains(ip("2001:db8::1")));
+        for bad in [
+            "10.0.0.0/33",
+            "::/129",
+            "nope",
+            "10.0.0.0/",
+            "/8",
+            "10.0.0.0/x",
+        ] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+        assert!(!CidrList::default().contains(ip("127.0.0.1")));
+    }
+
+    #[test]
+    fn client_keys_group_ipv6_by_prefix() {
+        let a = ClientKey::new(ip("2001:db8:1:2:aaaa::1"), 64);
+        let b = ClientKey::new(ip("2001:db8:1:2:bbbb::9"), 64);
+        let c = ClientKey::new(ip("2001:db8:1:3::1"), 64);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_ne!(
+            ClientKey::new(ip("2001:db8:1:2:aaaa::1"), 128),
+            ClientKey::new(ip("2001:db8:1:2:bbbb::9"), 128)
+        );
+        assert_eq!(
+            ClientKey::new(ip("::ffff:1.2.3.4"), 64),
+            ClientKey::new(ip("1.2.3.4"), 64)
+        );
+        assert_ne!(
+            ClientKey::new(ip("1.2.3.4"), 64),
+            ClientKey::new(ip("1.2.3.5"), 64)
+        );
+    }
+
+    #[test]
+    fn untrusted_peers_are_the_client() {
+        let h = xff(&["1.2.3.4"]);
+        assert_eq!(
+            client_of(ip("9.9.9.9"), &h, &CidrList::default()),
+            (ip("9.9.9.9"), 0)
+        );
+        let t = list(&["10.0.0.0/8"]);
+        assert_eq!(client_of(ip("9.9.9.9"), &h, &t), (ip("9.9.9.9"), 0));
+        assert_eq!(forwarded_for(ip("9.9.9.9"), &h, &t), "9.9.9.9");
+    }
+
+    #[test]
+    fn trusted_peers_yield_the_rightmost_untrusted_hop() {
+        let t = list(&["10.0.0.0/8"]);
+        let h = xff(&["6.6.6.6, 1.2.3.4", "10.0.0.2"]);
+        assert_eq!(client_of(ip("10.0.0.1"), &h, &t), (ip("1.2.3.4"), 2));
+        assert_eq!(
+            forwarded_for(ip("10.0.0.1"), &h, &t),
+            "1.2.3.4, 10.0.0.2, 10.0.0.1"
+        );
+        // All hops trusted: the leftmost.
+        let h = xff(&["10.0.0.7, 10.0.0.2"]);
+        assert_eq!(client_of(ip("10.0.0.1"), &h, &t), (ip("10.0.0.7"), 2));
+        // A hop that is not an address stops the walk.
+        let h = xff(&["1.2.3.4, garbage, 10.0.0.2"]);
+        assert_eq!(client_of(ip("10.0.0.1"), &h, &t), (ip("10.0.0.2"), 1));
+        assert_eq!(forwarded_for(ip("10.0.0.1"), &h, &t), "10.0.0.2, 10.0.0.1");
+        // Ports and brackets are tolerated; no header: the peer.
+        let h = xff(&["[2001:db8::5]:4711, 1.2.3.4:80"]);
+        assert_eq!(client_of(ip("10.0.0.1"), &h, &t), (ip("1.2.3.4"), 1));
+        assert_eq!(
+            client_of(ip("10.0.0.1"), &HeaderMap::new(), &t),
+            (ip("10.0.0.1"), 0)
+        );
+        assert_eq!(
+            forwarded_for(ip("10.0.0.1"), &HeaderMap::new(), &t),
+            "10.0.0.1"
+        );
+    }
+}

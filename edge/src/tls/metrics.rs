@@ -1,0 +1,58 @@
+//! TLS and ACME metrics (protocol section 7 names), registered through
+//! `pingora_prometheus::prometheus` like the rest of the edge's.
+
+use pingora_prometheus::prometheus::{self, IntCounter, IntCounterVec, IntGaugeVec, Opts};
+
+/// Handshake, certificate and ACME counters.
+pub struct TlsMetrics {
+    pub handshakes_ok: IntCounter,
+    pub handshakes_error: IntCounter,
+    pub handshakes_timeout: IntCounter,
+    /// `notAfter` per served certificate name (ops alert on days to expiry).
+    pub expiry: IntGaugeVec,
+    pub orders_issued: IntCounter,
+    pub orders_failed: IntCounter,
+}
+
+impl TlsMetrics {
+    /// Creates and registers the metrics (a second instance in one process,
+    /// as in unit tests, keeps working counters that are not exported).
+    pub fn new() -> Result<TlsMetrics, prometheus::Error> {
+        let hs = IntCounterVec::new(
+            Opts::new(
+                "shorturl_tls_handshakes_total",
+                "TLS handshakes on the edge's TLS listeners, by result (ok, error, timeout).",
+            ),
+            &["result"],
+        )?;
+        let expiry = IntGaugeVec::new(
+            Opts::new(
+                "shorturl_tls_certificate_expiry_timestamp_seconds",
+                "notAfter of each certificate the edge serves, by the name it is selected for.",
+            ),
+            &["domain"],
+        )?;
+        let orders = IntCounterVec::new(
+            Opts::new(
+                "shorturl_acme_orders_total",
+                "ACME certificate orders of this edge, by result (issued, failed).",
+            ),
+            &["result"],
+        )?;
+        for c in [
+            Box::new(hs.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(expiry.clone()),
+            Box::new(orders.clone()),
+        ] {
+            let _ = prometheus::register(c);
+        }
+        Ok(TlsMetrics {
+            handshakes_ok: hs.with_label_values(&["ok"]),
+            handshakes_error: hs.with_label_values(&["error"]),
+            handshakes_timeout: hs.with_label_values(&["timeout"]),
+            expiry,
+            orders_issued: orders.with_label_values(&["issued"]),
+            orders_failed: orders.with_label_values(&["failed"]),
+        })
+    }
+}

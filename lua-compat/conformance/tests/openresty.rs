@@ -1,0 +1,346 @@
+//! The OpenResty module's client protections, mirroring the Pingora edge's
+//! (issue 9, items 7, 8 and 11): the client behind trusted proxies (nginx
+//! `realip` semantics), per-client limits by IPv6 prefix and the stricter
+//! budget for creations the origin refused, `/shorturl_status` only for
+//! `status_allow` with its origin part fetched at most once a second, the
+//! request-head timeout and the cap on concurrent requests per address.
+//! Each test starts its own module over one shared Redis, MariaDB and origin.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::IpAddr;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+use support::http::{self, Conn, Response};
+use support::{Edge, Origin, API_KEY};
+use testkit::{free_port, wait_for, Redis};
+
+struct Stack {
+    redis: Redis,
+    origin: Origin,
+}
+
+fn stack() -> &'static Stack {
+    static S: OnceLock<Stack> = OnceLock::new();
+    S.get_or_init(|| {
+        let redis = Redis::start();
+        let origin = Origin::start(&redis, 200);
+        Stack { redis, origin }
+    })
+}
+
+/// The tests share the origin and some count what it served: one at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn module(env: &[(&str, String)]) -> Edge {
+    let s = stack();
+    Edge::openresty_with(
+        &format!("127.0.0.1:{}", s.redis.port()),
+        &s.origin.addr(),
+        env,
+    )
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// One request from the local address `from`, with extra headers.
+fn send_from(
+    from: &str,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let mut c = Conn::open_from(ip(from), port).unwrap();
+    c.send(method, path, Some("localhost"), headers, body)
+        .unwrap()
+}
+
+fn status_from(from: &str, port: u16, xff: Option<&str>) -> Response {
+    let h: Vec<(&str, &str)> = xff.map(|x| ("X-Forwarded-For", x)).into_iter().collect();
+    send_from(from, port, "GET", "/shorturl_status", &h, b"")
+}
+
+/// Status requests the origin served (`route="status"`).
+fn origin_status_fetches(o: &Origin) -> u64 {
+    let text = http::get(o.port, "/metrics", "localhost").text();
+    text.lines()
+        .filter(|l| {
+            (l.starts_with("shorturl_origin_request_duration_seconds_count{")
+                || l.starts_with("shorturl_request_duration_seconds_count{"))
+                && l.contains("route=\"status\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// `POST /api/v1/links` from `from` as the client `xff` (or the peer),
+/// with the API key or without one (the origin answers 401).
+fn create(from: &str, port: u16, xff: Option<&str>, with_key: bool, n: usize) -> Response {
+    let auth = format!("Bearer {API_KEY}");
+    let mut h: Vec<(&str, &str)> = vec![("Content-Type", "application/json")];
+    if let Some(x) = xff {
+        h.push(("X-Forwarded-For", x));
+    }
+    if with_key {
+        h.push(("Authorization", &auth));
+    }
+    let body = format!(r#"{{"url": "https://example.com/openresty-{n}"}}"#);
+    send_from(from, port, "POST", "/api/v1/links", &h, body.as_bytes())
+}
+
+#[test]
+fn status_is_answered_only_to_status_allow_clients_found_the_realip_way() {
+    let _one = serial();
+    let edge = module(&[
+        ("SU_STATUS_ALLOW", "10.0.0.0/8".into()),
+        ("SU_TRUSTED_PROXIES", "127.0.0.2/32".into()),
+    ]);
+    let p = edge.port;
+    let not_found = http::get(p, "/favicon.ico", "localhost");
+    // (peer, X-Forwarded-For, answered?)
+    for (peer, xff, allowed) in [
+        // Loopback is not in this status_allow; the peer is not a proxy,
+        // so what it writes in X-Forwarded-For is ignored.
+        ("127.0.0.1", None, false),
+        ("127.0.0.1", Some("10.1.2.3"), false),
+        // A trusted proxy: the client is the rightmost untrusted hop.
+        ("127.0.0.2", Some("10.1.2.3"), true),
+        ("127.0.0.2", Some("203.0.113.5, 10.1.2.3"), true),
+        ("127.0.0.2", Some("10.1.2.3, 203.0.113.5"), false),
+        ("127.0.0.2", Some("10.1.2.3:4567"), true),
+        // No header: the proxy itself is the client.
+        ("127.0.0.2", None, false),
+    ] {
+        let r = status_from(peer, p, xff);
+        if allowed {
+            assert_eq!(r.status, 200, "{peer} {xff:?}: {}", r.text());
+            assert_eq!(r.json()["service"], "edge");
+        } else {
+            // Exactly the 404 of any other path.
+            assert_eq!(r.status, 404, "{peer} {xff:?}: {}", r.text());
+            assert_eq!(r.body, not_found.body);
+            assert_eq!(r.header("cache-control"), not_found.header("cache-control"));
+        }
+    }
+    // The access log names the client, not the proxy.
+    let log = edge.log_file.clone();
+    wait_for(
+        "the access log line of the client",
+        support::TIMEOUT,
+        || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.contains(" 10.1.2.3 GET /shorturl_status 200 "))
+        },
+    );
+}
+
+#[test]
+fn the_origin_part_of_the_status_is_fetched_at_most_once_a_second() {
+    let _one = serial();
+    let edge = module(&[]);
+    let o = &stack().origin;
+    // The first status document fetches the origin's part.
+    assert_eq!(
+        http::get(edge.port, "/shorturl_status", "localhost").status,
+        200
+    );
+    let before = origin_status_fetches(o);
+    let t0 = Instant::now();
+    for _ in 0..40 {
+        let r = http::get(edge.port, "/shorturl_status", "localhost");
+        assert_eq!(r.json()["origin_reachable"], true);
+    }
+    let port = edge.port;
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            std::thread::spawn(move || http::get(port, "/shorturl_status", "localhost").status)
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 200);
+    }
+    let secs = t0.elapsed().as_secs();
+    let fetches = origin_status_fetches(o) - before;
+    // One fetch serves the whole node for a second, whatever the callers.
+    assert!(
+        fetches <= secs + 1,
+        "{fetches} origin status fetches for 56 status requests in {secs}+ s"
+    );
+    // And it is refreshed: a second later the next document fetches again.
+    wait_for("the origin part to be refreshed", support::TIMEOUT, || {
+        http::get(edge.port, "/shorturl_status", "localhost");
+        origin_status_fetches(o) > before + fetches
+    });
+}
+
+#[test]
+fn refused_creations_spend_a_per_client_budget_ipv6_by_prefix() {
+    let _one = serial();
+    let metrics = free_port();
+    let edge = module(&[
+        ("SU_TRUSTED_PROXIES", "127.0.0.1/32".into()),
+        ("SU_REFUSED_CREATION_LIMIT", "2".into()),
+        ("SU_METRICS_PORT", metrics.to_string()),
+    ]);
+    let o = &stack().origin;
+    let p = edge.port;
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        n
+    };
+    for (client, same_budget, other) in [
+        ("198.51.100.7", "198.51.100.7", "198.51.100.8"),
+        // IPv6 clients are keyed by their /64.
+        ("2001:db8:1:2::1", "2001:db8:1:2::beef", "2001:db8:1:3::1"),
+    ] {
+        for _ in 0..2 {
+            let r = create("127.0.0.1", p, Some(client), false, next());
+            assert_eq!(r.status, 401, "{client}: {}", r.text());
+        }
+        // The budget is spent: refused at the edge, even with a good key.
+        let before = (o.handled(), edge.status()["origin"]["forward"].clone());
+        let r = create("127.0.0.1", p, Some(same_budget), true, next());
+        assert_eq!(r.status, 429, "{same_budget}: {}", r.text());
+        assert_eq!(r.json()["error"], "rate_limited");
+        assert_eq!(r.json()["message"], "too many refused creations");
+        assert_eq!(r.header("retry-after"), Some("1"));
+        let after = (o.handled(), edge.status()["origin"]["forward"].clone());
+        assert_eq!(after, before, "a refused creation reached the origin");
+        // Another client is not affected.
+        let r = create("127.0.0.1", p, Some(other), true, next());
+        assert_eq!(r.status, 201, "{other}: {}", r.text());
+    }
+    let text = http::get(metrics, "/metrics", "localhost").text();
+    assert!(
+        text.contains("shorturl_limits_refused_total{limit=\"refused_creations\"} 2\n"),
+        "{text}"
+    );
+    assert!(text.contains("shorturl_status_total{dimension=\"origin\",result=\"forward\"}"));
+    assert!(text
+        .contains("shorturl_request_duration_seconds_bucket{outcome=\"LIMIT\",le=\"+Inf\"} 2\n"));
+}
+
+/// A thousand source addresses each spending part of their refused-creation
+/// budget neither lock out an unrelated client nor blur its exact count.
+#[test]
+fn a_spray_of_source_addresses_does_not_lock_out_a_client() {
+    const SPRAYERS: usize = 1000;
+    let _one = serial();
+    let edge = module(&[("SU_REFUSED_CREATION_LIMIT", "3".into())]);
+    let p = edge.port;
+    let client = "127.0.9.9";
+    for i in 0..2 {
+        assert_eq!(create(client, p, None, false, 10_000 + i).status, 401);
+    }
+    let mut answers = std::collections::BTreeMap::<u16, usize>::new();
+    for i in 0..SPRAYERS {
+        let from = format!("127.1.{}.{}", i / 250, 1 + i % 250);
+        *answers
+            .entry(create(&from, p, None, false, i).status)
+            .or_default() += 1;
+    }
+    assert_eq!(
+        answers,
+        [(401, SPRAYERS)].into_iter().collect(),
+        "the spray itself"
+    );
+    // The client's count is still exact: one more refusal spends its budget.
+    assert_eq!(create(client, p, None, false, 10_002).status, 401);
+    assert_eq!(create(client, p, None, true, 10_003).status, 429);
+    // And an unrelated client creates as usual.
+    assert_eq!(create("127.0.9.10", p, None, true, 10_004).status, 201);
+}
+
+#[test]
+fn slow_request_heads_are_closed_at_the_header_timeout() {
+    let _one = serial();
+    let edge = module(&[("SU_HEADER_TIMEOUT_SECS", "1".into())]);
+    let p = edge.port;
+    // A new connection trickling its head, and a kept-alive one doing the
+    // same after a first request: both are closed, the second request
+    // unanswered, although a byte keeps arriving every 200 ms.
+    let fresh = Conn::open(p).unwrap().into_stream();
+    let mut kept = Conn::open(p).unwrap();
+    assert_eq!(kept.get("/healthz", "localhost").unwrap().status, 200);
+    let kept = kept.into_stream();
+    for s in [&fresh, &kept] {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+    }
+    let t0 = Instant::now();
+    let head = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ";
+    let mut closed = [false, false];
+    let mut i = 0;
+    wait_for("both slow heads to be cut", Duration::from_secs(10), || {
+        for (k, mut s) in [&fresh, &kept].into_iter().enumerate() {
+            if closed[k] {
+                continue;
+            }
+            use std::io::{Read, Write};
+            let byte = head.get(i).copied().unwrap_or(b'x');
+            if s.write_all(&[byte]).is_err() {
+                closed[k] = true;
+                continue;
+            }
+            let mut buf = [0u8; 512];
+            match s.read(&mut buf) {
+                Ok(0) => closed[k] = true,
+                Ok(n) => panic!(
+                    "answered a slow head: {:?}",
+                    String::from_utf8_lossy(&buf[..n])
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => closed[k] = true,
+                Err(_) => {} // 200 ms without an answer: trickle on
+            }
+        }
+        i += 1;
+        closed == [true, true]
+    });
+    // (nginx's default would have waited 60 s.)
+    assert!(t0.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn concurrent_requests_per_address_are_capped() {
+    let _one = serial();
+    let edge = module(&[("SU_MAX_CONNECTIONS_PER_IP", "2".into())]);
+    let p = edge.port;
+    // Two creations from 127.0.5.5 in progress: their bodies never finish.
+    let head = "POST /api/v1/links HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{";
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            use std::io::Write;
+            let mut s = http::connect_from(ip("127.0.5.5"), p).unwrap();
+            s.write_all(head.as_bytes()).unwrap();
+            s
+        })
+        .collect();
+    // A third request from that address is closed without an answer...
+    wait_for("the third request to be refused", support::TIMEOUT, || {
+        let mut c = Conn::open_from(ip("127.0.5.5"), p).unwrap();
+        c.get("/healthz", "localhost").is_err()
+    });
+    // ...while another address is served.
+    assert_eq!(
+        send_from("127.0.5.6", p, "GET", "/healthz", &[], b"").status,
+        200
+    );
+    // Once they end, the address is served again.
+    drop(busy);
+    wait_for("the address to be served again", support::TIMEOUT, || {
+        Conn::open_from(ip("127.0.5.5"), p)
+            .and_then(|mut c| c.get("/healthz", "localhost"))
+            .is_ok_and(|r| r.status == 200)
+    });
+}

@@ -1,0 +1,73 @@
+//! The resolution routes: the edge's record endpoint and `GET /{code}`.
+
+use super::{not_found, AppState};
+use crate::error::ApiError;
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderValue, StatusCode};
+use shorturl_common::code::{code_from_path, is_valid_code};
+use shorturl_common::record::Lookup;
+use shorturl_common::time::now_unix;
+
+/// The edge's miss path: the record line (`2 <version> ...`, or `- <version>`
+/// with a 404), cacheable for as long as it may live.
+pub async fn record(s: &AppState, code: &str) -> Result<Response, ApiError> {
+    if !is_valid_code(code) {
+        return Err(ApiError::bad_request(
+            "invalid_code",
+            "code must be 4-32 characters of [0-9A-Za-z_-]",
+        ));
+    }
+    let (status, body, max_age) = match s.links.resolve(code).await? {
+        Lookup::Found(r) if !r.is_expired() => {
+            (StatusCode::OK, r.encode(), s.links.cache.record_ttl(&r))
+        }
+        other => (
+            StatusCode::NOT_FOUND,
+            Lookup::Negative(other.version()).encode(),
+            s.links.cfg.redis.negative_ttl.as_secs(),
+        ),
+    };
+    let mut resp = (status, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    if let Ok(v) = HeaderValue::from_str(&format!("max-age={max_age}")) {
+        h.insert(header::CACHE_CONTROL, v);
+    }
+    Ok(resp)
+}
+
+/// `GET|HEAD /{code}`: protocol section 4.
+/// `host` is the request's normalised host (protocol 2.1).
+pub async fn redirect(s: &AppState, host: Option<&str>, path: &str) -> Response {
+    let Some(code) = code_from_path(path) else {
+        return not_found(s);
+    };
+    let Some(host) = host else {
+        return not_found(s);
+    };
+    let lookup = match s.links.resolve(code).await {
+        Ok(l) => l,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    match lookup {
+        Lookup::Found(r) if r.binds(host) && !r.is_expired_at(now_unix()) => {
+            let policy = &s.links.cfg.redirect;
+            let (Ok(loc), Ok(cc), Ok(status)) = (
+                HeaderValue::from_str(&r.url),
+                HeaderValue::from_str(&policy.cache_control),
+                StatusCode::from_u16(policy.status),
+            ) else {
+                return not_found(s);
+            };
+            let mut resp = Response::new(Body::empty());
+            *resp.status_mut() = status;
+            let h = resp.headers_mut();
+            h.insert(header::LOCATION, loc);
+            h.insert(header::CACHE_CONTROL, cc);
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+            resp
+        }
+        _ => not_found(s),
+    }
+}

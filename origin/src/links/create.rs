@@ -1,0 +1,166 @@
+//! Creation: the tenancy rules, deduplication, custom codes and issued codes.
+
+use super::{LinkError, LinkView, Links};
+use crate::store::{CustomClaim, LinkData, LinkRow, RowState};
+use crate::tenancy::{Caller, Scope};
+use crate::validate::CreateRequest;
+use crate::whitelist::Denied;
+use shorturl_common::keys;
+use shorturl_common::time::now_unix;
+use std::sync::Arc;
+
+/// Most consecutive non-free rows skipped before a creation gives up.
+const MAX_SKIPS: usize = 1000;
+
+/// A creation that succeeded.
+#[derive(Debug, Clone)]
+pub enum Creation {
+    /// A new link.
+    New(LinkView),
+    /// The same caller created the same link recently: that link.
+    Deduplicated(LinkView),
+}
+
+impl Links {
+    /// The merchant a creation is for, after the caller's binding: a
+    /// merchant-bound key may only name its own merchants (one of them by
+    /// default when it has exactly one) and only their domains.
+    fn creation_merchant(
+        &self,
+        caller: &Caller,
+        domain: &str,
+        kdt_id: Option<u64>,
+    ) -> Result<Option<u64>, LinkError> {
+        let Some(bound) = caller.merchant_binding() else {
+            return Ok(kdt_id);
+        };
+        let kdt = match (kdt_id, bound.first()) {
+            (Some(k), _) => k,
+            (None, Some(&only)) if bound.len() == 1 => only,
+            (None, _) => return Err(LinkError::KdtIdRequired(domain.to_owned())),
+        };
+        if !bound.contains(&kdt) {
+            return Err(LinkError::ForbiddenMerchant(kdt));
+        }
+        if !self.whitelist.owns(kdt, domain) {
+            return Err(LinkError::DomainNotAllowed(domain.to_owned()));
+        }
+        Ok(Some(kdt))
+    }
+
+    /// Creates a link (or returns the caller's recent identical one).
+    pub async fn create(
+        self: &Arc<Self>,
+        caller: &Caller,
+        req: CreateRequest,
+    ) -> Result<Creation, LinkError> {
+        caller.require(Scope::LinksCreate)?;
+        let domain = req
+            .domain
+            .clone()
+            .unwrap_or_else(|| self.cfg.default_domain.clone());
+        let kdt_id = self.creation_merchant(caller, &domain, req.kdt_id)?;
+        self.whitelist.check(&domain, kdt_id).map_err(|d| match d {
+            Denied::NotAllowed(d) => LinkError::DomainNotAllowed(d),
+            Denied::MerchantMismatch { domain, kdt_id } => {
+                LinkError::MerchantMismatch { domain, kdt_id }
+            }
+            Denied::KdtIdRequired(d) => LinkError::KdtIdRequired(d),
+        })?;
+        let now = now_unix();
+        let ttl_days = req.ttl_days.unwrap_or(self.cfg.links.default_ttl_days);
+        let data = Arc::new(LinkData {
+            url: req.url,
+            domain,
+            app: caller.app.clone(),
+            client_app: req.client_app,
+            client_version: req.client_version,
+            kdt_id,
+            created_at: now,
+            expires_at: now + u64::from(ttl_days) * 86_400,
+        });
+
+        if let Some(code) = req.code {
+            return match self.store.claim_custom(&code, &data).await? {
+                CustomClaim::Created => {
+                    self.metrics.creations.with_label_values(&["custom"]).inc();
+                    self.cache.put_created(&code, &data.record(), None).await;
+                    Ok(Creation::New(self.view(&data.row(&code), now)))
+                }
+                CustomClaim::Taken => {
+                    self.metrics
+                        .creations
+                        .with_label_values(&["conflict"])
+                        .inc();
+                    Err(LinkError::CodeTaken(code))
+                }
+            };
+        }
+
+        let dedup_key = keys::dedup_key(&data.domain, &data.app, data.kdt_id, ttl_days, &data.url);
+        if let Some(existing) = self.recent_duplicate(&dedup_key, &data).await {
+            self.metrics.creations.with_label_values(&["dedup"]).inc();
+            return Ok(Creation::Deduplicated(self.view(&existing, now)));
+        }
+
+        let mut skips = 0;
+        let code = loop {
+            let id = self.issuer.next_id().await.map_err(|e| {
+                let e = LinkError::from(e);
+                if matches!(e, LinkError::CodesExhausted { .. }) {
+                    self.metrics
+                        .creations
+                        .with_label_values(&["exhausted"])
+                        .inc();
+                }
+                e
+            })?;
+            let code = self
+                .perm
+                .code_for_id(id)
+                .ok_or(LinkError::IdOutOfRange(id))?;
+            if self
+                .claimer
+                .claim(id, code.clone(), Arc::clone(&data))
+                .await?
+            {
+                break code;
+            }
+            self.metrics.issuer_skipped.inc();
+            skips += 1;
+            if skips >= MAX_SKIPS {
+                tracing::error!(
+                    skips,
+                    "too many consecutive non-free rows; is the issuer counter behind the table?"
+                );
+                return Err(LinkError::NoFreeCode { skips });
+            }
+        };
+        self.metrics.creations.with_label_values(&["created"]).inc();
+        self.cache
+            .put_created(&code, &data.record(), Some(&dedup_key))
+            .await;
+        Ok(Creation::New(self.view(&data.row(&code), now)))
+    }
+
+    /// The link of a recent identical creation (same app, merchant, domain,
+    /// lifetime and URL: the dedup key says so), if MySQL confirms it is
+    /// still that caller's live link to exactly that URL. A MySQL failure
+    /// here only skips deduplication.
+    async fn recent_duplicate(&self, key: &str, data: &LinkData) -> Option<LinkRow> {
+        let code = self.cache.get_dedup(key).await?;
+        let row = self.store.find(&code).await.ok()??;
+        let same = row.state == RowState::Active
+            && row.expires_at.is_some_and(|e| e > now_unix())
+            && row.url.as_deref() == Some(data.url.as_str())
+            && row.domain.as_deref() == Some(data.domain.as_str())
+            && row.app.as_deref() == Some(data.app.as_str())
+            && row.kdt_id == data.kdt_id;
+        same.then_some(row)
+    }
+
+    /// The link JSON of `row` as of `now`.
+    pub(super) fn view(&self, row: &LinkRow, now: u64) -> LinkView {
+        LinkView::of(&self.cfg, row, now)
+    }
+}

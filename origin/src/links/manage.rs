@@ -1,0 +1,239 @@
+//! Reads and changes of existing links. Every change goes through
+//! [`Store::modify`](crate::store::Store::modify): the row is locked, the
+//! rules below decide, and the new row, its audit row and its outbox row
+//! commit together; then the outbox row is applied (Redis record and
+//! invalidation message) before the caller is answered.
+
+use super::view::{DeletedView, HistoryEntry, HistoryView};
+use super::{LinkError, LinkView, Links};
+use crate::store::{AuditAction, Change, LinkRow, Modified, RowState};
+use crate::tenancy::{Caller, Scope};
+use crate::validate::{Patch, PatchState};
+use shorturl_common::time::now_unix;
+
+/// The row, if it is a link `caller` may see; otherwise exactly the
+/// answer for an unknown code.
+fn visible<'a>(caller: &Caller, row: Option<&'a LinkRow>) -> Result<&'a LinkRow, LinkError> {
+    match row {
+        Some(r) if r.state.is_link() && caller.can_see(r.app.as_deref(), r.kdt_id) => Ok(r),
+        _ => Err(LinkError::NotFound),
+    }
+}
+
+/// `If-Match`: the caller's idea of the version must be the row's.
+fn check_version(row: &LinkRow, if_match: Option<u64>) -> Result<(), LinkError> {
+    match if_match {
+        Some(v) if v != row.version => Err(LinkError::VersionMismatch {
+            expected: v,
+            current: row.version,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// What an edit changes in `row`, or `None` when every value is already so.
+fn edit(row: &LinkRow, patch: &Patch) -> Option<Change> {
+    let mut after = row.clone();
+    if let Some(u) = &patch.url {
+        after.url = Some(u.clone());
+    }
+    if let Some(e) = patch.expires_at {
+        after.expires_at = Some(e);
+    }
+    match patch.state {
+        Some(PatchState::Active) => after.state = RowState::Active,
+        Some(PatchState::Disabled) => after.state = RowState::Disabled,
+        None => {}
+    }
+    if after == *row {
+        return None;
+    }
+    let action = match (row.state, after.state) {
+        (RowState::Active, RowState::Disabled) => AuditAction::Disable,
+        (RowState::Disabled, RowState::Active) => AuditAction::Enable,
+        _ => AuditAction::Edit,
+    };
+    Some(Change { after, action })
+}
+
+impl Links {
+    /// Reads a link the caller may see.
+    pub async fn info(&self, caller: &Caller, code: &str) -> Result<LinkView, LinkError> {
+        caller.require(Scope::LinksRead)?;
+        let row = self.store.find(code).await?;
+        let row = visible(caller, row.as_ref())?;
+        Ok(self.view(row, now_unix()))
+    }
+
+    /// The changes of a link the caller may see, newest first.
+    pub async fn history(&self, caller: &Caller, code: &str) -> Result<HistoryView, LinkError> {
+        caller.require(Scope::LinksRead)?;
+        let row = self.store.find(code).await?;
+        visible(caller, row.as_ref())?;
+        let entries = self.store.history(code).await?;
+        Ok(HistoryView {
+            history: entries
+                .iter()
+                .map(|e| HistoryEntry::of(&self.cfg, e))
+                .collect(),
+        })
+    }
+
+    /// Runs one change of `code` for `caller` and brings Redis and the
+    /// edges up to date; returns the row as it now is.
+    async fn change(
+        &self,
+        caller: &Caller,
+        code: &str,
+        decide: impl FnOnce(&LinkRow) -> Result<Option<Change>, LinkError>,
+    ) -> Result<LinkRow, LinkError> {
+        caller.require(Scope::LinksManage)?;
+        let modified = self
+            .store
+            .modify(code, &caller.app, |row| decide(visible(caller, Some(row))?))
+            .await??;
+        match modified {
+            Modified::Missing => Err(LinkError::NotFound),
+            Modified::Unchanged(row) => Ok(row),
+            Modified::Changed { after, outbox_id } => {
+                self.outbox.apply_now(outbox_id).await;
+                Ok(after)
+            }
+        }
+    }
+
+    /// Edits a link: any of its URL, expiry and state (active/disabled).
+    /// Nothing changes (no new version) when the values are already so.
+    pub async fn edit(
+        &self,
+        caller: &Caller,
+        code: &str,
+        patch: &Patch,
+        if_match: Option<u64>,
+    ) -> Result<LinkView, LinkError> {
+        let row = self
+            .change(caller, code, |row| {
+                if row.state == RowState::Deleted {
+                    return Err(LinkError::LinkDeleted);
+                }
+                check_version(row, if_match)?;
+                Ok(edit(row, patch))
+            })
+            .await?;
+        Ok(self.view(&row, now_unix()))
+    }
+
+    /// Deletes a link for good. Deleting a deleted link changes nothing
+    /// and answers the same.
+    pub async fn delete(
+        &self,
+        caller: &Caller,
+        code: &str,
+        if_match: Option<u64>,
+    ) -> Result<DeletedView, LinkError> {
+        let row = self
+            .change(caller, code, |row| {
+                if row.state == RowState::Deleted {
+                    return Ok(None);
+                }
+                check_version(row, if_match)?;
+                let mut after = row.clone();
+                after.state = RowState::Deleted;
+                Ok(Some(Change {
+                    after,
+                    action: AuditAction::Delete,
+                }))
+            })
+            .await?;
+        Ok(DeletedView {
+            code: row.code,
+            state: RowState::Deleted.name(),
+            version: row.version,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(state: RowState) -> LinkRow {
+        LinkRow {
+            code: "abcdef".into(),
+            state,
+            url: Some("https://a/".into()),
+            domain: Some("sho.rt".into()),
+            app: Some("demo".into()),
+            client_app: None,
+            client_version: None,
+            kdt_id: Some(55),
+            created_at: Some(1),
+            updated_at: Some(1),
+            expires_at: Some(100),
+            version: 3,
+        }
+    }
+
+    fn patch(url: Option<&str>, exp: Option<u64>, state: Option<PatchState>) -> Patch {
+        Patch {
+            url: url.map(str::to_owned),
+            expires_at: exp,
+            state,
+        }
+    }
+
+    #[test]
+    fn edits_and_their_actions() {
+        let r = row(RowState::Active);
+        assert!(edit(
+            &r,
+            &patch(Some("https://a/"), Some(100), Some(PatchState::Active))
+        )
+        .is_none());
+        let c = edit(&r, &patch(Some("https://b/"), None, None)).unwrap();
+        assert_eq!(
+            (c.action, c.after.url.as_deref()),
+            (AuditAction::Edit, Some("https://b/"))
+        );
+        let c = edit(&r, &patch(None, None, Some(PatchState::Disabled))).unwrap();
+        assert_eq!(
+            (c.action, c.after.state),
+            (AuditAction::Disable, RowState::Disabled)
+        );
+        let c = edit(
+            &row(RowState::Disabled),
+            &patch(None, Some(200), Some(PatchState::Active)),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.action, c.after.expires_at),
+            (AuditAction::Enable, Some(200))
+        );
+    }
+
+    #[test]
+    fn visibility_and_versions() {
+        let owner = Caller::new("demo", Scope::DEFAULT, []);
+        let stranger = Caller::new("other", Scope::DEFAULT, []);
+        let m91 = Caller::new("m", Scope::DEFAULT, [91]);
+        let r = row(RowState::Active);
+        assert!(visible(&owner, Some(&r)).is_ok());
+        assert!(matches!(
+            visible(&stranger, Some(&r)),
+            Err(LinkError::NotFound)
+        ));
+        assert!(matches!(visible(&m91, Some(&r)), Err(LinkError::NotFound)));
+        assert!(matches!(
+            visible(&owner, Some(&row(RowState::Free))),
+            Err(LinkError::NotFound)
+        ));
+        assert!(check_version(&r, None).is_ok() && check_version(&r, Some(3)).is_ok());
+        assert!(matches!(
+            check_version(&r, Some(2)),
+            Err(LinkError::VersionMismatch {
+                expected: 2,
+                current: 3
+            })
+        ));
+    }
+}

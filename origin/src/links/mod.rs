@@ -1,0 +1,85 @@
+//! Link operations: create, read, edit, delete, history, search, batch
+//! creation, resolve. They
+//! speak the domain's language ([`LinkError`], [`Caller`]); the HTTP layer
+//! alone translates to and from HTTP.
+//!
+//! [`create`] holds creation with its tenancy rules and deduplication,
+//! [`batch`] many creations in one call, [`manage`] reads and changes of
+//! existing links, [`search`] search and list with its signed [`cursor`],
+//! [`resolve`] the resolution path, [`view`] the link JSON.
+
+mod batch;
+mod create;
+pub mod cursor;
+mod error;
+mod manage;
+mod resolve;
+mod search;
+mod view;
+
+pub use batch::MAX_BATCH_ITEMS;
+pub use create::Creation;
+pub use cursor::CursorKey;
+pub use error::LinkError;
+pub use search::SearchView;
+pub use view::{CreatedView, DeletedView, HistoryEntry, HistoryView, LinkView};
+
+use crate::cache::Cache;
+use crate::claim::Claimer;
+use crate::config::Config;
+use crate::issuer::Issuer;
+use crate::metrics::Metrics;
+use crate::outbox::Outbox;
+use crate::permutation::Permutation;
+use crate::store::Store;
+use crate::whitelist::Whitelist;
+use std::sync::Arc;
+
+/// Everything a link operation needs.
+pub struct Links {
+    pub cfg: Arc<Config>,
+    pub store: Store,
+    pub cache: Cache,
+    pub issuer: Arc<Issuer>,
+    pub claimer: Claimer,
+    pub perm: Permutation,
+    pub whitelist: Arc<Whitelist>,
+    pub metrics: Arc<Metrics>,
+    pub outbox: Arc<Outbox>,
+    /// Signs and verifies search cursors.
+    pub cursor: CursorKey,
+    flight: Arc<resolve::Flight>,
+}
+
+/// The parts [`Links`] is assembled from.
+pub struct Parts {
+    pub cfg: Arc<Config>,
+    pub store: Store,
+    pub cache: Cache,
+    pub issuer: Arc<Issuer>,
+    pub claimer: Claimer,
+    pub perm: Permutation,
+    pub whitelist: Arc<Whitelist>,
+    pub metrics: Arc<Metrics>,
+    pub cursor: CursorKey,
+}
+
+impl Links {
+    /// Assembles the service (and the outbox applier over the same store and cache).
+    pub fn new(p: Parts) -> Arc<Links> {
+        let outbox = Outbox::new(p.store.clone(), p.cache.clone(), Arc::clone(&p.metrics));
+        Arc::new(Links {
+            cfg: p.cfg,
+            store: p.store,
+            cache: p.cache,
+            issuer: p.issuer,
+            claimer: p.claimer,
+            perm: p.perm,
+            whitelist: p.whitelist,
+            metrics: p.metrics,
+            outbox,
+            cursor: p.cursor,
+            flight: resolve::flight(),
+        })
+    }
+}

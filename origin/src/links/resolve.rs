@@ -1,0 +1,100 @@
+//! Resolution: Redis, then one MySQL read per code at a time.
+//!
+//! The answer read from MySQL is written back to Redis through the
+//! compare-and-set script: a lookup that read a row before a change
+//! committed can never replace the change's newer record in Redis.
+//!
+//! Concurrent misses for one code share one lookup through
+//! [`SingleFlight`]. The leader's work reads Redis again before MySQL: a
+//! caller that missed Redis just before the previous leader wrote the record
+//! back, and reached the flight table just after that leader left it, finds
+//! the record there instead of reading MySQL a second time. The work writes
+//! its answer to Redis before the flight ends, so two waves of misses cannot
+//! both reach MySQL (unless Redis itself is failing).
+
+use super::{LinkError, Links};
+use crate::cache::CacheAnswer;
+use crate::store::DbError;
+use shorturl_common::failpoint;
+use shorturl_common::record::Lookup;
+use shorturl_common::singleflight::{Role, SingleFlight};
+use shorturl_common::time::now_unix;
+use std::sync::Arc;
+
+/// What a flight hands every waiter.
+pub(super) type Flight = SingleFlight<String, Result<Lookup, DbError>>;
+
+/// A new, empty flight table.
+pub(super) fn flight() -> Arc<Flight> {
+    SingleFlight::new()
+}
+
+impl Links {
+    /// What `code` resolves to: Redis, then MySQL (written back to Redis).
+    /// Concurrent misses for one code share one MySQL lookup.
+    pub async fn resolve(self: &Arc<Self>, code: &str) -> Result<Lookup, LinkError> {
+        let first = self.cache.get_record(code).await;
+        if let CacheAnswer::Hit(l) = first {
+            return Ok(l);
+        }
+        // Read Redis again under the flight only after a clean miss: after
+        // an error, Redis is failing and a second try would cost a timeout.
+        let reread = matches!(first, CacheAnswer::Miss);
+        let me = Arc::clone(self);
+        let got = self
+            .flight
+            .run(code, || None, move |key| me.lookup_and_publish(key, reread))
+            .await;
+        match got {
+            Ok((r, Role::Follower)) => {
+                self.metrics.lock_get.inc();
+                if r.is_err() {
+                    self.metrics.lock_error.inc();
+                }
+                Ok(r?)
+            }
+            Ok((r, _)) => Ok(r?),
+            Err(e) => {
+                tracing::error!(code, error = %e, "lookup task failed");
+                Err(LinkError::LookupAbandoned(e))
+            }
+        }
+    }
+
+    /// The leader's work: Redis once more, else MySQL, whose answer is
+    /// written back to Redis before the flight ends.
+    async fn lookup_and_publish(
+        self: Arc<Self>,
+        code: String,
+        reread: bool,
+    ) -> Result<Lookup, DbError> {
+        if reread {
+            if let CacheAnswer::Hit(l) = self.cache.get_record(&code).await {
+                return Ok(l);
+            }
+        }
+        if failpoint::hit_once("origin.lookup.panic", &code) {
+            panic!("failpoint origin.lookup.panic: lookup of {code} dies");
+        }
+        let r = self.store.lookup(&code, now_unix()).await;
+        if let Ok(l) = &r {
+            if let Some(path) = failpoint::hold_path("origin.writeback.hold", &code) {
+                hold(path).await;
+            }
+            // Compare-and-set: if a change committed after the read above
+            // has already reached Redis, this older answer is not written.
+            self.cache.put_record(&code, l).await;
+        }
+        r
+    }
+}
+
+/// Test failpoint: waits while the file `path` exists (at most a minute),
+/// after creating `<path>.held` so the test knows the lookup got here.
+async fn hold(path: &str) {
+    let _ = std::fs::write(format!("{path}.held"), b"");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::path::Path::new(path).exists() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}

@@ -1,0 +1,133 @@
+//! The audit trail: one `link_audit` row per change of a link, always
+//! written in the change's own transaction (creations inside the group
+//! commit), so a change and its record commit or fail together.
+
+use super::row::Snapshot;
+use super::{DbError, LinkRow, Store};
+use mysql_async::prelude::*;
+use mysql_async::Value;
+
+/// What a change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditAction {
+    Create,
+    /// The URL or the expiry changed.
+    Edit,
+    Disable,
+    Enable,
+    Delete,
+    Expire,
+}
+
+impl AuditAction {
+    /// The stored and reported name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditAction::Create => "create",
+            AuditAction::Edit => "edit",
+            AuditAction::Disable => "disable",
+            AuditAction::Enable => "enable",
+            AuditAction::Delete => "delete",
+            AuditAction::Expire => "expire",
+        }
+    }
+}
+
+/// One audit row to write.
+pub struct AuditRow<'a> {
+    pub code: &'a str,
+    pub at_ms: u64,
+    pub actor: &'a str,
+    pub action: AuditAction,
+    pub before: Option<&'a LinkRow>,
+    pub after: &'a LinkRow,
+}
+
+/// One change as read back, newest first in a history.
+#[derive(Debug, Clone)]
+pub struct AuditEntry {
+    pub at_ms: u64,
+    pub actor: String,
+    pub action: String,
+    pub version: u64,
+    pub before: Option<LinkRow>,
+    pub after: Option<LinkRow>,
+}
+
+/// Most rows a history answer holds (newest first).
+pub const HISTORY_LIMIT: usize = 1000;
+
+/// Writes `rows` with one statement on `conn` (inside the caller's transaction).
+pub async fn insert<Q: Queryable>(
+    conn: &mut Q,
+    rows: &[AuditRow<'_>],
+) -> Result<(), mysql_async::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let marks = vec!["(?,?,?,?,?,?,?)"; rows.len()].join(",");
+    let mut params: Vec<Value> = Vec::with_capacity(rows.len() * 7);
+    for r in rows {
+        params.extend([
+            r.code.into(),
+            r.at_ms.into(),
+            r.actor.into(),
+            r.action.as_str().into(),
+            r.after.version.into(),
+            r.before.map(|b| b.snapshot().to_json()).into(),
+            Some(r.after.snapshot().to_json()).into(),
+        ]);
+    }
+    conn.exec_drop(
+        format!(
+            "INSERT INTO link_audit (code, at_ms, actor, action, version, before_json, after_json) \
+             VALUES {marks}"
+        ),
+        params,
+    )
+    .await
+}
+
+/// `at_ms, actor, action, version, before_json, after_json`.
+type AuditCols = (u64, String, String, u64, Option<String>, Option<String>);
+
+fn parse(code: &str, json: Option<String>) -> Option<LinkRow> {
+    let snap: Snapshot = serde_json::from_str(&json?)
+        .map_err(|e| tracing::warn!(code, error = %e, "unreadable audit snapshot"))
+        .ok()?;
+    snap.into_row(code)
+}
+
+impl Store {
+    /// The changes of `code`, newest first (at most [`HISTORY_LIMIT`]).
+    pub async fn history(&self, code: &str) -> Result<Vec<AuditEntry>, DbError> {
+        self.metrics.mysql_select.inc();
+        let rows: Vec<AuditCols> = self
+            .bounded(async {
+                let mut conn = self.pool.get_conn().await?;
+                Ok(conn
+                    .exec(
+                        format!(
+                            "SELECT at_ms, actor, action, version, before_json, after_json FROM link_audit \
+                             WHERE code = ? ORDER BY id DESC LIMIT {HISTORY_LIMIT}"
+                        ),
+                        (code,),
+                    )
+                    .await?)
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(at_ms, actor, action, version, before, after)| AuditEntry {
+                    at_ms,
+                    actor,
+                    action,
+                    version,
+                    before: parse(code, before),
+                    after: parse(code, after),
+                },
+            )
+            .collect())
+    }
+}

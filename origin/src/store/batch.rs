@@ -1,0 +1,105 @@
+//! The group-commit statement: many issued ids claimed in one transaction.
+
+use super::audit::{self, AuditAction, AuditRow};
+use super::{DbError, LinkData, RowState, Store, CREATED_VERSION};
+use mysql_async::prelude::*;
+use mysql_async::TxOpts;
+use shorturl_common::failpoint;
+use shorturl_common::time::now_unix_ms;
+use std::sync::Arc;
+
+/// One claim: issued id, its code, the link it becomes.
+pub type ClaimItem = (u64, String, Arc<LinkData>);
+
+impl Store {
+    /// Claims each `(id, code, link)` whose row is free, in ONE transaction
+    /// (group commit: one log flush for the whole batch) and in a constant
+    /// number of round trips: lock the free rows of the batch, write them all
+    /// with one multi-row upsert (every row exists and is locked, so it only
+    /// updates), one multi-row insert of their audit rows, commit. The lock is on primary-key records only (`FORCE
+    /// INDEX`): through the `(state, id)` index it would take next-key locks
+    /// that block other origins' blocks. Returns, per item, whether the row
+    /// was claimed (`false`: not free or missing, skip that id). On error
+    /// nothing of the batch is written.
+    pub async fn claim_batch(&self, items: &[ClaimItem]) -> Result<Vec<bool>, DbError> {
+        self.metrics.mysql_update.inc_by(items.len() as u64);
+        self.bounded(async {
+            let mut conn = self.pool.get_conn().await?;
+            let mut tx = conn.start_transaction(TxOpts::default()).await?;
+            let marks = vec!["?"; items.len()].join(",");
+            let mut params: Vec<mysql_async::Value> =
+                items.iter().map(|(id, _, _)| (*id).into()).collect();
+            params.push(RowState::Free.into());
+            let free: Vec<u64> = tx
+                .exec(
+                    format!(
+                        "SELECT id FROM short_code FORCE INDEX (PRIMARY) WHERE id IN ({marks}) \
+                         AND state = ? FOR UPDATE"
+                    ),
+                    params,
+                )
+                .await?;
+            let claimed: Vec<bool> = items.iter().map(|(id, _, _)| free.contains(id)).collect();
+            if !free.is_empty() {
+                let rows = vec!["(?,?,?,?,?,?,?,?,?,?,?,?,?)"; free.len()].join(",");
+                let mut params: Vec<mysql_async::Value> = Vec::with_capacity(free.len() * 13);
+                let mut created = Vec::with_capacity(free.len());
+                for ((id, code, d), _) in items.iter().zip(&claimed).filter(|(_, c)| **c) {
+                    created.push((code.as_str(), d.app.as_str(), d.row(code)));
+                    params.extend([
+                        (*id).into(),
+                        code.as_str().into(),
+                        RowState::Active.into(),
+                        d.url.as_str().into(),
+                        d.domain.as_str().into(),
+                        d.app.as_str().into(),
+                        d.client_app.as_deref().into(),
+                        d.client_version.as_deref().into(),
+                        d.kdt_id.into(),
+                        d.created_at.into(),
+                        d.created_at.into(),
+                        d.expires_at.into(),
+                        CREATED_VERSION.into(),
+                    ]);
+                }
+                tx.exec_drop(
+                    format!(
+                        "INSERT INTO short_code (id, code, state, long_url, domain, app, client_app, client_version, \
+                         kdt_id, created_at, updated_at, expires_at, version) VALUES {rows} ON DUPLICATE KEY UPDATE \
+                         state = VALUES(state), long_url = VALUES(long_url), domain = VALUES(domain), app = VALUES(app), \
+                         client_app = VALUES(client_app), client_version = VALUES(client_version), \
+                         kdt_id = VALUES(kdt_id), created_at = VALUES(created_at), updated_at = VALUES(updated_at), \
+                         expires_at = VALUES(expires_at), version = VALUES(version)"
+                    ),
+                    params,
+                )
+                .await?;
+                let at_ms = now_unix_ms();
+                let audit_rows: Vec<AuditRow<'_>> = created
+                    .iter()
+                    .map(|(code, app, row)| AuditRow {
+                        code,
+                        at_ms,
+                        actor: app,
+                        action: AuditAction::Create,
+                        before: None,
+                        after: row,
+                    })
+                    .collect();
+                audit::insert(&mut tx, &audit_rows).await?;
+            }
+            // Test hook: the batch fails after its writes, as a row the
+            // server refuses would, and must leave nothing behind.
+            if items
+                .iter()
+                .any(|(_, _, d)| failpoint::hit_contains("origin.claim.poison", &d.url))
+            {
+                tx.rollback().await?;
+                return Err(DbError::Poisoned);
+            }
+            tx.commit().await?;
+            Ok(claimed)
+        })
+        .await
+    }
+}

@@ -1,0 +1,175 @@
+//! Custom codes: a caller-chosen code becomes a link.
+//!
+//! No `SELECT ... FOR UPDATE`: a locking read of a missing key takes a gap
+//! lock, and two creations of different codes in one gap then deadlock on
+//! their inserts. Instead the write is one statement whose own condition
+//! decides the race (committed together with its audit row):
+//! * a free pre-generated row: `UPDATE ... WHERE id = ? AND state = free`
+//!   (0 rows: the issuer or another caller got it first, so it is taken);
+//! * no row: a new id from the `custom` counter, then `INSERT`; a duplicate
+//!   on `uk_code` means another caller created that code first.
+//!
+//! Deadlocks and lock-wait timeouts that remain (against claim batches) are
+//! retried a bounded number of times.
+
+use super::audit::{self, AuditAction, AuditRow};
+use super::error::{is_lock_conflict, server_code};
+use super::{DbError, LinkData, RowState, Store, CREATED_VERSION};
+use crate::db::CUSTOM_ID_BASE;
+use mysql_async::prelude::*;
+use mysql_async::{Conn, TxOpts};
+use shorturl_common::time::now_unix_ms;
+use std::time::Duration;
+
+/// Attempts of a custom claim that keeps losing lock races.
+const ATTEMPTS: u32 = 5;
+
+/// Outcome of a custom-code claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CustomClaim {
+    Created,
+    Taken,
+}
+
+impl Store {
+    /// Creates a link with a caller-chosen code. A pre-generated code that is
+    /// still free becomes this link (and so is never issued); one in any
+    /// other state, or an existing custom code, is taken.
+    pub async fn claim_custom(&self, code: &str, d: &LinkData) -> Result<CustomClaim, DbError> {
+        self.metrics.mysql_update.inc();
+        self.bounded(async {
+            let mut conn = self.pool.get_conn().await?;
+            let mut attempt = 1;
+            loop {
+                match claim_once(&mut conn, code, d).await {
+                    Err(e) if is_lock_conflict(&e) && attempt < ATTEMPTS => {
+                        self.metrics.mysql_error.inc();
+                        tracing::info!(code, attempt, error = %e, "custom code lost a lock race; retrying");
+                        // A short, growing, jittered pause so the racers spread out.
+                        let ms = u64::from(attempt) * 5 + rand::random::<u64>() % 10;
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        attempt += 1;
+                    }
+                    r => return r.map_err(DbError::from),
+                }
+            }
+        })
+        .await
+    }
+}
+
+async fn claim_once(
+    conn: &mut Conn,
+    code: &str,
+    d: &LinkData,
+) -> Result<CustomClaim, mysql_async::Error> {
+    let row: Option<(u64, u8)> = conn
+        .exec_first("SELECT id, state FROM short_code WHERE code = ?", (code,))
+        .await?;
+    let id = match row {
+        Some((id, state)) if state == RowState::Free.code() => Some(id),
+        Some(_) => return Ok(CustomClaim::Taken),
+        None => None,
+    };
+    let id = match id {
+        Some(id) => Err(id),
+        // Outside the transaction: holding the counter row's lock until the
+        // link commits would serialise every custom creation.
+        None => Ok(next_custom_id(conn).await?),
+    };
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    let claimed = match id {
+        // A free pre-generated row: the statement's own condition decides the race.
+        Err(id) => {
+            tx.exec_drop(
+                "UPDATE short_code SET state = ?, long_url = ?, domain = ?, app = ?, client_app = ?, \
+                 client_version = ?, kdt_id = ?, created_at = ?, updated_at = ?, expires_at = ?, version = ? \
+                 WHERE id = ? AND state = ?",
+                mysql_async::Params::Positional(vec![
+                    RowState::Active.into(),
+                    d.url.as_str().into(),
+                    d.domain.as_str().into(),
+                    d.app.as_str().into(),
+                    d.client_app.as_deref().into(),
+                    d.client_version.as_deref().into(),
+                    d.kdt_id.into(),
+                    d.created_at.into(),
+                    d.created_at.into(),
+                    d.expires_at.into(),
+                    CREATED_VERSION.into(),
+                    id.into(),
+                    RowState::Free.into(),
+                ]),
+            )
+            .await?;
+            tx.affected_rows() == 1
+        }
+        Ok(id) => {
+            let r = tx
+                .exec_drop(
+                    "INSERT INTO short_code (id, code, state, long_url, domain, app, client_app, client_version, \
+                     kdt_id, created_at, updated_at, expires_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    mysql_async::Params::Positional(vec![
+                        id.into(),
+                        code.into(),
+                        RowState::Active.into(),
+                        d.url.as_str().into(),
+                        d.domain.as_str().into(),
+                        d.app.as_str().into(),
+                        d.client_app.as_deref().into(),
+                        d.client_version.as_deref().into(),
+                        d.kdt_id.into(),
+                        d.created_at.into(),
+                        d.created_at.into(),
+                        d.expires_at.into(),
+                        CREATED_VERSION.into(),
+                    ]),
+                )
+                .await;
+            match r {
+                Ok(()) => true,
+                // Another caller (or a pregen run) created this code first.
+                Err(mysql_async::Error::Server(s))
+                    if s.code == 1062 && s.message.contains("uk_code") =>
+                {
+                    false
+                }
+                Err(e) => {
+                    tracing::debug!(code, mysql = ?server_code(&e), "custom insert failed");
+                    return Err(e);
+                }
+            }
+        }
+    };
+    if !claimed {
+        tx.rollback().await?;
+        return Ok(CustomClaim::Taken);
+    }
+    let row = d.row(code);
+    audit::insert(
+        &mut tx,
+        &[AuditRow {
+            code,
+            at_ms: now_unix_ms(),
+            actor: &d.app,
+            action: AuditAction::Create,
+            before: None,
+            after: &row,
+        }],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(CustomClaim::Created)
+}
+
+/// A new id from the `custom` counter (autocommit).
+async fn next_custom_id(conn: &mut Conn) -> Result<u64, mysql_async::Error> {
+    conn.query_drop("UPDATE counter SET value = LAST_INSERT_ID(value + 1) WHERE name = 'custom'")
+        .await?;
+    match conn.last_insert_id() {
+        Some(id) if conn.affected_rows() == 1 => Ok(id.max(CUSTOM_ID_BASE)),
+        _ => Err(mysql_async::Error::Other(
+            "counter row 'custom' is missing: run `shorturl-origin migrate`".into(),
+        )),
+    }
+}

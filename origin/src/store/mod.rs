@@ -1,0 +1,186 @@
+//! MySQL statements on `short_code` and its companions (`link_audit`,
+//! `outbox`): the source of truth for links. Every statement a request
+//! waits for is bounded by `mysql.timeout_ms` and counted in the status.
+//!
+//! [`batch`] is the group-commit claim, [`custom`] the custom-code claim,
+//! [`modify`] the one transaction every change of a link goes through,
+//! [`audit`] the audit trail, [`outbox`] the invalidation outbox, [`search`]
+//! the search statement, [`state`]
+//! the row states every statement binds, [`row`] the link as read.
+
+pub mod audit;
+mod batch;
+mod custom;
+pub mod error;
+mod modify;
+pub mod outbox;
+mod row;
+pub mod search;
+pub mod state;
+
+pub use audit::{AuditAction, AuditEntry};
+pub use batch::ClaimItem;
+pub use custom::CustomClaim;
+pub use error::DbError;
+pub use modify::{Change, Modified};
+pub use row::LinkRow;
+pub use state::RowState;
+
+use crate::metrics::Metrics;
+use mysql_async::prelude::*;
+use mysql_async::Pool;
+use shorturl_common::record::{Lookup, Record};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a new link carries.
+#[derive(Debug, Clone)]
+pub struct LinkData {
+    pub url: String,
+    pub domain: String,
+    pub app: String,
+    pub client_app: Option<String>,
+    pub client_version: Option<String>,
+    pub kdt_id: Option<u64>,
+    pub created_at: u64,
+    pub expires_at: u64,
+}
+
+/// Row version of a link when it is created.
+pub const CREATED_VERSION: u64 = 1;
+
+impl LinkData {
+    /// The record this link is cached as.
+    pub fn record(&self) -> Record {
+        Record {
+            version: CREATED_VERSION,
+            expires_at: self.expires_at,
+            domain: self.domain.clone(),
+            url: self.url.clone(),
+        }
+    }
+
+    /// The row this link becomes once `code` is claimed for it.
+    pub fn row(&self, code: &str) -> LinkRow {
+        LinkRow {
+            code: code.to_owned(),
+            state: RowState::Active,
+            url: Some(self.url.clone()),
+            domain: Some(self.domain.clone()),
+            app: Some(self.app.clone()),
+            client_app: self.client_app.clone(),
+            client_version: self.client_version.clone(),
+            kdt_id: self.kdt_id,
+            created_at: Some(self.created_at),
+            updated_at: Some(self.created_at),
+            expires_at: Some(self.expires_at),
+            version: CREATED_VERSION,
+        }
+    }
+}
+
+/// Link statements with timeouts and status counters.
+#[derive(Clone)]
+pub struct Store {
+    pub pool: Pool,
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+/// `state, long_url, domain, expires_at, version`.
+type LookupCols = (u8, Option<String>, Option<String>, Option<u64>, u64);
+
+/// What a row in `LookupCols` form resolves to at `now`.
+fn lookup_of(row: Option<LookupCols>, now: u64) -> Lookup {
+    match row {
+        Some((state, Some(url), Some(domain), Some(expires_at), version))
+            if state == RowState::Active.code() && expires_at > now =>
+        {
+            Lookup::Found(Record {
+                version,
+                expires_at,
+                domain,
+                url,
+            })
+        }
+        Some((_, _, _, _, version)) => Lookup::Negative(version),
+        None => Lookup::Negative(0),
+    }
+}
+
+impl Store {
+    /// Wraps the pool.
+    pub fn new(pool: Pool, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+        Store {
+            pool,
+            timeout,
+            metrics,
+        }
+    }
+
+    /// The bound on one operation (`mysql.timeout_ms`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs `f` under the MySQL timeout, counting and logging failures
+    /// (the log is the only place MySQL's own text goes).
+    pub async fn bounded<T>(
+        &self,
+        f: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        let r = match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r,
+            Err(_) => Err(DbError::Timeout(self.timeout)),
+        };
+        if let Err(e) = &r {
+            self.metrics.mysql_error.inc();
+            tracing::warn!(error = %e, "mysql operation failed");
+        }
+        r
+    }
+
+    /// Reads a link by code.
+    pub async fn find(&self, code: &str) -> Result<Option<LinkRow>, DbError> {
+        self.metrics.mysql_select.inc();
+        self.bounded(async {
+            let mut conn = self.pool.get_conn().await?;
+            let row: Option<mysql_async::Row> = conn
+                .exec_first(
+                    format!("SELECT {} FROM short_code WHERE code = ?", row::COLUMNS),
+                    (code,),
+                )
+                .await?;
+            row.map(LinkRow::from_row).transpose()
+        })
+        .await
+    }
+
+    /// What MySQL says `code` resolves to (negative unless active and
+    /// unexpired), with the row's version (0 for a code with no row).
+    pub async fn lookup(&self, code: &str, now: u64) -> Result<Lookup, DbError> {
+        self.metrics.mysql_select.inc();
+        let row: Option<LookupCols> = self
+            .bounded(async {
+                let mut conn = self.pool.get_conn().await?;
+                Ok(conn
+                    .exec_first(
+                        "SELECT state, long_url, domain, expires_at, version FROM short_code WHERE code = ?",
+                        (code,),
+                    )
+                    .await?)
+            })
+            .await?;
+        Ok(lookup_of(row, now))
+    }
+
+    /// Cheap liveness probe.
+    pub async fn ping(&self) -> Result<(), DbError> {
+        self.bounded(async {
+            let mut conn = self.pool.get_conn().await?;
+            Ok(conn.query_drop("SELECT 1").await?)
+        })
+        .await
+    }
+}

@@ -1,0 +1,184 @@
+//! The `outbox` table: changes whose Redis side (the record and the
+//! invalidation message) is still to be applied. A row is inserted in the
+//! change's own transaction and deleted once applied. Applying re-reads the
+//! link's current row, so it is idempotent and order-insensitive: applying
+//! an old row writes the newest state.
+//!
+//! These statements are background housekeeping: they are bounded by
+//! `mysql.timeout_ms` but not counted in the `mysql` status dimension (the
+//! drainer polls several times a second and would drown the request
+//! counts); their outcome is in the `outbox` dimension instead.
+
+use super::{lookup_of, DbError, LookupCols, Store};
+use futures::future::BoxFuture;
+use mysql_async::prelude::*;
+use mysql_async::{IsolationLevel, TxOpts, Value};
+use shorturl_common::record::Lookup;
+use shorturl_common::time::now_unix;
+use std::collections::HashMap;
+
+/// `code` and the [`LookupCols`] of its row.
+type CodeLookupCols = (String, u8, Option<String>, Option<String>, Option<u64>, u64);
+
+/// Which rows an apply takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Take {
+    /// The row a request just committed.
+    One(u64),
+    /// The oldest pending rows, at most this many.
+    Oldest(usize),
+}
+
+/// What an apply pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Rows taken (locked) by this pass.
+    pub taken: usize,
+    /// Rows applied and deleted.
+    pub applied: usize,
+    /// Whether applying stopped at a row that failed (it stays pending).
+    pub failed: bool,
+}
+
+/// Pending rows: how many, and when the oldest was written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub pending: u64,
+    pub oldest_ms: Option<u64>,
+}
+
+/// Brings Redis up to date with one link's current state; `true` when done.
+pub trait Applier: Sync {
+    /// Writes `state` as `code`'s record and announces it.
+    fn apply<'a>(&'a self, code: &'a str, state: &'a Lookup) -> BoxFuture<'a, bool>;
+}
+
+/// Inserts an outbox row in the caller's transaction; returns its id.
+pub async fn insert(
+    conn: &mut mysql_async::Transaction<'_>,
+    code: &str,
+    version: u64,
+    at_ms: u64,
+) -> Result<u64, mysql_async::Error> {
+    conn.exec_drop(
+        "INSERT INTO outbox (code, version, created_at_ms) VALUES (?, ?, ?)",
+        (code, version, at_ms),
+    )
+    .await?;
+    conn.last_insert_id()
+        .ok_or_else(|| mysql_async::Error::Other("outbox insert returned no id".into()))
+}
+
+impl Store {
+    async fn quiet<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r,
+            Err(_) => Err(DbError::Timeout(self.timeout)),
+        }
+    }
+
+    /// How many rows are pending and the age of the oldest.
+    pub async fn outbox_backlog(&self) -> Result<Backlog, DbError> {
+        self.quiet(async {
+            let mut conn = self.pool.get_conn().await?;
+            let row: Option<(u64, Option<u64>)> = conn
+                .query_first("SELECT COUNT(*), MIN(created_at_ms) FROM outbox")
+                .await?;
+            let (pending, oldest_ms) = row.unwrap_or((0, None));
+            Ok(Backlog { pending, oldest_ms })
+        })
+        .await
+    }
+
+    /// Takes rows (the oldest with `FOR UPDATE SKIP LOCKED`: rows another
+    /// origin or request is applying are left to it; one row by id waiting
+    /// for whoever holds it, so a request never answers before its change
+    /// reached Redis, by its own hand or a drainer's), reads each code's current state and
+    /// hands it to `applier` in row order; rows whose code it applied
+    /// are deleted in the same transaction. Stops at the first refusal (the
+    /// rest stay pending for the next pass, oldest first).
+    pub async fn outbox_apply(&self, take: Take, applier: &dyn Applier) -> Result<Pass, DbError> {
+        self.quiet(async {
+            let mut conn = self.pool.get_conn().await?;
+            let mut opts = TxOpts::default();
+            // Each read sees the latest committed row, not a snapshot.
+            opts.with_isolation_level(IsolationLevel::ReadCommitted);
+            let mut tx = conn.start_transaction(opts).await?;
+            let rows: Vec<(u64, String)> = match take {
+                // Waits if a drainer holds the row: when this returns, the
+                // row was applied (and deleted) by whoever had it, or is ours.
+                Take::One(id) => {
+                    tx.exec("SELECT id, code FROM outbox WHERE id = ? FOR UPDATE", (id,))
+                        .await?
+                }
+                Take::Oldest(n) => {
+                    tx.exec(
+                        "SELECT id, code FROM outbox ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+                        (n as u64,),
+                    )
+                    .await?
+                }
+            };
+            let mut pass = Pass {
+                taken: rows.len(),
+                ..Pass::default()
+            };
+            if rows.is_empty() {
+                tx.rollback().await?;
+                return Ok(pass);
+            }
+            let mut codes: Vec<&str> = rows.iter().map(|(_, c)| c.as_str()).collect();
+            codes.sort_unstable();
+            codes.dedup();
+            let marks = vec!["?"; codes.len()].join(",");
+            let params: Vec<Value> = codes.iter().map(|c| (*c).into()).collect();
+            let current: Vec<CodeLookupCols> = tx
+                .exec(
+                    format!(
+                        "SELECT code, state, long_url, domain, expires_at, version FROM short_code \
+                         WHERE code IN ({marks})"
+                    ),
+                    params,
+                )
+                .await?;
+            let now = now_unix();
+            let mut state: HashMap<String, Lookup> = current
+                .into_iter()
+                .map(|(code, s, url, domain, exp, v)| {
+                    let cols: LookupCols = (s, url, domain, exp, v);
+                    (code, lookup_of(Some(cols), now))
+                })
+                .collect();
+            let mut done: HashMap<&str, bool> = HashMap::new();
+            let mut delete: Vec<Value> = Vec::new();
+            for (id, code) in &rows {
+                let ok = match done.get(code.as_str()) {
+                    Some(ok) => *ok,
+                    None => {
+                        let l = state.remove(code.as_str()).unwrap_or(Lookup::Negative(0));
+                        let ok = applier.apply(code, &l).await;
+                        done.insert(code, ok);
+                        ok
+                    }
+                };
+                if !ok {
+                    pass.failed = true;
+                    break;
+                }
+                delete.push((*id).into());
+            }
+            if !delete.is_empty() {
+                let marks = vec!["?"; delete.len()].join(",");
+                pass.applied = delete.len();
+                tx.exec_drop(format!("DELETE FROM outbox WHERE id IN ({marks})"), delete)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(pass)
+        })
+        .await
+    }
+}

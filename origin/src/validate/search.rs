@@ -1,0 +1,272 @@
+//! Validation of search query strings (`GET /api/v1/links?...`).
+
+use super::validate_url;
+use crate::config::LinksConfig;
+use crate::error::ApiError;
+use crate::store::search::{Filters, StateFilter};
+use shorturl_common::code::is_valid_code;
+use shorturl_common::host::normalize_host;
+use shorturl_common::time::parse_rfc3339;
+
+/// Most links one page may hold.
+pub const MAX_LIMIT: u32 = 1000;
+/// Links per page when `limit` is not given.
+pub const DEFAULT_LIMIT: u32 = 100;
+
+/// A search after validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchRequest {
+    pub filters: Filters,
+    /// 1..=[`MAX_LIMIT`].
+    pub limit: u32,
+    /// The opaque cursor of the previous page (verified later).
+    pub cursor: Option<String>,
+}
+
+const PARAMS: [&str; 11] = [
+    "code",
+    "url",
+    "url_prefix",
+    "domain",
+    "app",
+    "kdt_id",
+    "state",
+    "created_from",
+    "created_to",
+    "limit",
+    "cursor",
+];
+
+fn invalid(kind: &'static str, msg: impl Into<String>) -> ApiError {
+    ApiError::bad_request(kind, msg)
+}
+
+/// Parses and validates the query string of a search (`None`: no query).
+pub fn parse_search(query: Option<&str>, cfg: &LinksConfig) -> Result<SearchRequest, ApiError> {
+    let mut seen: Vec<(&'static str, String)> = Vec::new();
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let Some(name) = PARAMS.iter().find(|p| **p == k) else {
+            return Err(invalid(
+                "invalid_query",
+                format!("unknown query parameter {k:?}"),
+            ));
+        };
+        if seen.iter().any(|(n, _)| n == name) {
+            return Err(invalid(
+                "invalid_query",
+                format!("query parameter {name} given twice"),
+            ));
+        }
+        if v.contains('\u{FFFD}') {
+            return Err(invalid(
+                "invalid_query",
+                format!("query parameter {name} is not valid UTF-8"),
+            ));
+        }
+        seen.push((name, v.into_owned()));
+    }
+    let get = |name: &str| {
+        seen.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    };
+
+    let code = match get("code") {
+        Some(c) if is_valid_code(c) => Some(c.to_owned()),
+        Some(_) => {
+            return Err(invalid(
+                "invalid_code",
+                "code must be 4-32 characters of [0-9A-Za-z_-]",
+            ))
+        }
+        None => None,
+    };
+    let url = get("url")
+        .map(|u| validate_url(u, cfg.max_url_bytes))
+        .transpose()?;
+    let url_prefix = match get("url_prefix") {
+        Some(p)
+            if !p.is_empty()
+                && p.len() <= cfg.max_url_bytes
+                && p.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            Some(p.to_owned())
+        }
+        Some(_) => {
+            return Err(invalid(
+                "invalid_url",
+                format!(
+                    "url_prefix must be 1-{} printable ASCII characters, as URLs are stored \
+                     (percent-encode anything else)",
+                    cfg.max_url_bytes
+                ),
+            ))
+        }
+        None => None,
+    };
+    let domain = match get("domain") {
+        Some(d) => Some(
+            normalize_host(d)
+                .ok_or_else(|| invalid("invalid_domain", format!("not a valid domain: {d:?}")))?,
+        ),
+        None => None,
+    };
+    let app = match get("app") {
+        Some(a) if !a.is_empty() && a.chars().count() <= 64 && !a.chars().any(char::is_control) => {
+            Some(a.to_owned())
+        }
+        Some(_) => {
+            return Err(invalid(
+                "invalid_app",
+                "app must be 1-64 characters without control characters",
+            ))
+        }
+        None => None,
+    };
+    let kdt_id = match get("kdt_id") {
+        Some(k) => Some(
+            k.parse::<u64>()
+                .ok()
+                .filter(|_| k.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| invalid("invalid_kdt_id", "kdt_id must be an integer >= 0"))?,
+        ),
+        None => None,
+    };
+    let state = match get("state") {
+        Some(s) => Some(StateFilter::parse(s).ok_or_else(|| {
+            invalid(
+                "invalid_state",
+                "state must be one of active, disabled, deleted, expired",
+            )
+        })?),
+        None => None,
+    };
+    let time = |name: &'static str| -> Result<Option<u64>, ApiError> {
+        get(name)
+            .map(|t| {
+                parse_rfc3339(t).ok_or_else(|| {
+                    invalid(
+                        "invalid_date",
+                        format!("{name} must be an RFC 3339 date-time, e.g. 2026-01-31T00:00:00Z"),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let created_from = time("created_from")?;
+    let created_to = time("created_to")?;
+    let limit = match get("limit") {
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n) && l.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                invalid(
+                    "invalid_limit",
+                    format!("limit must be an integer from 1 to {MAX_LIMIT}"),
+                )
+            })?,
+        None => DEFAULT_LIMIT,
+    };
+    let cursor = match get("cursor") {
+        Some("") => return Err(invalid("invalid_cursor", "cursor must not be empty")),
+        c => c.map(str::to_owned),
+    };
+    Ok(SearchRequest {
+        filters: Filters {
+            code,
+            url,
+            url_prefix,
+            domain,
+            app,
+            kdt_id,
+            state,
+            created_from,
+            created_to,
+        },
+        limit,
+        cursor,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> LinksConfig {
+        LinksConfig {
+            default_ttl_days: 730,
+            max_ttl_days: 3650,
+            max_url_bytes: 2048,
+            max_body_bytes: 16384,
+            max_batch_body_bytes: 1 << 21,
+            allowed_domains: Default::default(),
+            merchant_domains: Default::default(),
+        }
+    }
+
+    fn kind(q: &str) -> String {
+        match parse_search(Some(q), &cfg()) {
+            Ok(_) => "ok".into(),
+            Err(e) => e.kind.to_string(),
+        }
+    }
+
+    #[test]
+    fn table_of_queries() {
+        for (q, want) in [
+            ("", "ok"),
+            ("domain=S.Shop55.com.&state=expired&limit=1000", "ok"),
+            ("url=https%3A%2F%2Fx.com%2Fa&kdt_id=55&app=demo", "ok"),
+            (
+                "url_prefix=https://x.com/p/&created_from=2026-01-01T00:00:00Z",
+                "ok",
+            ),
+            (
+                "code=abcd&created_to=2026-01-01T08:00:00%2B08:00&cursor=x",
+                "ok",
+            ),
+            ("nope=1", "invalid_query"),
+            ("domain=a.com&domain=b.com", "invalid_query"),
+            ("domain=%FF", "invalid_query"),
+            ("code=ab", "invalid_code"),
+            ("url=ftp://x", "invalid_url"),
+            ("url_prefix=", "invalid_url"),
+            ("url_prefix=https://x/%20", "invalid_url"),
+            ("url_prefix=https://例え", "invalid_url"),
+            ("domain=bad%20domain", "invalid_domain"),
+            ("domain=", "invalid_domain"),
+            ("app=", "invalid_app"),
+            ("kdt_id=-1", "invalid_kdt_id"),
+            ("kdt_id=%2B5", "invalid_kdt_id"),
+            ("kdt_id=99999999999999999999", "invalid_kdt_id"),
+            ("state=gone", "invalid_state"),
+            ("created_from=yesterday", "invalid_date"),
+            ("created_to=2026-13-01T00:00:00Z", "invalid_date"),
+            ("limit=0", "invalid_limit"),
+            ("limit=1001", "invalid_limit"),
+            ("limit=%2B5", "invalid_limit"),
+            ("cursor=", "invalid_cursor"),
+        ] {
+            assert_eq!(kind(q), want, "{q}");
+        }
+    }
+
+    #[test]
+    fn values_are_normalised() {
+        let r = parse_search(
+            Some("domain=S.Shop55.com.&url=https://例え.jp/パ&created_from=1970-01-01T00:01:00Z"),
+            &cfg(),
+        )
+        .unwrap();
+        assert_eq!(r.filters.domain.as_deref(), Some("s.shop55.com"));
+        assert!(r
+            .filters
+            .url
+            .as_deref()
+            .unwrap()
+            .starts_with("https://xn--"));
+        assert_eq!(r.filters.created_from, Some(60));
+        assert_eq!(r.limit, DEFAULT_LIMIT);
+    }
+}
