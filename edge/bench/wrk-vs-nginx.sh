@@ -10,12 +10,20 @@
 # fixed `return 302`. Nothing else from the stack is needed: no origin runs
 # (every code is in Redis). Needs: redis-server, nginx, wrk, a release build
 # (`cargo build --release -p shorturl-edge`).
+#
+# BASELINE_BIN=/path/to/an/older/shorturl-edge adds that binary as a third
+# server (same records, same config but for BASELINE_LIMITS, the `limits`
+# line an older config format accepts), interleaved with the other two in
+# every round: the before/after comparison of a change on the hot path.
 set -euo pipefail
 DUR=${1:-10}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${EDGE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/shorturl-edge}
 WORK=$(mktemp -d /tmp/shorturl-bench.XXXXXX)
 REDIS_PORT=${REDIS_PORT:-26379}; EDGE_PORT=${EDGE_PORT:-28080}; NGINX_PORT=${NGINX_PORT:-28081}
+BASE_PORT=${BASE_PORT:-28082}; BASELINE_BIN=${BASELINE_BIN:-}
+BASELINE_LIMITS=${BASELINE_LIMITS:-"limits: { unknown_per_ip_per_sec: 0 }"}
+ROUNDS=${ROUNDS:-2}
 CODES=100000
 PIDS=()
 cleanup() {
@@ -55,6 +63,12 @@ edge:
 YAML
 RUST_LOG=error taskset -c 0 "$BIN" -c "$WORK/edge.yaml" >"$WORK/edge.log" 2>&1 &
 PIDS+=($!); wait_tcp "$EDGE_PORT"
+if [ -n "$BASELINE_BIN" ]; then
+  sed -e "s|127.0.0.1:$EDGE_PORT|127.0.0.1:$BASE_PORT|" -e "s|$WORK/edge\.|$WORK/base.|g" \
+    -e "s|^  limits:.*|  $BASELINE_LIMITS|" "$WORK/edge.yaml" >"$WORK/base.yaml"
+  RUST_LOG=error taskset -c 0 "$BASELINE_BIN" -c "$WORK/base.yaml" >"$WORK/base.log" 2>&1 &
+  PIDS+=($!); wait_tcp "$BASE_PORT"
+fi
 
 cat >"$WORK/nginx.conf" <<NGX
 worker_processes 1;
@@ -93,15 +107,19 @@ request = function()
   return wrk.format("GET", string.format("/c%05d", i), { ["Host"] = "s.shop55.com" })
 end
 LUA
-# Warm the edge: every code through Redis into memory, until the status
+# Warm an edge: every code through Redis into memory, until its status
 # shows all 100k codes were looked up once.
-hits=0
-for _ in $(seq 1 20); do
-  taskset -c 1 wrk -t1 -c64 -d3s -s "$WORK/sequential.lua" "http://127.0.0.1:$EDGE_PORT/" -- "$hits" >/dev/null
-  hits=$(curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$EDGE_PORT/shorturl_status" | sed -n 's/.*"redis":{"hit":\([0-9]*\).*/\1/p')
-  [ "${hits:-0}" -ge "$CODES" ] && break
-done
-echo "warm: $hits codes read from Redis into the edge's memory"
+warm() { # port name
+  local hits=0
+  for _ in $(seq 1 20); do
+    taskset -c 1 wrk -t1 -c64 -d3s -s "$WORK/sequential.lua" "http://127.0.0.1:$1/" -- "$hits" >/dev/null
+    hits=$(curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$1/shorturl_status" | sed -n 's/.*"redis":{[^}]*"hit":\([0-9]*\).*/\1/p')
+    [ "${hits:-0}" -ge "$CODES" ] && break
+  done
+  echo "warm $2: $hits codes read from Redis into its memory"
+}
+warm "$EDGE_PORT" edge
+[ -n "$BASELINE_BIN" ] && warm "$BASE_PORT" baseline
 
 run() { # name port
   echo "== $1"
@@ -109,9 +127,10 @@ run() { # name port
     | grep -E "Requests/sec|Latency  |99%|50%|Non-2xx|Socket errors|requests in"
 }
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); duration ${DUR}s"
-for round in 1 2; do
+for round in $(seq 1 "$ROUNDS"); do
   echo "-- round $round"
   run nginx "$NGINX_PORT"
   run edge "$EDGE_PORT"
+  [ -n "$BASELINE_BIN" ] && run baseline "$BASE_PORT"
 done
 echo "edge status: $(curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$EDGE_PORT/shorturl_status")"

@@ -43,14 +43,7 @@ impl RedisStore {
 
     fn manager(&self) -> Result<ConnectionManager, RedisError> {
         let m = self.manager.get_or_init(|| {
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.cfg.connect_timeout))
-                .set_response_timeout(Some(self.cfg.timeout))
-                .set_number_of_retries(1)
-                .set_min_delay(Duration::from_millis(10))
-                .set_max_delay(Duration::from_millis(500));
-            ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-                .map_err(|e| e.to_string())
+            lazy_manager(&self.client, self.cfg.connect_timeout, self.cfg.timeout)
         });
         match m {
             Ok(m) => Ok(m.clone()),
@@ -81,4 +74,22 @@ impl RedisStore {
             Err(_) => Err(RedisError::Timeout),
         }
     }
+}
+
+/// A connection manager that connects on first use and reconnects by
+/// itself (a bare multiplexed connection never recovers after a Redis
+/// restart): one retry inside the caller's budget, short backoff. Every
+/// Redis client of the edge is built here so they all behave alike.
+pub(crate) fn lazy_manager(
+    client: &redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> Result<ConnectionManager, String> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(Some(response_timeout))
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(500));
+    ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(|e| e.to_string())
 }

@@ -254,11 +254,12 @@ pub fn validate_url(raw: &str, max_bytes: usize) -> Result<String, ApiError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
-    fn cfg() -> LinksConfig {
+    /// The limits every validation test runs with.
+    pub(crate) fn cfg() -> LinksConfig {
         LinksConfig {
             default_ttl_days: 730,
             max_ttl_days: 3650,

@@ -251,14 +251,7 @@ impl LocalCache {
             if e.version() >= version && !matches!(e.answer(), AnswerRef::Unavailable) {
                 return Invalidated::Current;
             }
-            let before = (st.policy.bytes(), st.policy.len());
-            st.policy.remove(&shard.table, e, &guard);
-            Change {
-                bytes_before: before.0,
-                bytes_after: st.policy.bytes(),
-                len_before: before.1,
-                len_after: st.policy.len(),
-            }
+            st.policy.remove_counted(&shard.table, e, &guard)
         };
         self.account(&change, 0);
         Invalidated::Dropped
@@ -305,14 +298,7 @@ impl LocalCache {
             let Some(e) = shard.table.find(hash, code, &guard) else {
                 return false;
             };
-            let before = (st.policy.bytes(), st.policy.len());
-            st.policy.remove(&shard.table, e, &guard);
-            Change {
-                bytes_before: before.0,
-                bytes_after: st.policy.bytes(),
-                len_before: before.1,
-                len_after: st.policy.len(),
-            }
+            st.policy.remove_counted(&shard.table, e, &guard)
         };
         self.account(&change, 0);
         true

@@ -265,6 +265,19 @@ impl State {
     }
 
     /// Drops `e` (an entry of this shard) from its queue and the table.
+    /// [`State::remove`], returning the bytes and entries before and after
+    /// for the cache-wide accounting.
+    pub(super) fn remove_counted(&mut self, table: &Table, e: &Entry, guard: &Guard) -> Change {
+        let (bytes_before, len_before) = (self.bytes(), self.len());
+        self.remove(table, e, guard);
+        Change {
+            bytes_before,
+            bytes_after: self.bytes(),
+            len_before,
+            len_after: self.len(),
+        }
+    }
+
     pub(super) fn remove(&mut self, table: &Table, e: &Entry, guard: &Guard) {
         let q = e.queue.load(Relaxed);
         self.queue(q).unlink(e);

@@ -243,14 +243,7 @@ fn d_health_path() -> String {
 }
 /// Loopback and private ranges: operators and monitoring, not the internet.
 pub fn d_status_allow() -> Vec<String> {
-    [
-        "127.0.0.0/8",
-        "::1/128",
-        "10.0.0.0/8",
-        "172.16.0.0/12",
-        "192.168.0.0/16",
-        "fc00::/7",
-    ]
-    .map(String::from)
-    .to_vec()
+    shorturl_common::cidr::DEFAULT_STATUS_ALLOW
+        .map(String::from)
+        .to_vec()
 }

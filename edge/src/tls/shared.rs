@@ -7,7 +7,7 @@
 //! (`redis.tls_timeout`): none of this is on the redirect path.
 
 use super::cert::{Certified, Source};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use shorturl_common::keys;
 use shorturl_common::tls::CertBundle;
 use std::sync::{Arc, OnceLock};
@@ -58,16 +58,9 @@ impl SharedStore {
     }
 
     fn conn(&self) -> Result<ConnectionManager, SharedError> {
-        let m = self.manager.get_or_init(|| {
-            let cfg = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.timeout))
-                .set_response_timeout(Some(self.timeout))
-                .set_number_of_retries(1)
-                .set_min_delay(Duration::from_millis(10))
-                .set_max_delay(Duration::from_millis(500));
-            ConnectionManager::new_lazy_with_config(self.client.clone(), cfg)
-                .map_err(|e| e.to_string())
-        });
+        let m = self
+            .manager
+            .get_or_init(|| crate::redis_store::lazy_manager(&self.client, self.timeout, self.timeout));
         match m {
             Ok(m) => Ok(m.clone()),
             Err(e) => Err(SharedError::Setup(e.clone())),

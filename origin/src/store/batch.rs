@@ -1,7 +1,7 @@
 //! The group-commit statement: many issued ids claimed in one transaction.
 
 use super::audit::{self, AuditAction, AuditRow};
-use super::{DbError, LinkData, RowState, Store, CREATED_VERSION};
+use super::{DbError, LinkData, RowState, Store, NEW_LINK_COLUMNS};
 use mysql_async::prelude::*;
 use mysql_async::TxOpts;
 use shorturl_common::failpoint;
@@ -46,26 +46,13 @@ impl Store {
                 let mut created = Vec::with_capacity(free.len());
                 for ((id, code, d), _) in items.iter().zip(&claimed).filter(|(_, c)| **c) {
                     created.push((code.as_str(), d.app.as_str(), d.row(code)));
-                    params.extend([
-                        (*id).into(),
-                        code.as_str().into(),
-                        RowState::Active.into(),
-                        d.url.as_str().into(),
-                        d.domain.as_str().into(),
-                        d.app.as_str().into(),
-                        d.client_app.as_deref().into(),
-                        d.client_version.as_deref().into(),
-                        d.kdt_id.into(),
-                        d.created_at.into(),
-                        d.created_at.into(),
-                        d.expires_at.into(),
-                        CREATED_VERSION.into(),
-                    ]);
+                    params.push((*id).into());
+                    params.push(code.as_str().into());
+                    params.extend(d.new_link_values());
                 }
                 tx.exec_drop(
                     format!(
-                        "INSERT INTO short_code (id, code, state, long_url, domain, app, client_app, client_version, \
-                         kdt_id, created_at, updated_at, expires_at, version) VALUES {rows} ON DUPLICATE KEY UPDATE \
+                        "INSERT INTO short_code (id, code, {NEW_LINK_COLUMNS}) VALUES {rows} ON DUPLICATE KEY UPDATE \
                          state = VALUES(state), long_url = VALUES(long_url), domain = VALUES(domain), app = VALUES(app), \
                          client_app = VALUES(client_app), client_version = VALUES(client_version), \
                          kdt_id = VALUES(kdt_id), created_at = VALUES(created_at), updated_at = VALUES(updated_at), \

@@ -14,7 +14,7 @@
 
 use super::audit::{self, AuditAction, AuditRow};
 use super::error::{is_lock_conflict, server_code};
-use super::{DbError, LinkData, RowState, Store, CREATED_VERSION};
+use super::{DbError, LinkData, RowState, Store, NEW_LINK_COLUMNS};
 use crate::db::CUSTOM_ID_BASE;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, TxOpts};
@@ -85,21 +85,12 @@ async fn claim_once(
                 "UPDATE short_code SET state = ?, long_url = ?, domain = ?, app = ?, client_app = ?, \
                  client_version = ?, kdt_id = ?, created_at = ?, updated_at = ?, expires_at = ?, version = ? \
                  WHERE id = ? AND state = ?",
-                mysql_async::Params::Positional(vec![
-                    RowState::Active.into(),
-                    d.url.as_str().into(),
-                    d.domain.as_str().into(),
-                    d.app.as_str().into(),
-                    d.client_app.as_deref().into(),
-                    d.client_version.as_deref().into(),
-                    d.kdt_id.into(),
-                    d.created_at.into(),
-                    d.created_at.into(),
-                    d.expires_at.into(),
-                    CREATED_VERSION.into(),
-                    id.into(),
-                    RowState::Free.into(),
-                ]),
+                mysql_async::Params::Positional(
+                    d.new_link_values()
+                        .into_iter()
+                        .chain([id.into(), RowState::Free.into()])
+                        .collect(),
+                ),
             )
             .await?;
             tx.affected_rows() == 1
@@ -107,23 +98,16 @@ async fn claim_once(
         Ok(id) => {
             let r = tx
                 .exec_drop(
-                    "INSERT INTO short_code (id, code, state, long_url, domain, app, client_app, client_version, \
-                     kdt_id, created_at, updated_at, expires_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    mysql_async::Params::Positional(vec![
-                        id.into(),
-                        code.into(),
-                        RowState::Active.into(),
-                        d.url.as_str().into(),
-                        d.domain.as_str().into(),
-                        d.app.as_str().into(),
-                        d.client_app.as_deref().into(),
-                        d.client_version.as_deref().into(),
-                        d.kdt_id.into(),
-                        d.created_at.into(),
-                        d.created_at.into(),
-                        d.expires_at.into(),
-                        CREATED_VERSION.into(),
-                    ]),
+                    format!(
+                        "INSERT INTO short_code (id, code, {NEW_LINK_COLUMNS}) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    mysql_async::Params::Positional(
+                        [id.into(), code.into()]
+                            .into_iter()
+                            .chain(d.new_link_values())
+                            .collect(),
+                    ),
                 )
                 .await;
             match r {

@@ -47,6 +47,10 @@ pub struct LinkData {
     pub expires_at: u64,
 }
 
+/// The columns [`LinkData::new_link_values`] fills, in its order.
+pub const NEW_LINK_COLUMNS: &str =
+    "state, long_url, domain, app, client_app, client_version, kdt_id, created_at, updated_at, expires_at, version";
+
 /// Row version of a link when it is created.
 pub const CREATED_VERSION: u64 = 1;
 
@@ -59,6 +63,26 @@ impl LinkData {
             domain: self.domain.clone(),
             url: self.url.clone(),
         }
+    }
+
+    /// Column values of a newly created link, in the order of
+    /// [`NEW_LINK_COLUMNS`]: the single list every creation statement binds
+    /// (group commit, custom-code insert and takeover), so the three never
+    /// drift apart.
+    pub fn new_link_values(&self) -> [mysql_async::Value; 11] {
+        [
+            RowState::Active.into(),
+            self.url.as_str().into(),
+            self.domain.as_str().into(),
+            self.app.as_str().into(),
+            self.client_app.as_deref().into(),
+            self.client_version.as_deref().into(),
+            self.kdt_id.into(),
+            self.created_at.into(),
+            self.created_at.into(),
+            self.expires_at.into(),
+            CREATED_VERSION.into(),
+        ]
     }
 
     /// The row this link becomes once `code` is claimed for it.

@@ -78,19 +78,15 @@ pub fn parse_patch(body: &[u8], cfg: &LinksConfig, now: u64) -> Result<Patch, Ap
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
 
     const NOW: u64 = 1_800_000_000;
 
+    /// Tighter limits than the shared ones, so their errors are easy to reach.
     fn cfg() -> LinksConfig {
         LinksConfig {
-            default_ttl_days: 730,
             max_ttl_days: 10,
             max_url_bytes: 64,
-            max_body_bytes: 16384,
-            max_batch_body_bytes: 1 << 21,
-            allowed_domains: BTreeSet::new(),
-            merchant_domains: Default::default(),
+            ..crate::validate::tests::cfg()
         }
     }
 

@@ -192,18 +192,7 @@ pub fn parse_search(query: Option<&str>, cfg: &LinksConfig) -> Result<SearchRequ
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cfg() -> LinksConfig {
-        LinksConfig {
-            default_ttl_days: 730,
-            max_ttl_days: 3650,
-            max_url_bytes: 2048,
-            max_body_bytes: 16384,
-            max_batch_body_bytes: 1 << 21,
-            allowed_domains: Default::default(),
-            merchant_domains: Default::default(),
-        }
-    }
+    use crate::validate::tests::cfg;
 
     fn kind(q: &str) -> String {
         match parse_search(Some(q), &cfg()) {

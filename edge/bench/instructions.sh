@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# CPU instructions per redirect from the edge's memory, counted by
+# valgrind's callgrind: unlike req/s it does not move with whatever else the
+# machine is doing, so two builds can be compared on a busy machine.
+#
+#   edge/bench/instructions.sh BIN [BIN ...]
+#
+# For each binary: a private Redis with 2,000 records, the edge under
+# callgrind (one server thread), a warm-up pass that puts every code in the
+# edge's memory, counters zeroed, then REQUESTS keep-alive GETs of random
+# cached codes (wrk -t1 -c8 until the edge's status counts them), counters
+# dumped. Prints instructions per request (all threads, so the background
+# tasks' share is included: it is tiny next to thousands of requests).
+# EDGE_LIMITS sets the config's `limits` line for binaries whose config
+# format predates a key. Needs valgrind, redis-server, wrk, curl.
+set -euo pipefail
+[ $# -ge 1 ] || { sed -n '2,16p' "$0"; exit 2; }
+REQUESTS=${REQUESTS:-20000}
+CODES=2000
+REDIS_PORT=${REDIS_PORT:-26479}; EDGE_PORT=${EDGE_PORT:-28180}
+WORK=$(mktemp -d /tmp/shorturl-instr.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+wait_tcp() { for _ in $(seq 1 600); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "no listener on $1" >&2; exit 1; }
+status_field() { curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$EDGE_PORT/shorturl_status" | sed -n "s/.*\"local\":{[^}]*\"$1\":\\([0-9]*\\).*/\\1/p"; }
+
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+PIDS+=($!); wait_tcp "$REDIS_PORT"
+EXP=$(( $(date +%s) + 86400 ))
+awk -v ex="$EXP" -v n="$CODES" 'BEGIN { for (i = 0; i < n; i++) printf "SET su:1:link:c%05d \"1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench\"\n", i, ex, i }' \
+  | redis-cli -p "$REDIS_PORT" --pipe >/dev/null
+cat >"$WORK/seq.lua" <<'LUA'
+local i = -1
+init = function(args) i = (tonumber(args[1]) or 0) - 1 end
+request = function()
+  i = (i + 1) % 2000
+  return wrk.format("GET", string.format("/c%05d", i), { ["Host"] = "s.shop55.com" })
+end
+LUA
+cat >"$WORK/random.lua" <<'LUA'
+math.randomseed(7)
+request = function()
+  return wrk.format("GET", string.format("/c%05d", math.random(0, 1999)), { ["Host"] = "s.shop55.com" })
+end
+LUA
+
+for bin in "$@"; do
+  cat >"$WORK/edge.yaml" <<YAML
+server:
+  version: 1
+  threads: 1
+  pid_file: $WORK/edge.pid
+  upgrade_sock: $WORK/edge.sock
+  grace_period_seconds: 1
+  graceful_shutdown_timeout_seconds: 1
+edge:
+  listen: ["127.0.0.1:$EDGE_PORT"]
+  default_domain: s.shop55.com
+  # Generous timeouts: under callgrind everything is ~50x slower, and a
+  # Redis read that times out would turn hits into origin misses.
+  redis: { url: "redis://127.0.0.1:$REDIS_PORT/", timeout_ms: 2000, connect_timeout_ms: 2000 }
+  origin: { servers: ["127.0.0.1:1"] }
+  cache: { max_bytes: 67108864, positive_ttl_secs: 3600 }
+  ${EDGE_LIMITS:-"limits: { unknown_per_ip_per_sec: 0, max_connections_per_ip: 0 }"}
+  access_log: { path: off }
+YAML
+  rm -f "$WORK"/callgrind.out.*
+  RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
+    "$bin" -c "$WORK/edge.yaml" >"$WORK/edge.log" 2>&1 &
+  vpid=$!; PIDS+=($vpid); wait_tcp "$EDGE_PORT"
+  # Warm: every code read once from Redis into memory.
+  miss=0
+  for _ in $(seq 1 30); do
+    wrk -t1 -c8 -d2s -s "$WORK/seq.lua" "http://127.0.0.1:$EDGE_PORT/" -- "$miss" >/dev/null
+    miss=$(status_field miss); [ "${miss:-0}" -ge "$CODES" ] && break
+  done
+  # A second full pass: whatever the first left out (codes in flight when
+  # a wrk run stopped) is read now, so the measured phase sees only hits.
+  wrk -t1 -c8 -d4s -s "$WORK/seq.lua" "http://127.0.0.1:$EDGE_PORT/" -- 0 >/dev/null
+  m0=$(status_field miss)
+  callgrind_control -z "$vpid" >/dev/null
+  h0=$(status_field hit)
+  # Keep the load on until the edge has counted REQUESTS more hits.
+  while :; do
+    wrk -t1 -c8 -d2s -s "$WORK/random.lua" "http://127.0.0.1:$EDGE_PORT/" >/dev/null
+    h1=$(status_field hit); [ $(( h1 - h0 )) -ge "$REQUESTS" ] && break
+  done
+  callgrind_control -d "$vpid" >/dev/null
+  h1=$(status_field hit); m1=$(status_field miss)
+  sleep 1
+  [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$WORK"/callgrind.out.* "$KEEP/" && echo "kept $(ls "$KEEP")"
+  ir=$(cat "$WORK"/callgrind.out.* | awk '/^summary:/ { s += $2 } END { print s + 0 }')
+  kill "$vpid" 2>/dev/null || true; wait "$vpid" 2>/dev/null || true
+  n=$(( h1 - h0 )); m=$(( m1 - m0 ))
+  [ "$m" -eq 0 ] || echo "warning: $m misses while measuring (cache not warm, or lookups failed): the figure is not a pure memory-hit cost" >&2
+  echo "$bin: $n memory hits, $m misses, $ir instructions, $(( ir / n )) instructions per request"
+done
