@@ -42,9 +42,9 @@ impl RedisStore {
     }
 
     fn manager(&self) -> Result<ConnectionManager, RedisError> {
-        let m = self.manager.get_or_init(|| {
-            lazy_manager(&self.client, self.cfg.connect_timeout, self.cfg.timeout)
-        });
+        let m = self
+            .manager
+            .get_or_init(|| lazy_manager(&self.client, self.cfg.connect_timeout, self.cfg.timeout));
         match m {
             Ok(m) => Ok(m.clone()),
             Err(e) => Err(RedisError::Setup(e.clone())),

@@ -58,9 +58,9 @@ impl SharedStore {
     }
 
     fn conn(&self) -> Result<ConnectionManager, SharedError> {
-        let m = self
-            .manager
-            .get_or_init(|| crate::redis_store::lazy_manager(&self.client, self.timeout, self.timeout));
+        let m = self.manager.get_or_init(|| {
+            crate::redis_store::lazy_manager(&self.client, self.timeout, self.timeout)
+        });
         match m {
             Ok(m) => Ok(m.clone()),
             Err(e) => Err(SharedError::Setup(e.clone())),
