@@ -78,7 +78,7 @@ async fn reap_a_million_expired_links() {
     s.sql(&format!(
         "INSERT INTO short_code (id, code, state, long_url, domain, app, created_at, updated_at, \
          expires_at, version) \
-         SELECT {ID_BASE} + seq, CONCAT('zz', CONV(seq, 10, 36)), 1, \
+         SELECT {ID_BASE} + seq, CONCAT('old_', seq), 1, \
                 CONCAT('https://old.example.com/item/', seq), 'sho.rt', 'demo', \
                 UNIX_TIMESTAMP() - 800 * 86400, UNIX_TIMESTAMP() - 800 * 86400, \
                 UNIX_TIMESTAMP() - 86400 - seq % 100000, 1 \
