@@ -23,6 +23,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "search_indexes",
         include_str!("../migrations/0003_search_indexes.sql"),
     ),
+    (
+        4,
+        "lifecycle",
+        include_str!("../migrations/0004_lifecycle.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

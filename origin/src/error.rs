@@ -72,6 +72,9 @@ impl From<LinkError> for ApiError {
             LinkError::LinkDeleted => {
                 ApiError::new(StatusCode::CONFLICT, "link_deleted", e.to_string())
             }
+            LinkError::LinkExpired => {
+                ApiError::new(StatusCode::CONFLICT, "link_expired", e.to_string())
+            }
             LinkError::CodeTaken(_) => {
                 ApiError::new(StatusCode::CONFLICT, "code_taken", e.to_string())
             }

@@ -13,6 +13,7 @@ pub mod db;
 pub mod error;
 pub mod http;
 pub mod issuer;
+pub mod lifecycle;
 pub mod links;
 pub mod metrics;
 pub mod outbox;

@@ -1,8 +1,8 @@
-//! `shorturl-origin`: serve, migrate, pregen, check.
+//! `shorturl-origin`: serve, migrate, pregen, reap, check.
 
 use clap::{Parser, Subcommand};
 use shorturl_origin::config::Config;
-use shorturl_origin::{bench, db, pregen, serve};
+use shorturl_origin::{bench, db, lifecycle, pregen, serve};
 use std::error::Error;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -36,6 +36,16 @@ enum Cmd {
         /// Rows per INSERT/commit.
         #[arg(long, default_value_t = 20_000)]
         chunk: u64,
+        /// Hide the progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Mark links past their expiry `expired` now (one pass under the
+    /// reaper lease), then apply them to Redis; prints what it did.
+    Reap {
+        /// Rows per second at most (default: lifecycle.reap_rate_per_sec).
+        #[arg(long)]
+        rate: Option<u32>,
         /// Hide the progress bar.
         #[arg(long)]
         quiet: bool,
@@ -112,6 +122,18 @@ fn main() -> ExitCode {
                         r.rows_per_sec
                     );
                 }
+                Ok(())
+            }
+            Cmd::Reap { rate, quiet } => {
+                let r = lifecycle::cli::run(&cfg, rate, !quiet).await?;
+                println!(
+                    "reap: {} links marked expired in {:.2} s ({:.0}/s); {} outbox rows applied to Redis in {:.2} s",
+                    r.reaped,
+                    r.reap_secs,
+                    r.reaped as f64 / r.reap_secs.max(1e-9),
+                    r.applied,
+                    r.apply_secs
+                );
                 Ok(())
             }
             Cmd::Bench {

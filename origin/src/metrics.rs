@@ -39,6 +39,15 @@ pub struct Metrics {
     pub outbox_failed: IntCounter,
     /// Age of the oldest pending outbox row, seconds.
     pub outbox_oldest_age: Gauge,
+    /// Links this process's reaper marked expired.
+    pub lifecycle_reaped: IntCounter,
+    /// Unix time (seconds) this process's reaper last finished a pass.
+    pub lifecycle_last_run: IntGauge,
+    /// Links past their expiry and not reaped yet (as last counted by the
+    /// lease holder; -1 until this process counted).
+    pub lifecycle_backlog: IntGauge,
+    /// 1 while this process holds the reaper's lease.
+    pub lifecycle_lease_held: IntGauge,
 }
 
 fn counter(reg: &Registry, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
@@ -134,6 +143,30 @@ impl Metrics {
                 r.register(Box::new(g.clone()))?;
                 g
             },
+            lifecycle_reaped: counter(
+                &r,
+                "lifecycle_reaped_total",
+                "Links the reaper marked expired (this process)",
+            )?,
+            lifecycle_last_run: gauge(
+                &r,
+                "lifecycle_last_run_timestamp_seconds",
+                "Unix time the reaper last finished a pass (0: never, in this process)",
+            )?,
+            lifecycle_backlog: {
+                let g = gauge(
+                    &r,
+                    "lifecycle_backlog",
+                    "Links past their expiry not reaped yet (-1: not counted by this process)",
+                )?;
+                g.set(-1);
+                g
+            },
+            lifecycle_lease_held: gauge(
+                &r,
+                "lifecycle_lease_held",
+                "1 while this process holds the reaper lease",
+            )?,
             registry: r,
         })
     }
@@ -203,6 +236,10 @@ mod tests {
             "shorturl_outbox_applied_total 0",
             "shorturl_outbox_failed_total 0",
             "shorturl_outbox_oldest_age_seconds 0",
+            "shorturl_lifecycle_reaped_total 0",
+            "shorturl_lifecycle_last_run_timestamp_seconds 0",
+            "shorturl_lifecycle_backlog -1",
+            "shorturl_lifecycle_lease_held 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }

@@ -103,6 +103,21 @@ impl Outbox {
         }
     }
 
+    /// Applies pending rows, oldest first, until none is left or Redis
+    /// refuses one; returns how many were applied. Unlike [`Outbox::drain_once`]
+    /// it does not count the backlog before each batch: after a large reap
+    /// (a million rows) that count would cost more than the batch.
+    pub async fn drain_all(&self) -> u64 {
+        let mut total = 0u64;
+        while let Some(p) = self.apply(Take::Oldest(DRAIN_BATCH)).await {
+            total += p.applied as u64;
+            if p.failed || p.applied < DRAIN_BATCH {
+                break;
+            }
+        }
+        total
+    }
+
     /// The background drainer: runs until the task is aborted.
     pub async fn run_drainer(self: Arc<Self>) {
         let mut failing = false;

@@ -11,6 +11,7 @@ use crate::config::{Config, CounterBackend};
 use crate::http::{router, AppState};
 use crate::issuer::counter::{highest_used_id, Counter, MysqlCounter, RedisCounter};
 use crate::issuer::Issuer;
+use crate::lifecycle::{holder_id, Reaper};
 use crate::links::{Links, Parts};
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -126,6 +127,16 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     spawn_capacity_refresh(pool.clone(), Arc::clone(&issuer));
     // Every origin drains the outbox (rows are taken with SKIP LOCKED).
     let drainer = tokio::spawn(Arc::clone(&links.outbox).run_drainer());
+    // Every origin runs a reaper; the one holding the lease reaps.
+    let reaper = cfg.lifecycle.enabled.then(|| {
+        Arc::new(Reaper::new(
+            links.store.clone(),
+            cfg.lifecycle.clone(),
+            Arc::clone(&links.metrics),
+            holder_id("serve"),
+        ))
+    });
+    let reaper_task = reaper.as_ref().map(|r| tokio::spawn(Arc::clone(r).run()));
 
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
@@ -153,6 +164,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         r = &mut server => {
             // The server stopped by itself (an accept error).
             drainer.abort();
+            stop_reaper(reaper_task, reaper).await;
             return finish(r, apollo_task, pool, Instant::now() + cfg.shutdown_grace).await;
         }
         () = shutdown_signal() => Instant::now() + cfg.shutdown_grace,
@@ -160,6 +172,8 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let _ = stop_tx.send(());
     // Rows it leaves are applied by another origin or after the restart.
     drainer.abort();
+    // The lease is given up so another origin takes over at once.
+    stop_reaper(reaper_task, reaper).await;
     let r = match tokio::time::timeout_at(deadline, &mut server).await {
         Ok(r) => r,
         Err(_) => {
@@ -170,6 +184,17 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         }
     };
     finish(r, apollo_task, pool, deadline).await
+}
+
+/// Stops the reaper and releases its lease (bounded: a MySQL that does not
+/// answer leaves the lease to run out by itself).
+async fn stop_reaper(task: Option<tokio::task::JoinHandle<()>>, reaper: Option<Arc<Reaper>>) {
+    if let Some(t) = task {
+        t.abort();
+    }
+    if let Some(r) = reaper {
+        let _ = tokio::time::timeout(Duration::from_secs(1), r.release()).await;
+    }
 }
 
 /// Stops the background work and closes MySQL within what is left of the grace.

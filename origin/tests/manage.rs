@@ -49,6 +49,7 @@ async fn a_link_is_read_edited_disabled_enabled_deleted_and_its_history_kept() {
             "expires_at",
             "expires_at_unix",
             "kdt_id",
+            "reaped_at",
             "short_url",
             "state",
             "updated_at",

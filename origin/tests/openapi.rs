@@ -73,7 +73,8 @@ fn link() -> Value {
         "domain": "sho.rt", "state": "active", "version": 1, "app": "demo",
         "client_app": null, "client_version": null, "kdt_id": 55,
         "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
-        "expires_at": "2028-01-01T00:00:00Z", "expires_at_unix": 1830297600u64
+        "expires_at": "2028-01-01T00:00:00Z", "expires_at_unix": 1830297600u64,
+        "reaped_at": null
     })
 }
 

@@ -30,6 +30,8 @@ pub struct FileConfig {
     /// CIDRs that may read `/shorturl_status` (default: loopback and private ranges).
     #[serde(default)]
     pub status_allow: Option<Vec<String>>,
+    #[serde(default)]
+    pub lifecycle: LifecycleFile,
 }
 
 fn default_scheme() -> String {
@@ -113,4 +115,21 @@ pub struct AppFile {
     /// kdt_ids this key is bound to (absent or empty: none).
     #[serde(default)]
     pub merchants: Vec<u64>,
+}
+
+/// `lifecycle:` (the reaper; absent keys take the defaults of
+/// [`super::lifecycle::LifecycleConfig`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleFile {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    #[serde(default)]
+    pub reap_rate_per_sec: Option<u32>,
+    #[serde(default)]
+    pub reap_batch: Option<usize>,
+    #[serde(default)]
+    pub reap_interval_secs: Option<u64>,
+    #[serde(default)]
+    pub lease_ttl_secs: Option<u64>,
 }

@@ -6,8 +6,10 @@
 //! naming the field, never later on a request.
 
 pub mod file;
+mod lifecycle;
 mod tenancy;
 
+pub use lifecycle::LifecycleConfig;
 pub use tenancy::AppConfig;
 
 use file::FileConfig;
@@ -97,6 +99,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Peers that may read `/shorturl_status`; others get the protocol 404.
     pub status_allow: CidrList,
+    /// The reaper of expired links.
+    pub lifecycle: LifecycleConfig,
 }
 
 /// A configuration problem, naming the field.
@@ -285,6 +289,7 @@ impl Config {
             })?,
             None => CidrList::default_status_allow(),
         };
+        let lifecycle = lifecycle::lifecycle(f.lifecycle)?;
         Ok(Config {
             listen,
             default_domain,
@@ -299,6 +304,7 @@ impl Config {
             apollo,
             shutdown_grace: Duration::from_secs(f.shutdown_grace_secs.unwrap_or(10)),
             status_allow,
+            lifecycle,
         })
     }
 

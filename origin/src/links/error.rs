@@ -42,6 +42,10 @@ pub enum LinkError {
     /// The link was deleted; it can no longer change.
     #[error("the link was deleted and cannot change")]
     LinkDeleted,
+    /// The link was reaped past its expiry: only a later expiry (a
+    /// renewal) may change it.
+    #[error("the link expired; renew it with a later expires_at")]
+    LinkExpired,
     /// Every pre-generated code has been issued.
     #[error("all {capacity} pre-generated codes have been issued")]
     CodesExhausted { capacity: u64 },

@@ -43,12 +43,21 @@ fn edit(row: &LinkRow, patch: &Patch) -> Option<Change> {
     match patch.state {
         Some(PatchState::Active) => after.state = RowState::Active,
         Some(PatchState::Disabled) => after.state = RowState::Disabled,
+        // A later expiry renews an expired link (the owner's way back).
+        None if row.state == RowState::Expired && patch.expires_at.is_some() => {
+            after.state = RowState::Active;
+        }
         None => {}
+    }
+    if after.state != RowState::Expired {
+        // The audit trail keeps when it was reaped; the live row forgets.
+        after.reaped_at = None;
     }
     if after == *row {
         return None;
     }
     let action = match (row.state, after.state) {
+        (RowState::Expired, s) if s != RowState::Expired => AuditAction::Renew,
         (RowState::Active, RowState::Disabled) => AuditAction::Disable,
         (RowState::Disabled, RowState::Active) => AuditAction::Enable,
         _ => AuditAction::Edit,
@@ -104,6 +113,8 @@ impl Links {
 
     /// Edits a link: any of its URL, expiry and state (active/disabled).
     /// Nothing changes (no new version) when the values are already so.
+    /// An expired (reaped) link takes only an edit with a later expiry,
+    /// which renews it (active, or disabled if the edit says so).
     pub async fn edit(
         &self,
         caller: &Caller,
@@ -117,6 +128,11 @@ impl Links {
                     return Err(LinkError::LinkDeleted);
                 }
                 check_version(row, if_match)?;
+                // Past its expiry it can only be renewed (a later expiry):
+                // any other edit would leave a link that never resolves.
+                if row.state == RowState::Expired && patch.expires_at.is_none() {
+                    return Err(LinkError::LinkExpired);
+                }
                 Ok(edit(row, patch))
             })
             .await?;
@@ -171,6 +187,7 @@ mod tests {
             updated_at: Some(1),
             expires_at: Some(100),
             version: 3,
+            reaped_at: None,
         }
     }
 
@@ -208,6 +225,27 @@ mod tests {
         assert_eq!(
             (c.action, c.after.expires_at),
             (AuditAction::Enable, Some(200))
+        );
+    }
+
+    #[test]
+    fn a_later_expiry_renews_an_expired_link() {
+        let mut r = row(RowState::Expired);
+        r.reaped_at = Some(150);
+        let c = edit(&r, &patch(None, Some(500), None)).unwrap();
+        assert_eq!(
+            (
+                c.action,
+                c.after.state,
+                c.after.reaped_at,
+                c.after.expires_at
+            ),
+            (AuditAction::Renew, RowState::Active, None, Some(500))
+        );
+        let c = edit(&r, &patch(None, Some(500), Some(PatchState::Disabled))).unwrap();
+        assert_eq!(
+            (c.action, c.after.state),
+            (AuditAction::Renew, RowState::Disabled)
         );
     }
 

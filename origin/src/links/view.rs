@@ -13,7 +13,8 @@ pub struct LinkView {
     pub short_url: String,
     pub url: String,
     pub domain: String,
-    /// `active`, `disabled`, `deleted`, or `expired` (active past its expiry).
+    /// `active`, `disabled`, `deleted`, or `expired` (reaped, or active
+    /// past its expiry and not reaped yet).
     pub state: &'static str,
     /// The row version: 1 at creation, +1 on every change (`If-Match`).
     pub version: u64,
@@ -26,6 +27,8 @@ pub struct LinkView {
     pub updated_at: String,
     pub expires_at: String,
     pub expires_at_unix: u64,
+    /// When the reaper marked it expired (RFC 3339); `null` otherwise.
+    pub reaped_at: Option<String>,
 }
 
 /// The state a row shows at `now`.
@@ -57,6 +60,7 @@ impl LinkView {
             updated_at: rfc3339(row.updated_at.unwrap_or(created)),
             expires_at: rfc3339(expires),
             expires_at_unix: expires,
+            reaped_at: row.reaped_at.map(rfc3339),
         }
     }
 }
@@ -84,7 +88,7 @@ pub struct HistoryEntry {
     pub at: String,
     /// The app (API key) that made the change.
     pub actor: String,
-    /// `create`, `edit`, `disable`, `enable`, `delete`, `expire`.
+    /// `create`, `edit`, `disable`, `enable`, `delete`, `expire`, `renew`.
     pub action: String,
     /// The link's version after the change.
     pub version: u64,

@@ -16,7 +16,10 @@ pub enum AuditAction {
     Disable,
     Enable,
     Delete,
+    /// The reaper found the link past its expiry (actor `reaper`).
     Expire,
+    /// An expired link was given a later expiry by its owner.
+    Renew,
 }
 
 impl AuditAction {
@@ -29,6 +32,7 @@ impl AuditAction {
             AuditAction::Enable => "enable",
             AuditAction::Delete => "delete",
             AuditAction::Expire => "expire",
+            AuditAction::Renew => "renew",
         }
     }
 }

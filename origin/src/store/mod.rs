@@ -4,7 +4,8 @@
 //!
 //! [`batch`] is the group-commit claim, [`custom`] the custom-code claim,
 //! [`modify`] the one transaction every change of a link goes through,
-//! [`audit`] the audit trail, [`outbox`] the invalidation outbox, [`search`]
+//! [`audit`] the audit trail, [`outbox`] the invalidation outbox,
+//! [`lifecycle`] the reaper's batch, `lease` the one-origin-at-a-time leases, [`search`]
 //! the search statement, [`state`]
 //! the row states every statement binds, [`row`] the link as read.
 
@@ -12,6 +13,8 @@ pub mod audit;
 mod batch;
 mod custom;
 pub mod error;
+mod lease;
+pub mod lifecycle;
 mod modify;
 pub mod outbox;
 mod row;
@@ -100,6 +103,7 @@ impl LinkData {
             updated_at: Some(self.created_at),
             expires_at: Some(self.expires_at),
             version: CREATED_VERSION,
+            reaped_at: None,
         }
     }
 }

@@ -79,14 +79,15 @@ impl Store {
             after.version = before.version + 1;
             after.updated_at = Some(now_ms / 1000);
             tx.exec_drop(
-                "UPDATE short_code SET state = ?, long_url = ?, expires_at = ?, version = ?, updated_at = ? \
-                 WHERE id = ?",
+                "UPDATE short_code SET state = ?, long_url = ?, expires_at = ?, version = ?, updated_at = ?, \
+                 reaped_at = ? WHERE id = ?",
                 (
                     after.state,
                     after.url.as_deref(),
                     after.expires_at,
                     after.version,
                     after.updated_at,
+                    after.reaped_at,
                     id,
                 ),
             )

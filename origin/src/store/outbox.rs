@@ -69,8 +69,32 @@ pub async fn insert(
         .ok_or_else(|| mysql_async::Error::Other("outbox insert returned no id".into()))
 }
 
+/// Inserts one outbox row per `(code, version)` with one statement, in the
+/// caller's transaction (a reap batch).
+pub async fn insert_many(
+    conn: &mut mysql_async::Transaction<'_>,
+    rows: &[(&str, u64)],
+    at_ms: u64,
+) -> Result<(), mysql_async::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let marks = vec!["(?,?,?)"; rows.len()].join(",");
+    let mut params: Vec<Value> = Vec::with_capacity(rows.len() * 3);
+    for (code, version) in rows {
+        params.extend([(*code).into(), (*version).into(), at_ms.into()]);
+    }
+    conn.exec_drop(
+        format!("INSERT INTO outbox (code, version, created_at_ms) VALUES {marks}"),
+        params,
+    )
+    .await
+}
+
 impl Store {
-    async fn quiet<T>(
+    /// Runs `f` under the MySQL timeout without counting it in the `mysql`
+    /// status dimension (background housekeeping).
+    pub(crate) async fn quiet<T>(
         &self,
         f: impl std::future::Future<Output = Result<T, DbError>>,
     ) -> Result<T, DbError> {

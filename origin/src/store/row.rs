@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// The columns [`LinkRow::from_row`] reads, in order.
 pub const COLUMNS: &str = "code, state, long_url, domain, app, client_app, client_version, \
-                           kdt_id, created_at, updated_at, expires_at, version";
+                           kdt_id, created_at, updated_at, expires_at, version, reaped_at";
 
 /// A link as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub struct LinkRow {
     pub updated_at: Option<u64>,
     pub expires_at: Option<u64>,
     pub version: u64,
+    /// When the reaper marked it expired (Unix seconds); `None` otherwise.
+    pub reaped_at: Option<u64>,
 }
 
 impl LinkRow {
@@ -61,6 +63,7 @@ impl LinkRow {
             updated_at: conv(col(&mut r, 9), 9)?,
             expires_at: conv(col(&mut r, 10), 10)?,
             version: conv(col(&mut r, 11), 11)?,
+            reaped_at: conv(col(&mut r, 12), 12)?,
         })
     }
 
@@ -78,6 +81,7 @@ impl LinkRow {
             created_at: self.created_at,
             updated_at: self.updated_at,
             expires_at: self.expires_at,
+            reaped_at: self.reaped_at,
         }
     }
 }
@@ -96,6 +100,9 @@ pub struct Snapshot {
     pub created_at: Option<u64>,
     pub updated_at: Option<u64>,
     pub expires_at: Option<u64>,
+    /// Absent in snapshots written before the lifecycle (issue 11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaped_at: Option<u64>,
 }
 
 impl Snapshot {
@@ -115,6 +122,7 @@ impl Snapshot {
             updated_at: self.updated_at,
             expires_at: self.expires_at,
             version: self.version,
+            reaped_at: self.reaped_at,
         })
     }
 
@@ -143,6 +151,7 @@ mod tests {
             updated_at: Some(20),
             expires_at: Some(30),
             version: 3,
+            reaped_at: Some(40),
         };
         let json = row.snapshot().to_json();
         let back: Snapshot = serde_json::from_str(&json).unwrap();

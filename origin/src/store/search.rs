@@ -13,8 +13,8 @@ use super::{DbError, LinkRow, RowState, Store};
 use mysql_async::prelude::*;
 use mysql_async::Value;
 
-/// The state filter as the API names states (`expired` is an active link
-/// past its expiry, `active` one before it).
+/// The state filter as the API names states (`expired` is a reaped link or
+/// an active link past its expiry, `active` one before it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateFilter {
     Active,
@@ -144,20 +144,28 @@ fn conditions(q: &SearchQuery<'_>) -> (Vec<&'static str>, Vec<Value>) {
     w.push("created_at IS NOT NULL");
     match f.state {
         None => {
-            w.push("state IN (?, ?, ?)");
+            w.push("state IN (?, ?, ?, ?)");
             p.extend([
                 RowState::Active.into(),
                 RowState::Disabled.into(),
                 RowState::Deleted.into(),
+                RowState::Expired.into(),
             ]);
         }
         Some(StateFilter::Active) => {
             w.push("state = ? AND expires_at > ?");
             p.extend([RowState::Active.into(), q.now.into()]);
         }
+        // Reaped links, and active ones past their expiry the reaper has
+        // not reached yet: two ranges of idx_state_created.
         Some(StateFilter::Expired) => {
-            w.push("state = ? AND expires_at <= ?");
-            p.extend([RowState::Active.into(), q.now.into()]);
+            w.push("state IN (?, ?) AND (state = ? OR expires_at <= ?)");
+            p.extend([
+                RowState::Active.into(),
+                RowState::Expired.into(),
+                RowState::Expired.into(),
+                q.now.into(),
+            ]);
         }
         Some(StateFilter::Disabled) => {
             w.push("state = ?");

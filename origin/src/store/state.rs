@@ -16,14 +16,19 @@ pub enum RowState {
     Disabled = 3,
     /// A link deleted for good: it never resolves, changes or is issued again.
     Deleted = 4,
+    /// A link the reaper found past its expiry (a tombstone: the row and
+    /// its URL stay for the audit trail). It never resolves; its owner can
+    /// renew it with a later expiry, which makes it active again.
+    Expired = 5,
 }
 
-const ALL: [RowState; 5] = [
+const ALL: [RowState; 6] = [
     RowState::Free,
     RowState::Active,
     RowState::Reserved,
     RowState::Disabled,
     RowState::Deleted,
+    RowState::Expired,
 ];
 
 impl RowState {
@@ -41,7 +46,7 @@ impl RowState {
     pub fn is_link(self) -> bool {
         matches!(
             self,
-            RowState::Active | RowState::Disabled | RowState::Deleted
+            RowState::Active | RowState::Disabled | RowState::Deleted | RowState::Expired
         )
     }
 
@@ -53,6 +58,7 @@ impl RowState {
             RowState::Reserved => "reserved",
             RowState::Disabled => "disabled",
             RowState::Deleted => "deleted",
+            RowState::Expired => "expired",
         }
     }
 
@@ -82,18 +88,23 @@ mod tests {
         assert!(m2.contains(
             "state: 0 free, 1 active, 2 reserved (kept out of issue), 3 disabled, 4 deleted."
         ));
+        let m4 = include_str!("../../migrations/0004_lifecycle.sql");
+        assert!(m4.contains(
+            "state: 0 free, 1 active, 2 reserved (kept out of issue), 3 disabled, 4 deleted, 5 expired."
+        ));
         for (s, v, name) in [
             (RowState::Free, 0, "free"),
             (RowState::Active, 1, "active"),
             (RowState::Reserved, 2, "reserved"),
             (RowState::Disabled, 3, "disabled"),
             (RowState::Deleted, 4, "deleted"),
+            (RowState::Expired, 5, "expired"),
         ] {
             assert_eq!(s.code(), v);
             assert_eq!(RowState::from_code(v), Some(s));
             assert_eq!(RowState::from_name(name), Some(s));
         }
-        assert_eq!(RowState::from_code(5), None);
+        assert_eq!(RowState::from_code(6), None);
         // `pregen` inserts rows without a state: the column default must be free.
         let default = format!(
             "state          TINYINT UNSIGNED NOT NULL DEFAULT {}",
