@@ -7,6 +7,7 @@
 use crate::auth::Auth;
 use crate::cache::Cache;
 use crate::claim::Claimer;
+use crate::clicks::{ClickMetrics, Consumer};
 use crate::config::{Config, CounterBackend};
 use crate::http::{router, AppState};
 use crate::issuer::counter::{highest_used_id, Counter, MysqlCounter, RedisCounter};
@@ -48,6 +49,7 @@ pub enum ServeError {
 pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let cfg = Arc::new(cfg);
     let metrics = Arc::new(Metrics::new()?);
+    let click_metrics = Arc::new(ClickMetrics::register(&metrics.registry)?);
     let pool = db::pool(&cfg.mysql).map_err(ServeError::MysqlUrl)?;
     // Migrations and the permutation key are needed before anything can be
     // issued; wait for MySQL at start rather than serve errors.
@@ -126,6 +128,25 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     spawn_capacity_refresh(pool.clone(), Arc::clone(&issuer));
     // Every origin drains the outbox (rows are taken with SKIP LOCKED).
     let drainer = tokio::spawn(Arc::clone(&links.outbox).run_drainer());
+    // Every origin consumes click batches too (one consumer group).
+    let clicks = cfg.clicks.consume.then(|| {
+        let c = Consumer::new(
+            cfg.redis.url.clone(),
+            pool.clone(),
+            cfg.clicks.clone(),
+            click_metrics,
+        );
+        tracing::info!(consumer = c.name(), "click consumer starting");
+        tokio::spawn(c.run())
+    });
+    // Aborting loses nothing: an entry read and not acknowledged is
+    // claimed by another origin (or by this one after its restart).
+    let stop_background = move || {
+        drainer.abort();
+        if let Some(c) = &clicks {
+            c.abort();
+        }
+    };
 
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
@@ -152,14 +173,14 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let deadline = tokio::select! {
         r = &mut server => {
             // The server stopped by itself (an accept error).
-            drainer.abort();
+            stop_background();
             return finish(r, apollo_task, pool, Instant::now() + cfg.shutdown_grace).await;
         }
         () = shutdown_signal() => Instant::now() + cfg.shutdown_grace,
     };
     let _ = stop_tx.send(());
     // Rows it leaves are applied by another origin or after the restart.
-    drainer.abort();
+    stop_background();
     let r = match tokio::time::timeout_at(deadline, &mut server).await {
         Ok(r) => r,
         Err(_) => {

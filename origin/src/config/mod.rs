@@ -5,9 +5,11 @@
 //! validates everything at once so a bad file fails at start with a message
 //! naming the field, never later on a request.
 
+mod clicks;
 pub mod file;
 mod tenancy;
 
+pub use clicks::ClicksConfig;
 pub use tenancy::AppConfig;
 
 use file::FileConfig;
@@ -93,6 +95,8 @@ pub struct Config {
     pub redirect: RedirectPolicy,
     pub apps: Vec<AppConfig>,
     pub apollo: Option<crate::apollo::ApolloConfig>,
+    /// Click analytics: the batch consumer and the stats API's limits.
+    pub clicks: ClicksConfig,
     /// Bound on the whole shutdown after SIGTERM, in-flight requests included.
     pub shutdown_grace: Duration,
     /// Peers that may read `/shorturl_status`; others get the protocol 404.
@@ -278,6 +282,7 @@ impl Config {
             Some(a) => Some(crate::apollo::ApolloConfig::from_file(a, env)?),
             None => None,
         };
+        let clicks = clicks::clicks(f.clicks)?;
         let status_allow = match &f.status_allow {
             Some(list) => CidrList::parse(list).map_err(|source| ConfigError::Cidr {
                 field: "status_allow",
@@ -297,6 +302,7 @@ impl Config {
             redirect: f.redirect,
             apps,
             apollo,
+            clicks,
             shutdown_grace: Duration::from_secs(f.shutdown_grace_secs.unwrap_or(10)),
             status_allow,
         })

@@ -26,6 +26,10 @@ pub struct LinkView {
     pub updated_at: String,
     pub expires_at: String,
     pub expires_at_unix: u64,
+    /// Total human clicks: only in search results (`GET /api/v1/links`),
+    /// which read them for the whole page in one statement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clicks: Option<u64>,
 }
 
 /// The state a row shows at `now`.
@@ -57,6 +61,7 @@ impl LinkView {
             updated_at: rfc3339(row.updated_at.unwrap_or(created)),
             expires_at: rfc3339(expires),
             expires_at_unix: expires,
+            clicks: None,
         }
     }
 }
