@@ -18,8 +18,9 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 pub const MAX_LINES: usize = 100_000;
 /// Largest count on one line (far above any real flush; keeps sums in range).
 pub const MAX_COUNT: u64 = 1_000_000_000_000;
-/// Latest hour or day start accepted (9999-12-31).
-const MAX_TIME: u64 = 253_402_214_400;
+/// Latest hour or day start accepted (2106-02-07, the last day start the
+/// rollups' `INT UNSIGNED` columns hold).
+const MAX_TIME: u64 = 4_294_944_000;
 
 /// `h <code> <hour_start_unix> <human> <bot>`: clicks on a link in one hour.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,7 +109,7 @@ fn count(s: &str) -> Option<u64> {
 }
 
 fn time(s: &str, step: u64) -> Option<u64> {
-    if s.is_empty() || s.len() > 12 || !s.bytes().all(|b| b.is_ascii_digit()) {
+    if s.is_empty() || s.len() > 10 || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     s.parse()
@@ -351,6 +352,7 @@ mod tests {
             "h ab 3600 1 0",
             "h abcdef 3600 1 0",
             "h abcdef 7200 1000000000001 0",
+            "h abcdef 4294947600 1 0",
             "r abcdef 3600 a.b 1",
             "r abcdef 86400 A.B 1",
             "r abcdef 86400 a.b 0",

@@ -153,7 +153,7 @@ const TOKENS: [&str; 22] = [
 const TABLET: u32 = 0b1_1111;
 const ANDROID: u32 = 1 << 5;
 const MOBI: u32 = 1 << 6;
-const MOBILE: u32 = 0b111_1100_0000;
+const MOBILE: u32 = 0b1111_1100_0000;
 const OTHER: u32 = 0b1_1111 << 12;
 const DESKTOP: u32 = 0b1_1111 << 17;
 

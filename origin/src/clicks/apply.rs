@@ -61,7 +61,7 @@ pub async fn apply(pool: &Pool, batch: &Batch, now: u64) -> Result<Applied, DbEr
             );
             let p: Vec<Value> = chunk
                 .iter()
-                .flat_map(|l| {
+                .flat_map(|l| -> [Value; 4] {
                     [
                         l.code.as_str().into(),
                         l.hour.into(),
@@ -80,7 +80,7 @@ pub async fn apply(pool: &Pool, batch: &Batch, now: u64) -> Result<Applied, DbEr
             );
             let p: Vec<Value> = chunk
                 .iter()
-                .flat_map(|l| {
+                .flat_map(|l| -> [Value; 4] {
                     [
                         l.code.as_str().into(),
                         l.day.into(),
@@ -99,7 +99,7 @@ pub async fn apply(pool: &Pool, batch: &Batch, now: u64) -> Result<Applied, DbEr
             );
             let p: Vec<Value> = chunk
                 .iter()
-                .flat_map(|l| {
+                .flat_map(|l| -> [Value; 4] {
                     [
                         l.code.as_str().into(),
                         l.day.into(),

@@ -174,7 +174,7 @@ mod tests {
             NOW,
         )
         .unwrap();
-        assert_eq!(r.to - r.from, 3600 * 2 + 1800);
+        assert_eq!(r.to - r.from, 3600 * 2);
         assert_eq!(r.from % 3600, 0);
         let cases = [
             ("interval=week", "invalid_interval"),
