@@ -97,14 +97,16 @@ struct Sent {
 }
 
 /// `n` clicks over `codes` (a deterministic mix of browsers, bots, HEADs,
-/// referrers and hours of DAY and the day after), as batches of at most
-/// `max_lines` lines from edge `edge`.
+/// referrers and hours of DAY and the day after), as the batches of edge
+/// `edge` flushing every `flush_every` clicks (so link-hours recur across
+/// batches and must add up).
 fn clicks(
     codes: &[&str],
     n: u64,
     edge: &str,
-    max_lines: usize,
+    flush_every: u64,
 ) -> (Vec<Batch>, BTreeMap<String, Sent>) {
+    let mut out = Vec::new();
     let ids = BatchIds::new(edge, "boot1").unwrap();
     let mut acc = Accumulator::new();
     let mut sent: BTreeMap<String, Sent> = BTreeMap::new();
@@ -122,6 +124,9 @@ fn clicks(
             user_agent: Some(ua),
             referer: (!r.is_empty()).then_some(r),
         }));
+        if (i + 1) % flush_every == 0 {
+            out.extend(acc.take_batches(&ids, 1000));
+        }
         let bot = head || is_bot(ua);
         let s = sent.entry(code.to_owned()).or_default();
         let h = s.hours.entry(at - at % 3600).or_default();
@@ -133,7 +138,8 @@ fn clicks(
             h.0 += 1;
         }
     }
-    (acc.take_batches(&ids, max_lines), sent)
+    out.extend(acc.take_batches(&ids, 1000));
+    (out, sent)
 }
 
 async fn create(s: &Setup, key: &str, body: Value) -> String {
@@ -156,7 +162,7 @@ async fn batches_are_counted_exactly_once_and_reported_exactly() {
     let o = &s.origin;
     let a = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
     let b = create(&s, KEY, json!({"url": "https://b.example/", "kdt_id": 55})).await;
-    let (all, sent) = clicks(&[&a, &b], 5000, "edge-1", 40);
+    let (all, sent) = clicks(&[&a, &b], 5000, "edge-1", 500);
     assert!(all.len() > 3, "{} batches", all.len());
     for batch in &all {
         xadd(&s, batch).await;
@@ -318,7 +324,7 @@ async fn a_batch_held_by_a_killed_origin_is_claimed_and_counted_once() {
 async fn a_redis_restart_loses_nothing_acknowledged_and_the_consumer_recovers() {
     let mut s = setup_with(None);
     let a = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
-    let (first, sent1) = clicks(&[&a], 300, "edge-r", 30);
+    let (first, sent1) = clicks(&[&a], 300, "edge-r", 50);
     for b in &first {
         xadd(&s, b).await;
     }
@@ -326,7 +332,7 @@ async fn a_redis_restart_loses_nothing_acknowledged_and_the_consumer_recovers() 
     wait_totals(&s.origin, &a, want1).await;
     // Redis restarts empty (no persistence): stream and group are gone.
     s.redis.restart();
-    let (second, sent2) = clicks(&[&a], 200, "edge-r2", 30);
+    let (second, sent2) = clicks(&[&a], 200, "edge-r2", 50);
     for b in &second {
         xadd(&s, b).await;
     }

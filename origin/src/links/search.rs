@@ -21,11 +21,7 @@ pub struct SearchView {
 /// The tenancy condition for `caller` given the filters, or `None` when
 /// the filters ask for links the caller can never see (an empty answer,
 /// exactly as for filters that match nothing).
-pub(crate) fn tenant(
-    caller: &Caller,
-    kdt_id: Option<u64>,
-    app: Option<&str>,
-) -> Option<Tenant> {
+pub(crate) fn tenant(caller: &Caller, kdt_id: Option<u64>, app: Option<&str>) -> Option<Tenant> {
     if caller.is_admin() {
         return Some(Tenant::All);
     }
