@@ -114,7 +114,7 @@ fn time(s: &str, step: u64) -> Option<u64> {
     }
     s.parse()
         .ok()
-        .filter(|t: &u64| *t % step == 0 && *t <= MAX_TIME)
+        .filter(|t: &u64| t.is_multiple_of(step) && *t <= MAX_TIME)
 }
 
 impl Batch {

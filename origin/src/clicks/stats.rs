@@ -180,7 +180,10 @@ fn devices(rows: &[(String, u64)]) -> Devices {
     d
 }
 
+/// Hour rows, referrer sums, device sums of one link.
 type Rows = (Vec<(u64, u64, u64)>, Vec<(String, u64)>, Vec<(String, u64)>);
+/// A tenant's totals and top links `(code, human, bot)`.
+type TenantRows = (Option<(u64, u64)>, Vec<(String, u64, u64)>);
 
 impl Links {
     /// One link's statistics over `range` (`stats:read`, visible link).
@@ -303,7 +306,7 @@ impl Links {
             "SELECT h.code, CAST(SUM(h.human) AS UNSIGNED) AS hu, CAST(SUM(h.bot) AS UNSIGNED) AS bo \
              {from} GROUP BY h.code ORDER BY hu DESC, bo DESC, h.code LIMIT {limit}"
         );
-        let (totals, top): (Option<(u64, u64)>, Vec<(String, u64, u64)>) = self
+        let (totals, top): TenantRows = self
             .store
             .bounded(async {
                 let mut c = self.store.pool.get_conn().await?;
