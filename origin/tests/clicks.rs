@@ -2,44 +2,19 @@
 //! edge would XADD are applied exactly once (redelivered, claimed from a
 //! consumer killed with SIGKILL, across a Redis restart), malformed ones
 //! are rejected whole, and the stats API reports exactly what was sent,
-//! to the callers who may see it.
+//! (the stats API and its tenancy: `clicks_api.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use shorturl_common::clicks::{is_bot, Accumulator, Batch, BatchIds, Click, HourLine};
-use shorturl_common::time::rfc3339;
 use std::collections::BTreeMap;
-use std::time::Duration;
 use support::clicks::{
-    batches, link_stats, pending, tenant_stats, totals, xadd, xadd_fields, FAST_CLAIM,
+    batches, count, create, link_stats, pending, range, setup_with, tenant_stats, totals,
+    wait_totals, xadd, xadd_fields, ADMIN, DAY, SHOP, WAIT,
 };
-use support::{eventually, sha256_hex, Origin, OriginOpts, Setup, KEY};
-
-const ADMIN: &str = "clk-admin";
-const SHOP: &str = "clk-shop";
-const M55: &str = "clk-m55";
-const WAIT: Duration = Duration::from_secs(30);
-/// 2027-01-15T00:00:00Z: the clicks' day.
-const DAY: u64 = 1_800_000_000 - 1_800_000_000 % 86_400;
-
-/// The day before DAY to the end of the day after it (72 hours).
-fn range() -> String {
-    format!(
-        "from={}&to={}",
-        rfc3339(DAY - 86_400),
-        rfc3339(DAY + 2 * 86_400)
-    )
-}
-
-/// One number from SQL.
-fn count(s: &Setup, sql: &str) -> u64 {
-    let out = s.sql(sql);
-    out.trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{sql}: {out:?}"))
-}
+use support::{eventually, Origin, OriginOpts, KEY};
 
 /// A second origin on the same MySQL and Redis: a new port, no
 /// pre-generation, no failpoints.
@@ -49,34 +24,6 @@ fn another(o: &OriginOpts) -> OriginOpts {
     o.pregen = 0;
     o.env.clear();
     o
-}
-
-fn setup_with(failpoints: Option<&str>) -> Setup {
-    Setup::start_with(|o| {
-        for (name, key, extra) in [
-            ("ops", ADMIN, "scopes: [admin]"),
-            (
-                "shop",
-                SHOP,
-                "scopes: [links:create, links:read, stats:read]",
-            ),
-            (
-                "m55",
-                M55,
-                "scopes: [links:read, stats:read], merchants: [55]",
-            ),
-        ] {
-            o.apps_yaml.push_str(&format!(
-                "  - {{name: {name}, key_sha256: {}, {extra}}}\n",
-                sha256_hex(key)
-            ));
-        }
-        o.extra_yaml.push_str(FAST_CLAIM);
-        if let Some(f) = failpoints {
-            o.env
-                .push((shorturl_common::failpoint::ENV.into(), f.into()));
-        }
-    })
 }
 
 const UAS: [&str; 6] = [
@@ -140,20 +87,6 @@ fn clicks(
     }
     out.extend(acc.take_batches(&ids, 1000));
     (out, sent)
-}
-
-async fn create(s: &Setup, key: &str, body: Value) -> String {
-    let (st, v) = s.origin.create_with_key(key, body).await;
-    assert_eq!(st, 201, "{v}");
-    v["code"].as_str().unwrap().to_owned()
-}
-
-async fn wait_totals(o: &Origin, code: &str, want: (u64, u64)) {
-    eventually(&format!("{code} totals {want:?}"), WAIT, || async {
-        let (st, v) = link_stats(o, ADMIN, code, &range()).await;
-        st == 200 && totals(&v) == want
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -346,81 +279,4 @@ async fn a_redis_restart_loses_nothing_acknowledged_and_the_consumer_recovers() 
     let (st, v) = tenant_stats(&s.origin, SHOP, &format!("app=shop&{}", range())).await;
     assert_eq!((st, totals(&v)), (200, want), "{v}");
     assert_eq!(v["links"][0]["code"], a);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_follow_tenancy_and_bad_ranges_are_400() {
-    let s = setup_with(None);
-    let o = &s.origin;
-    let mine = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
-    let m55 = create(&s, KEY, json!({"url": "https://b.example/", "kdt_id": 55})).await;
-    let mut b = Batch::new("t:n:1");
-    for (code, human, bot) in [(&mine, 5, 1), (&m55, 3, 2)] {
-        b.hours.push(HourLine {
-            code: code.clone(),
-            hour: DAY,
-            human,
-            bot,
-        });
-    }
-    xadd(&s, &b).await;
-    wait_totals(o, &m55, (3, 2)).await;
-    let r = range();
-    // A link the caller may not see answers exactly as an unknown code.
-    let (st, unknown) = link_stats(o, SHOP, "zzzzzz", &r).await;
-    assert_eq!(st, 404);
-    for (key, code, visible) in [
-        (SHOP, &mine, true),
-        (SHOP, &m55, false),
-        (M55, &m55, true),
-        (M55, &mine, false),
-        (ADMIN, &mine, true),
-    ] {
-        let (st, v) = link_stats(o, key, code, &r).await;
-        if visible {
-            assert_eq!(st, 200, "{key} {code}: {v}");
-        } else {
-            assert_eq!((st, &v), (404, &unknown), "{key} {code}");
-        }
-    }
-    let (st, v) = link_stats(o, KEY, &m55, &r).await;
-    assert_eq!((st, v["error"].as_str()), (403, Some("insufficient_scope")));
-    for (key, q, want) in [
-        (ADMIN, "kdt_id=55", (3, 2)),
-        (ADMIN, "app=shop", (5, 1)),
-        (ADMIN, "domain=sho.rt", (8, 3)),
-        (M55, "kdt_id=55", (3, 2)),
-        (M55, "kdt_id=91", (0, 0)),
-        (M55, "app=shop", (0, 0)),
-        (M55, "domain=sho.rt", (3, 2)),
-        (SHOP, "app=shop", (5, 1)),
-        (SHOP, "app=demo", (0, 0)),
-        (SHOP, "domain=sho.rt", (5, 1)),
-    ] {
-        let (st, v) = tenant_stats(o, key, &format!("{q}&{r}")).await;
-        assert_eq!((st, totals(&v)), (200, want), "{key} {q}: {v}");
-    }
-    let (_, v) = tenant_stats(o, ADMIN, &format!("domain=sho.rt&{r}")).await;
-    assert_eq!(v["links"][0], json!({"code": mine, "human": 5, "bot": 1}));
-    // The list carries each link's total human clicks.
-    let (st, v, _) = o
-        .call(reqwest::Method::GET, "/api/v1/links", SHOP, None, &[])
-        .await;
-    assert_eq!((st, &v["links"][0]["clicks"]), (200, &json!(5)), "{v}");
-    for (q, kind) in [
-        ("interval=week", "invalid_interval"),
-        (
-            "from=2027-01-02T00:00:00Z&to=2027-01-01T00:00:00Z",
-            "invalid_range",
-        ),
-        (
-            "interval=hour&from=2026-01-01T00:00:00Z&to=2027-01-01T00:00:00Z",
-            "range_too_long",
-        ),
-    ] {
-        let (st, v) = link_stats(o, SHOP, &mine, q).await;
-        assert_eq!((st, v["error"].as_str()), (400, Some(kind)), "{q}");
-    }
-    let (st, v) = tenant_stats(o, SHOP, "from=2027-01-01T00:00:00Z").await;
-    assert_eq!((st, v["error"].as_str()), (400, Some("invalid_tenant")));
 }

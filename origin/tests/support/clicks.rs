@@ -1,10 +1,12 @@
 //! Click-analytics helpers: batches XADDed as an edge would, the stats API,
 //! the consumer's metrics and the group's pending count.
 
-use super::{Origin, Setup};
+use super::{eventually, sha256_hex, Origin, Setup};
 use reqwest::Method;
 use serde_json::Value;
 use shorturl_common::clicks::{Batch, BATCH_VERSION, CONSUMER_GROUP, STREAM_KEY, STREAM_MAXLEN};
+use shorturl_common::time::rfc3339;
+use std::time::Duration;
 
 /// YAML for a consumer that claims quickly (tests do not wait 30 s).
 pub const FAST_CLAIM: &str = "clicks: {claim_idle_ms: 500, block_ms: 200}\n";
@@ -110,4 +112,74 @@ pub fn totals(v: &Value) -> (u64, u64) {
         v["totals"]["human"].as_u64().unwrap(),
         v["totals"]["bot"].as_u64().unwrap(),
     )
+}
+
+pub const ADMIN: &str = "clk-admin";
+pub const SHOP: &str = "clk-shop";
+pub const M55: &str = "clk-m55";
+pub const WAIT: Duration = Duration::from_secs(30);
+/// 2027-01-15T00:00:00Z: the clicks' day.
+pub const DAY: u64 = 1_800_000_000 - 1_800_000_000 % 86_400;
+
+/// The day before DAY to the end of the day after it (72 hours).
+pub fn range() -> String {
+    format!(
+        "from={}&to={}",
+        rfc3339(DAY - 86_400),
+        rfc3339(DAY + 2 * 86_400)
+    )
+}
+
+/// One number from SQL.
+pub fn count(s: &Setup, sql: &str) -> u64 {
+    let out = s.sql(sql);
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{sql}: {out:?}"))
+}
+
+/// A setup with the keys `ADMIN`, `SHOP` (its own links) and `M55`
+/// (merchant 55), a fast-claiming consumer and optional failpoints.
+pub fn setup_with(failpoints: Option<&str>) -> Setup {
+    Setup::start_with(|o| {
+        for (name, key, extra) in [
+            ("ops", ADMIN, "scopes: [admin]"),
+            (
+                "shop",
+                SHOP,
+                "scopes: [links:create, links:read, stats:read]",
+            ),
+            (
+                "m55",
+                M55,
+                "scopes: [links:read, stats:read], merchants: [55]",
+            ),
+        ] {
+            o.apps_yaml.push_str(&format!(
+                "  - {{name: {name}, key_sha256: {}, {extra}}}\n",
+                sha256_hex(key)
+            ));
+        }
+        o.extra_yaml.push_str(FAST_CLAIM);
+        if let Some(f) = failpoints {
+            o.env
+                .push((shorturl_common::failpoint::ENV.into(), f.into()));
+        }
+    })
+}
+
+/// Creates a link with `key`; its code.
+pub async fn create(s: &Setup, key: &str, body: Value) -> String {
+    let (st, v) = s.origin.create_with_key(key, body).await;
+    assert_eq!(st, 201, "{v}");
+    v["code"].as_str().unwrap().to_owned()
+}
+
+/// Waits until the stats API reports `want` for `code`.
+pub async fn wait_totals(o: &Origin, code: &str, want: (u64, u64)) {
+    eventually(&format!("{code} totals {want:?}"), WAIT, || async {
+        let (st, v) = link_stats(o, ADMIN, code, &range()).await;
+        st == 200 && totals(&v) == want
+    })
+    .await;
 }
