@@ -91,7 +91,8 @@ async fn stats_follow_tenancy_and_bad_ranges_are_400() {
 }
 
 /// Bytes per rollup row on this MariaDB (`docs/architecture.md`): 100,000
-/// rows in each rollup, then `information_schema` after `ANALYZE TABLE`.
+/// rows in each rollup (and batch ids), then `information_schema` after
+/// `ANALYZE TABLE`.
 /// Run: `cargo test -p shorturl-origin --test clicks_api -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check"]
@@ -107,12 +108,13 @@ async fn bytes_per_rollup_row() {
          INSERT INTO click_day_device (code, day, class, n) SELECT CONCAT('c', LPAD(seq DIV 5, 5, '0')), \
          {DAY} + (seq DIV 500000) * 86400, ELT(1 + seq % 5, 'mobile', 'desktop', 'tablet', 'bot', 'other'), \
          1 + seq % 1000 FROM seq_0_to_{last}; \
-         ANALYZE TABLE click_hour, click_day_referrer, click_day_device",
+         INSERT INTO click_batches (id, applied_at) SELECT CONCAT('edge-', LPAD(seq % 50, 2, '0'), \
+         ':9f3a1c7e5b2d4f60:', seq), {DAY} FROM seq_0_to_{last}; \
+         ANALYZE TABLE click_hour, click_day_referrer, click_day_device, click_batches",
         last = N - 1
     ));
     let out = s.sql(&format!(
-        "SELECT table_name, data_length, index_length, \
-         (SELECT COUNT(*) FROM click_hour) FROM information_schema.tables \
+        "SELECT table_name, data_length, index_length FROM information_schema.tables \
          WHERE table_schema = '{}' AND table_name LIKE 'click\\_%' ORDER BY table_name",
         s.db
     ));
