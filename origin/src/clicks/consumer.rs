@@ -208,7 +208,16 @@ impl Consumer {
                 Err(e) if e.code() == Some("NOGROUP") => return self.ensure_group(conn).await,
                 Err(e) => return Err(e.into()),
             };
-            let (next, entries) = stream::auto_claim(&reply)?;
+            let stream::Claimed {
+                cursor: next,
+                entries,
+                deleted,
+            } = stream::auto_claim(&reply)?;
+            if deleted > 0 {
+                self.metrics.trimmed.inc_by(deleted as u64);
+                tracing::error!(consumer = %self.name, n = deleted,
+                    "click consumer: pending batches were trimmed from the stream before being applied (lost)");
+            }
             if !entries.is_empty() {
                 tracing::info!(consumer = %self.name, n = entries.len(),
                     "click consumer: claimed pending batches");

@@ -28,6 +28,9 @@ pub struct ClickMetrics {
     pub malformed: IntCounter,
     /// Attempts to apply a batch that failed on MySQL (retried later).
     pub failed: IntCounter,
+    /// Pending batches trimmed from the stream (`MAXLEN`) before anyone
+    /// applied them: lost, and counted here.
+    pub trimmed: IntCounter,
     /// Redis errors of the consumer (it reconnects with backoff).
     pub redis_errors: IntCounter,
     /// Batches read by some origin and not yet acknowledged (the group's
@@ -43,7 +46,7 @@ impl ClickMetrics {
         let batches = IntCounterVec::new(
             Opts::new(
                 "clicks_batches_total",
-                "Click batches handled, by result (applied, duplicate, malformed, failed)",
+                "Click batches handled, by result (applied, duplicate, malformed, failed, trimmed)",
             ),
             &["result"],
         )?;
@@ -68,6 +71,7 @@ impl ClickMetrics {
             duplicate: batches.with_label_values(&["duplicate"]),
             malformed: batches.with_label_values(&["malformed"]),
             failed: batches.with_label_values(&["failed"]),
+            trimmed: batches.with_label_values(&["trimmed"]),
             redis_errors,
             pending,
             clicks,

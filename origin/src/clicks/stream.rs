@@ -121,9 +121,19 @@ pub fn read_group(v: &Value) -> Result<Vec<Entry>, ReplyError> {
     }
 }
 
-/// `XAUTOCLAIM`: the next cursor (`0-0` when the scan is complete) and
-/// the claimed entries (entries deleted meanwhile are left out).
-pub fn auto_claim(v: &Value) -> Result<(String, Vec<Entry>), ReplyError> {
+/// What one `XAUTOCLAIM` call returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The next cursor (`0-0` when the scan is complete).
+    pub cursor: String,
+    pub entries: Vec<Entry>,
+    /// Pending entries the stream no longer holds (trimmed by `MAXLEN`
+    /// before anyone applied them): Redis drops them from the group.
+    pub deleted: usize,
+}
+
+/// `XAUTOCLAIM`: cursor, claimed entries, and (Redis 7) deleted ids.
+pub fn auto_claim(v: &Value) -> Result<Claimed, ReplyError> {
     const C: &str = "XAUTOCLAIM";
     let bad = |what| ReplyError { command: C, what };
     let Value::Array(parts) = v else {
@@ -133,7 +143,15 @@ pub fn auto_claim(v: &Value) -> Result<(String, Vec<Entry>), ReplyError> {
         return Err(bad("not [cursor, entries, ...]"));
     };
     let cursor = text(cursor).ok_or_else(|| bad("cursor"))?;
-    Ok((cursor, entries(list, C)?))
+    let deleted = match parts.get(2) {
+        Some(Value::Array(ids)) => ids.len(),
+        _ => 0,
+    };
+    Ok(Claimed {
+        cursor,
+        entries: entries(list, C)?,
+        deleted,
+    })
 }
 
 /// `XPENDING key group` (summary form): the number of pending entries.
@@ -170,15 +188,17 @@ mod tests {
         assert_eq!((r[0].id.as_str(), r[0].field("id")), ("1-0", Some("e:n:1")));
         assert_eq!(r[0].field("b"), None);
         assert!(read_group(&Value::Nil).unwrap().is_empty());
-        let (cursor, got) = auto_claim(&Value::Array(vec![
+        let c = auto_claim(&Value::Array(vec![
             bulk("0-0"),
             Value::Array(vec![e, Value::Array(vec![bulk("2-0"), Value::Nil])]),
-            Value::Array(vec![]),
+            Value::Array(vec![bulk("3-0")]),
         ]))
         .unwrap();
-        assert_eq!(cursor, "0-0");
-        assert_eq!(got.len(), 2);
-        assert!(got[1].fields.is_empty());
+        assert_eq!(
+            (c.cursor.as_str(), c.entries.len(), c.deleted),
+            ("0-0", 2, 1)
+        );
+        assert!(c.entries[1].fields.is_empty());
         assert!(read_group(&Value::Int(3)).is_err());
         assert!(auto_claim(&Value::Array(vec![bulk("0-0")])).is_err());
         assert_eq!(
