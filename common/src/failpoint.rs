@@ -25,6 +25,11 @@
 //!   pauses after its Redis (or origin) read, before its answer is stored,
 //!   while the file `<path>` exists ([`hold`]): a test interleaves a change
 //!   and its invalidation message with a lookup in flight.
+//! * `origin.clicks.read.hold=<batch-id>@<path>`: the origin's click
+//!   consumer pauses after reading batch `<batch-id>` and before applying it,
+//!   while `<path>` exists ([`hold`]): a test kills it there.
+//! * `origin.clicks.ack.hold=<batch-id>@<path>`: the same, after the batch's
+//!   transaction committed and before its `XACK`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};

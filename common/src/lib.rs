@@ -5,6 +5,7 @@
 //! step (the protocol is versioned by [`PROTOCOL_VERSION`]).
 
 pub mod cidr;
+pub mod clicks;
 pub mod code;
 pub mod error;
 pub mod failpoint;

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod bench;
 pub mod cache;
 pub mod claim;
+pub mod clicks;
 pub mod config;
 pub mod db;
 pub mod error;

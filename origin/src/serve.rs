@@ -7,6 +7,7 @@
 use crate::auth::Auth;
 use crate::cache::Cache;
 use crate::claim::Claimer;
+use crate::clicks::{ClickMetrics, Consumer};
 use crate::config::{Config, CounterBackend};
 use crate::http::{router, AppState};
 use crate::issuer::counter::{highest_used_id, Counter, MysqlCounter, RedisCounter};
@@ -49,6 +50,7 @@ pub enum ServeError {
 pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let cfg = Arc::new(cfg);
     let metrics = Arc::new(Metrics::new()?);
+    let click_metrics = Arc::new(ClickMetrics::register(&metrics.registry)?);
     let pool = db::pool(&cfg.mysql).map_err(ServeError::MysqlUrl)?;
     // Migrations and the permutation key are needed before anything can be
     // issued; wait for MySQL at start rather than serve errors.
@@ -137,6 +139,25 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         ))
     });
     let reaper_task = reaper.as_ref().map(|r| tokio::spawn(Arc::clone(r).run()));
+    // Every origin consumes click batches too (one consumer group).
+    let clicks = cfg.clicks.consume.then(|| {
+        let c = Consumer::new(
+            cfg.redis.url.clone(),
+            pool.clone(),
+            cfg.clicks.clone(),
+            click_metrics,
+        );
+        tracing::info!(consumer = c.name(), "click consumer starting");
+        tokio::spawn(c.run())
+    });
+    // Aborting loses nothing: an entry read and not acknowledged is
+    // claimed by another origin (or by this one after its restart).
+    let stop_background = move || {
+        drainer.abort();
+        if let Some(c) = &clicks {
+            c.abort();
+        }
+    };
 
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
@@ -163,7 +184,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let deadline = tokio::select! {
         r = &mut server => {
             // The server stopped by itself (an accept error).
-            drainer.abort();
+            stop_background();
             stop_reaper(reaper_task, reaper).await;
             return finish(r, apollo_task, pool, Instant::now() + cfg.shutdown_grace).await;
         }
@@ -171,7 +192,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     };
     let _ = stop_tx.send(());
     // Rows it leaves are applied by another origin or after the restart.
-    drainer.abort();
+    stop_background();
     // The lease is given up so another origin takes over at once.
     stop_reaper(reaper_task, reaper).await;
     let r = match tokio::time::timeout_at(deadline, &mut server).await {

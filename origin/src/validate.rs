@@ -4,9 +4,11 @@
 
 mod patch;
 mod search;
+mod stats;
 
 pub use patch::{parse_patch, Patch, PatchState};
 pub use search::{parse_search, SearchRequest, DEFAULT_LIMIT, MAX_LIMIT};
+pub use stats::{parse_link_stats, parse_tenant_stats};
 
 use crate::config::LinksConfig;
 use crate::error::ApiError;

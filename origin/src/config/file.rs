@@ -26,6 +26,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub apollo: Option<crate::apollo::ApolloFile>,
     #[serde(default)]
+    pub clicks: ClicksFile,
+    #[serde(default)]
     pub shutdown_grace_secs: Option<u64>,
     /// CIDRs that may read `/shorturl_status` (default: loopback and private ranges).
     #[serde(default)]
@@ -132,4 +134,22 @@ pub struct LifecycleFile {
     pub reap_interval_secs: Option<u64>,
     #[serde(default)]
     pub lease_ttl_secs: Option<u64>,
+}
+
+/// `clicks:` (all optional; see `super::clicks::ClicksConfig`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClicksFile {
+    #[serde(default)]
+    pub consume: Option<bool>,
+    #[serde(default)]
+    pub block_ms: Option<u64>,
+    #[serde(default)]
+    pub read_count: Option<usize>,
+    #[serde(default)]
+    pub claim_idle_ms: Option<u64>,
+    #[serde(default)]
+    pub max_hour_points: Option<u64>,
+    #[serde(default)]
+    pub max_day_points: Option<u64>,
 }

@@ -5,11 +5,13 @@
 //! validates everything at once so a bad file fails at start with a message
 //! naming the field, never later on a request.
 
+mod clicks;
 pub mod file;
 mod lifecycle;
 mod tenancy;
 
 pub use lifecycle::LifecycleConfig;
+pub use clicks::ClicksConfig;
 pub use tenancy::AppConfig;
 
 use file::FileConfig;
@@ -95,6 +97,8 @@ pub struct Config {
     pub redirect: RedirectPolicy,
     pub apps: Vec<AppConfig>,
     pub apollo: Option<crate::apollo::ApolloConfig>,
+    /// Click analytics: the batch consumer and the stats API's limits.
+    pub clicks: ClicksConfig,
     /// Bound on the whole shutdown after SIGTERM, in-flight requests included.
     pub shutdown_grace: Duration,
     /// Peers that may read `/shorturl_status`; others get the protocol 404.
@@ -282,6 +286,7 @@ impl Config {
             Some(a) => Some(crate::apollo::ApolloConfig::from_file(a, env)?),
             None => None,
         };
+        let clicks = clicks::clicks(f.clicks)?;
         let status_allow = match &f.status_allow {
             Some(list) => CidrList::parse(list).map_err(|source| ConfigError::Cidr {
                 field: "status_allow",
@@ -302,6 +307,7 @@ impl Config {
             redirect: f.redirect,
             apps,
             apollo,
+            clicks,
             shutdown_grace: Duration::from_secs(f.shutdown_grace_secs.unwrap_or(10)),
             status_allow,
             lifecycle,

@@ -42,7 +42,7 @@ pub(super) async fn read_body_max(
         .map_err(|_| too_large())
 }
 
-fn check_code(code: &str) -> Result<(), ApiError> {
+pub(super) fn check_code(code: &str) -> Result<(), ApiError> {
     if is_valid_code(code) {
         Ok(())
     } else {

@@ -3,6 +3,7 @@
 //! (JSON errors, never a framework's plain-text rejection).
 //!
 //! [`api`] holds the links API handlers, [`batch`] batch creation,
+//! [`stats`] the stats API,
 //! [`openapi`] the API contract, [`resolve`] the record endpoint and
 //! redirects; this file routes and answers the service paths.
 
@@ -11,6 +12,7 @@ mod batch;
 pub mod openapi;
 mod resolve;
 mod rules;
+mod stats;
 
 use crate::auth::Auth;
 use crate::error::{json_response, ApiError};
@@ -129,6 +131,11 @@ async fn route(s: &AppState, req: Request, host: Option<String>) -> (&'static st
             ("batch", answer(batch::batch(s, headers, body).await))
         }
         "/api/v1/links/batch" => ("other", method_not_allowed("POST")),
+        "/api/v1/stats" if is_read => (
+            "stats",
+            answer(stats::tenant(s, headers, parts.uri.query()).await),
+        ),
+        "/api/v1/stats" => ("other", method_not_allowed("GET, HEAD")),
         "/api/v1/openapi.json" if is_read => ("openapi", openapi::response(&s.openapi)),
         "/api/v1/openapi.json" => ("other", method_not_allowed("GET, HEAD")),
         _ => {
@@ -146,6 +153,11 @@ async fn route(s: &AppState, req: Request, host: Option<String>) -> (&'static st
                         ("history", answer(api::history(s, headers, code).await))
                     }
                     [_, "history"] => ("other", method_not_allowed("GET, HEAD")),
+                    [code, "stats"] if is_read => (
+                        "link_stats",
+                        answer(stats::link(s, headers, code, parts.uri.query()).await),
+                    ),
+                    [_, "stats"] => ("other", method_not_allowed("GET, HEAD")),
                     _ => ("other", no_route(&path)),
                 };
             }

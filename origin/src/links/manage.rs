@@ -13,7 +13,10 @@ use shorturl_common::time::now_unix;
 
 /// The row, if it is a link `caller` may see; otherwise exactly the
 /// answer for an unknown code.
-fn visible<'a>(caller: &Caller, row: Option<&'a LinkRow>) -> Result<&'a LinkRow, LinkError> {
+pub(crate) fn visible<'a>(
+    caller: &Caller,
+    row: Option<&'a LinkRow>,
+) -> Result<&'a LinkRow, LinkError> {
     match row {
         Some(r) if r.state.is_link() && caller.can_see(r.app.as_deref(), r.kdt_id) => Ok(r),
         _ => Err(LinkError::NotFound),

@@ -24,6 +24,9 @@ pub use error::LinkError;
 pub use search::SearchView;
 pub use view::{CreatedView, DeletedView, HistoryEntry, HistoryView, LinkView};
 
+pub(crate) use manage::visible;
+pub(crate) use search::tenant;
+
 use crate::cache::Cache;
 use crate::claim::Claimer;
 use crate::config::Config;

@@ -9,7 +9,8 @@ use crate::validate::SearchRequest;
 use serde::Serialize;
 use shorturl_common::time::now_unix;
 
-/// `GET /api/v1/links`: a page of links, newest first.
+/// `GET /api/v1/links`: a page of links, newest first, each with its
+/// total human clicks.
 #[derive(Debug, Clone, Serialize)]
 pub struct SearchView {
     pub links: Vec<LinkView>,
@@ -20,7 +21,7 @@ pub struct SearchView {
 /// The tenancy condition for `caller` given the filters, or `None` when
 /// the filters ask for links the caller can never see (an empty answer,
 /// exactly as for filters that match nothing).
-fn tenant(caller: &Caller, kdt_id: Option<u64>, app: Option<&str>) -> Option<Tenant> {
+pub(crate) fn tenant(caller: &Caller, kdt_id: Option<u64>, app: Option<&str>) -> Option<Tenant> {
     if caller.is_admin() {
         return Some(Tenant::All);
     }
@@ -84,10 +85,17 @@ impl Links {
             )),
             _ => None,
         };
-        Ok(SearchView {
-            links: rows.iter().map(|(_, r)| self.view(r, now)).collect(),
-            next_cursor,
-        })
+        let codes: Vec<String> = rows.iter().map(|(_, r)| r.code.clone()).collect();
+        let clicks = self.human_clicks(&codes).await?;
+        let links = rows
+            .iter()
+            .map(|(_, r)| {
+                let mut v = self.view(r, now);
+                v.clicks = Some(clicks.get(&r.code).copied().unwrap_or(0));
+                v
+            })
+            .collect();
+        Ok(SearchView { links, next_cursor })
     }
 }
 

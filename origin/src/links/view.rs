@@ -29,6 +29,10 @@ pub struct LinkView {
     pub expires_at_unix: u64,
     /// When the reaper marked it expired (RFC 3339); `null` otherwise.
     pub reaped_at: Option<String>,
+    /// Total human clicks: only in search results (`GET /api/v1/links`),
+    /// which read them for the whole page in one statement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clicks: Option<u64>,
 }
 
 /// The state a row shows at `now`.
@@ -61,6 +65,7 @@ impl LinkView {
             expires_at: rfc3339(expires),
             expires_at_unix: expires,
             reaped_at: row.reaped_at.map(rfc3339),
+            clicks: None,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! ([`contract`]).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod clicks;
 pub mod contract;
 
 use shorturl_common::status::OriginStatus;

@@ -1,0 +1,280 @@
+//! Clicks to batches, in memory: what an edge does between two flushes,
+//! and what the tests use to produce exactly the batches an edge would.
+//!
+//! Counts are kept per link-hour (human, bot) and per link-day (referrer
+//! host, device class). Every click lands in all three, so for every
+//! link-day the referrer counts and the device counts each sum to the
+//! human plus bot clicks of that day's hours.
+
+use super::batch::{is_valid_batch_id, Batch, DeviceLine, HourLine, ReferrerLine};
+use super::{day_start, device_class, hour_start, referrer_host, Device};
+use super::{OTHER_REFERRER, TOP_REFERRERS};
+use crate::code::is_valid_code;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One redirect answered by an edge (404s are not clicks: not counted).
+#[derive(Debug, Clone, Copy)]
+pub struct Click<'a> {
+    pub code: &'a str,
+    /// When (Unix seconds).
+    pub at_unix: u64,
+    /// A `HEAD` request: always a bot click, whatever its user agent.
+    pub head: bool,
+    pub user_agent: Option<&'a str>,
+    pub referer: Option<&'a str>,
+}
+
+#[derive(Debug, Default)]
+struct DayCounts {
+    referrers: HashMap<String, u64>,
+    devices: [u64; 5],
+}
+
+#[derive(Debug, Default)]
+struct LinkCounts {
+    /// hour start → (human, bot)
+    hours: BTreeMap<u64, (u64, u64)>,
+    days: BTreeMap<u64, DayCounts>,
+}
+
+/// Counts clicks until they are taken as batches.
+#[derive(Debug, Default)]
+pub struct Accumulator {
+    links: BTreeMap<String, LinkCounts>,
+    clicks: u64,
+}
+
+/// Hands out batch ids `<edge-name>:<boot-nonce>:<seq>`: the nonce is new
+/// at every start of the edge, so ids never repeat across restarts, and
+/// the sequence orders one run's batches.
+#[derive(Debug)]
+pub struct BatchIds {
+    prefix: String,
+    seq: AtomicU64,
+}
+
+impl BatchIds {
+    /// `None` when the name or nonce is not 1-64 of `[A-Za-z0-9._-]`.
+    pub fn new(edge: &str, nonce: &str) -> Option<BatchIds> {
+        let prefix = format!("{edge}:{nonce}:");
+        is_valid_batch_id(&format!("{prefix}0")).then_some(BatchIds {
+            prefix,
+            seq: AtomicU64::new(0),
+        })
+    }
+
+    /// The next id.
+    pub fn next_id(&self) -> String {
+        format!(
+            "{}{}",
+            self.prefix,
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+}
+
+impl Accumulator {
+    /// An empty accumulator.
+    pub fn new() -> Accumulator {
+        Accumulator::default()
+    }
+
+    /// Counts one click (classifying its user agent and referrer). Returns
+    /// false, counting nothing, for a code that is not a valid code.
+    pub fn add(&mut self, c: &Click<'_>) -> bool {
+        let device = if c.head {
+            Device::Bot
+        } else {
+            device_class(c.user_agent.unwrap_or(""))
+        };
+        self.add_classified(c.code, c.at_unix, device, &referrer_host(c.referer))
+    }
+
+    /// Counts one click already classified (`device` is [`Device::Bot`] for
+    /// a bot click; `host` is a [`referrer_host`] value).
+    pub fn add_classified(&mut self, code: &str, at_unix: u64, device: Device, host: &str) -> bool {
+        if !is_valid_code(code) {
+            return false;
+        }
+        let link = self.links.entry(code.to_owned()).or_default();
+        let hour = link.hours.entry(hour_start(at_unix)).or_default();
+        if device == Device::Bot {
+            hour.1 += 1;
+        } else {
+            hour.0 += 1;
+        }
+        let day = link.days.entry(day_start(at_unix)).or_default();
+        day.devices[device.index()] += 1;
+        match day.referrers.get_mut(host) {
+            Some(n) => *n += 1,
+            None => {
+                day.referrers.insert(host.to_owned(), 1);
+            }
+        }
+        self.clicks += 1;
+        true
+    }
+
+    /// Whether nothing is counted.
+    pub fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+
+    /// Clicks counted since the last take.
+    pub fn clicks(&self) -> u64 {
+        self.clicks
+    }
+
+    /// Takes everything counted as batches of at most `max_lines` lines
+    /// (a link's lines are never split across batches), ids from `ids`.
+    pub fn take_batches(&mut self, ids: &BatchIds, max_lines: usize) -> Vec<Batch> {
+        let links = std::mem::take(&mut self.links);
+        self.clicks = 0;
+        let mut out = Vec::new();
+        let mut cur = Batch::new(ids.next_id());
+        for (code, counts) in links {
+            let part = link_lines(&code, counts);
+            if cur.lines() > 0 && cur.lines() + part.lines() > max_lines {
+                let next = Batch::new(ids.next_id());
+                out.push(std::mem::replace(&mut cur, next));
+            }
+            cur.hours.extend(part.hours);
+            cur.referrers.extend(part.referrers);
+            cur.devices.extend(part.devices);
+        }
+        if cur.lines() > 0 {
+            out.push(cur);
+        }
+        out
+    }
+}
+
+/// The lines of one link: top referrers per day, the rest as `~other`.
+fn link_lines(code: &str, counts: LinkCounts) -> Batch {
+    let mut b = Batch::default();
+    for (hour, (human, bot)) in counts.hours {
+        b.hours.push(HourLine {
+            code: code.to_owned(),
+            hour,
+            human,
+            bot,
+        });
+    }
+    for (day, d) in counts.days {
+        let mut refs: Vec<(String, u64)> = d.referrers.into_iter().collect();
+        // Most clicks first, then by host, so every edge (and the Lua one)
+        // keeps the same 20 for the same counts.
+        refs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut other = 0;
+        for (i, (host, n)) in refs.into_iter().enumerate() {
+            if i < TOP_REFERRERS && host != OTHER_REFERRER {
+                b.referrers.push(ReferrerLine {
+                    code: code.to_owned(),
+                    day,
+                    host,
+                    n,
+                });
+            } else {
+                other += n;
+            }
+        }
+        if other > 0 {
+            b.referrers.push(ReferrerLine {
+                code: code.to_owned(),
+                day,
+                host: OTHER_REFERRER.to_owned(),
+                n: other,
+            });
+        }
+        for device in Device::ALL {
+            let n = d.devices[device.index()];
+            if n > 0 {
+                b.devices.push(DeviceLine {
+                    code: code.to_owned(),
+                    day,
+                    device,
+                    n,
+                });
+            }
+        }
+    }
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
+
+    fn click<'a>(code: &'a str, at: u64, head: bool, ua: &'a str, r: Option<&'a str>) -> Click<'a> {
+        Click {
+            code,
+            at_unix: at,
+            head,
+            user_agent: Some(ua),
+            referer: r,
+        }
+    }
+
+    #[test]
+    fn counts_and_batches() {
+        let ids = BatchIds::new("edge-a", "n1").unwrap();
+        let mut a = Accumulator::new();
+        let t = 86_400 * 20_000 + 3600 * 5 + 10;
+        assert!(a.add(&click("abcdef", t, false, CHROME, Some("https://x.com/a"))));
+        assert!(a.add(&click(
+            "abcdef",
+            t + 1,
+            true,
+            CHROME,
+            Some("https://x.com/b")
+        )));
+        assert!(a.add(&click("abcdef", t + 3600, false, "curl/8", None)));
+        assert!(!a.add(&click("ab", t, false, CHROME, None)));
+        assert_eq!(a.clicks(), 3);
+        let batches = a.take_batches(&ids, 1000);
+        assert!(a.is_empty() && a.clicks() == 0);
+        assert_eq!(batches.len(), 1);
+        let b = &batches[0];
+        assert_eq!(b.id, "edge-a:n1:0");
+        assert_eq!(
+            b.encode_body(),
+            "h abcdef 1728018000 1 1\nh abcdef 1728021600 0 1\n\
+             r abcdef 1728000000 x.com 2\nr abcdef 1728000000 - 1\n\
+             d abcdef 1728000000 desktop 1\nd abcdef 1728000000 bot 2\n"
+        );
+        assert_eq!(Batch::decode(&b.id, "1", &b.encode_body()).as_ref(), Ok(b));
+        assert!(a.take_batches(&ids, 1000).is_empty());
+    }
+
+    #[test]
+    fn top_referrers_and_splitting() {
+        let ids = BatchIds::new("e", "n").unwrap();
+        let mut a = Accumulator::new();
+        let t = 86_400 * 20_000;
+        for i in 0..25u64 {
+            let r = format!("https://h{i:02}.com/");
+            for _ in 0..(30 - i) {
+                a.add(&click("abcdef", t, false, CHROME, Some(&r)));
+            }
+        }
+        a.add(&click("ghijkl", t, false, CHROME, None));
+        let batches = a.take_batches(&ids, 10);
+        assert_eq!(batches.len(), 2, "{batches:?}");
+        let refs = &batches[0].referrers;
+        assert_eq!(refs.len(), TOP_REFERRERS + 1);
+        assert_eq!((refs[0].host.as_str(), refs[0].n), ("h00.com", 30));
+        let other = &refs[TOP_REFERRERS];
+        assert_eq!(
+            (other.host.as_str(), other.n),
+            ("~other", 10 + 9 + 8 + 7 + 6)
+        );
+        for b in &batches {
+            assert!(Batch::decode(&b.id, "1", &b.encode_body()).is_ok());
+        }
+        assert_eq!(batches[1].id, "e:n:1");
+        assert!(BatchIds::new("a:b", "n").is_none());
+    }
+}

@@ -1,0 +1,376 @@
+//! The click batch: what an edge appends to the stream and an origin
+//! applies, in one text format the Lua edge writes too (`docs/protocol.md`,
+//! "Click batches").
+//!
+//! The decoder is strict on purpose: a batch is applied whole or not at
+//! all, so one it cannot read completely is rejected whole (the origin
+//! counts, logs and acknowledges it) rather than half-applied.
+
+use super::referrer::is_valid_host_field;
+use super::{Device, BATCH_VERSION, OTHER_REFERRER, TOP_REFERRERS};
+use crate::code::is_valid_code;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write;
+
+/// Largest body a batch may have; an edge splits bigger flushes.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// Most lines in one batch.
+pub const MAX_LINES: usize = 100_000;
+/// Largest count on one line (far above any real flush; keeps sums in range).
+pub const MAX_COUNT: u64 = 1_000_000_000_000;
+/// Latest hour or day start accepted (2106-02-07, the last day start the
+/// rollups' `INT UNSIGNED` columns hold).
+const MAX_TIME: u64 = 4_294_944_000;
+
+/// `h <code> <hour_start_unix> <human> <bot>`: clicks on a link in one hour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HourLine {
+    pub code: String,
+    pub hour: u64,
+    pub human: u64,
+    pub bot: u64,
+}
+
+/// `r <code> <day_start_unix> <host> <n>`: clicks from one referrer host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReferrerLine {
+    pub code: String,
+    pub day: u64,
+    pub host: String,
+    pub n: u64,
+}
+
+/// `d <code> <day_start_unix> <class> <n>`: clicks of one device class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceLine {
+    pub code: String,
+    pub day: u64,
+    pub device: Device,
+    pub n: u64,
+}
+
+/// One batch: its unique id (`<edge-name>:<boot-nonce>:<seq>`) and lines.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    pub id: String,
+    pub hours: Vec<HourLine>,
+    pub referrers: Vec<ReferrerLine>,
+    pub devices: Vec<DeviceLine>,
+}
+
+/// Why a batch was rejected (whole).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    /// The stream entry lacks one of `id`, `v`, `b`, or it is not UTF-8.
+    #[error("entry field {0} is missing or not UTF-8")]
+    MissingField(&'static str),
+    /// `v` is not a version this build reads.
+    #[error("unsupported batch version {0:?}")]
+    Version(String),
+    /// The id is not `<edge-name>:<boot-nonce>:<seq>`.
+    #[error("invalid batch id {0:?}")]
+    Id(String),
+    /// No line at all.
+    #[error("the batch has no lines")]
+    Empty,
+    /// Over [`MAX_BODY_BYTES`] or [`MAX_LINES`].
+    #[error("the batch is over {MAX_BODY_BYTES} bytes or {MAX_LINES} lines")]
+    TooLarge,
+    /// One line is malformed (1-based line number).
+    #[error("line {line}: {reason}")]
+    Line { line: usize, reason: &'static str },
+}
+
+/// Whether `id` is `<edge-name>:<boot-nonce>:<seq>`: name and nonce 1-64 of
+/// `[A-Za-z0-9._-]`, seq 1-20 digits.
+pub fn is_valid_batch_id(id: &str) -> bool {
+    let word = |s: &str| {
+        (1..=64).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    };
+    let mut parts = id.split(':');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(edge), Some(nonce), Some(seq), None) => {
+            word(edge)
+                && word(nonce)
+                && (1..=20).contains(&seq.len())
+                && seq.bytes().all(|b| b.is_ascii_digit())
+        }
+        _ => false,
+    }
+}
+
+fn count(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 13 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok().filter(|n| *n <= MAX_COUNT)
+}
+
+fn time(s: &str, step: u64) -> Option<u64> {
+    if s.is_empty() || s.len() > 10 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse()
+        .ok()
+        .filter(|t: &u64| t.is_multiple_of(step) && *t <= MAX_TIME)
+}
+
+impl Batch {
+    /// An empty batch with this id.
+    pub fn new(id: impl Into<String>) -> Batch {
+        Batch {
+            id: id.into(),
+            ..Batch::default()
+        }
+    }
+
+    /// Number of lines.
+    pub fn lines(&self) -> usize {
+        self.hours.len() + self.referrers.len() + self.devices.len()
+    }
+
+    /// Human and bot clicks in the batch (its hour lines).
+    pub fn totals(&self) -> (u64, u64) {
+        self.hours
+            .iter()
+            .fold((0, 0), |(h, b), l| (h + l.human, b + l.bot))
+    }
+
+    /// The body (`b` field): one line per count, each ending in `\n`.
+    pub fn encode_body(&self) -> String {
+        let mut out = String::with_capacity(self.lines() * 40);
+        for l in &self.hours {
+            let _ = writeln!(out, "h {} {} {} {}", l.code, l.hour, l.human, l.bot);
+        }
+        for l in &self.referrers {
+            let _ = writeln!(out, "r {} {} {} {}", l.code, l.day, l.host, l.n);
+        }
+        for l in &self.devices {
+            let _ = writeln!(out, "d {} {} {} {}", l.code, l.day, l.device.as_str(), l.n);
+        }
+        out
+    }
+
+    /// Decodes a stream entry's fields, strictly: any defect rejects the
+    /// whole batch. Lines may come in any order; a key repeated within the
+    /// batch, a zero count, a time not on its hour or day, a link-day with
+    /// more than [`TOP_REFERRERS`] named hosts are defects.
+    pub fn decode(id: &str, version: &str, body: &str) -> Result<Batch, BatchError> {
+        if version != BATCH_VERSION {
+            return Err(BatchError::Version(version.chars().take(16).collect()));
+        }
+        if !is_valid_batch_id(id) {
+            return Err(BatchError::Id(id.chars().take(80).collect()));
+        }
+        if body.len() > MAX_BODY_BYTES {
+            return Err(BatchError::TooLarge);
+        }
+        let body = body.strip_suffix('\n').unwrap_or(body);
+        if body.is_empty() {
+            return Err(BatchError::Empty);
+        }
+        let mut b = Batch::new(id);
+        let mut hour_keys = HashSet::new();
+        let mut ref_keys = HashSet::new();
+        let mut dev_keys = HashSet::new();
+        let mut named: HashMap<(String, u64), usize> = HashMap::new();
+        for (i, line) in body.split('\n').enumerate() {
+            let bad = |reason| BatchError::Line {
+                line: i + 1,
+                reason,
+            };
+            if i >= MAX_LINES {
+                return Err(BatchError::TooLarge);
+            }
+            let f: Vec<&str> = line.split(' ').collect();
+            if f.len() != 5 {
+                return Err(bad("not 5 fields separated by single spaces"));
+            }
+            if !is_valid_code(f[1]) {
+                return Err(bad("invalid code"));
+            }
+            let code = f[1].to_owned();
+            match f[0] {
+                "h" => {
+                    let hour = time(f[2], 3600).ok_or_else(|| bad("invalid hour start"))?;
+                    let human = count(f[3]).ok_or_else(|| bad("invalid human count"))?;
+                    let bot = count(f[4]).ok_or_else(|| bad("invalid bot count"))?;
+                    if human == 0 && bot == 0 {
+                        return Err(bad("counts nothing"));
+                    }
+                    if !hour_keys.insert((code.clone(), hour)) {
+                        return Err(bad("repeated link-hour"));
+                    }
+                    b.hours.push(HourLine {
+                        code,
+                        hour,
+                        human,
+                        bot,
+                    });
+                }
+                "r" => {
+                    let day = time(f[2], 86_400).ok_or_else(|| bad("invalid day start"))?;
+                    if !is_valid_host_field(f[3]) {
+                        return Err(bad("invalid referrer host"));
+                    }
+                    let n = count(f[4])
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| bad("invalid count"))?;
+                    if !ref_keys.insert((code.clone(), day, f[3].to_owned())) {
+                        return Err(bad("repeated link-day referrer"));
+                    }
+                    if f[3] != OTHER_REFERRER {
+                        let k = named.entry((code.clone(), day)).or_default();
+                        *k += 1;
+                        if *k > TOP_REFERRERS {
+                            return Err(bad("more than 20 referrer hosts for a link-day"));
+                        }
+                    }
+                    b.referrers.push(ReferrerLine {
+                        code,
+                        day,
+                        host: f[3].to_owned(),
+                        n,
+                    });
+                }
+                "d" => {
+                    let day = time(f[2], 86_400).ok_or_else(|| bad("invalid day start"))?;
+                    let device = Device::parse(f[3]).ok_or_else(|| bad("invalid device class"))?;
+                    let n = count(f[4])
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| bad("invalid count"))?;
+                    if !dev_keys.insert((code.clone(), day, device)) {
+                        return Err(bad("repeated link-day device"));
+                    }
+                    b.devices.push(DeviceLine {
+                        code,
+                        day,
+                        device,
+                        n,
+                    });
+                }
+                _ => return Err(bad("unknown line kind")),
+            }
+        }
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Batch {
+        Batch {
+            id: "edge-1:a1b2c3:7".into(),
+            hours: vec![HourLine {
+                code: "aB3xYz".into(),
+                hour: 3600 * 500_000,
+                human: 3,
+                bot: 1,
+            }],
+            referrers: vec![
+                ReferrerLine {
+                    code: "aB3xYz".into(),
+                    day: 86_400 * 20_000,
+                    host: "news.site.cn".into(),
+                    n: 3,
+                },
+                ReferrerLine {
+                    code: "aB3xYz".into(),
+                    day: 86_400 * 20_000,
+                    host: "-".into(),
+                    n: 1,
+                },
+            ],
+            devices: vec![DeviceLine {
+                code: "aB3xYz".into(),
+                day: 86_400 * 20_000,
+                device: Device::Mobile,
+                n: 4,
+            }],
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let b = sample();
+        let body = b.encode_body();
+        assert_eq!(
+            body,
+            "h aB3xYz 1800000000 3 1\nr aB3xYz 1728000000 news.site.cn 3\n\
+             r aB3xYz 1728000000 - 1\nd aB3xYz 1728000000 mobile 4\n"
+        );
+        assert_eq!(Batch::decode(&b.id, "1", &body), Ok(b.clone()));
+        assert_eq!(b.totals(), (3, 1));
+        // Without the final newline too.
+        assert!(Batch::decode(&b.id, "1", body.trim_end()).is_ok());
+    }
+
+    #[test]
+    fn ids() {
+        for ok in ["e:n:0", "edge-1.dc_2:AbC-9:18446744073709551615"] {
+            assert!(is_valid_batch_id(ok), "{ok}");
+        }
+        for bad in [
+            "", "e:n", "e:n:1:2", "e::1", ":n:1", "e:n:x", "e n:n:1", "e:n:",
+        ] {
+            assert!(!is_valid_batch_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rejects_whole_batches() {
+        let id = "e:n:1";
+        let ok = "h abcdef 3600 1 0\n";
+        assert!(Batch::decode(id, "1", ok).is_ok());
+        assert!(matches!(
+            Batch::decode(id, "2", ok),
+            Err(BatchError::Version(_))
+        ));
+        assert!(matches!(
+            Batch::decode("x", "1", ok),
+            Err(BatchError::Id(_))
+        ));
+        assert_eq!(Batch::decode(id, "1", ""), Err(BatchError::Empty));
+        assert_eq!(Batch::decode(id, "1", "\n"), Err(BatchError::Empty));
+        let line2 = |l: &str| match Batch::decode(id, "1", &format!("{ok}{l}\n")) {
+            Err(BatchError::Line { line: 2, reason }) => reason,
+            other => panic!("{l:?}: {other:?}"),
+        };
+        for bad in [
+            "h abcdef 3600 1",
+            "h abcdef 3600 1 0 9",
+            "h  abcdef 3600 1 0",
+            "h abcdef 3601 1 0",
+            "h abcdef 3600 0 0",
+            "h abcdef 3600 +1 0",
+            "h abcdef 3600 -1 0",
+            "h abcdef 3600 1 0\r",
+            "h ab 3600 1 0",
+            "h abcdef 3600 1 0",
+            "h abcdef 7200 1000000000001 0",
+            "h abcdef 4294947600 1 0",
+            "r abcdef 3600 a.b 1",
+            "r abcdef 86400 A.B 1",
+            "r abcdef 86400 a.b 0",
+            "d abcdef 86400 phone 1",
+            "d abcdef 86400 mobile 0",
+            "x abcdef 86400 mobile 1",
+            "",
+        ] {
+            line2(bad);
+        }
+        let mut many = String::new();
+        for i in 0..=TOP_REFERRERS {
+            many.push_str(&format!("r abcdef 86400 h{i}.com 1\n"));
+        }
+        many.push_str("r abcdef 86400 ~other 5\n");
+        assert!(matches!(
+            Batch::decode(id, "1", &many),
+            Err(BatchError::Line { line: 21, .. })
+        ));
+    }
+}

@@ -1,0 +1,383 @@
+//! The statistics the API reads from the rollups: one link's (totals,
+//! series, referrers, devices), a tenant's (totals and top links), and the
+//! total human clicks of a page of links.
+//!
+//! Tenancy is the links API's: a link the caller may not see is answered
+//! exactly like an unknown code, and a tenant filter naming links the
+//! caller can never see answers zero, as a filter matching nothing does.
+
+use crate::links::{tenant, visible, LinkError, Links};
+use crate::store::search::Tenant;
+use crate::store::{DbError, RowState};
+use crate::tenancy::{Caller, Scope};
+use mysql_async::prelude::*;
+use mysql_async::Value;
+use serde::Serialize;
+use shorturl_common::clicks::{day_start, Device, OTHER_REFERRER, TOP_REFERRERS};
+use shorturl_common::time::rfc3339;
+use std::collections::HashMap;
+
+/// The series' step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interval {
+    Hour,
+    Day,
+}
+
+impl Interval {
+    /// The step in seconds.
+    pub fn secs(self) -> u64 {
+        match self {
+            Interval::Hour => 3600,
+            Interval::Day => 86_400,
+        }
+    }
+
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Interval::Hour => "hour",
+            Interval::Day => "day",
+        }
+    }
+}
+
+/// A validated range: `[from, to)`, `from` on an interval boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatsRange {
+    pub from: u64,
+    pub to: u64,
+    pub interval: Interval,
+}
+
+/// Whose links a tenant query is about (one of the three).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantFilter {
+    App(String),
+    KdtId(u64),
+    Domain(String),
+}
+
+/// Human and bot clicks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub human: u64,
+    pub bot: u64,
+}
+
+/// One step of a series.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Point {
+    /// The step's start (RFC 3339 UTC).
+    pub start: String,
+    pub human: u64,
+    pub bot: u64,
+}
+
+/// Clicks from one referrer host (`-`: none; `~other`: past the top 20).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostCount {
+    pub host: String,
+    pub n: u64,
+}
+
+/// Clicks per device class (bots, HEAD requests included, are `bot`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Devices {
+    pub mobile: u64,
+    pub desktop: u64,
+    pub tablet: u64,
+    pub bot: u64,
+    pub other: u64,
+}
+
+/// `GET /api/v1/links/{code}/stats`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LinkStats {
+    pub code: String,
+    pub from: String,
+    pub to: String,
+    pub interval: &'static str,
+    pub totals: Totals,
+    /// Every step of the range, in order (zero where nothing was counted).
+    pub series: Vec<Point>,
+    /// Top hosts over the range's days, most clicks first, then `~other`.
+    pub referrers: Vec<HostCount>,
+    pub devices: Devices,
+}
+
+/// Clicks on one link of a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LinkClicks {
+    pub code: String,
+    pub human: u64,
+    pub bot: u64,
+}
+
+/// `GET /api/v1/stats`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TenantStats {
+    pub from: String,
+    pub to: String,
+    pub totals: Totals,
+    /// The tenant's links with the most human clicks in the range.
+    pub links: Vec<LinkClicks>,
+}
+
+/// The dense series of `range` from `(hour, human, bot)` rows.
+fn series(range: &StatsRange, rows: &[(u64, u64, u64)]) -> Vec<Point> {
+    let step = range.interval.secs();
+    let n = range.to.saturating_sub(range.from).div_ceil(step) as usize;
+    let mut out: Vec<Point> = (0..n)
+        .map(|i| Point {
+            start: rfc3339(range.from + i as u64 * step),
+            human: 0,
+            bot: 0,
+        })
+        .collect();
+    for (hour, human, bot) in rows {
+        let i = (hour.saturating_sub(range.from) / step) as usize;
+        if let Some(p) = out.get_mut(i) {
+            p.human += human;
+            p.bot += bot;
+        }
+    }
+    out
+}
+
+/// Top [`TOP_REFERRERS`] hosts, the rest (and stored `~other`) summed last.
+fn top_referrers(mut rows: Vec<(String, u64)>) -> Vec<HostCount> {
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut out = Vec::new();
+    let mut other = 0;
+    for (host, n) in rows {
+        if host != OTHER_REFERRER && out.len() < TOP_REFERRERS {
+            out.push(HostCount { host, n });
+        } else {
+            other += n;
+        }
+    }
+    if other > 0 {
+        out.push(HostCount {
+            host: OTHER_REFERRER.to_owned(),
+            n: other,
+        });
+    }
+    out
+}
+
+fn devices(rows: &[(String, u64)]) -> Devices {
+    let mut d = Devices::default();
+    for (class, n) in rows {
+        match Device::parse(class) {
+            Some(Device::Mobile) => d.mobile += n,
+            Some(Device::Desktop) => d.desktop += n,
+            Some(Device::Tablet) => d.tablet += n,
+            Some(Device::Bot) => d.bot += n,
+            Some(Device::Other) | None => d.other += n,
+        }
+    }
+    d
+}
+
+/// Hour rows, referrer sums, device sums of one link.
+type Rows = (Vec<(u64, u64, u64)>, Vec<(String, u64)>, Vec<(String, u64)>);
+/// A tenant's totals and top links `(code, human, bot)`.
+type TenantRows = (Option<(u64, u64)>, Vec<(String, u64, u64)>);
+
+impl Links {
+    /// One link's statistics over `range` (`stats:read`, visible link).
+    pub async fn link_stats(
+        &self,
+        caller: &Caller,
+        code: &str,
+        range: &StatsRange,
+    ) -> Result<LinkStats, LinkError> {
+        caller.require(Scope::StatsRead)?;
+        let row = self.store.find(code).await?;
+        visible(caller, row.as_ref())?;
+        let day_from = day_start(range.from);
+        let (hours, refs, devs): Rows = self
+            .store
+            .bounded(async {
+                let mut c = self.store.pool.get_conn().await?;
+                let hours = c
+                    .exec(
+                        "SELECT hour, human, bot FROM click_hour \
+                         WHERE code = ? AND hour >= ? AND hour < ? ORDER BY hour",
+                        (code, range.from, range.to),
+                    )
+                    .await?;
+                let refs = c
+                    .exec(
+                        "SELECT host, CAST(SUM(n) AS UNSIGNED) FROM click_day_referrer \
+                         WHERE code = ? AND day >= ? AND day < ? GROUP BY host",
+                        (code, day_from, range.to),
+                    )
+                    .await?;
+                let devs = c
+                    .exec(
+                        "SELECT class, CAST(SUM(n) AS UNSIGNED) FROM click_day_device \
+                         WHERE code = ? AND day >= ? AND day < ? GROUP BY class",
+                        (code, day_from, range.to),
+                    )
+                    .await?;
+                Ok::<_, DbError>((hours, refs, devs))
+            })
+            .await?;
+        let totals = hours.iter().fold(Totals::default(), |t, (_, h, b)| Totals {
+            human: t.human + h,
+            bot: t.bot + b,
+        });
+        Ok(LinkStats {
+            code: code.to_owned(),
+            from: rfc3339(range.from),
+            to: rfc3339(range.to),
+            interval: range.interval.as_str(),
+            totals,
+            series: series(range, &hours),
+            referrers: top_referrers(refs),
+            devices: devices(&devs),
+        })
+    }
+
+    /// A tenant's totals and its `limit` links with the most human clicks
+    /// (`stats:read`; narrowed to what the caller may see).
+    pub async fn tenant_stats(
+        &self,
+        caller: &Caller,
+        filter: &TenantFilter,
+        range: &StatsRange,
+        limit: u32,
+    ) -> Result<TenantStats, LinkError> {
+        caller.require(Scope::StatsRead)?;
+        let mut out = TenantStats {
+            from: rfc3339(range.from),
+            to: rfc3339(range.to),
+            totals: Totals::default(),
+            links: Vec::new(),
+        };
+        let (kdt, app) = match filter {
+            TenantFilter::KdtId(k) => (Some(*k), None),
+            TenantFilter::App(a) => (None, Some(a.as_str())),
+            TenantFilter::Domain(_) => (None, None),
+        };
+        let Some(t) = tenant(caller, kdt, app) else {
+            return Ok(out);
+        };
+        let mut w = vec![
+            "h.hour >= ? AND h.hour < ?".to_owned(),
+            "s.state IN (?, ?, ?)".to_owned(),
+        ];
+        let mut p: Vec<Value> = vec![
+            range.from.into(),
+            range.to.into(),
+            RowState::Active.into(),
+            RowState::Disabled.into(),
+            RowState::Deleted.into(),
+        ];
+        let (cond, value): (&str, Value) = match filter {
+            TenantFilter::App(a) => ("s.app = ?", a.as_str().into()),
+            TenantFilter::KdtId(k) => ("s.kdt_id = ?", (*k).into()),
+            TenantFilter::Domain(d) => ("s.domain = ?", d.as_str().into()),
+        };
+        w.push(cond.to_owned());
+        p.push(value);
+        match &t {
+            Tenant::All => {}
+            Tenant::App(a) => {
+                w.push("s.app = ?".into());
+                p.push(a.as_str().into());
+            }
+            Tenant::Merchants(m) => {
+                w.push(format!("s.kdt_id IN ({})", vec!["?"; m.len()].join(", ")));
+                p.extend(m.iter().map(|k| Value::from(*k)));
+            }
+        }
+        let from = format!(
+            "FROM click_hour h JOIN short_code s ON s.code = h.code WHERE {}",
+            w.join(" AND ")
+        );
+        let totals_sql = format!(
+            "SELECT CAST(COALESCE(SUM(h.human), 0) AS UNSIGNED), \
+             CAST(COALESCE(SUM(h.bot), 0) AS UNSIGNED) {from}"
+        );
+        let top_sql = format!(
+            "SELECT h.code, CAST(SUM(h.human) AS UNSIGNED) AS hu, CAST(SUM(h.bot) AS UNSIGNED) AS bo \
+             {from} GROUP BY h.code ORDER BY hu DESC, bo DESC, h.code LIMIT {limit}"
+        );
+        let (totals, top): TenantRows = self
+            .store
+            .bounded(async {
+                let mut c = self.store.pool.get_conn().await?;
+                let totals = c.exec_first(totals_sql, p.clone()).await?;
+                let top = c.exec(top_sql, p).await?;
+                Ok::<_, DbError>((totals, top))
+            })
+            .await?;
+        let (human, bot) = totals.unwrap_or((0, 0));
+        out.totals = Totals { human, bot };
+        out.links = top
+            .into_iter()
+            .map(|(code, human, bot)| LinkClicks { code, human, bot })
+            .collect();
+        Ok(out)
+    }
+
+    /// Total human clicks of each of `codes` (absent: none counted).
+    pub async fn human_clicks(&self, codes: &[String]) -> Result<HashMap<String, u64>, LinkError> {
+        if codes.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let sql = format!(
+            "SELECT code, CAST(SUM(human) AS UNSIGNED) FROM click_hour \
+             WHERE code IN ({}) GROUP BY code",
+            vec!["?"; codes.len()].join(", ")
+        );
+        let params: Vec<Value> = codes.iter().map(|c| c.as_str().into()).collect();
+        let rows: Vec<(String, u64)> = self
+            .store
+            .bounded(async {
+                let mut c = self.store.pool.get_conn().await?;
+                Ok::<_, DbError>(c.exec(sql, params).await?)
+            })
+            .await?;
+        Ok(rows.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dense_series() {
+        let r = StatsRange {
+            from: 86_400,
+            to: 86_400 * 3 + 1,
+            interval: Interval::Day,
+        };
+        let s = series(
+            &r,
+            &[
+                (86_400 + 3600, 2, 1),
+                (86_400 * 2, 1, 0),
+                (86_400 + 7200, 1, 0),
+            ],
+        );
+        let got: Vec<(u64, u64)> = s.iter().map(|p| (p.human, p.bot)).collect();
+        assert_eq!(got, vec![(3, 1), (1, 0), (0, 0)]);
+        assert_eq!(s[0].start, "1970-01-02T00:00:00Z");
+    }
+
+    #[test]
+    fn referrers_are_capped() {
+        let mut rows: Vec<(String, u64)> = (0..25).map(|i| (format!("h{i:02}"), 100 - i)).collect();
+        rows.push(("~other".into(), 7));
+        let top = top_referrers(rows);
+        assert_eq!(top.len(), TOP_REFERRERS + 1);
+        assert_eq!(top[0].host, "h00");
+        assert_eq!(top[TOP_REFERRERS].n, 7 + 80 + 79 + 78 + 77 + 76);
+        assert_eq!(devices(&[("bot".into(), 2), ("tablet".into(), 1)]).bot, 2);
+    }
+}

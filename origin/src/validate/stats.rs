@@ -1,0 +1,225 @@
+//! Validation of the stats query strings (`GET /api/v1/links/{code}/stats`,
+//! `GET /api/v1/stats`): the range, the interval, the tenant.
+
+use crate::clicks::{Interval, StatsRange, TenantFilter};
+use crate::config::ClicksConfig;
+use crate::error::ApiError;
+use shorturl_common::host::normalize_host;
+use shorturl_common::time::parse_rfc3339;
+
+/// The range when `from` is not given: the 7 days before `to`.
+pub const DEFAULT_SPAN_SECS: u64 = 7 * 86_400;
+/// Links in a tenant answer when `limit` is not given.
+pub const DEFAULT_TOP: u32 = 20;
+/// Most links in a tenant answer.
+pub const MAX_TOP: u32 = 100;
+
+fn invalid(kind: &'static str, msg: impl Into<String>) -> ApiError {
+    ApiError::bad_request(kind, msg)
+}
+
+/// The query's parameters, each at most once and among `allowed`.
+fn params(
+    query: Option<&str>,
+    allowed: &[&'static str],
+) -> Result<Vec<(&'static str, String)>, ApiError> {
+    let mut seen: Vec<(&'static str, String)> = Vec::new();
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let Some(name) = allowed.iter().find(|p| **p == k) else {
+            return Err(invalid(
+                "invalid_query",
+                format!("unknown query parameter {k:?}"),
+            ));
+        };
+        if seen.iter().any(|(n, _)| n == name) || v.contains('\u{FFFD}') {
+            return Err(invalid(
+                "invalid_query",
+                format!("query parameter {name} is repeated or not UTF-8"),
+            ));
+        }
+        seen.push((name, v.into_owned()));
+    }
+    Ok(seen)
+}
+
+fn get<'a>(p: &'a [(&'static str, String)], name: &str) -> Option<&'a str> {
+    p.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+}
+
+/// `from`, `to` (RFC 3339; default the 7 days before now) and the
+/// interval, checked against the configured number of points.
+fn range(
+    p: &[(&'static str, String)],
+    interval: Interval,
+    max_points: u64,
+    now: u64,
+) -> Result<StatsRange, ApiError> {
+    let time = |name: &'static str| -> Result<Option<u64>, ApiError> {
+        get(p, name)
+            .map(|t| {
+                parse_rfc3339(t).ok_or_else(|| {
+                    invalid(
+                        "invalid_date",
+                        format!("{name} must be an RFC 3339 date-time, e.g. 2026-01-31T00:00:00Z"),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let to = time("to")?.unwrap_or(now);
+    let from = time("from")?.unwrap_or(to.saturating_sub(DEFAULT_SPAN_SECS));
+    if from > to {
+        return Err(invalid("invalid_range", "from is after to"));
+    }
+    let step = interval.secs();
+    let from = from - from % step;
+    if (to - from).div_ceil(step) > max_points {
+        return Err(invalid(
+            "range_too_long",
+            format!(
+                "the range holds more than {max_points} {}s",
+                interval.as_str()
+            ),
+        ));
+    }
+    Ok(StatsRange { from, to, interval })
+}
+
+/// `GET /api/v1/links/{code}/stats?from&to&interval=hour|day` (default `day`).
+pub fn parse_link_stats(
+    query: Option<&str>,
+    cfg: &ClicksConfig,
+    now: u64,
+) -> Result<StatsRange, ApiError> {
+    let p = params(query, &["from", "to", "interval"])?;
+    let (interval, max) = match get(&p, "interval") {
+        None | Some("day") => (Interval::Day, cfg.max_day_points),
+        Some("hour") => (Interval::Hour, cfg.max_hour_points),
+        Some(_) => return Err(invalid("invalid_interval", "interval must be hour or day")),
+    };
+    range(&p, interval, max, now)
+}
+
+/// `GET /api/v1/stats?app|kdt_id|domain&from&to&limit`: exactly one of the
+/// three tenant parameters; the range is whole days.
+pub fn parse_tenant_stats(
+    query: Option<&str>,
+    cfg: &ClicksConfig,
+    now: u64,
+) -> Result<(TenantFilter, StatsRange, u32), ApiError> {
+    let p = params(query, &["app", "kdt_id", "domain", "from", "to", "limit"])?;
+    let named: Vec<&str> = ["app", "kdt_id", "domain"]
+        .into_iter()
+        .filter(|n| get(&p, n).is_some())
+        .collect();
+    let filter = match named[..] {
+        ["app"] => match get(&p, "app") {
+            Some(a) if !a.is_empty() && a.len() <= 64 => TenantFilter::App(a.to_owned()),
+            _ => return Err(invalid("invalid_app", "app must be 1-64 characters")),
+        },
+        ["kdt_id"] => TenantFilter::KdtId(
+            get(&p, "kdt_id")
+                .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|k| k.parse().ok())
+                .ok_or_else(|| invalid("invalid_kdt_id", "kdt_id must be an integer >= 0"))?,
+        ),
+        ["domain"] => TenantFilter::Domain(
+            get(&p, "domain")
+                .and_then(normalize_host)
+                .ok_or_else(|| invalid("invalid_domain", "domain is not a valid host"))?,
+        ),
+        _ => {
+            return Err(invalid(
+                "invalid_tenant",
+                "give exactly one of app, kdt_id, domain",
+            ))
+        }
+    };
+    let limit = match get(&p, "limit") {
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_TOP).contains(n) && l.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                invalid(
+                    "invalid_limit",
+                    format!("limit must be an integer from 1 to {MAX_TOP}"),
+                )
+            })?,
+        None => DEFAULT_TOP,
+    };
+    let r = range(&p, Interval::Day, cfg.max_day_points, now)?;
+    Ok((filter, r, limit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn kind<T: std::fmt::Debug>(r: Result<T, ApiError>) -> &'static str {
+        r.err().map(|e| e.kind).unwrap_or("ok")
+    }
+
+    #[test]
+    fn link_ranges() {
+        let cfg = ClicksConfig::default();
+        let r = parse_link_stats(None, &cfg, NOW).unwrap();
+        assert_eq!(r.interval, Interval::Day);
+        assert_eq!((r.to, r.from % 86_400), (NOW, 0));
+        let r = parse_link_stats(
+            Some("interval=hour&from=2027-01-15T08:30:00Z&to=2027-01-15T10:00:00Z"),
+            &cfg,
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(r.to - r.from, 3600 * 2);
+        assert_eq!(r.from % 3600, 0);
+        let cases = [
+            ("interval=week", "invalid_interval"),
+            ("from=yesterday", "invalid_date"),
+            (
+                "from=2027-01-02T00:00:00Z&to=2027-01-01T00:00:00Z",
+                "invalid_range",
+            ),
+            (
+                "interval=hour&from=2026-01-01T00:00:00Z&to=2027-01-01T00:00:00Z",
+                "range_too_long",
+            ),
+            (
+                "from=2020-01-01T00:00:00Z&to=2027-01-01T00:00:00Z",
+                "range_too_long",
+            ),
+            ("nope=1", "invalid_query"),
+            (
+                "to=2027-01-01T00:00:00Z&to=2027-01-01T00:00:00Z",
+                "invalid_query",
+            ),
+        ];
+        for (q, want) in cases {
+            assert_eq!(kind(parse_link_stats(Some(q), &cfg, NOW)), want, "{q}");
+        }
+    }
+
+    #[test]
+    fn tenants() {
+        let cfg = ClicksConfig::default();
+        let (f, _, limit) = parse_tenant_stats(Some("kdt_id=55"), &cfg, NOW).unwrap();
+        assert_eq!((f, limit), (TenantFilter::KdtId(55), DEFAULT_TOP));
+        let (f, _, _) = parse_tenant_stats(Some("domain=S.Shop55.com."), &cfg, NOW).unwrap();
+        assert_eq!(f, TenantFilter::Domain("s.shop55.com".into()));
+        let cases = [
+            ("", "invalid_tenant"),
+            ("app=a&kdt_id=1", "invalid_tenant"),
+            ("app=", "invalid_app"),
+            ("kdt_id=-1", "invalid_kdt_id"),
+            ("domain=a%20b", "invalid_domain"),
+            ("app=a&limit=101", "invalid_limit"),
+            ("app=a&interval=hour", "invalid_query"),
+        ];
+        for (q, want) in cases {
+            assert_eq!(kind(parse_tenant_stats(Some(q), &cfg, NOW)), want, "{q}");
+        }
+    }
+}

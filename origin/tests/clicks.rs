@@ -1,0 +1,282 @@
+//! Click analytics, origin side, against real Redis and MariaDB: batches an
+//! edge would XADD are applied exactly once (redelivered, claimed from a
+//! consumer killed with SIGKILL, across a Redis restart), malformed ones
+//! are rejected whole, and the stats API reports exactly what was sent,
+//! (the stats API and its tenancy: `clicks_api.rs`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use serde_json::json;
+use shorturl_common::clicks::{is_bot, Accumulator, Batch, BatchIds, Click, HourLine};
+use std::collections::BTreeMap;
+use support::clicks::{
+    batches, count, create, link_stats, pending, range, setup_with, tenant_stats, totals,
+    wait_totals, xadd, xadd_fields, ADMIN, DAY, SHOP, WAIT,
+};
+use support::{eventually, Origin, OriginOpts, KEY};
+
+/// A second origin on the same MySQL and Redis: a new port, no
+/// pre-generation, no failpoints.
+fn another(o: &OriginOpts) -> OriginOpts {
+    let mut o = o.clone();
+    o.port = testkit::free_port();
+    o.pregen = 0;
+    o.env.clear();
+    o
+}
+
+const UAS: [&str; 6] = [
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1",
+    "Mozilla/5.0 (iPad; CPU OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1",
+    "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+    "curl/8.5.0",
+    "SomeTV/1.0",
+];
+
+/// What was sent for one link, counted independently of the accumulator.
+#[derive(Default, Debug)]
+struct Sent {
+    human: u64,
+    bot: u64,
+    hours: BTreeMap<u64, (u64, u64)>,
+}
+
+/// `n` clicks over `codes` (a deterministic mix of browsers, bots, HEADs,
+/// referrers and hours of DAY and the day after), as the batches of edge
+/// `edge` flushing every `flush_every` clicks (so link-hours recur across
+/// batches and must add up).
+fn clicks(
+    codes: &[&str],
+    n: u64,
+    edge: &str,
+    flush_every: u64,
+) -> (Vec<Batch>, BTreeMap<String, Sent>) {
+    let mut out = Vec::new();
+    let ids = BatchIds::new(edge, "boot1").unwrap();
+    let mut acc = Accumulator::new();
+    let mut sent: BTreeMap<String, Sent> = BTreeMap::new();
+    let refs = ["https://news.example.cn/a", "http://t.co/x", ""];
+    for i in 0..n {
+        let code = codes[(i % codes.len() as u64) as usize];
+        let ua = UAS[(i % 6) as usize];
+        let head = i % 11 == 0;
+        let at = DAY + (i * 7919) % (2 * 86_400);
+        let r = refs[(i % 3) as usize];
+        assert!(acc.add(&Click {
+            code,
+            at_unix: at,
+            head,
+            user_agent: Some(ua),
+            referer: (!r.is_empty()).then_some(r),
+        }));
+        if (i + 1) % flush_every == 0 {
+            out.extend(acc.take_batches(&ids, 1000));
+        }
+        let bot = head || is_bot(ua);
+        let s = sent.entry(code.to_owned()).or_default();
+        let h = s.hours.entry(at - at % 3600).or_default();
+        if bot {
+            s.bot += 1;
+            h.1 += 1;
+        } else {
+            s.human += 1;
+            h.0 += 1;
+        }
+    }
+    out.extend(acc.take_batches(&ids, 1000));
+    (out, sent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_counted_exactly_once_and_reported_exactly() {
+    let s = setup_with(None);
+    let o = &s.origin;
+    let a = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
+    let b = create(&s, KEY, json!({"url": "https://b.example/", "kdt_id": 55})).await;
+    let (all, sent) = clicks(&[&a, &b], 5000, "edge-1", 500);
+    assert!(all.len() > 3, "{} batches", all.len());
+    for batch in &all {
+        xadd(&s, batch).await;
+    }
+    for (code, want) in &sent {
+        wait_totals(o, code, (want.human, want.bot)).await;
+    }
+    assert_eq!(batches(o, "applied").await, all.len() as u64);
+
+    // Hourly series: every hour exactly as sent.
+    let (st, v) = link_stats(o, ADMIN, &a, &format!("{}&interval=hour", range())).await;
+    assert_eq!(st, 200, "{v}");
+    let series = v["series"].as_array().unwrap();
+    assert_eq!(series.len(), 72);
+    let want = &sent[&a];
+    for (i, p) in series.iter().enumerate() {
+        let hour = DAY - 86_400 + i as u64 * 3600;
+        let (h, b) = want.hours.get(&hour).copied().unwrap_or((0, 0));
+        assert_eq!(
+            (p["human"].as_u64(), p["bot"].as_u64()),
+            (Some(h), Some(b)),
+            "hour {i}"
+        );
+    }
+    // Referrers and devices sum to the link's clicks.
+    let n = want.human + want.bot;
+    let refs: u64 = v["referrers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["n"].as_u64().unwrap())
+        .sum();
+    let devs: u64 = v["devices"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|d| d.as_u64().unwrap())
+        .sum();
+    assert_eq!((refs, devs), (n, n));
+    assert_eq!(v["devices"]["bot"].as_u64(), Some(want.bot));
+    let hosts: Vec<&str> = v["referrers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts.len(), 3);
+    for h in ["news.example.cn", "t.co", "-"] {
+        assert!(hosts.contains(&h), "{hosts:?}");
+    }
+    // Daily series of the same range.
+    let (_, v) = link_stats(o, ADMIN, &a, &range()).await;
+    let days: Vec<u64> = v["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["human"].as_u64().unwrap())
+        .collect();
+    assert_eq!(days.len(), 3);
+    assert_eq!(days[0], 0);
+    assert_eq!(days.iter().sum::<u64>(), want.human);
+
+    // The same batch again (a redelivery): acknowledged, not counted.
+    xadd(&s, &all[0]).await;
+    eventually("the duplicate", WAIT, || async {
+        batches(o, "duplicate").await == 1
+    })
+    .await;
+    for (code, want) in &sent {
+        let (_, v) = link_stats(o, ADMIN, code, &range()).await;
+        assert_eq!(totals(&v), (want.human, want.bot));
+    }
+    assert_eq!(batches(o, "applied").await, all.len() as u64);
+    eventually("nothing pending", WAIT, || async { pending(&s).await == 0 }).await;
+    assert_eq!(
+        count(&s, "SELECT COUNT(*) FROM click_batches"),
+        all.len() as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_batch_is_rejected_whole_and_acknowledged() {
+    let s = setup_with(None);
+    let o = &s.origin;
+    let a = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
+    let good = format!("h {a} {DAY} 3 1\n");
+    // A good line then a bad one: nothing of it may be applied.
+    xadd_fields(
+        &s,
+        &[
+            ("id", "e:n:1"),
+            ("v", "1"),
+            ("b", &format!("{good}h {a} {DAY} x 1\n")),
+        ],
+    )
+    .await;
+    xadd_fields(&s, &[("id", "e:n:2"), ("v", "9"), ("b", &good)]).await;
+    xadd_fields(&s, &[("id", "e:n:3"), ("b", &good)]).await;
+    xadd_fields(&s, &[("id", "not-an-id"), ("v", "1"), ("b", &good)]).await;
+    eventually("4 malformed", WAIT, || async {
+        batches(o, "malformed").await == 4
+    })
+    .await;
+    eventually("nothing pending", WAIT, || async { pending(&s).await == 0 }).await;
+    let (st, v) = link_stats(o, ADMIN, &a, &range()).await;
+    assert_eq!((st, totals(&v)), (200, (0, 0)));
+    assert_eq!(count(&s, "SELECT COUNT(*) FROM click_hour"), 0);
+    assert_eq!(batches(o, "applied").await, 0);
+    // A good batch still goes through.
+    xadd_fields(&s, &[("id", "e:n:4"), ("v", "1"), ("b", &good)]).await;
+    wait_totals(o, &a, (3, 1)).await;
+}
+
+/// An origin killed with SIGKILL while holding a batch (read but not
+/// applied, or applied but not acknowledged): a second origin claims it and
+/// the batch counts exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_held_by_a_killed_origin_is_claimed_and_counted_once() {
+    for stage in ["read", "ack"] {
+        let hold = testkit::TempDir::new("clicks-hold");
+        let path = hold.path().join("hold");
+        std::fs::write(&path, b"").unwrap();
+        let fp = format!("origin.clicks.{stage}.hold=e1:b:0@{}", path.display());
+        let mut s = setup_with(Some(&fp));
+        let a = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
+        let mut batch = Batch::new("e1:b:0");
+        batch.hours.push(HourLine {
+            code: a.clone(),
+            hour: DAY + 3600,
+            human: 7,
+            bot: 2,
+        });
+        xadd(&s, &batch).await;
+        let held = format!("{}.held", path.display());
+        testkit::wait_for("the consumer to hold the batch", WAIT, || {
+            std::path::Path::new(&held).exists()
+        });
+        s.origin.kill();
+        let committed = count(&s, "SELECT COUNT(*) FROM click_batches WHERE id = 'e1:b:0'");
+        assert_eq!(committed, u64::from(stage == "ack"), "{stage}");
+        assert_eq!(pending(&s).await, 1, "{stage}");
+        // A second origin (no failpoint) on the same MySQL and Redis.
+        let b = Origin::start(another(&s.origin.opts));
+        eventually("nothing pending", WAIT, || async { pending(&s).await == 0 }).await;
+        wait_totals(&b, &a, (7, 2)).await;
+        let (applied, dup) = (batches(&b, "applied").await, batches(&b, "duplicate").await);
+        assert_eq!(
+            (applied, dup),
+            if stage == "read" { (1, 0) } else { (0, 1) },
+            "{stage}"
+        );
+        let (_, v) = link_stats(&b, ADMIN, &a, &range()).await;
+        assert_eq!(totals(&v), (7, 2), "{stage}");
+        s.origin = b;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_loses_nothing_acknowledged_and_the_consumer_recovers() {
+    let mut s = setup_with(None);
+    let a = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
+    let (first, sent1) = clicks(&[&a], 300, "edge-r", 50);
+    for b in &first {
+        xadd(&s, b).await;
+    }
+    let want1 = (sent1[&a].human, sent1[&a].bot);
+    wait_totals(&s.origin, &a, want1).await;
+    // Redis restarts empty (no persistence): stream and group are gone.
+    s.redis.restart();
+    let (second, sent2) = clicks(&[&a], 200, "edge-r2", 50);
+    for b in &second {
+        xadd(&s, b).await;
+    }
+    let want = (want1.0 + sent2[&a].human, want1.1 + sent2[&a].bot);
+    wait_totals(&s.origin, &a, want).await;
+    assert_eq!(
+        batches(&s.origin, "applied").await,
+        (first.len() + second.len()) as u64
+    );
+    // Same counts through the tenant view (SHOP sees its app).
+    let (st, v) = tenant_stats(&s.origin, SHOP, &format!("app=shop&{}", range())).await;
+    assert_eq!((st, totals(&v)), (200, want), "{v}");
+    assert_eq!(v["links"][0]["code"], a);
+}

@@ -1,0 +1,130 @@
+//! The stats API over real Redis and MariaDB: tenancy (a link the caller
+//! may not see is the unknown-code 404; tenant totals narrowed to what the
+//! caller may see), `clicks` in the links list, and bad ranges.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use serde_json::json;
+use shorturl_common::clicks::{Batch, HourLine};
+use support::clicks::{
+    create, link_stats, range, setup_with, tenant_stats, totals, wait_totals, xadd, ADMIN, DAY,
+    M55, SHOP,
+};
+use support::KEY;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_follow_tenancy_and_bad_ranges_are_400() {
+    let s = setup_with(None);
+    let o = &s.origin;
+    let mine = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
+    let m55 = create(&s, KEY, json!({"url": "https://b.example/", "kdt_id": 55})).await;
+    let mut b = Batch::new("t:n:1");
+    for (code, human, bot) in [(&mine, 5, 1), (&m55, 3, 2)] {
+        b.hours.push(HourLine {
+            code: code.clone(),
+            hour: DAY,
+            human,
+            bot,
+        });
+    }
+    xadd(&s, &b).await;
+    wait_totals(o, &m55, (3, 2)).await;
+    let r = range();
+    // A link the caller may not see answers exactly as an unknown code.
+    let (st, unknown) = link_stats(o, SHOP, "zzzzzz", &r).await;
+    assert_eq!(st, 404);
+    for (key, code, visible) in [
+        (SHOP, &mine, true),
+        (SHOP, &m55, false),
+        (M55, &m55, true),
+        (M55, &mine, false),
+        (ADMIN, &mine, true),
+    ] {
+        let (st, v) = link_stats(o, key, code, &r).await;
+        if visible {
+            assert_eq!(st, 200, "{key} {code}: {v}");
+        } else {
+            assert_eq!((st, &v), (404, &unknown), "{key} {code}");
+        }
+    }
+    let (st, v) = link_stats(o, KEY, &m55, &r).await;
+    assert_eq!((st, v["error"].as_str()), (403, Some("insufficient_scope")));
+    for (key, q, want) in [
+        (ADMIN, "kdt_id=55", (3, 2)),
+        (ADMIN, "app=shop", (5, 1)),
+        (ADMIN, "domain=sho.rt", (8, 3)),
+        (M55, "kdt_id=55", (3, 2)),
+        (M55, "kdt_id=91", (0, 0)),
+        (M55, "app=shop", (0, 0)),
+        (M55, "domain=sho.rt", (3, 2)),
+        (SHOP, "app=shop", (5, 1)),
+        (SHOP, "app=demo", (0, 0)),
+        (SHOP, "domain=sho.rt", (5, 1)),
+    ] {
+        let (st, v) = tenant_stats(o, key, &format!("{q}&{r}")).await;
+        assert_eq!((st, totals(&v)), (200, want), "{key} {q}: {v}");
+    }
+    let (_, v) = tenant_stats(o, ADMIN, &format!("domain=sho.rt&{r}")).await;
+    assert_eq!(v["links"][0], json!({"code": mine, "human": 5, "bot": 1}));
+    // The list carries each link's total human clicks.
+    let (st, v, _) = o
+        .call(reqwest::Method::GET, "/api/v1/links", SHOP, None, &[])
+        .await;
+    assert_eq!((st, &v["links"][0]["clicks"]), (200, &json!(5)), "{v}");
+    for (q, kind) in [
+        ("interval=week", "invalid_interval"),
+        (
+            "from=2027-01-02T00:00:00Z&to=2027-01-01T00:00:00Z",
+            "invalid_range",
+        ),
+        (
+            "interval=hour&from=2026-01-01T00:00:00Z&to=2027-01-01T00:00:00Z",
+            "range_too_long",
+        ),
+    ] {
+        let (st, v) = link_stats(o, SHOP, &mine, q).await;
+        assert_eq!((st, v["error"].as_str()), (400, Some(kind)), "{q}");
+    }
+    let (st, v) = tenant_stats(o, SHOP, "from=2027-01-01T00:00:00Z").await;
+    assert_eq!((st, v["error"].as_str()), (400, Some("invalid_tenant")));
+}
+
+/// Bytes per rollup row on this MariaDB (`docs/architecture.md`): 100,000
+/// rows in each rollup (and batch ids), then `information_schema` after
+/// `ANALYZE TABLE`.
+/// Run: `cargo test -p shorturl-origin --test clicks_api -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn bytes_per_rollup_row() {
+    let s = setup_with(None);
+    const N: u64 = 100_000;
+    // 6-character codes, 24 hours (or 5 hosts, 5 classes) each.
+    s.sql(&format!(
+        "INSERT INTO click_hour (code, hour, human, bot) SELECT CONCAT('c', LPAD(seq DIV 24, 5, '0')), \
+         {DAY} + (seq % 24) * 3600, 1 + seq % 1000, seq % 7 FROM seq_0_to_{last}; \
+         INSERT INTO click_day_referrer (code, day, host, n) SELECT CONCAT('c', LPAD(seq DIV 5, 5, '0')), \
+         {DAY}, CONCAT('news', seq % 5, '.example.com'), 1 + seq % 1000 FROM seq_0_to_{last}; \
+         INSERT INTO click_day_device (code, day, class, n) SELECT CONCAT('c', LPAD(seq DIV 5, 5, '0')), \
+         {DAY} + (seq DIV 500000) * 86400, ELT(1 + seq % 5, 'mobile', 'desktop', 'tablet', 'bot', 'other'), \
+         1 + seq % 1000 FROM seq_0_to_{last}; \
+         INSERT INTO click_batches (id, applied_at) SELECT CONCAT('edge-', LPAD(seq % 50, 2, '0'), \
+         ':9f3a1c7e5b2d4f60:', seq), {DAY} FROM seq_0_to_{last}; \
+         ANALYZE TABLE click_hour, click_day_referrer, click_day_device, click_batches",
+        last = N - 1
+    ));
+    let out = s.sql(&format!(
+        "SELECT table_name, data_length, index_length FROM information_schema.tables \
+         WHERE table_schema = '{}' AND table_name LIKE 'click\\_%' ORDER BY table_name",
+        s.db
+    ));
+    for line in out.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let (data, index): (u64, u64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        println!(
+            "{}: data {data} B, index {index} B, {:.1} B per row ({N} rows)",
+            f[0],
+            (data + index) as f64 / N as f64
+        );
+    }
+}
