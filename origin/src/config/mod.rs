@@ -10,8 +10,8 @@ pub mod file;
 mod lifecycle;
 mod tenancy;
 
-pub use lifecycle::LifecycleConfig;
 pub use clicks::ClicksConfig;
+pub use lifecycle::LifecycleConfig;
 pub use tenancy::AppConfig;
 
 use file::FileConfig;
