@@ -48,6 +48,10 @@ pub enum ServeError {
 
 /// Starts the origin; returns when it has shut down.
 pub async fn run(cfg: Config) -> Result<(), ServeError> {
+    // SIGTERM is caught from here on: registered lazily (when the shutdown
+    // wait is first polled), a SIGTERM arriving just after the server
+    // started answering would kill the process without the grace.
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let cfg = Arc::new(cfg);
     let metrics = Arc::new(Metrics::new()?);
     let click_metrics = Arc::new(ClickMetrics::register(&metrics.registry)?);
@@ -188,7 +192,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
             stop_reaper(reaper_task, reaper).await;
             return finish(r, apollo_task, pool, Instant::now() + cfg.shutdown_grace).await;
         }
-        () = shutdown_signal() => Instant::now() + cfg.shutdown_grace,
+        () = shutdown_signal(term) => Instant::now() + cfg.shutdown_grace,
     };
     let _ = stop_tx.send(());
     // Rows it leaves are applied by another origin or after the restart.
@@ -259,13 +263,14 @@ fn spawn_capacity_refresh(pool: mysql_async::Pool, issuer: Arc<Issuer>) {
     });
 }
 
-async fn shutdown_signal() {
+/// Waits for SIGTERM (on `term`, registered by the caller) or SIGINT.
+async fn shutdown_signal(term: Option<tokio::signal::unix::Signal>) {
     let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
+        match term {
+            Some(mut s) => {
                 s.recv().await;
             }
-            Err(_) => std::future::pending::<()>().await,
+            None => std::future::pending::<()>().await,
         }
     };
     tokio::select! {

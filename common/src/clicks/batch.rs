@@ -1,5 +1,5 @@
 //! The click batch: what an edge appends to the stream and an origin
-//! applies, in one text format the Lua edge writes too (`docs/protocol.md`,
+//! applies, in one text format the Lua edge is to write too (`docs/protocol.md`,
 //! "Click batches").
 //!
 //! The decoder is strict on purpose: a batch is applied whole or not at
