@@ -372,8 +372,10 @@ async fn every_search_shape_reads_an_index_range_of_a_million_rows() {
             max_read.max(page * 1.2),
         ));
     }
-    // `expired` is an active link past its expiry: the state index is read
-    // newest first and the expiry tested on each row. Alone, it reads the
+    // `expired` is two parts merged by UNION ALL, each a page of the state
+    // index: links the reaper marked expired (state 5, none in this table),
+    // and active links past their expiry, read newest first with the
+    // expiry tested on each row. Alone, the second reads the
     // active links newer than the newest expired one (see
     // docs/architecture.md), so only its plan is checked; narrowed by a
     // created range (expired links are old), it reads about a page.
