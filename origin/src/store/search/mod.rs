@@ -8,44 +8,15 @@
 //! `UNION ALL` of per-merchant pages (an `IN` list would have to sort every
 //! link of those merchants).
 
+mod state;
+
+pub use state::StateFilter;
+
 use super::row::COLUMNS;
-use super::{DbError, LinkRow, RowState, Store};
+use super::{DbError, LinkRow, Store};
 use mysql_async::prelude::*;
 use mysql_async::Value;
-
-/// The state filter as the API names states (`expired` is a reaped link or
-/// an active link past its expiry, `active` one before it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateFilter {
-    Active,
-    Disabled,
-    Deleted,
-    Expired,
-}
-
-impl StateFilter {
-    /// The API spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StateFilter::Active => "active",
-            StateFilter::Disabled => "disabled",
-            StateFilter::Deleted => "deleted",
-            StateFilter::Expired => "expired",
-        }
-    }
-
-    /// The state spelled `s`.
-    pub fn parse(s: &str) -> Option<StateFilter> {
-        [
-            StateFilter::Active,
-            StateFilter::Disabled,
-            StateFilter::Deleted,
-            StateFilter::Expired,
-        ]
-        .into_iter()
-        .find(|f| f.as_str() == s)
-    }
-}
+use state::state_conditions;
 
 /// What a search asks for (validated: URLs in their stored form, domains
 /// normalised, times in Unix seconds). Every field narrows the answer.
@@ -130,38 +101,6 @@ fn like_prefix(s: &str) -> String {
     }
     p.push('%');
     p
-}
-
-/// The state condition of each part of the statement: one, except for
-/// `expired`, which is two ranges of `idx_state_created` read newest first
-/// (links the reaper marked expired; active links past their expiry it has
-/// not reached yet), merged by a `UNION ALL` of one page each: an
-/// `IN` of the two states would sort every expired link.
-fn state_conditions(q: &SearchQuery<'_>) -> Vec<(&'static str, Vec<Value>)> {
-    match q.filters.state {
-        None => vec![(
-            "state IN (?, ?, ?, ?)",
-            vec![
-                RowState::Active.into(),
-                RowState::Disabled.into(),
-                RowState::Deleted.into(),
-                RowState::Expired.into(),
-            ],
-        )],
-        Some(StateFilter::Active) => vec![(
-            "state = ? AND expires_at > ?",
-            vec![RowState::Active.into(), q.now.into()],
-        )],
-        Some(StateFilter::Expired) => vec![
-            ("state = ?", vec![RowState::Expired.into()]),
-            (
-                "state = ? AND expires_at <= ?",
-                vec![RowState::Active.into(), q.now.into()],
-            ),
-        ],
-        Some(StateFilter::Disabled) => vec![("state = ?", vec![RowState::Disabled.into()])],
-        Some(StateFilter::Deleted) => vec![("state = ?", vec![RowState::Deleted.into()])],
-    }
 }
 
 /// The conditions every part of the statement shares (all but the state
