@@ -8,44 +8,15 @@
 //! `UNION ALL` of per-merchant pages (an `IN` list would have to sort every
 //! link of those merchants).
 
+mod state;
+
+pub use state::StateFilter;
+
 use super::row::COLUMNS;
-use super::{DbError, LinkRow, RowState, Store};
+use super::{DbError, LinkRow, Store};
 use mysql_async::prelude::*;
 use mysql_async::Value;
-
-/// The state filter as the API names states (`expired` is a reaped link or
-/// an active link past its expiry, `active` one before it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateFilter {
-    Active,
-    Disabled,
-    Deleted,
-    Expired,
-}
-
-impl StateFilter {
-    /// The API spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StateFilter::Active => "active",
-            StateFilter::Disabled => "disabled",
-            StateFilter::Deleted => "deleted",
-            StateFilter::Expired => "expired",
-        }
-    }
-
-    /// The state spelled `s`.
-    pub fn parse(s: &str) -> Option<StateFilter> {
-        [
-            StateFilter::Active,
-            StateFilter::Disabled,
-            StateFilter::Deleted,
-            StateFilter::Expired,
-        ]
-        .into_iter()
-        .find(|f| f.as_str() == s)
-    }
-}
+use state::state_conditions;
 
 /// What a search asks for (validated: URLs in their stored form, domains
 /// normalised, times in Unix seconds). Every field narrows the answer.
@@ -132,8 +103,8 @@ fn like_prefix(s: &str) -> String {
     p
 }
 
-/// The conditions every part of the statement shares (all but the
-/// merchant), with their parameters.
+/// The conditions every part of the statement shares (all but the state
+/// and the merchant), with their parameters.
 fn conditions(q: &SearchQuery<'_>) -> (Vec<&'static str>, Vec<Value>) {
     let f = q.filters;
     let mut w: Vec<&'static str> = Vec::new();
@@ -142,40 +113,6 @@ fn conditions(q: &SearchQuery<'_>) -> (Vec<&'static str>, Vec<Value>) {
     // created_at, so this is also the index range that leaves out the
     // (NULL) free rows.
     w.push("created_at IS NOT NULL");
-    match f.state {
-        None => {
-            w.push("state IN (?, ?, ?, ?)");
-            p.extend([
-                RowState::Active.into(),
-                RowState::Disabled.into(),
-                RowState::Deleted.into(),
-                RowState::Expired.into(),
-            ]);
-        }
-        Some(StateFilter::Active) => {
-            w.push("state = ? AND expires_at > ?");
-            p.extend([RowState::Active.into(), q.now.into()]);
-        }
-        // Reaped links, and active ones past their expiry the reaper has
-        // not reached yet: two ranges of idx_state_created.
-        Some(StateFilter::Expired) => {
-            w.push("state IN (?, ?) AND (state = ? OR expires_at <= ?)");
-            p.extend([
-                RowState::Active.into(),
-                RowState::Expired.into(),
-                RowState::Expired.into(),
-                q.now.into(),
-            ]);
-        }
-        Some(StateFilter::Disabled) => {
-            w.push("state = ?");
-            p.push(RowState::Disabled.into());
-        }
-        Some(StateFilter::Deleted) => {
-            w.push("state = ?");
-            p.push(RowState::Deleted.into());
-        }
-    }
     if let Some(c) = &f.code {
         w.push("code = ?");
         p.push(c.as_str().into());
@@ -260,6 +197,9 @@ fn indexes(q: &SearchQuery<'_>) -> String {
 }
 
 /// The statement and its parameters. Rows are `id` then [`COLUMNS`].
+///
+/// One part per state condition and per merchant range; several parts are
+/// each an ordered page, merged by `UNION ALL` and cut to one page.
 pub fn statement(q: &SearchQuery<'_>) -> (String, Vec<Value>) {
     const ORDER: &str = "ORDER BY created_at DESC, id DESC";
     let (w, p) = conditions(q);
@@ -267,46 +207,57 @@ pub fn statement(q: &SearchQuery<'_>) -> (String, Vec<Value>) {
         "SELECT id, {COLUMNS} FROM short_code FORCE INDEX ({}) WHERE ",
         indexes(q)
     );
-    match &q.tenant {
-        Tenant::Merchants(m) if m.len() == 1 || m.len() > MAX_UNION_PARTS => {
-            let mut p = p;
+    let tenants: Vec<(String, Vec<Value>)> = match &q.tenant {
+        Tenant::Merchants(m) if m.len() > MAX_UNION_PARTS => {
             let marks = vec!["?"; m.len()].join(", ");
-            p.extend(m.iter().map(|k| Value::from(*k)));
-            p.push(q.limit.into());
-            let kdt = if m.len() == 1 {
-                "kdt_id = ?".to_owned()
-            } else {
-                format!("kdt_id IN ({marks})")
-            };
-            (
-                format!("{select}{} AND {kdt} {ORDER} LIMIT ?", w.join(" AND ")),
-                p,
-            )
+            vec![(
+                format!("kdt_id IN ({marks})"),
+                m.iter().map(|k| Value::from(*k)).collect(),
+            )]
         }
-        Tenant::Merchants(m) => {
-            let part = format!(
-                "({select}{} AND kdt_id = ? {ORDER} LIMIT ?)",
-                w.join(" AND ")
-            );
-            let mut params = Vec::with_capacity((p.len() + 2) * m.len() + 1);
-            for k in m {
-                params.extend(p.iter().cloned());
-                params.push((*k).into());
-                params.push(q.limit.into());
+        Tenant::Merchants(m) => m
+            .iter()
+            .map(|k| ("kdt_id = ?".to_owned(), vec![Value::from(*k)]))
+            .collect(),
+        Tenant::All | Tenant::App(_) => vec![(String::new(), Vec::new())],
+    };
+    let mut parts: Vec<(String, Vec<Value>)> = Vec::new();
+    for (sc, sp) in state_conditions(q) {
+        for (tc, tp) in &tenants {
+            let mut conds: Vec<&str> = w.clone();
+            conds.push(sc);
+            if !tc.is_empty() {
+                conds.push(tc);
             }
-            params.push(q.limit.into());
-            let parts = vec![part; m.len()].join(" UNION ALL ");
-            (
-                format!("SELECT * FROM ({parts}) AS page {ORDER} LIMIT ?"),
-                params,
-            )
-        }
-        Tenant::All | Tenant::App(_) => {
-            let mut p = p;
-            p.push(q.limit.into());
-            (format!("{select}{} {ORDER} LIMIT ?", w.join(" AND ")), p)
+            let mut params = p.clone();
+            params.extend(sp.iter().cloned());
+            params.extend(tp.iter().cloned());
+            parts.push((conds.join(" AND "), params));
         }
     }
+    let limit = Value::from(q.limit);
+    if parts.len() == 1 {
+        let (c, mut params) = parts.remove(0);
+        params.push(limit);
+        return (format!("{select}{c} {ORDER} LIMIT ?"), params);
+    }
+    let mut params = Vec::new();
+    let texts: Vec<String> = parts
+        .into_iter()
+        .map(|(c, ps)| {
+            params.extend(ps);
+            params.push(limit.clone());
+            format!("({select}{c} {ORDER} LIMIT ?)")
+        })
+        .collect();
+    params.push(limit);
+    (
+        format!(
+            "SELECT * FROM ({}) AS page {ORDER} LIMIT ?",
+            texts.join(" UNION ALL ")
+        ),
+        params,
+    )
 }
 
 impl Store {
@@ -372,6 +323,13 @@ mod tests {
                 if let Tenant::Merchants(m) = &t {
                     assert_eq!(sql.contains("UNION ALL"), (2..=32).contains(&m.len()));
                 }
+                let expired = Filters {
+                    state: Some(StateFilter::Expired),
+                    ..f.clone()
+                };
+                let (sql, n) = q(&expired, t.clone());
+                assert_eq!(sql.matches('?').count(), n, "{sql}");
+                assert!(sql.contains("UNION ALL"), "{sql}");
             }
         }
     }
