@@ -633,15 +633,7 @@ async fn internal_record_endpoint_and_redis_write_back() {
     );
     assert_eq!(st.lock, LockDim { get: 0, error: 0 });
     assert_eq!(st.issuer.capacity, 5000);
-    let metrics = o
-        .http
-        .get(o.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = o.metrics().await;
     // Protocol section 7: one family for the status dimensions, no service name.
     for line in [
         "shorturl_status_total{dimension=\"redis\",result=\"miss\"} 4",

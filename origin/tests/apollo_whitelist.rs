@@ -317,15 +317,7 @@ async fn whitelist_metrics_match_the_status() {
     let rk = apollo.release_value("application", KEY, "[]");
     eventually("the invalid value", WAIT, || release_key_is(o, &rk)).await;
     let w = whitelist_status(o).await;
-    let metrics = o
-        .http
-        .get(o.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = o.metrics().await;
     for line in [
         format!("shorturl_whitelist_size {}", w.size),
         "shorturl_whitelist_size 2".to_string(),

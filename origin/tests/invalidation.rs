@@ -189,15 +189,7 @@ async fn redis_down_during_a_delete_then_the_outbox_drains() {
         (st.pending, st.applied, st.oldest_age_ms) == (0, 1, 0)
     })
     .await;
-    let metrics = o
-        .http
-        .get(o.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = o.metrics().await;
     for line in [
         "shorturl_outbox_pending 0",
         "shorturl_outbox_applied_total 1",

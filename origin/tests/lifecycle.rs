@@ -48,20 +48,9 @@ fn reaped_codes(s: &Setup) -> BTreeSet<String> {
         .collect()
 }
 
-async fn metrics(o: &Origin) -> String {
-    o.http
-        .get(o.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// The value of an unlabelled metric of `o`.
 async fn metric(o: &Origin, name: &str) -> i64 {
-    let text = metrics(o).await;
+    let text = o.metrics().await;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
         .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}")) as i64

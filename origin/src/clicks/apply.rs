@@ -10,7 +10,7 @@
 use crate::db::is_duplicate;
 use crate::store::DbError;
 use mysql_async::prelude::*;
-use mysql_async::{Pool, TxOpts, Value};
+use mysql_async::{Pool, Transaction, TxOpts, Value};
 use shorturl_common::clicks::Batch;
 use std::time::Duration;
 
@@ -35,6 +35,23 @@ fn values(rows: usize, cols: usize) -> String {
     vec![one; rows].join(", ")
 }
 
+/// Adds `rows` to one rollup: a multi-row `head VALUES (...) tail` per
+/// [`ROWS_PER_INSERT`] rows, each row's four values from `values_of`.
+async fn upsert<T>(
+    tx: &mut Transaction<'_>,
+    head: &str,
+    tail: &str,
+    rows: &[T],
+    values_of: impl Fn(&T) -> [Value; 4],
+) -> Result<(), mysql_async::Error> {
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
+        let sql = format!("{head} VALUES {} {tail}", values(chunk.len(), 4));
+        let p: Vec<Value> = chunk.iter().flat_map(&values_of).collect();
+        tx.exec_drop(sql, p).await?;
+    }
+    Ok(())
+}
+
 /// Applies `batch` (already decoded and validated) at `now` (Unix seconds).
 pub async fn apply(pool: &Pool, batch: &Batch, now: u64) -> Result<Applied, DbError> {
     let work = async {
@@ -53,63 +70,51 @@ pub async fn apply(pool: &Pool, batch: &Batch, now: u64) -> Result<Applied, DbEr
             }
             r => r?,
         }
-        for chunk in batch.hours.chunks(ROWS_PER_INSERT) {
-            let sql = format!(
-                "INSERT INTO click_hour (code, hour, human, bot) VALUES {} \
-                 ON DUPLICATE KEY UPDATE human = human + VALUES(human), bot = bot + VALUES(bot)",
-                values(chunk.len(), 4)
-            );
-            let p: Vec<Value> = chunk
-                .iter()
-                .flat_map(|l| -> [Value; 4] {
-                    [
-                        l.code.as_str().into(),
-                        l.hour.into(),
-                        l.human.into(),
-                        l.bot.into(),
-                    ]
-                })
-                .collect();
-            tx.exec_drop(sql, p).await?;
-        }
-        for chunk in batch.referrers.chunks(ROWS_PER_INSERT) {
-            let sql = format!(
-                "INSERT INTO click_day_referrer (code, day, host, n) VALUES {} \
-                 ON DUPLICATE KEY UPDATE n = n + VALUES(n)",
-                values(chunk.len(), 4)
-            );
-            let p: Vec<Value> = chunk
-                .iter()
-                .flat_map(|l| -> [Value; 4] {
-                    [
-                        l.code.as_str().into(),
-                        l.day.into(),
-                        l.host.as_str().into(),
-                        l.n.into(),
-                    ]
-                })
-                .collect();
-            tx.exec_drop(sql, p).await?;
-        }
-        for chunk in batch.devices.chunks(ROWS_PER_INSERT) {
-            let sql = format!(
-                "INSERT INTO click_day_device (code, day, class, n) VALUES {} \
-                 ON DUPLICATE KEY UPDATE n = n + VALUES(n)",
-                values(chunk.len(), 4)
-            );
-            let p: Vec<Value> = chunk
-                .iter()
-                .flat_map(|l| -> [Value; 4] {
-                    [
-                        l.code.as_str().into(),
-                        l.day.into(),
-                        l.device.as_str().into(),
-                        l.n.into(),
-                    ]
-                })
-                .collect();
-            tx.exec_drop(sql, p).await?;
-        }
+        upsert(
+            &mut tx,
+            "INSERT INTO click_hour (code, hour, human, bot)",
+            "ON DUPLICATE KEY UPDATE human = human + VALUES(human), bot = bot + VALUES(bot)",
+            &batch.hours,
+            |l| {
+                [
+                    l.code.as_str().into(),
+                    l.hour.into(),
+                    l.human.into(),
+                    l.bot.into(),
+                ]
+            },
+        )
+        .await?;
+        upsert(
+            &mut tx,
+            "INSERT INTO click_day_referrer (code, day, host, n)",
+            "ON DUPLICATE KEY UPDATE n = n + VALUES(n)",
+            &batch.referrers,
+            |l| {
+                [
+                    l.code.as_str().into(),
+                    l.day.into(),
+                    l.host.as_str().into(),
+                    l.n.into(),
+                ]
+            },
+        )
+        .await?;
+        upsert(
+            &mut tx,
+            "INSERT INTO click_day_device (code, day, class, n)",
+            "ON DUPLICATE KEY UPDATE n = n + VALUES(n)",
+            &batch.devices,
+            |l| {
+                [
+                    l.code.as_str().into(),
+                    l.day.into(),
+                    l.device.as_str().into(),
+                    l.n.into(),
+                ]
+            },
+        )
+        .await?;
         tx.commit().await?;
         Ok::<_, DbError>(Applied::Applied)
     };

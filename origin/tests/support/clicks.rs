@@ -54,15 +54,7 @@ pub async fn pending(s: &Setup) -> i64 {
 
 /// The value of one series of `/metrics` (`name{labels}` exactly), 0 if absent.
 pub async fn metric(o: &Origin, series: &str) -> u64 {
-    let text = o
-        .http
-        .get(o.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = o.metrics().await;
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .map(|v| v.trim().parse::<f64>().unwrap() as u64)

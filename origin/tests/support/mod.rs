@@ -249,6 +249,13 @@ impl Origin {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("status {text}: {e}"))
     }
 
+    /// `GET /metrics`: the Prometheus text.
+    pub async fn metrics(&self) -> String {
+        let r = self.http.get(self.url("/metrics")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "/metrics");
+        r.text().await.unwrap()
+    }
+
     /// An API call with `key`: status, JSON body (`Null` if none) and headers.
     pub async fn call(
         &self,
