@@ -22,28 +22,11 @@ WORK=$(mktemp -d /tmp/shorturl-instr.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
-wait_tcp() { for _ in $(seq 1 600); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; echo "no listener on $1" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 status_field() { curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$EDGE_PORT/shorturl_status" | sed -n "s/.*\"local\":{[^}]*\"$1\":\\([0-9]*\\).*/\\1/p"; }
 
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 &
-PIDS+=($!); wait_tcp "$REDIS_PORT"
-EXP=$(( $(date +%s) + 86400 ))
-awk -v ex="$EXP" -v n="$CODES" 'BEGIN { for (i = 0; i < n; i++) printf "SET su:1:link:c%05d \"1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench\"\n", i, ex, i }' \
-  | redis-cli -p "$REDIS_PORT" --pipe >/dev/null
-cat >"$WORK/seq.lua" <<'LUA'
-local i = -1
-init = function(args) i = (tonumber(args[1]) or 0) - 1 end
-request = function()
-  i = (i + 1) % 2000
-  return wrk.format("GET", string.format("/c%05d", i), { ["Host"] = "s.shop55.com" })
-end
-LUA
-cat >"$WORK/random.lua" <<'LUA'
-math.randomseed(7)
-request = function()
-  return wrk.format("GET", string.format("/c%05d", math.random(0, 1999)), { ["Host"] = "s.shop55.com" })
-end
-LUA
+bench_redis "$REDIS_PORT" "$CODES"
+bench_wrk_scripts "$CODES"
 
 for bin in "$@"; do
   cat >"$WORK/edge.yaml" <<YAML
@@ -72,12 +55,12 @@ YAML
   # Warm: every code read once from Redis into memory.
   miss=0
   for _ in $(seq 1 30); do
-    wrk -t1 -c8 -d2s -s "$WORK/seq.lua" "http://127.0.0.1:$EDGE_PORT/" -- "$miss" >/dev/null
+    wrk -t1 -c8 -d2s -s "$WORK/sequential.lua" "http://127.0.0.1:$EDGE_PORT/" -- "$miss" >/dev/null
     miss=$(status_field miss); [ "${miss:-0}" -ge "$CODES" ] && break
   done
   # A second full pass: whatever the first left out (codes in flight when
   # a wrk run stopped) is read now, so the measured phase sees only hits.
-  wrk -t1 -c8 -d4s -s "$WORK/seq.lua" "http://127.0.0.1:$EDGE_PORT/" -- 0 >/dev/null
+  wrk -t1 -c8 -d4s -s "$WORK/sequential.lua" "http://127.0.0.1:$EDGE_PORT/" -- 0 >/dev/null
   m0=$(status_field miss)
   callgrind_control -z "$vpid" >/dev/null
   h0=$(status_field hit)

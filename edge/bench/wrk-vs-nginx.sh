@@ -32,16 +32,13 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-wait_tcp() { for _ in $(seq 1 200); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "no listener on $1" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
 
 [ -x "$BIN" ] || { echo "build first: cargo build --release -p shorturl-edge ($BIN)" >&2; exit 1; }
 
 # Redis with 100k records c00000..c99999 for s.shop55.com.
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" --daemonize no >"$WORK/redis.log" 2>&1 &
-PIDS+=($!); wait_tcp "$REDIS_PORT"
-EXP=$(( $(date +%s) + 86400 ))
-awk -v ex="$EXP" -v n="$CODES" 'BEGIN { for (i = 0; i < n; i++) printf "SET su:1:link:c%05d \"1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench\"\n", i, ex, i }' \
-  | redis-cli -p "$REDIS_PORT" --pipe >/dev/null
+bench_redis "$REDIS_PORT" "$CODES"
+bench_wrk_scripts "$CODES"
 
 cat >"$WORK/edge.yaml" <<YAML
 server:
@@ -88,25 +85,11 @@ NGX
 taskset -c 0 nginx -c "$WORK/nginx.conf" -p "$WORK" 2>"$WORK/nginx-start.log" &
 PIDS+=($!); wait_tcp "$NGINX_PORT"
 
-cat >"$WORK/random.lua" <<'LUA'
-math.randomseed(42)
-request = function()
-  return wrk.format("GET", string.format("/c%05d", math.random(0, 99999)), { ["Host"] = "s.shop55.com" })
-end
-LUA
 
 # Sanity: both answer 302 with a Location.
 curl -s -o /dev/null -w "edge  %{http_code} %{redirect_url}\n" -H "Host: s.shop55.com" "http://127.0.0.1:$EDGE_PORT/c00001"
 curl -s -o /dev/null -w "nginx %{http_code} %{redirect_url}\n" "http://127.0.0.1:$NGINX_PORT/c00001"
 
-cat >"$WORK/sequential.lua" <<'LUA'
-local i = -1
-init = function(args) i = (tonumber(args[1]) or 0) - 1 end
-request = function()
-  i = (i + 1) % 100000
-  return wrk.format("GET", string.format("/c%05d", i), { ["Host"] = "s.shop55.com" })
-end
-LUA
 # Warm an edge: every code through Redis into memory, until its status
 # shows all 100k codes were looked up once.
 warm() { # port name

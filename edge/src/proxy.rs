@@ -164,7 +164,8 @@ impl Edge {
     /// A plain-HTTP redirect request for a domain that goes to HTTPS
     /// first: the `Location` of its 308.
     fn https_upgrade(&self, session: &Session, ctx: &Ctx) -> Option<String> {
-        if ctx.tls {
+        // Off by default: no Host lookup on the redirect path then.
+        if ctx.tls || !self.tls.https.may_upgrade() {
             return None;
         }
         let req = session.req_header();

@@ -41,6 +41,12 @@ impl HttpsPolicy {
         self.upgrade == Upgrade::Off && self.hsts.is_none()
     }
 
+    /// Whether any plain-HTTP request may go to HTTPS: when not, the
+    /// redirect path skips finding the Host for [`Self::upgrades`].
+    pub fn may_upgrade(&self) -> bool {
+        self.upgrade != Upgrade::Off
+    }
+
     /// Whether a plain-HTTP redirect request for `host` goes to HTTPS.
     pub fn upgrades(&self, host: &str) -> bool {
         match &self.upgrade {
