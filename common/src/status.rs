@@ -102,6 +102,25 @@ pub struct InvalDim {
     pub reconnects: u64,
 }
 
+/// Edge `clicks` dimension: click counting and delivery to the stream
+/// (protocol section 3.4). Counters since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClicksDim {
+    /// Counting is on (`clicks.enabled`).
+    pub enabled: bool,
+    /// Clicks counted (human and bot), drops excluded.
+    pub counted: u64,
+    /// Clicks in batches the stream accepted.
+    pub sent: u64,
+    /// Clicks counted and not sent yet (the next flush's, and those kept
+    /// while Redis is unreachable).
+    pub buffered: u64,
+    /// Clicks lost, every reason (`shorturl_edge_clicks_dropped_total`).
+    pub dropped: u64,
+    /// When the last flush left nothing unsent (`None`: not yet).
+    pub last_flush_unix: Option<u64>,
+}
+
 /// `GET /shorturl_status` on the origin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OriginStatus {
@@ -139,6 +158,9 @@ pub struct EdgeStatus {
     /// Absent in answers of edges without an invalidation subscriber.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inval: Option<InvalDim>,
+    /// Click counting; absent in answers of edges that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clicks: Option<ClicksDim>,
 }
 
 /// One certificate an edge can serve.

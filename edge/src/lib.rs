@@ -4,11 +4,13 @@
 //! Redis, then the origin's record endpoint (coalesced per code); API routes
 //! are proxied to a health-checked origin pool; invalidation messages from
 //! Redis pub/sub keep the in-process cache current (`inval`). Connections pass through
-//! `conn` first (connection caps, request-head deadline). See
+//! `conn` first (connection caps, request-head deadline). Every redirect is
+//! counted as a click (`clicks`), flushed to a Redis Stream in batches. See
 //! `docs/architecture.md`.
 
 pub mod access_log;
 pub mod cache;
+pub mod clicks;
 pub mod config;
 pub mod conn;
 pub mod inval;

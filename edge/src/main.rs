@@ -12,6 +12,8 @@ use pingora::server::Server;
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 use shorturl_edge::access_log::{AccessLog, AccessLogWriter};
+use shorturl_edge::clicks::flush::{last_flush_budget, ClickFlusher};
+use shorturl_edge::clicks::{boot_nonce, Clicks, ClicksMetrics};
 use shorturl_edge::config;
 use shorturl_edge::conn::{ConnCaps, ConnMetrics, Guarded};
 use shorturl_edge::inval::subscriber::Subscriber;
@@ -133,6 +135,32 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
         AccessLogWriter::new(Arc::clone(&log), edge_cfg.access_log.clone()),
     );
 
+    if edge_cfg.clicks.enabled {
+        // The bot list's automaton, built now rather than on the first click.
+        shorturl_common::clicks::ua::warm_up();
+    }
+    let clicks = Arc::new(Clicks::new(
+        &edge_cfg.clicks,
+        &boot_nonce(),
+        ClicksMetrics::new().map_err(|e| format!("metrics: {e}"))?,
+    )?);
+    let shutdown_timeout = std::time::Duration::from_secs(
+        server
+            .configuration
+            .graceful_shutdown_timeout_seconds
+            .unwrap_or(5),
+    );
+    let flusher = background_service(
+        "click flusher",
+        ClickFlusher::new(
+            Arc::clone(&clicks),
+            &edge_cfg.redis,
+            edge_cfg.clicks.flush_interval,
+            last_flush_budget(shutdown_timeout),
+        )
+        .map_err(|e| format!("redis: {e}"))?,
+    );
+
     let caps = ConnCaps::new(
         &edge_cfg.limits,
         edge_cfg.trusted_proxies.clone(),
@@ -148,6 +176,7 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
         log,
         cfg: Arc::clone(&edge_cfg),
         tls: Arc::new(TlsView::of(&tls, edge_cfg.tls.https.clone())),
+        clicks,
     };
     // One proxy (one set of limits) behind the connection caps and the
     // request-head deadline, on the plain and the TLS listeners.
@@ -192,6 +221,7 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
     server.add_service(lb_service);
     server.add_service(log_writer);
     server.add_service(subscriber);
+    server.add_service(flusher);
     if let Some(addr) = &edge_cfg.metrics_listen {
         let mut prom = pingora_prometheus::prometheus_http_service();
         prom.add_tcp(addr);

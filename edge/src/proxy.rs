@@ -14,6 +14,7 @@
 
 use crate::access_log::{AccessLog, LogLine};
 use crate::cache::AnswerRef;
+use crate::clicks::Clicks;
 use crate::config::EdgeConfig;
 use crate::limits::{Limits, Refusal};
 use crate::lookup::Resolver;
@@ -52,6 +53,8 @@ pub struct Edge {
     pub log: Arc<AccessLog>,
     pub cfg: Arc<EdgeConfig>,
     pub tls: Arc<TlsView>,
+    /// Click counting: every redirect answered is recorded here.
+    pub clicks: Arc<Clicks>,
 }
 
 /// Per-request state.
@@ -129,11 +132,16 @@ impl Edge {
                 resolved.answer.view()
             }
         };
+        let now = now_unix();
         match answer {
             AnswerRef::Found(rec)
-                if !rec.is_expired_at(now_unix())
+                if !rec.is_expired_at(now)
                     && Self::request_is_for(session.req_header(), ctx.host, rec.domain) =>
             {
+                // Counted before the answer is written: a client that got
+                // its redirect has its click queued, so the last flush at
+                // shutdown, which follows every answer, sends it.
+                self.clicks.record(session.req_header(), code, now);
                 respond::redirect(session, &self.cfg.redirect, rec.url, self.hsts(ctx)).await?;
             }
             AnswerRef::Unavailable => {
@@ -354,7 +362,7 @@ impl ProxyHttp for Edge {
                     return Ok(true);
                 }
                 ctx.outcome = Outcome::Local;
-                let mut doc = self.status.document(&self.metrics).await;
+                let mut doc = self.status.document(&self.metrics, &self.clicks).await;
                 doc.tls = self.tls.status();
                 let body = serde_json::to_vec(&doc).unwrap_or_else(|_| b"{}".to_vec());
                 respond::json(session, 200, Bytes::from(body), "no-store", None).await?;

@@ -9,6 +9,7 @@
 //! has no healthy origin, so a cached answer never hides an outage. Who may ask is decided by the
 //! caller (`status_allow`).
 
+use crate::clicks::Clicks;
 use crate::metrics::Metrics;
 use crate::origin::OriginPool;
 use serde::Deserialize;
@@ -110,7 +111,7 @@ impl StatusSource {
     }
 
     /// The edge's status document (protocol section 6).
-    pub async fn document(&self, m: &Metrics) -> EdgeStatus {
+    pub async fn document(&self, m: &Metrics, clicks: &Clicks) -> EdgeStatus {
         let part = self.origin_part().await;
         EdgeStatus {
             protocol: PROTOCOL_VERSION,
@@ -143,6 +144,7 @@ impl StatusSource {
                 superseded: m.inval.superseded.get(),
                 reconnects: m.inval.reconnects(),
             }),
+            clicks: Some(clicks.status()),
         }
     }
 }

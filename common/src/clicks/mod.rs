@@ -15,8 +15,8 @@ pub mod ua;
 
 pub use accum::{Accumulator, BatchIds, Click};
 pub use batch::{Batch, BatchError, DeviceLine, HourLine, ReferrerLine};
-pub use referrer::referrer_host;
-pub use ua::{device_class, is_bot, Device};
+pub use referrer::{referrer_host, referrer_host_buf, HostBuf};
+pub use ua::{device_class, device_class_bytes, is_bot, Device};
 
 /// The Redis Stream every edge appends its batches to (fan-in) and the
 /// origins read as one consumer group.

@@ -6,73 +6,150 @@
 //! `[a-z0-9._-]` (or a bracketed IPv6 literal). Anything else, and a missing
 //! header, is [`NO_REFERRER`]. The result never contains a space, so it is
 //! one field of a batch line.
+//!
+//! One parser, over bytes, writing into a fixed buffer ([`HostBuf`]): the
+//! edge's redirect path calls it per click without allocating, and
+//! [`referrer_host`] is the same parser with an owned result.
 
 use super::NO_REFERRER;
 
 /// Longest host kept (a DNS name is at most 253 bytes).
 pub const MAX_HOST_LEN: usize = 253;
 
+/// A referrer host held inline: a [`referrer_host`] value without a heap
+/// allocation (what an edge keeps per click until it is counted).
+#[derive(Clone, Copy)]
+pub struct HostBuf {
+    len: u8,
+    bytes: [u8; MAX_HOST_LEN],
+}
+
+impl HostBuf {
+    /// [`NO_REFERRER`].
+    pub const NONE: HostBuf = {
+        let mut bytes = [0u8; MAX_HOST_LEN];
+        bytes[0] = b'-';
+        HostBuf { len: 1, bytes }
+    };
+
+    /// The host (or `-`).
+    pub fn as_str(&self) -> &str {
+        // Only ASCII is ever written.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or(NO_REFERRER)
+    }
+}
+
+impl std::fmt::Debug for HostBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The host of a `Referer` value, or `-` when there is none or it does not
 /// parse as `scheme://[userinfo@]host[:port][/...]`.
 pub fn referrer_host(referer: Option<&str>) -> String {
-    referer
-        .and_then(parse)
-        .unwrap_or_else(|| NO_REFERRER.to_owned())
+    referrer_host_buf(referer.map(str::as_bytes))
+        .as_str()
+        .to_owned()
 }
 
-fn parse(v: &str) -> Option<String> {
-    let v = v.trim();
-    let (scheme, rest) = v.split_once("://")?;
-    let mut sb = scheme.bytes();
-    if !sb.next()?.is_ascii_alphabetic()
-        || !sb.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+/// [`referrer_host`] of a raw header value, without allocating. Surrounding
+/// whitespace is trimmed as `str::trim` does for UTF-8 values, ASCII
+/// whitespace for others (a header may carry any bytes; a host is ASCII).
+pub fn referrer_host_buf(referer: Option<&[u8]>) -> HostBuf {
+    let Some(v) = referer else {
+        return HostBuf::NONE;
+    };
+    let v = match std::str::from_utf8(v) {
+        Ok(s) => s.trim().as_bytes(),
+        Err(_) => v.trim_ascii(),
+    };
+    parse(v).unwrap_or(HostBuf::NONE)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Copies `parts` lower-cased into a buffer, `None` past [`MAX_HOST_LEN`].
+fn lower(parts: &[&[u8]]) -> Option<HostBuf> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    if total > MAX_HOST_LEN {
+        return None;
+    }
+    let mut out = HostBuf {
+        len: 0,
+        bytes: [0u8; MAX_HOST_LEN],
+    };
+    let mut at = 0;
+    for p in parts {
+        for (dst, src) in out.bytes[at..at + p.len()].iter_mut().zip(p.iter()) {
+            *dst = src.to_ascii_lowercase();
+        }
+        at += p.len();
+    }
+    out.len = u8::try_from(at).ok()?;
+    Some(out)
+}
+
+fn parse(v: &[u8]) -> Option<HostBuf> {
+    let sep = find(v, b"://")?;
+    let (scheme, rest) = (&v[..sep], &v[sep + 3..]);
+    let (first, others) = scheme.split_first()?;
+    if !first.is_ascii_alphabetic()
+        || !others
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
     {
         return None;
     }
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let end = rest
+        .iter()
+        .position(|b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
     let authority = &rest[..end];
-    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if let Some(v6) = hostport.strip_prefix('[') {
-        let (inner, after) = v6.split_once(']')?;
+    let hostport = match authority.iter().rposition(|b| *b == b'@') {
+        Some(at) => &authority[at + 1..],
+        None => authority,
+    };
+    if let Some(v6) = hostport.strip_prefix(b"[") {
+        let close = v6.iter().position(|b| *b == b']')?;
+        let (inner, after) = (&v6[..close], &v6[close + 1..]);
         if !port_ok(after)
             || inner.is_empty()
             || !inner
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+                .iter()
+                .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'))
         {
             return None;
         }
-        format!("[{}]", inner.to_ascii_lowercase())
-    } else {
-        let (h, port) = match hostport.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (hostport, None),
-        };
-        if let Some(p) = port {
-            if !p.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-        }
-        let h = h.strip_suffix('.').unwrap_or(h);
-        if h.is_empty()
-            || !h.bytes().any(|b| b.is_ascii_alphanumeric())
-            || !h
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
-        {
-            return None;
-        }
-        h.to_ascii_lowercase()
+        return lower(&[b"[", inner, b"]"]);
+    }
+    let (h, port) = match hostport.iter().position(|b| *b == b':') {
+        Some(c) => (&hostport[..c], Some(&hostport[c + 1..])),
+        None => (hostport, None),
     };
-    (host.len() <= MAX_HOST_LEN).then_some(host)
+    if port.is_some_and(|p| !p.iter().all(u8::is_ascii_digit)) {
+        return None;
+    }
+    let h = h.strip_suffix(b".").unwrap_or(h);
+    if h.is_empty()
+        || !h.iter().any(u8::is_ascii_alphanumeric)
+        || !h
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+    {
+        return None;
+    }
+    lower(&[h])
 }
 
 /// `""` or `:digits` after an IPv6 literal.
-fn port_ok(after: &str) -> bool {
+fn port_ok(after: &[u8]) -> bool {
     after.is_empty()
         || after
-            .strip_prefix(':')
-            .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
+            .strip_prefix(b":")
+            .is_some_and(|p| p.iter().all(u8::is_ascii_digit))
 }
 
 /// Whether `h` is a value [`referrer_host`] can return (or `~other`): the
@@ -81,7 +158,7 @@ pub fn is_valid_host_field(h: &str) -> bool {
     if h == NO_REFERRER || h == super::OTHER_REFERRER {
         return true;
     }
-    parse(&format!("x://{h}")).as_deref() == Some(h)
+    parse(format!("x://{h}").as_bytes()).is_some_and(|p| p.as_str() == h)
 }
 
 #[cfg(test)]
@@ -115,6 +192,23 @@ mod tests {
         }
         let long = format!("https://{}.com/", "a".repeat(300));
         assert_eq!(referrer_host(Some(&long)), "-");
+        let max = format!("https://{}.com/", "a".repeat(249));
+        assert_eq!(referrer_host(Some(&max)).len(), MAX_HOST_LEN);
+        let over = format!("https://{}.com/", "a".repeat(250));
+        assert_eq!(referrer_host(Some(&over)), "-");
+    }
+
+    #[test]
+    fn raw_header_bytes() {
+        let host = |v: &[u8]| referrer_host_buf(Some(v)).as_str().to_owned();
+        // A path that is not UTF-8 does not hide the host.
+        assert_eq!(host(b"https://Shop.CN/\xff\xfe?q"), "shop.cn");
+        assert_eq!(host(b"\t https://a.b \xff"), "-");
+        assert_eq!(host(b" https://a.b/\xff "), "a.b");
+        assert_eq!(host(b"https://\xffa.b/"), "-");
+        assert_eq!(referrer_host_buf(None).as_str(), "-");
+        // Unicode whitespace around a UTF-8 value is trimmed like str::trim.
+        assert_eq!(host("\u{a0}https://x.com/\u{3000}".as_bytes()), "x.com");
     }
 
     #[test]

@@ -125,19 +125,21 @@ pub fn bot_pattern_count() -> usize {
 /// Whether `ua` is a bot: empty, or matching a pattern of the bot list.
 /// `HEAD` requests are bots too, but that is the caller's test.
 pub fn is_bot(ua: &str) -> bool {
-    let ua = ua.trim();
-    if ua.is_empty() {
+    is_bot_trimmed(ua.trim().as_bytes())
+}
+
+fn is_bot_trimmed(bytes: &[u8]) -> bool {
+    if bytes.is_empty() {
         return true;
     }
     let b = bots();
-    let bytes = ua.as_bytes();
     if b.prefixes
         .iter()
         .any(|p| bytes.len() >= p.len() && bytes[..p.len()].eq_ignore_ascii_case(p))
     {
         return true;
     }
-    b.any.as_ref().is_some_and(|ac| ac.is_match(ua))
+    b.any.as_ref().is_some_and(|ac| ac.is_match(bytes))
 }
 
 /// Device tokens, in the bit order of [`device_class`].
@@ -191,7 +193,22 @@ fn tokens() -> Option<&'static AhoCorasick> {
 /// consoles), desktop (Windows NT, Macintosh, X11, CrOS, Linux), or other.
 /// An iPad asking for the desktop site says "Macintosh" and counts as desktop.
 pub fn device_class(ua: &str) -> Device {
-    if is_bot(ua) {
+    classify(ua.trim().as_bytes(), ua.as_bytes())
+}
+
+/// [`device_class`] of a raw header value (an edge reads bytes: a header
+/// may carry any). A UTF-8 value is classified exactly as by
+/// [`device_class`]; another is trimmed of ASCII whitespace only (the
+/// patterns are ASCII, so the bytes that are not UTF-8 never match one).
+pub fn device_class_bytes(ua: &[u8]) -> Device {
+    match std::str::from_utf8(ua) {
+        Ok(s) => device_class(s),
+        Err(_) => classify(ua.trim_ascii(), ua),
+    }
+}
+
+fn classify(trimmed: &[u8], ua: &[u8]) -> Device {
+    if is_bot_trimmed(trimmed) {
         return Device::Bot;
     }
     let Some(ac) = tokens() else {
@@ -253,6 +270,12 @@ mod tests {
             assert_eq!(device_class(ua), class, "{ua}");
         }
         assert_eq!(device_class("SomethingNew/1.0"), Device::Other);
+        for (ua, class) in BROWSERS {
+            assert_eq!(device_class_bytes(ua.as_bytes()), class, "{ua}");
+            let mut raw = ua.as_bytes().to_vec();
+            raw.extend_from_slice(b" \xff");
+            assert_eq!(device_class_bytes(&raw), class, "{ua} + invalid byte");
+        }
     }
 
     #[test]
@@ -273,6 +296,8 @@ mod tests {
             assert!(is_bot(ua), "{ua:?}");
             assert_eq!(device_class(ua), Device::Bot, "{ua:?}");
         }
+        assert_eq!(device_class_bytes(b"curl/8 \xff"), Device::Bot);
+        assert_eq!(device_class_bytes(b" \t"), Device::Bot);
         // `^curl` is a prefix pattern: "curl" elsewhere is not a bot by it.
         assert!(!is_bot("Mozilla/5.0 (X11; Linux x86_64) MyApp-curly/1.0"));
     }

@@ -51,6 +51,9 @@ pub struct EdgeFile {
     /// ACME issuance.
     #[serde(default)]
     pub acme: crate::tls::config::AcmeFile,
+    /// Click counting (`crate::clicks::config`).
+    #[serde(default)]
+    pub clicks: crate::clicks::config::ClicksFile,
 }
 
 impl EdgeFile {
@@ -78,6 +81,7 @@ impl EdgeFile {
             tls: Default::default(),
             https: Default::default(),
             acme: Default::default(),
+            clicks: Default::default(),
         }
     }
 }

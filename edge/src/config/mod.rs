@@ -48,6 +48,8 @@ pub struct EdgeConfig {
     pub status_allow: CidrList,
     /// TLS listeners, certificates, HTTPS policy and ACME (`crate::tls`).
     pub tls: crate::tls::config::TlsSettings,
+    /// Click counting (`crate::clicks`).
+    pub clicks: crate::clicks::ClicksConfig,
 }
 
 /// Redis, the shared cache in front of the origin.
@@ -253,6 +255,7 @@ fn edge_from_file(
         .map_err(|e| ConfigError(format!("edge.status_allow: {e}")))?;
     let tls = crate::tls::config::from_file(f.tls_listen, f.tls, f.https, f.acme, &default_domain)
         .map_err(ConfigError)?;
+    let clicks = crate::clicks::config::from_file(f.clicks).map_err(ConfigError)?;
     let target = match f.access_log.path.as_deref() {
         None | Some("") | Some("off") => AccessLogTarget::Off,
         Some("-") => AccessLogTarget::Stdout,
@@ -318,6 +321,7 @@ fn edge_from_file(
         trusted_proxies,
         status_allow,
         tls,
+        clicks,
     })
 }
 
@@ -447,6 +451,11 @@ edge:
                 format!("{GOOD}  cache: {{ tombstone_ttl_ms: 0 }}\n"),
                 "tombstone_ttl_ms",
             ),
+            (
+                format!("{GOOD}  clicks: {{ flush_interval_ms: 6000 }}\n"),
+                "edge.clicks.flush_interval_ms",
+            ),
+            (format!("{GOOD}  clicks: {{ bogus: 1 }}\n"), "unknown field"),
         ];
         for (text, needle) in cases {
             match parse(&text, no_env) {

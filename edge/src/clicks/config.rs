@@ -1,0 +1,181 @@
+//! `edge.clicks`: file format and validated model (the knob names are the
+//! OpenResty module's too).
+
+use serde::Deserialize;
+use std::time::Duration;
+
+/// Longest flush interval: the protocol promises a flush at least every 5 s.
+pub const MAX_FLUSH_INTERVAL_MS: u64 = 5000;
+/// Shortest flush interval (tests use it; production wants seconds).
+pub const MIN_FLUSH_INTERVAL_MS: u64 = 50;
+/// Largest per-thread queue (each slot holds a whole click, ~300 bytes).
+pub const MAX_QUEUE_PER_THREAD: usize = 1 << 20;
+
+/// `edge.clicks` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClicksFile {
+    pub enabled: bool,
+    pub flush_interval_ms: u64,
+    /// First part of every batch id; default the host name.
+    pub edge_name: Option<String>,
+    pub max_buffered_clicks: u64,
+    pub queue_per_thread: usize,
+}
+
+impl Default for ClicksFile {
+    fn default() -> Self {
+        ClicksFile {
+            enabled: true,
+            flush_interval_ms: 5000,
+            edge_name: None,
+            max_buffered_clicks: 1_000_000,
+            queue_per_thread: 65_536,
+        }
+    }
+}
+
+/// Click counting, validated.
+#[derive(Debug, Clone)]
+pub struct ClicksConfig {
+    /// Off: the redirect path checks this flag and nothing else.
+    pub enabled: bool,
+    /// Counts are sent at least this often.
+    pub flush_interval: Duration,
+    /// `[A-Za-z0-9._-]{1,64}`: the batch ids' first part.
+    pub edge_name: String,
+    /// Clicks kept unsent (Redis unreachable) before whole oldest batches
+    /// are dropped.
+    pub max_buffered_clicks: u64,
+    /// Clicks each request thread can hold between two drains.
+    pub queue_per_thread: usize,
+}
+
+/// Whether `s` is an edge name or nonce of a batch id.
+pub fn is_id_word(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The host name reduced to `[A-Za-z0-9._-]` (64 bytes at most), or `edge`.
+pub fn default_edge_name(hostname: Option<&str>) -> String {
+    let name: String = hostname
+        .unwrap_or("")
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "edge".to_owned()
+    } else {
+        name
+    }
+}
+
+fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+}
+
+/// Validates `f`; the error names the field.
+pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, String> {
+    if !(MIN_FLUSH_INTERVAL_MS..=MAX_FLUSH_INTERVAL_MS).contains(&f.flush_interval_ms) {
+        return Err(format!(
+            "edge.clicks.flush_interval_ms must be between {MIN_FLUSH_INTERVAL_MS} and \
+             {MAX_FLUSH_INTERVAL_MS}"
+        ));
+    }
+    let edge_name = match f.edge_name {
+        Some(n) if is_id_word(&n) => n,
+        Some(n) => {
+            return Err(format!(
+                "edge.clicks.edge_name {n:?} must be 1-64 of [A-Za-z0-9._-]"
+            ))
+        }
+        None => default_edge_name(hostname().as_deref()),
+    };
+    if f.max_buffered_clicks == 0 {
+        return Err("edge.clicks.max_buffered_clicks must be at least 1".into());
+    }
+    if !(1..=MAX_QUEUE_PER_THREAD).contains(&f.queue_per_thread) {
+        return Err(format!(
+            "edge.clicks.queue_per_thread must be between 1 and {MAX_QUEUE_PER_THREAD}"
+        ));
+    }
+    Ok(ClicksConfig {
+        enabled: f.enabled,
+        flush_interval: Duration::from_millis(f.flush_interval_ms),
+        edge_name,
+        max_buffered_clicks: f.max_buffered_clicks,
+        queue_per_thread: f.queue_per_thread,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_names() {
+        let c = from_file(ClicksFile::default()).map_err(|e| e.to_string());
+        let c = c.unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.enabled);
+        assert_eq!(c.flush_interval, Duration::from_secs(5));
+        assert!(is_id_word(&c.edge_name), "{}", c.edge_name);
+        assert_eq!(default_edge_name(Some("web-01.dc1\n")), "web-01.dc1");
+        assert_eq!(default_edge_name(Some("ünï côde")), "ncde");
+        assert_eq!(default_edge_name(Some(" ")), "edge");
+        assert_eq!(default_edge_name(None), "edge");
+        assert_eq!(default_edge_name(Some(&"a".repeat(99))).len(), 64);
+    }
+
+    #[test]
+    fn rejects_mistakes() {
+        let cases: [(ClicksFile, &str); 5] = [
+            (
+                ClicksFile {
+                    flush_interval_ms: 5001,
+                    ..Default::default()
+                },
+                "flush_interval_ms",
+            ),
+            (
+                ClicksFile {
+                    flush_interval_ms: 49,
+                    ..Default::default()
+                },
+                "flush_interval_ms",
+            ),
+            (
+                ClicksFile {
+                    edge_name: Some("a:b".into()),
+                    ..Default::default()
+                },
+                "edge_name",
+            ),
+            (
+                ClicksFile {
+                    max_buffered_clicks: 0,
+                    ..Default::default()
+                },
+                "max_buffered_clicks",
+            ),
+            (
+                ClicksFile {
+                    queue_per_thread: 0,
+                    ..Default::default()
+                },
+                "queue_per_thread",
+            ),
+        ];
+        for (f, field) in cases {
+            match from_file(f) {
+                Ok(_) => panic!("accepted, expected an error on {field}"),
+                Err(e) => assert!(e.contains(field), "{e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The flusher: a Pingora background service that drains the request
+//! threads' queues every [`DRAIN_INTERVAL`], cuts batches every
+//! `clicks.flush_interval` and appends the unsent ones to the stream,
+//! oldest first, retrying at every flush while Redis is unreachable.
+//!
+//! **Shutdown and upgrade** (pingora 0.9, `server/mod.rs`): on `SIGTERM` (or
+//! `SIGQUIT` once the sockets are handed over) the shutdown watch fires,
+//! then the old process keeps serving its open connections for
+//! `grace_period_seconds`, and only then shuts its runtimes down, each
+//! within `graceful_shutdown_timeout_seconds`, dropping their tasks. So the
+//! flusher does not stop at the signal: it flushes at every drain from
+//! then on, and when the runtime drops its task, a guard ([`LastFlush`])
+//! drains and sends whatever is left — after the last request the process
+//! answered — on a thread of its own (the runtime is going away), within
+//! [`last_flush_budget`].
+
+use super::{Clicks, SendError, SEND_TIMEOUT};
+use crate::config::RedisConfig;
+use crate::redis_store::lazy_manager;
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How often the request threads' queues are emptied.
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The last flush's budget: most of the runtime shutdown timeout (the
+/// process exits when it ends), at least 200 ms, at most 5 s.
+pub fn last_flush_budget(graceful_shutdown_timeout: Duration) -> Duration {
+    graceful_shutdown_timeout
+        .mul_f64(0.8)
+        .clamp(Duration::from_millis(200), Duration::from_secs(5))
+}
+
+/// The background service.
+pub struct ClickFlusher {
+    clicks: Arc<Clicks>,
+    client: redis::Client,
+    redis: RedisConfig,
+    flush_interval: Duration,
+    last_budget: Duration,
+}
+
+impl ClickFlusher {
+    /// A flusher for `clicks` to the Redis of `redis`; `last_budget` bounds
+    /// the flush when the process ends.
+    pub fn new(
+        clicks: Arc<Clicks>,
+        redis: &RedisConfig,
+        flush_interval: Duration,
+        last_budget: Duration,
+    ) -> Result<Self, redis::RedisError> {
+        Ok(ClickFlusher {
+            clicks,
+            client: redis::Client::open(redis.url.as_str())?,
+            redis: redis.clone(),
+            flush_interval,
+            last_budget,
+        })
+    }
+}
+
+/// Sends every unsent batch, oldest first; stops at the first failure
+/// (logged; the batch stays for the next flush).
+async fn send_all<C>(clicks: &Clicks, conn: &mut C, failures: &mut u64)
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    loop {
+        match clicks.send_next(conn).await {
+            Ok(true) => {
+                if *failures > 0 {
+                    tracing::info!(failures = *failures, "click batches delivered again");
+                    *failures = 0;
+                }
+            }
+            Ok(false) => return,
+            Err(e) => {
+                *failures += 1;
+                if *failures == 1 {
+                    tracing::warn!(error = %e, "cannot append click batches; kept for retry");
+                }
+                return;
+            }
+        }
+        // A long backlog must not stop the draining.
+        clicks.drain();
+    }
+}
+
+#[async_trait]
+impl BackgroundService for ClickFlusher {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        if !self.clicks.enabled() {
+            return;
+        }
+        let _last = LastFlush {
+            clicks: Arc::clone(&self.clicks),
+            client: self.client.clone(),
+            budget: self.last_budget,
+        };
+        let mut conn = match lazy_manager(&self.client, self.redis.connect_timeout, SEND_TIMEOUT) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!(error = %e, "click flusher: no redis client; only the last flush will try");
+                None
+            }
+        };
+        let mut tick = tokio::time::interval(DRAIN_INTERVAL.min(self.flush_interval));
+        let mut next_flush = Instant::now() + self.flush_interval;
+        let mut shutting_down = false;
+        let mut failures = 0u64;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed(), if !shutting_down => {
+                    // Requests are still served during the grace period:
+                    // flush at every drain from now on.
+                    shutting_down = true;
+                }
+            }
+            self.clicks.drain();
+            if shutting_down || Instant::now() >= next_flush {
+                next_flush = Instant::now() + self.flush_interval;
+                self.clicks.cut();
+                if let Some(c) = conn.as_mut() {
+                    send_all(&self.clicks, c, &mut failures).await;
+                }
+            }
+        }
+    }
+}
+
+/// Runs the last flush when the flusher's task is dropped (its runtime
+/// shutting down, after the grace period).
+struct LastFlush {
+    clicks: Arc<Clicks>,
+    client: redis::Client,
+    budget: Duration,
+}
+
+impl Drop for LastFlush {
+    fn drop(&mut self) {
+        self.clicks.drain();
+        self.clicks.cut();
+        if self.clicks.is_idle() {
+            return;
+        }
+        let clicks = Arc::clone(&self.clicks);
+        let client = self.client.clone();
+        let budget = self.budget;
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        // Dropped inside a runtime that is shutting down: a runtime of its
+        // own, on a thread of its own.
+        let spawned = std::thread::Builder::new()
+            .name("clicks-last-flush".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                match rt {
+                    Ok(rt) => rt.block_on(last_flush(&clicks, &client, budget)),
+                    Err(e) => tracing::error!(error = %e, "click last flush: no runtime"),
+                }
+                let _ = done_tx.send(());
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = done_rx.recv_timeout(budget + Duration::from_millis(100));
+            }
+            Err(e) => tracing::error!(error = %e, "click last flush: no thread"),
+        }
+    }
+}
+
+async fn last_flush(clicks: &Clicks, client: &redis::Client, budget: Duration) {
+    let deadline = Instant::now() + budget;
+    let run = async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        loop {
+            clicks.drain();
+            clicks.cut();
+            if !clicks.send_next(&mut conn).await? {
+                return Ok::<_, SendError>(());
+            }
+        }
+    };
+    match tokio::time::timeout_at(deadline, run).await {
+        Ok(Ok(())) => tracing::info!("click counts flushed at exit"),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, lost = clicks.status().buffered, "click last flush failed")
+        }
+        Err(_) => {
+            tracing::error!(
+                lost = clicks.status().buffered,
+                "click last flush timed out"
+            )
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! `shorturl_edge_click*` metrics (protocol section 7; the OpenResty module
+//! exports the same names).
+
+use pingora_prometheus::prometheus::{self, IntCounter, IntCounterVec, IntGauge, Opts};
+
+/// Click counters, resolved to label handles once.
+pub struct ClicksMetrics {
+    /// Clicks counted (`clicks_total{kind="human"}`).
+    pub human: IntCounter,
+    /// `clicks_total{kind="bot"}`.
+    pub bot: IntCounter,
+    /// Batches the stream accepted (`click_batches_total{result="sent"}`).
+    pub batches_sent: IntCounter,
+    /// Failed attempts to send a batch, kept for the next try
+    /// (`{result="retried"}`).
+    pub batches_retried: IntCounter,
+    /// `clicks_dropped_total{reason="queue_full"}`: a request thread's
+    /// queue was full.
+    pub dropped_queue_full: IntCounter,
+    /// `{reason="buffer_full"}`: oldest unsent batches dropped past
+    /// `max_buffered_clicks`.
+    pub dropped_buffer_full: IntCounter,
+    /// `{reason="stream_full"}`: clicks appended while the stream was at its
+    /// `MAXLEN` (each such append trims an older entry, read or not).
+    pub dropped_stream_full: IntCounter,
+    /// Clicks counted and not sent yet.
+    pub buffered: IntGauge,
+}
+
+impl ClicksMetrics {
+    /// Creates and registers the metrics (a second instance in one process
+    /// keeps working counters that are not exported).
+    pub fn new() -> Result<ClicksMetrics, prometheus::Error> {
+        let (m, collectors) = Self::build()?;
+        for c in collectors {
+            let _ = prometheus::register(c);
+        }
+        Ok(m)
+    }
+
+    /// Working counters, exported nowhere (unit tests).
+    pub fn unregistered() -> Result<ClicksMetrics, prometheus::Error> {
+        Self::build().map(|(m, _)| m)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn build(
+    ) -> Result<(ClicksMetrics, Vec<Box<dyn prometheus::core::Collector>>), prometheus::Error> {
+        let clicks = IntCounterVec::new(
+            Opts::new(
+                "shorturl_edge_clicks_total",
+                "Redirects counted as clicks, by kind (human or bot).",
+            ),
+            &["kind"],
+        )?;
+        let batches = IntCounterVec::new(
+            Opts::new(
+                "shorturl_edge_click_batches_total",
+                "Click batches appended to the stream (sent) and failed attempts (retried).",
+            ),
+            &["result"],
+        )?;
+        let dropped = IntCounterVec::new(
+            Opts::new(
+                "shorturl_edge_clicks_dropped_total",
+                "Clicks lost by the edge, by reason (queue_full, buffer_full, stream_full).",
+            ),
+            &["reason"],
+        )?;
+        let buffered = IntGauge::new(
+            "shorturl_edge_clicks_buffered",
+            "Clicks counted and not yet appended to the stream.",
+        )?;
+        let m = ClicksMetrics {
+            human: clicks.with_label_values(&["human"]),
+            bot: clicks.with_label_values(&["bot"]),
+            batches_sent: batches.with_label_values(&["sent"]),
+            batches_retried: batches.with_label_values(&["retried"]),
+            dropped_queue_full: dropped.with_label_values(&["queue_full"]),
+            dropped_buffer_full: dropped.with_label_values(&["buffer_full"]),
+            dropped_stream_full: dropped.with_label_values(&["stream_full"]),
+            buffered: buffered.clone(),
+        };
+        Ok((
+            m,
+            vec![
+                Box::new(clicks),
+                Box::new(batches),
+                Box::new(dropped),
+                Box::new(buffered),
+            ],
+        ))
+    }
+
+    /// Clicks lost, every reason.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_queue_full.get()
+            + self.dropped_buffer_full.get()
+            + self.dropped_stream_full.get()
+    }
+}

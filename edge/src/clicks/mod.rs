@@ -1,0 +1,245 @@
+//! Click counting (issue 12, protocol section 3.4): every redirect the edge
+//! answers is a click, counted per link-hour (human, bot) and per link-day
+//! (referrer host, device class), and appended as batches to the stream
+//! `su:1:clicks` that the origins apply exactly once.
+//!
+//! * [`record`]: the redirect path classifies the click and pushes a
+//!   fixed-size event into its thread's lock-free queue (no allocation,
+//!   lock or I/O).
+//! * [`Clicks`]: what the flusher does with them: drain every queue into an
+//!   `Accumulator` ([`Clicks::drain`]), cut batches every flush interval
+//!   into the bounded [`pending`] buffer ([`Clicks::cut`]), send the oldest
+//!   first ([`Clicks::send_next`]).
+//! * [`flush`]: the background service running those, and the last flush
+//!   when the process ends (graceful shutdown and upgrade).
+
+pub mod config;
+pub mod flush;
+pub mod metrics;
+pub mod pending;
+pub mod record;
+
+pub use config::ClicksConfig;
+pub use metrics::ClicksMetrics;
+
+use pending::{Pending, Unsent};
+use pingora::http::RequestHeader;
+use record::Registry;
+use shorturl_common::clicks::BATCH_VERSION;
+use shorturl_common::clicks::{Accumulator, BatchIds, Device, STREAM_KEY, STREAM_MAXLEN};
+use shorturl_common::status::ClicksDim;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Lines per batch: far under the decoder's 100,000 lines and, at ~320
+/// bytes for the longest line, under its 8 MiB.
+pub const MAX_BATCH_LINES: usize = 20_000;
+/// Budget of one `XADD` (connection included).
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Why a batch was not appended (it stays buffered).
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+struct State {
+    acc: Accumulator,
+    pending: Pending,
+}
+
+/// The process's click counting: queues, counts, unsent batches, figures.
+pub struct Clicks {
+    enabled: bool,
+    registry: Registry,
+    pub metrics: ClicksMetrics,
+    ids: BatchIds,
+    state: Mutex<State>,
+    sent: AtomicU64,
+    /// Unix seconds; 0: never.
+    last_flush: AtomicU64,
+}
+
+/// A nonce new at every start: 16 hex digits from the process id, the
+/// clock and the standard library's random hasher keys.
+pub fn boot_nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u64(shorturl_common::time::now_unix_ms());
+    format!("{:016x}", h.finish())
+}
+
+impl Clicks {
+    /// Counting as `cfg` says, batch ids `<edge_name>:<nonce>:<seq>`.
+    pub fn new(cfg: &ClicksConfig, nonce: &str, metrics: ClicksMetrics) -> Result<Clicks, String> {
+        let ids = BatchIds::new(&cfg.edge_name, nonce).ok_or_else(|| {
+            format!(
+                "edge.clicks.edge_name {:?} is not a valid id part",
+                cfg.edge_name
+            )
+        })?;
+        Ok(Clicks {
+            enabled: cfg.enabled,
+            registry: Registry::new(cfg.queue_per_thread),
+            metrics,
+            ids,
+            state: Mutex::new(State {
+                acc: Accumulator::new(),
+                pending: Pending::new(cfg.max_buffered_clicks),
+            }),
+            sent: AtomicU64::new(0),
+            last_flush: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether counting is on.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The redirect path: counts one redirect answered for `code` at
+    /// `at_unix` (nothing but a flag test when counting is off).
+    #[inline]
+    pub fn record(&self, req: &RequestHeader, code: &str, at_unix: u64) {
+        if self.enabled {
+            record::record(&self.registry, &self.metrics, req, code, at_unix);
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn update_gauge(&self, st: &State) {
+        let n = st.acc.clicks() + st.pending.clicks();
+        self.metrics
+            .buffered
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Moves every queued click into the accumulator. Returns how many.
+    pub fn drain(&self) -> u64 {
+        let mut st = self.state();
+        let (mut human, mut bot) = (0, 0);
+        let n = self.registry.drain(|e| {
+            if st
+                .acc
+                .add_classified(e.code(), e.at_unix, e.device, e.host.as_str())
+            {
+                if e.device == Device::Bot {
+                    bot += 1;
+                } else {
+                    human += 1;
+                }
+            }
+        });
+        self.metrics.human.inc_by(human);
+        self.metrics.bot.inc_by(bot);
+        self.update_gauge(&st);
+        n
+    }
+
+    /// Cuts what the accumulator holds into batches at the end of the
+    /// unsent buffer (dropping its oldest past the bound).
+    pub fn cut(&self) {
+        let mut st = self.state();
+        if st.acc.is_empty() {
+            return;
+        }
+        let batches = st.acc.take_batches(&self.ids, MAX_BATCH_LINES);
+        for b in batches {
+            let (human, bot) = b.totals();
+            let dropped = st.pending.push(Unsent {
+                body: b.encode_body(),
+                id: b.id,
+                clicks: human + bot,
+            });
+            if dropped > 0 {
+                self.metrics.dropped_buffer_full.inc_by(dropped);
+                tracing::warn!(dropped, "click buffer full: oldest unsent batches dropped");
+            }
+        }
+        self.update_gauge(&st);
+    }
+
+    /// Appends the oldest unsent batch to the stream. `Ok(false)`: nothing
+    /// was waiting (and the flush time is recorded).
+    pub async fn send_next<C>(&self, conn: &mut C) -> Result<bool, SendError>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let Some(b) = self.state().pending.front().cloned() else {
+            self.last_flush
+                .store(shorturl_common::time::now_unix(), Ordering::Relaxed);
+            return Ok(false);
+        };
+        let mut pipe = redis::pipe();
+        pipe.cmd("XADD")
+            .arg(STREAM_KEY)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(STREAM_MAXLEN)
+            .arg("*")
+            .arg("id")
+            .arg(&b.id)
+            .arg("v")
+            .arg(BATCH_VERSION)
+            .arg("b")
+            .arg(&b.body)
+            .cmd("XLEN")
+            .arg(STREAM_KEY);
+        let res = match tokio::time::timeout(SEND_TIMEOUT, pipe.query_async::<(String, u64)>(conn))
+            .await
+        {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(SendError::Redis(e)),
+            Err(_) => Err(SendError::Timeout(SEND_TIMEOUT)),
+        };
+        match res {
+            Ok((_, len)) => {
+                let mut st = self.state();
+                if st.pending.pop_sent(&b.id).is_some() {
+                    self.sent.fetch_add(b.clicks, Ordering::Relaxed);
+                    self.metrics.batches_sent.inc();
+                    if len >= STREAM_MAXLEN {
+                        self.metrics.dropped_stream_full.inc_by(b.clicks);
+                    }
+                }
+                self.update_gauge(&st);
+                Ok(true)
+            }
+            Err(e) => {
+                self.metrics.batches_retried.inc();
+                Err(e)
+            }
+        }
+    }
+
+    /// Nothing counted is left unsent.
+    pub fn is_idle(&self) -> bool {
+        let st = self.state();
+        st.acc.is_empty() && st.pending.is_empty()
+    }
+
+    /// The `clicks` dimension of the status (protocol section 6).
+    pub fn status(&self) -> ClicksDim {
+        let st = self.state();
+        let last = self.last_flush.load(Ordering::Relaxed);
+        ClicksDim {
+            enabled: self.enabled,
+            counted: self.metrics.human.get() + self.metrics.bot.get(),
+            sent: self.sent.load(Ordering::Relaxed),
+            buffered: st.acc.clicks() + st.pending.clicks(),
+            dropped: self.metrics.dropped(),
+            last_flush_unix: (last > 0).then_some(last),
+        }
+    }
+}

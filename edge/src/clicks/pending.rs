@@ -1,0 +1,110 @@
+//! Batches cut and not yet accepted by the stream, oldest first, bounded in
+//! clicks: while Redis is unreachable they wait here; past the bound whole
+//! oldest batches are dropped (and their clicks reported as dropped). A
+//! batch keeps its id across retries, so one whose `XADD` succeeded but
+//! whose reply was lost counts once at the origin.
+
+use std::collections::VecDeque;
+
+/// One encoded batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsent {
+    pub id: String,
+    pub body: String,
+    /// Human plus bot clicks in it.
+    pub clicks: u64,
+}
+
+/// The bounded buffer.
+#[derive(Debug)]
+pub struct Pending {
+    queue: VecDeque<Unsent>,
+    clicks: u64,
+    max_clicks: u64,
+}
+
+impl Pending {
+    /// An empty buffer holding at most `max_clicks` clicks.
+    pub fn new(max_clicks: u64) -> Pending {
+        Pending {
+            queue: VecDeque::new(),
+            clicks: 0,
+            max_clicks,
+        }
+    }
+
+    /// Appends `b`, then drops whole oldest batches (`b` too, if it alone is
+    /// over the bound) until the bound holds. Returns the clicks dropped.
+    pub fn push(&mut self, b: Unsent) -> u64 {
+        self.clicks += b.clicks;
+        self.queue.push_back(b);
+        let mut dropped = 0;
+        while self.clicks > self.max_clicks {
+            match self.queue.pop_front() {
+                Some(old) => {
+                    self.clicks -= old.clicks;
+                    dropped += old.clicks;
+                }
+                None => break,
+            }
+        }
+        dropped
+    }
+
+    /// The oldest batch: the next to send.
+    pub fn front(&self) -> Option<&Unsent> {
+        self.queue.front()
+    }
+
+    /// Removes the oldest batch if it is `id` (it was sent).
+    pub fn pop_sent(&mut self, id: &str) -> Option<Unsent> {
+        if self.queue.front().is_some_and(|b| b.id == id) {
+            let b = self.queue.pop_front()?;
+            self.clicks -= b.clicks;
+            return Some(b);
+        }
+        None
+    }
+
+    /// Clicks held.
+    pub fn clicks(&self) -> u64 {
+        self.clicks
+    }
+
+    /// Nothing is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(id: &str, clicks: u64) -> Unsent {
+        Unsent {
+            id: id.into(),
+            body: String::new(),
+            clicks,
+        }
+    }
+
+    #[test]
+    fn bounded_oldest_first() {
+        let mut p = Pending::new(10);
+        assert_eq!(p.push(b("a", 4)), 0);
+        assert_eq!(p.push(b("b", 5)), 0);
+        assert_eq!(p.clicks(), 9);
+        // 9 + 3 > 10: the oldest whole batch goes.
+        assert_eq!(p.push(b("c", 3)), 4);
+        assert_eq!(
+            (p.clicks(), p.front().map(|f| f.id.as_str())),
+            (8, Some("b"))
+        );
+        assert!(p.pop_sent("c").is_none());
+        assert_eq!(p.pop_sent("b").map(|x| x.clicks), Some(5));
+        // A batch over the bound by itself is dropped whole.
+        assert_eq!(p.push(b("d", 11)), 3 + 11);
+        assert!(p.is_empty() && p.clicks() == 0);
+    }
+}

@@ -1,0 +1,262 @@
+//! The redirect path's side of counting: classify the click and push a
+//! fixed-size [`Event`] into the calling thread's bounded lock-free queue.
+//!
+//! No allocation, lock or syscall per click: the code and the referrer host
+//! are copied inline, the user agent is classified through a one-entry
+//! per-thread cache (a repeated user agent costs a byte compare instead of
+//! the bot list's automaton), and the queue is a `crossbeam` `ArrayQueue`
+//! allocated once per thread, at its first click, and registered then (the
+//! only lock, once per thread) where the flusher finds it. A full queue
+//! drops the click and counts it.
+
+use super::ClicksMetrics;
+use crossbeam_queue::ArrayQueue;
+use http::Method;
+use pingora::http::RequestHeader;
+use shorturl_common::clicks::{device_class_bytes, referrer_host_buf, Device, HostBuf};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Longest code (protocol section 1).
+pub const MAX_CODE_LEN: usize = 32;
+/// User agents up to this length are cached per thread; longer ones are
+/// classified every time.
+const UA_CACHE_BYTES: usize = 512;
+
+/// One click, as queued (no heap data).
+#[derive(Clone, Copy, Debug)]
+pub struct Event {
+    code: [u8; MAX_CODE_LEN],
+    code_len: u8,
+    /// Unix seconds.
+    pub at_unix: u64,
+    /// [`Device::Bot`] for a bot click.
+    pub device: Device,
+    pub host: HostBuf,
+}
+
+impl Event {
+    /// A click on `code` (`None` when the code is longer than any valid one).
+    pub fn new(code: &str, at_unix: u64, device: Device, host: HostBuf) -> Option<Event> {
+        let len = code.len();
+        if len > MAX_CODE_LEN {
+            return None;
+        }
+        let mut buf = [0u8; MAX_CODE_LEN];
+        buf[..len].copy_from_slice(code.as_bytes());
+        Some(Event {
+            code: buf,
+            code_len: u8::try_from(len).ok()?,
+            at_unix,
+            device,
+            host,
+        })
+    }
+
+    /// The link's code.
+    pub fn code(&self) -> &str {
+        std::str::from_utf8(&self.code[..usize::from(self.code_len)]).unwrap_or("")
+    }
+}
+
+/// Every thread's queue, for the flusher.
+pub struct Registry {
+    /// Distinguishes registries (tests build several in one process).
+    id: usize,
+    capacity: usize,
+    queues: Mutex<Vec<Arc<ArrayQueue<Event>>>>,
+}
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+impl Registry {
+    /// A registry whose threads get queues of `capacity` clicks.
+    pub fn new(capacity: usize) -> Registry {
+        Registry {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            capacity: capacity.max(1),
+            queues: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn register(&self) -> Arc<ArrayQueue<Event>> {
+        let q = Arc::new(ArrayQueue::new(self.capacity));
+        match self.queues.lock() {
+            Ok(mut v) => v.push(Arc::clone(&q)),
+            Err(p) => p.into_inner().push(Arc::clone(&q)),
+        }
+        q
+    }
+
+    /// Pops every queued click into `f` (what was pushed before the call,
+    /// at least). Returns how many.
+    pub fn drain(&self, mut f: impl FnMut(&Event)) -> u64 {
+        let queues = match self.queues.lock() {
+            Ok(v) => v.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        let mut n = 0;
+        for q in &queues {
+            // At most what is there now: a busy thread cannot keep us here.
+            for _ in 0..q.len() {
+                match q.pop() {
+                    Some(e) => {
+                        f(&e);
+                        n += 1;
+                    }
+                    None => break,
+                }
+            }
+        }
+        n
+    }
+}
+
+/// One thread's state: its queue (for one registry) and the last user agent.
+struct Local {
+    registry: usize,
+    queue: Option<Arc<ArrayQueue<Event>>>,
+    ua_len: usize,
+    ua: [u8; UA_CACHE_BYTES],
+    ua_device: Device,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Local> = const {
+        RefCell::new(Local {
+            registry: 0,
+            queue: None,
+            ua_len: usize::MAX,
+            ua: [0; UA_CACHE_BYTES],
+            ua_device: Device::Other,
+        })
+    };
+}
+
+impl Local {
+    fn device(&mut self, ua: &[u8]) -> Device {
+        if ua.len() == self.ua_len && self.ua[..ua.len()] == *ua {
+            return self.ua_device;
+        }
+        let d = device_class_bytes(ua);
+        if ua.len() <= UA_CACHE_BYTES {
+            self.ua[..ua.len()].copy_from_slice(ua);
+            self.ua_len = ua.len();
+            self.ua_device = d;
+        }
+        d
+    }
+}
+
+/// The device class of a request: [`Device::Bot`] for `HEAD`, a missing or
+/// empty user agent, or one on the bot list (protocol section 3.4).
+pub fn classify(req: &RequestHeader) -> Device {
+    if req.method == Method::HEAD {
+        return Device::Bot;
+    }
+    match req.headers.get(http::header::USER_AGENT) {
+        None => Device::Bot,
+        Some(ua) => LOCAL.with(|l| match l.try_borrow_mut() {
+            Ok(mut l) => l.device(ua.as_bytes()),
+            Err(_) => device_class_bytes(ua.as_bytes()),
+        }),
+    }
+}
+
+/// Counts one redirect answered for `code` at `at_unix`.
+pub fn record(
+    registry: &Registry,
+    metrics: &ClicksMetrics,
+    req: &RequestHeader,
+    code: &str,
+    at_unix: u64,
+) {
+    let device = classify(req);
+    let host = referrer_host_buf(req.headers.get(http::header::REFERER).map(|v| v.as_bytes()));
+    let Some(event) = Event::new(code, at_unix, device, host) else {
+        return;
+    };
+    let pushed = LOCAL.with(|l| {
+        let Ok(mut l) = l.try_borrow_mut() else {
+            return false;
+        };
+        if l.registry != registry.id || l.queue.is_none() {
+            l.queue = Some(registry.register());
+            l.registry = registry.id;
+        }
+        l.queue.as_ref().is_some_and(|q| q.push(event).is_ok())
+    });
+    if !pushed {
+        metrics.dropped_queue_full.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(method: &str, ua: Option<&str>, referer: Option<&str>) -> RequestHeader {
+        let mut r = match RequestHeader::build(method, b"/abcdef", None) {
+            Ok(r) => r,
+            Err(e) => panic!("{e}"),
+        };
+        if let Some(ua) = ua {
+            let _ = r.insert_header("User-Agent", ua);
+        }
+        if let Some(x) = referer {
+            let _ = r.insert_header("Referer", x);
+        }
+        r
+    }
+
+    const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
+
+    #[test]
+    fn classifies_and_queues_per_thread() {
+        let reg = Registry::new(3);
+        let Ok(m) = ClicksMetrics::unregistered() else {
+            panic!("metrics")
+        };
+        assert_eq!(classify(&req("HEAD", Some(CHROME), None)), Device::Bot);
+        assert_eq!(classify(&req("GET", None, None)), Device::Bot);
+        assert_eq!(classify(&req("GET", Some(""), None)), Device::Bot);
+        assert_eq!(classify(&req("GET", Some(CHROME), None)), Device::Desktop);
+        // Cached: the same answer again, then another agent replaces it.
+        assert_eq!(classify(&req("GET", Some(CHROME), None)), Device::Desktop);
+        assert_eq!(classify(&req("GET", Some("curl/8"), None)), Device::Bot);
+        let r = req("GET", Some(CHROME), Some("https://News.Example.com:8443/a"));
+        for _ in 0..4 {
+            record(&reg, &m, &r, "abcdef", 7200);
+        }
+        assert_eq!(m.dropped_queue_full.get(), 1);
+        let other = std::thread::spawn(move || {
+            record(&reg, &m, &req("GET", None, None), "ghijkl", 10);
+            (reg, m)
+        });
+        let (reg, m) = match other.join() {
+            Ok(x) => x,
+            Err(_) => panic!("thread panicked"),
+        };
+        let mut seen = Vec::new();
+        let n = reg.drain(|e| {
+            seen.push((
+                e.code().to_owned(),
+                e.at_unix,
+                e.device,
+                e.host.as_str().to_owned(),
+            ))
+        });
+        assert_eq!(n, 4);
+        assert_eq!(m.dropped_queue_full.get(), 1);
+        assert!(seen.contains(&("ghijkl".into(), 10, Device::Bot, "-".into())));
+        let news = (
+            "abcdef".into(),
+            7200,
+            Device::Desktop,
+            "news.example.com".into(),
+        );
+        assert_eq!(seen.iter().filter(|s| **s == news).count(), 3);
+        assert_eq!(reg.drain(|_| {}), 0);
+    }
+}
