@@ -13,12 +13,13 @@ import os
 import shutil
 import sys
 
-ORDER = ["nginx-static", "edge-hot", "openresty-hot", "edge-redis", "openresty-redis",
+ORDER = ["nginx-static", "edge-hot", "edge-hot-analytics", "openresty-hot", "edge-redis", "openresty-redis",
          "edge-origin", "miss-storm", "mix", "create",
          "nginx-static-tls", "edge-hot-tls", "nginx-tls-handshake", "edge-tls-handshake"]
 WHAT = {
     "nginx-static": "nginx `return 302` (anchor)",
-    "edge-hot": "edge, every code in memory",
+    "edge-hot": "edge, every code in memory, click counting off",
+    "edge-hot-analytics": "edge-hot with click counting on (the cost of counting)",
     "openresty-hot": "OpenResty edge, LRU/shared dict hit",
     "edge-redis": "edge, Redis GET per request",
     "openresty-redis": "OpenResty edge, Redis GET per request",
@@ -145,6 +146,17 @@ def load_scenario(d):
     if req and path:
         if s["name"] in ("edge-hot", "openresty-hot") and (g("redis.hit") or 0) + (g("origin.forward") or 0) > 0.001 * req:
             notes.append(f"WARNING: not all from memory: {g('redis.hit')} Redis hits, {g('origin.forward')} origin fetches")
+        if s["name"] == "edge-hot-analytics":
+            counted = delta(sb, sa, "clicks", "counted")
+            dropped = delta(sb, sa, "clicks", "dropped")
+            notes.append(f"clicks counted {counted} for {req} requests (the count lags by one 100 ms "
+                         f"drain), dropped {dropped}, buffered at the end {dig(sa, 'clicks', 'buffered')}")
+            if not counted:
+                problems.append("click counting is on but nothing was counted")
+            if dropped:
+                problems.append(f"{dropped} clicks dropped")
+        elif s["system"] == "edge" and dig(sa, "clicks", "enabled"):
+            notes.append("WARNING: click counting was on (only edge-hot-analytics should count)")
         if s["name"] in ("edge-redis", "openresty-redis"):
             lh = g("local.hit") or 0
             notes.append(f"memory hits {lh} of {req} requests ({100.0 * lh / req:.2f}%), Redis hits {g('redis.hit')}")
@@ -213,6 +225,17 @@ def targets(scenarios, cfg):
         add("edge-hot ≥ 1.0× nginx static", "edge-hot", f"{r:.2f}×", "≥ 1.00×", r >= 1.0)
     else:
         add("edge-hot ≥ 1.0× nginx static", "edge-hot", "–", "≥ 1.00×", None, "not run")
+    an = ran("edge-hot-analytics")
+    if hot and an:
+        r = an["rps"] / hot["rps"]
+        add("edge-hot-analytics ≥ 0.97× edge-hot req/s", "edge-hot-analytics", f"{r:.3f}×", "≥ 0.97×", r >= 0.97,
+            f"{an['rps']:,.0f} vs {hot['rps']:,.0f} req/s")
+        p = an["p99_ms"] / hot["p99_ms"] if hot["p99_ms"] else None
+        add("edge-hot-analytics p99 within 10% of edge-hot", "edge-hot-analytics",
+            f"{p:.3f}×" if p is not None else "–", "≤ 1.10×", (p <= 1.10) if p is not None else None,
+            f"{an['p99_ms']:.3f} vs {hot['p99_ms']:.3f} ms")
+    else:
+        add("edge-hot-analytics ≥ 0.97× edge-hot req/s", "edge-hot-analytics", "–", "≥ 0.97×", None, "not run")
     er, orr = ran("edge-redis"), ran("openresty-redis")
     if er and orr:
         r = er["rps"] / orr["rps"]
