@@ -1,22 +1,20 @@
-//! Click counting on the Pingora edge (issue 12), against a real Redis (and,
-//! end to end, a real origin on MariaDB): every count is read back from the
-//! stream `su:1:clicks` by decoding its batches, and asserted exactly.
+//! Click counting on the Pingora edge (issue 12), against a real Redis:
+//! every count is read back from the stream `su:1:clicks` by decoding its
+//! batches, and asserted exactly. Shutdown and upgrade: `clicks_shutdown.rs`;
+//! through the origin to the stats API: `clicks_e2e.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use shorturl_common::clicks::{Batch, STREAM_KEY};
-use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use shorturl_common::clicks::STREAM_KEY;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use support::clicks::{links, stream_sums, wait_stream_total, DOMAIN};
 use support::http::{get, Conn};
-use support::{edge_bin, record_line, redis_set, start_edge, EdgeOpts, TIMEOUT};
-use testkit::{free_port, spawn, wait_for, Redis};
+use support::{redis_set, start_edge, EdgeOpts, TIMEOUT};
+use testkit::{free_port, wait_for, Redis};
 
-const DOMAIN: &str = "s.shop55.com";
 const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
 const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1";
 const IPAD: &str = "Mozilla/5.0 (iPad; CPU OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1";
@@ -29,88 +27,6 @@ const BOTS: [&str; 5] = [
     "curl/8.5.0",
     "python-requests/2.31.0",
 ];
-
-/// What the stream holds, summed over its decoded batches.
-#[derive(Debug, Default)]
-struct Sums {
-    human: u64,
-    bot: u64,
-    devices: BTreeMap<String, u64>,
-    /// (code, host) → clicks.
-    referrers: BTreeMap<(String, String), u64>,
-    /// code → (human, bot).
-    codes: BTreeMap<String, (u64, u64)>,
-    entries: usize,
-    ids: BTreeSet<String>,
-}
-
-impl Sums {
-    fn total(&self) -> u64 {
-        self.human + self.bot
-    }
-}
-
-fn stream_sums(redis: &Redis) -> Sums {
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut con = client.get_connection().unwrap();
-    let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
-        .arg(STREAM_KEY)
-        .arg("-")
-        .arg("+")
-        .query(&mut con)
-        .unwrap();
-    let mut s = Sums::default();
-    for (_, fields) in entries {
-        let field = |k: &str| {
-            fields
-                .chunks(2)
-                .find(|kv| kv[0] == k)
-                .map(|kv| kv[1].clone())
-                .unwrap_or_else(|| panic!("entry without {k}: {fields:?}"))
-        };
-        let b = Batch::decode(&field("id"), &field("v"), &field("b"))
-            .unwrap_or_else(|e| panic!("undecodable batch: {e}"));
-        s.entries += 1;
-        s.ids.insert(b.id.clone());
-        for h in &b.hours {
-            s.human += h.human;
-            s.bot += h.bot;
-            let c = s.codes.entry(h.code.clone()).or_default();
-            c.0 += h.human;
-            c.1 += h.bot;
-        }
-        for r in &b.referrers {
-            *s.referrers
-                .entry((r.code.clone(), r.host.clone()))
-                .or_default() += r.n;
-        }
-        for d in &b.devices {
-            *s.devices.entry(d.device.as_str().to_owned()).or_default() += d.n;
-        }
-    }
-    s
-}
-
-/// Waits until the stream holds `total` clicks and returns its sums.
-fn wait_stream_total(redis: &Redis, total: u64) -> Sums {
-    wait_for(&format!("{total} clicks in the stream"), TIMEOUT, || {
-        stream_sums(redis).total() >= total
-    });
-    let s = stream_sums(redis);
-    assert_eq!(s.total(), total, "{s:?}");
-    assert_eq!(s.entries, s.ids.len(), "a batch id repeats: {s:?}");
-    s
-}
-
-fn links(redis: &Redis, codes: &[&str]) {
-    for c in codes {
-        redis_set(
-            redis,
-            &format!("su:1:link:{c}"),
-            &record_line(DOMAIN, "https://example.com/x", 3600),
-        );
-    }
-}
 
 fn click(conn: &mut Conn, method: &str, code: &str, headers: &[(&str, &str)]) -> u16 {
     conn.send(method, &format!("/{code}"), Some(DOMAIN), headers, b"")
@@ -360,107 +276,34 @@ fn the_buffer_bound_drops_oldest_batches_and_says_how_many() {
     assert_eq!(s.total() + d.dropped, 10);
 }
 
-/// Load, then `SIGTERM`: every redirect a client received is in the
-/// stream, though the flush interval (5 s) never came.
+/// An append to a stream at its `MAXLEN` trims an older entry: the edge
+/// counts the clicks it appended then (and the batch itself is kept).
 #[test]
-fn graceful_shutdown_delivers_every_click() {
+fn appends_to_a_full_stream_are_counted() {
     let redis = Redis::start();
-    links(&redis, &["term01"]);
-    let mut edge = edge_with(
-        &redis,
-        "  clicks: { flush_interval_ms: 5000, edge_name: term }",
-    );
-    let port = edge.port;
-    let loaders = load(port, "term01", 3);
-    wait_for("load to start", TIMEOUT, || {
-        get(port, "/term01", DOMAIN).status == 302
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    edge.proc.signal(libc::SIGTERM);
-    wait_for("edge to exit", TIMEOUT, || !edge.proc.is_running());
-    let served = loaders.finish() + 1;
-    let s = wait_stream_total(&redis, served);
-    assert_eq!(s.bot, served);
-    assert!(s.ids.iter().all(|id| id.starts_with("term:")));
-}
-
-/// Graceful upgrade under load: the old process's clicks (flushed at its
-/// end) and the new one's add up to every redirect served.
-#[test]
-fn graceful_upgrade_delivers_every_click_of_both_processes() {
-    let redis = Redis::start();
-    links(&redis, &["upgr01"]);
-    let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
-    opts.threads = 1;
-    opts.extra = "  clicks: { flush_interval_ms: 5000, edge_name: upg }";
-    let old = start_edge(opts);
-    let port = old.port;
-    let loaders = load(port, "upgr01", 3);
-    wait_for("load to start", TIMEOUT, || {
-        get(port, "/upgr01", DOMAIN).status == 302
-    });
-    old.proc.signal(libc::SIGQUIT);
-    let mut cmd = Command::new(edge_bin());
-    cmd.arg("-u")
-        .arg("-c")
-        .arg(&old.conf)
-        .env("RUST_LOG", "info");
-    let mut new = spawn(
-        "shorturl-edge-new",
-        cmd,
-        &old.dir.path().join("edge-new.log"),
-    );
-    let mut old = old;
-    wait_for("old edge to exit", TIMEOUT, || !old.proc.is_running());
-    for _ in 0..20 {
-        assert_eq!(get(port, "/upgr01", DOMAIN).status, 302);
+    links(&redis, &["full01"]);
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let len: u64 = redis::cmd("EVAL")
+        .arg(
+            "for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '*', 'f', '1') end \
+             return redis.call('XLEN', KEYS[1])",
+        )
+        .arg(1)
+        .arg(STREAM_KEY)
+        .arg(shorturl_common::clicks::STREAM_MAXLEN)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(len, shorturl_common::clicks::STREAM_MAXLEN);
+    let edge = edge_with(&redis, "  clicks: { flush_interval_ms: 100 }");
+    for _ in 0..3 {
+        assert_eq!(get(edge.port, "/full01", DOMAIN).status, 302);
     }
-    let served = loaders.finish() + 1 + 20;
-    new.signal(libc::SIGTERM);
-    wait_for("new edge to exit", TIMEOUT, || !new.is_running());
-    let s = wait_stream_total(&redis, served);
-    let nonces: BTreeSet<&str> = s.ids.iter().filter_map(|id| id.split(':').nth(1)).collect();
-    assert_eq!(nonces.len(), 2, "one nonce per process: {:?}", s.ids);
-}
-
-/// Clients on fresh connections until told to stop; counts the 302s.
-struct Load {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<u64>>,
-}
-
-impl Load {
-    /// Stops the clients (once the server is gone, they stop by themselves)
-    /// and returns the redirects they received.
-    fn finish(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.threads.into_iter().map(|t| t.join().unwrap()).sum()
-    }
-}
-
-fn load(port: u16, code: &'static str, n: usize) -> Load {
-    let stop = Arc::new(AtomicBool::new(false));
-    let threads = (0..n)
-        .map(|_| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                let mut ok = 0u64;
-                let mut refused = 0;
-                while !stop.load(Ordering::Relaxed) && refused < 50 {
-                    match Conn::open(port).and_then(|mut c| c.get(&format!("/{code}"), DOMAIN)) {
-                        Ok(r) if r.status == 302 => ok += 1,
-                        Ok(r) => panic!("status {}", r.status),
-                        // The listener is gone (shutdown): keep trying a
-                        // little in case it comes back (upgrade).
-                        Err(_) => {
-                            refused += 1;
-                            std::thread::sleep(Duration::from_millis(20));
-                        }
-                    }
-                }
-                ok
-            })
-        })
-        .collect();
-    Load { stop, threads }
+    let s = wait_stream_total(&redis, 3);
+    assert_eq!(s.codes["full01"], (0, 3));
+    wait_for("stream_full to be counted", TIMEOUT, || {
+        edge.metric("shorturl_edge_clicks_dropped_total{reason=\"stream_full\"}") == 3.0
+    });
+    let d = edge.typed_status().clicks.unwrap();
+    assert_eq!((d.sent, d.dropped), (3, 3));
 }

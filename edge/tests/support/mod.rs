@@ -3,6 +3,7 @@
 //! ports, all stopped with the test.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod clicks;
 pub use testkit::http;
 
 use std::path::{Path, PathBuf};
