@@ -201,3 +201,16 @@ async fn last_flush(clicks: &Clicks, client: &redis::Client, budget: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_flush_fits_in_the_runtime_shutdown() {
+        let ms = |v| Duration::from_millis(v);
+        assert_eq!(last_flush_budget(Duration::from_secs(1)), ms(800));
+        assert_eq!(last_flush_budget(Duration::ZERO), ms(200));
+        assert_eq!(last_flush_budget(Duration::from_secs(60)), ms(5000));
+    }
+}

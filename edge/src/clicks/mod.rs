@@ -25,8 +25,9 @@ pub use metrics::ClicksMetrics;
 use pending::{Pending, Unsent};
 use pingora::http::RequestHeader;
 use record::Registry;
-use shorturl_common::clicks::BATCH_VERSION;
-use shorturl_common::clicks::{Accumulator, BatchIds, Device, STREAM_KEY, STREAM_MAXLEN};
+use shorturl_common::clicks::{
+    Accumulator, BatchIds, Device, BATCH_VERSION, STREAM_KEY, STREAM_MAXLEN,
+};
 use shorturl_common::status::ClicksDim;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
