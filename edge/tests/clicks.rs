@@ -138,6 +138,7 @@ fn humans_bots_devices_and_referrers_are_counted_exactly() {
         );
     }
     assert!(s.ids.iter().all(|id| id.starts_with("count-test:")));
+    assert_eq!(s.duplicates, 0);
 
     // The status and the metrics say the same.
     wait_for("status to show every click sent", TIMEOUT, || {
@@ -227,6 +228,8 @@ fn clicks_wait_out_a_redis_outage_and_arrive_once() {
     redis.restart();
     let s = wait_stream_total(&redis, 47);
     assert_eq!(s.codes["outg01"], (40, 7));
+    // A stopped Redis refused the connection: no attempt landed twice.
+    assert_eq!(s.duplicates, 0);
     // Nothing more arrives later (no second copy of a retried batch).
     wait_for("buffer empty", TIMEOUT, || {
         edge.typed_status().clicks.unwrap().buffered == 0
@@ -235,6 +238,42 @@ fn clicks_wait_out_a_redis_outage_and_arrive_once() {
     assert_eq!(stream_sums(&redis).total(), 47);
     let d = edge.typed_status().clicks.unwrap();
     assert_eq!((d.counted, d.sent, d.dropped), (48, 48, 0));
+}
+
+/// Redis frozen (no answer, connections open): attempts time out and are
+/// retried with the same batch id; when it wakes up, an attempt it had
+/// received may land next to its retry, and the origin applies that id
+/// once, so the sum per id is every click, once.
+#[test]
+fn a_frozen_redis_gets_each_batch_under_one_id() {
+    let redis = Redis::start();
+    links(&redis, &["frzn01"]);
+    let edge = edge_with(
+        &redis,
+        "  clicks: { flush_interval_ms: 100 }\n  cache: { unsubscribed_grace_ms: 600000, positive_ttl_secs: 600 }",
+    );
+    assert_eq!(get(edge.port, "/frzn01", DOMAIN).status, 302);
+    wait_stream_total(&redis, 1);
+    redis.pause();
+    let mut c = Conn::open(edge.port).unwrap();
+    for _ in 0..30 {
+        assert_eq!(
+            click(&mut c, "GET", "frzn01", &[("User-Agent", IPHONE)]),
+            302
+        );
+    }
+    wait_for("attempts to time out", TIMEOUT, || {
+        edge.metric("shorturl_edge_click_batches_total{result=\"retried\"}") >= 2.0
+    });
+    redis.resume();
+    let s = wait_stream_total(&redis, 31);
+    assert_eq!(s.codes["frzn01"], (30, 1));
+    wait_for("buffer empty", TIMEOUT, || {
+        edge.typed_status().clicks.unwrap().buffered == 0
+    });
+    let s = stream_sums(&redis);
+    assert_eq!((s.total(), s.devices["mobile"]), (31, 30), "{s:?}");
+    eprintln!("{} entries, {} repeated an id", s.entries, s.duplicates);
 }
 
 /// Past `max_buffered_clicks` whole oldest batches go, and exactly their
