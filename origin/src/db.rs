@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../migrations/0004_lifecycle.sql"),
     ),
     (5, "clicks", include_str!("../migrations/0005_clicks.sql")),
+    (
+        7,
+        "click_retention",
+        include_str!("../migrations/0007_click_retention.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

@@ -7,6 +7,7 @@
 use crate::auth::Auth;
 use crate::cache::Cache;
 use crate::claim::Claimer;
+use crate::clicks::retention::Retention;
 use crate::clicks::{ClickMetrics, Consumer};
 use crate::config::{Config, CounterBackend};
 use crate::http::{router, AppState};
@@ -135,12 +136,21 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let drainer = tokio::spawn(Arc::clone(&links.outbox).run_drainer());
     // Every origin runs a reaper; the one holding the lease reaps.
     let reaper = cfg.lifecycle.enabled.then(|| {
-        Arc::new(Reaper::new(
+        let retention = Retention::new(
             links.store.clone(),
-            cfg.lifecycle.clone(),
-            Arc::clone(&links.metrics),
-            holder_id("serve"),
-        ))
+            cfg.clicks.clone(),
+            cfg.redis.url.clone(),
+            Arc::clone(&click_metrics),
+        );
+        Arc::new(
+            Reaper::new(
+                links.store.clone(),
+                cfg.lifecycle.clone(),
+                Arc::clone(&links.metrics),
+                holder_id("serve"),
+            )
+            .with_retention(Arc::new(retention)),
+        )
     });
     let reaper_task = reaper.as_ref().map(|r| tokio::spawn(Arc::clone(r).run()));
     // Every origin consumes click batches too (one consumer group).

@@ -152,4 +152,10 @@ pub struct ClicksFile {
     pub max_hour_points: Option<u64>,
     #[serde(default)]
     pub max_day_points: Option<u64>,
+    #[serde(default)]
+    pub retention_hours_days: Option<u64>,
+    #[serde(default)]
+    pub batch_ids_retention_days: Option<u64>,
+    #[serde(default)]
+    pub consumer_idle_secs: Option<u64>,
 }

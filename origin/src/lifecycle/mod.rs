@@ -16,10 +16,14 @@
 //! correct: batches skip each other's locked rows and re-check the state,
 //! so a link is reaped once; the lease keeps MySQL's load bounded.
 //!
+//! The same lease runs the click retention after each pass
+//! ([`crate::clicks::retention`]), so one origin at a time prunes.
+//!
 //! [`cli`] is `shorturl-origin reap`, a manual run under the same lease.
 
 pub mod cli;
 
+use crate::clicks::retention::Retention;
 use crate::config::LifecycleConfig;
 use crate::metrics::Metrics;
 use crate::store::{DbError, Store};
@@ -57,6 +61,8 @@ pub struct Reaper {
     cfg: LifecycleConfig,
     metrics: Arc<Metrics>,
     holder: String,
+    /// Click retention, run after each pass while the lease is held.
+    retention: Option<Arc<Retention>>,
 }
 
 impl Reaper {
@@ -72,7 +78,14 @@ impl Reaper {
             cfg,
             metrics,
             holder,
+            retention: None,
         }
+    }
+
+    /// Runs `r` after each pass of [`Reaper::run`] (under the lease).
+    pub fn with_retention(mut self, r: Arc<Retention>) -> Reaper {
+        self.retention = Some(r);
+        self
     }
 
     /// This reaper's lease holder name.
@@ -181,6 +194,9 @@ impl Reaper {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(reaped = n, "reaper: links marked expired"),
                     Err(e) => tracing::warn!(error = %e, "reaper: pass stopped"),
+                }
+                if let Some(r) = &self.retention {
+                    r.run_once(now_unix()).await;
                 }
                 next_pass = Instant::now() + self.cfg.reap_interval;
                 continue;

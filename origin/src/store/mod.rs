@@ -17,6 +17,7 @@ mod lease;
 pub mod lifecycle;
 mod modify;
 pub mod outbox;
+pub mod retention;
 mod row;
 pub mod search;
 pub mod state;
