@@ -28,7 +28,12 @@ fn requests(a: &str, b: &str, elsewhere: &str, unknown: &str) -> Vec<Req> {
     let uas = BROWSERS
         .iter()
         .map(|s| s.to_string())
-        .chain(bots.iter().enumerate().filter(|(i, u)| i % 7 == 0 || u.contains("/2.1")).map(|(_, u)| u.clone()))
+        .chain(
+            bots.iter()
+                .enumerate()
+                .filter(|(i, u)| i % 7 == 0 || u.contains("/2.1"))
+                .map(|(_, u)| u.clone()),
+        )
         .filter(|u| ascii(u));
     let refs: Vec<&str> = REFERERS.iter().copied().filter(|r| ascii(r)).collect();
     let mut out = Vec::new();
@@ -92,7 +97,12 @@ fn the_pingora_edge_and_the_module_count_the_same_requests_alike() {
     let p = clicks::lines_of(&from_pingora);
     let l = clicks::lines_of(&from_lua);
     for (k, n) in &p {
-        assert_eq!(l.get(k), Some(n), "line {k:?}: pingora {n}, openresty {:?}", l.get(k));
+        assert_eq!(
+            l.get(k),
+            Some(n),
+            "line {k:?}: pingora {n}, openresty {:?}",
+            l.get(k)
+        );
     }
     assert_eq!(p, l, "the two edges' lines");
     assert_eq!(l, want, "the lines against common::clicks::Accumulator");

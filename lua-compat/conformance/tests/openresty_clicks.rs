@@ -74,7 +74,9 @@ fn conns(edge: &Edge, n: usize) -> Vec<Conn> {
 /// for nginx to exit.
 fn quit(edge: &mut Edge) {
     edge.proc.signal(libc::SIGQUIT);
-    wait_for("nginx to quit", Duration::from_secs(15), || !edge.proc.is_running());
+    wait_for("nginx to quit", Duration::from_secs(15), || {
+        !edge.proc.is_running()
+    });
 }
 
 fn clicks_status(edge: &Edge) -> serde_json::Value {
@@ -85,7 +87,8 @@ fn clicks_status(edge: &Edge) -> serde_json::Value {
 fn a_mix_of_requests_counts_exactly_as_the_rust_accumulator_and_quit_flushes_it() {
     let redis = Redis::start();
     let url = redis.url();
-    let (mixed, many_refs, elsewhere, unknown) = ("clkMixed01", "clkRefs001", "clkOther01", "clkNone001");
+    let (mixed, many_refs, elsewhere, unknown) =
+        ("clkMixed01", "clkRefs001", "clkOther01", "clkNone001");
     record(&url, mixed, "localhost");
     record(&url, many_refs, "localhost");
     record(&url, elsewhere, "s.shop55.com");
@@ -93,7 +96,10 @@ fn a_mix_of_requests_counts_exactly_as_the_rust_accumulator_and_quit_flushes_it(
 
     let mut reqs = Vec::new();
     let bots = bot_list_user_agents();
-    let uas = BROWSERS.iter().map(|s| s.to_string()).chain(bots.iter().cloned());
+    let uas = BROWSERS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(bots.iter().cloned());
     for (i, ua) in uas.enumerate() {
         let referer = (i % 15 < REFERERS.len()).then(|| REFERERS[i % 15]);
         let mut r = Req::get(mixed, Some(&ua), referer);
@@ -117,7 +123,11 @@ fn a_mix_of_requests_counts_exactly_as_the_rust_accumulator_and_quit_flushes_it(
     for i in 0..25u32 {
         for k in 0..(30 - i) {
             let ua = if k % 2 == 0 { CHROME_WIN } else { BROWSERS[4] };
-            refs.push(Req::get(many_refs, Some(ua), Some(&format!("https://h{i:02}.example.com/p"))));
+            refs.push(Req::get(
+                many_refs,
+                Some(ua),
+                Some(&format!("https://h{i:02}.example.com/p")),
+            ));
         }
     }
 
@@ -144,7 +154,10 @@ fn a_mix_of_requests_counts_exactly_as_the_rust_accumulator_and_quit_flushes_it(
         quit(&mut edge);
         let got = clicks::stream_batches(&url, &format!("{name}:"));
         assert_eq!(clicks::clicks_in(&got), counted, "{}", edge.logs());
-        let with_refs = got.iter().filter(|b| b.referrers.iter().any(|r| r.code == many_refs)).count();
+        let with_refs = got
+            .iter()
+            .filter(|b| b.referrers.iter().any(|r| r.code == many_refs))
+            .count();
         if with_refs > 1 && attempt < 2 {
             eprintln!("attempt {attempt}: a timer flush split the 25-host link; again");
             continue;
@@ -158,13 +171,17 @@ fn a_mix_of_requests_counts_exactly_as_the_rust_accumulator_and_quit_flushes_it(
         }
         assert_eq!(have, want);
         // The 25-host link: the top 20 named, the 5 smallest summed.
-        let other = have
-            .iter()
-            .find(|((kind, code, _, host), _)| *kind == 'r' && code == many_refs && host == "~other");
+        let other = have.iter().find(|((kind, code, _, host), _)| {
+            *kind == 'r' && code == many_refs && host == "~other"
+        });
         assert_eq!(other.map(|(_, n)| *n), Some(10 + 9 + 8 + 7 + 6));
         // Every kind of line is there: bots from the list, each class.
         for class in ["mobile", "desktop", "tablet", "bot", "other"] {
-            assert!(have.keys().any(|(k, c, _, key)| *k == 'd' && c == mixed && key == class), "{class}");
+            assert!(
+                have.keys()
+                    .any(|(k, c, _, key)| *k == 'd' && c == mixed && key == class),
+                "{class}"
+            );
         }
         return;
     }
@@ -187,15 +204,23 @@ fn while_redis_is_down_clicks_wait_and_arrive_exactly_once() {
     redis.stop();
     let mut reqs = Vec::new();
     for i in 0..60 {
-        let ua = if i % 3 == 0 { "curl/8.5.0" } else { BROWSERS[4] };
+        let ua = if i % 3 == 0 {
+            "curl/8.5.0"
+        } else {
+            BROWSERS[4]
+        };
         reqs.push(Req::get(code, Some(ua), Some("https://t.co/x")));
     }
     let answers = clicks::send(&mut cs, &reqs);
     assert!(answers.iter().all(|(s, _)| *s == 302));
-    wait_for("every worker to buffer its clicks", Duration::from_secs(15), || {
-        let c = clicks_status(edge);
-        c["buffered"] == 60 && c["counted"] == 76
-    });
+    wait_for(
+        "every worker to buffer its clicks",
+        Duration::from_secs(15),
+        || {
+            let c = clicks_status(edge);
+            c["buffered"] == 60 && c["counted"] == 76
+        },
+    );
     assert!(m.batches("retried") > 0);
     let sent_before = m.batches("sent");
 
@@ -203,18 +228,27 @@ fn while_redis_is_down_clicks_wait_and_arrive_exactly_once() {
     redis.restart();
     let got = clicks::await_clicks(&url, "lua-down:", 60);
     assert!(m.batches("sent") > sent_before);
-    let (human, bot) = got.iter().fold((0, 0), |(h, b), x| (h + x.totals().0, b + x.totals().1));
+    let (human, bot) = got
+        .iter()
+        .fold((0, 0), |(h, b), x| (h + x.totals().0, b + x.totals().1));
     assert_eq!((human, bot), (40, 20));
-    wait_for("the status to show them sent", Duration::from_secs(10), || {
-        let c = clicks_status(edge);
-        c["buffered"] == 0 && c["sent"] == 76 && c["dropped"] == 0
-    });
+    wait_for(
+        "the status to show them sent",
+        Duration::from_secs(10),
+        || {
+            let c = clicks_status(edge);
+            c["buffered"] == 0 && c["sent"] == 76 && c["dropped"] == 0
+        },
+    );
     // Later flushes send nothing again.
     let last = clicks_status(edge)["last_flush_unix"].as_u64().unwrap();
     wait_for("two more flushes", Duration::from_secs(10), || {
         clicks_status(edge)["last_flush_unix"].as_u64().unwrap() >= last + 2
     });
-    assert_eq!(clicks::clicks_in(&clicks::stream_batches(&url, "lua-down:")), 60);
+    assert_eq!(
+        clicks::clicks_in(&clicks::stream_batches(&url, "lua-down:")),
+        60
+    );
 }
 
 #[test]
@@ -227,10 +261,16 @@ fn past_the_buffer_bound_the_oldest_clicks_are_dropped_and_counted() {
         &redis,
         "lua-bound",
         100,
-        &[("SU_WORKERS", "1".into()), ("SU_CLICKS_MAX_BUFFERED_CLICKS", "6".into())],
+        &[
+            ("SU_WORKERS", "1".into()),
+            ("SU_CLICKS_MAX_BUFFERED_CLICKS", "6".into()),
+        ],
     );
     let mut cs = conns(edge, 1);
-    assert_eq!(clicks::send(&mut cs, &[Req::get(code, Some(CHROME_WIN), None)])[0].0, 302);
+    assert_eq!(
+        clicks::send(&mut cs, &[Req::get(code, Some(CHROME_WIN), None)])[0].0,
+        302
+    );
     clicks::await_clicks(&url, "lua-bound:", 1);
     redis.stop();
 
@@ -238,19 +278,27 @@ fn past_the_buffer_bound_the_oldest_clicks_are_dropped_and_counted() {
     // (oldest first, however the flushes cut them into batches).
     let bots = clicks::send(&mut cs, &vec![Req::get(code, Some("Wget/1.21"), None); 6]);
     assert!(bots.iter().all(|(s, _)| *s == 302));
-    wait_for("the bot clicks to be buffered", Duration::from_secs(10), || {
-        clicks_status(edge)["buffered"] == 6
-    });
+    wait_for(
+        "the bot clicks to be buffered",
+        Duration::from_secs(10),
+        || clicks_status(edge)["buffered"] == 6,
+    );
     let humans = clicks::send(&mut cs, &vec![Req::get(code, Some(CHROME_WIN), None); 6]);
     assert!(humans.iter().all(|(s, _)| *s == 302));
-    wait_for("the bot clicks to be dropped", Duration::from_secs(10), || {
-        let c = clicks_status(edge);
-        c["dropped"] == 6 && c["buffered"] == 6 && c["counted"] == 13
-    });
+    wait_for(
+        "the bot clicks to be dropped",
+        Duration::from_secs(10),
+        || {
+            let c = clicks_status(edge);
+            c["dropped"] == 6 && c["buffered"] == 6 && c["counted"] == 13
+        },
+    );
 
     redis.restart();
     let got = clicks::await_clicks(&url, "lua-bound:", 6);
-    let (human, bot) = got.iter().fold((0, 0), |(h, b), x| (h + x.totals().0, b + x.totals().1));
+    let (human, bot) = got
+        .iter()
+        .fold((0, 0), |(h, b), x| (h + x.totals().0, b + x.totals().1));
     assert_eq!((human, bot), (6, 0));
     assert!(edge.logs().contains("click buffer full"));
 }

@@ -84,7 +84,13 @@ pub fn send(conns: &mut [Conn], reqs: &[Req]) -> Vec<(u16, u64)> {
             }
             let method = if r.head { "HEAD" } else { "GET" };
             let resp = conns[i % n]
-                .send(method, &format!("/{}", r.code), Some(&r.host), &headers, b"")
+                .send(
+                    method,
+                    &format!("/{}", r.code),
+                    Some(&r.host),
+                    &headers,
+                    b"",
+                )
                 .unwrap_or_else(|e| panic!("{method} /{}: {e}", r.code));
             (resp.status, shorturl_common::time::now_unix())
         })
@@ -226,7 +232,13 @@ pub const REFERERS: [&str; 14] = [
 pub fn mixed_case(p: &str) -> String {
     p.chars()
         .enumerate()
-        .map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c })
+        .map(|(i, c)| {
+            if i % 2 == 0 {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        })
         .collect()
 }
 
@@ -243,7 +255,10 @@ pub fn bot_list_user_agents() -> Vec<String> {
             out.push(format!("{}/2.1 (+https://example.org)", mixed_case(p)));
             out.push(format!("Mozilla/5.0 (Windows NT 10.0) {p}/2.1"));
         } else {
-            out.push(format!("Mozilla/5.0 (compatible; {}; +https://example.org)", mixed_case(line)));
+            out.push(format!(
+                "Mozilla/5.0 (compatible; {}; +https://example.org)",
+                mixed_case(line)
+            ));
         }
     }
     out
@@ -254,8 +269,11 @@ pub fn record(redis_url: &str, code: &str, domain: &str) {
     let exp = shorturl_common::time::now_unix() + 3600;
     super::redis_cmd(
         redis_url,
-        &["SET", &format!("su:1:link:{code}"), &format!("2 1 {exp} {domain} https://example.com/{code}")],
+        &[
+            "SET",
+            &format!("su:1:link:{code}"),
+            &format!("2 1 {exp} {domain} https://example.com/{code}"),
+        ],
     )
     .unwrap();
 }
-
