@@ -302,3 +302,29 @@ fn past_the_buffer_bound_the_oldest_clicks_are_dropped_and_counted() {
     assert_eq!((human, bot), (6, 0));
     assert!(edge.logs().contains("click buffer full"));
 }
+
+#[test]
+fn disabled_counting_counts_nothing() {
+    let redis = Redis::start();
+    let url = redis.url();
+    let code = "clkOff0001";
+    record(&url, code, "localhost");
+    let edge = &module(&redis, "lua-off", 50, &[("SU_CLICKS_ENABLED", "0".into())]);
+    let mut cs = conns(edge, 4);
+    let answers = clicks::send(&mut cs, &vec![Req::get(code, Some(CHROME_WIN), None); 20]);
+    assert!(answers.iter().all(|(s, _)| *s == 302));
+    // A module that counts, started after it, flushes within 50 ms: had
+    // the first one counted, its batches would be there by then.
+    let on = &module(&redis, "lua-on", 50, &[]);
+    let mut c = conns(on, 1);
+    assert_eq!(
+        clicks::send(&mut c, &[Req::get(code, None, None)])[0].0,
+        302
+    );
+    clicks::await_clicks(&url, "lua-on:", 1);
+    assert!(clicks::stream_batches(&url, "lua-off:").is_empty());
+    let status = clicks_status(edge);
+    assert_eq!(status["enabled"], false);
+    assert_eq!(status["counted"], 0);
+    assert_eq!(clicks_status(on)["enabled"], true);
+}

@@ -33,10 +33,9 @@ function M.status_part()
     for _, r in ipairs(DROP_REASONS) do
         dropped = dropped + metric("ck:drop:" .. r)
     end
-    local last = state:get("ck:last_flush")
     return format('"clicks":{"enabled":%s,"counted":%d,"sent":%d,"buffered":%d,"dropped":%d,'
-        .. '"last_flush_unix":%s}', cfg.clicks.enabled and "true" or "false", metric("ck:human") + metric("ck:bot"),
-        metric("ck:sent"), buffered_now(), dropped, last and format("%d", last) or "null")
+        .. '"last_flush_unix":%d}', cfg.clicks.enabled and "true" or "false", metric("ck:human") + metric("ck:bot"),
+        metric("ck:sent"), buffered_now(), dropped, metric("ck:last_flush"))
 end
 
 -- The click metrics (protocol section 7), appended to `out`.
