@@ -328,3 +328,45 @@ fn disabled_counting_counts_nothing() {
     assert_eq!(status["counted"], 0);
     assert_eq!(clicks_status(on)["enabled"], true);
 }
+
+/// The nonce part of a batch id (`<edge>:<nonce>:<seq>`).
+fn nonce(id: &str) -> String {
+    id.split(':').nth(1).unwrap_or("").to_owned()
+}
+
+#[test]
+fn a_reload_loses_no_click_and_new_workers_use_new_ids() {
+    let redis = Redis::start();
+    let url = redis.url();
+    let code = "clkReload1";
+    record(&url, code, "localhost");
+    // Flushes every 5 s: the old workers' clicks leave with their exit.
+    let edge = &module(&redis, "lua-hup", 5000, &[]);
+    let mut cs = conns(edge, 8);
+    let before = clicks::send(&mut cs, &vec![Req::get(code, Some(CHROME_WIN), None); 40]);
+    assert!(before.iter().all(|(s, _)| *s == 302));
+    drop(cs);
+
+    edge.proc.signal(libc::SIGHUP);
+    let old = clicks::await_clicks(&url, "lua-hup:", 40);
+    let old_nonces: std::collections::HashSet<String> = old.iter().map(|b| nonce(&b.id)).collect();
+
+    // The new workers count under nonces of their own.
+    wait_for(
+        "the new workers to subscribe",
+        Duration::from_secs(15),
+        || edge.status()["inval"]["subscribed"] == true,
+    );
+    let mut cs = conns(edge, 8);
+    let after = clicks::send(&mut cs, &vec![Req::get(code, Some("curl/8"), None); 10]);
+    assert!(after.iter().all(|(s, _)| *s == 302));
+    let all = clicks::await_clicks(&url, "lua-hup:", 50);
+    let new: Vec<_> = all.iter().filter(|b| !old.contains(b)).collect();
+    assert_eq!(
+        new.iter()
+            .map(|b| b.totals())
+            .fold((0, 0), |a, t| (a.0 + t.0, a.1 + t.1)),
+        (0, 10)
+    );
+    assert!(new.iter().all(|b| !old_nonces.contains(&nonce(&b.id))));
+}
