@@ -370,3 +370,43 @@ fn a_reload_loses_no_click_and_new_workers_use_new_ids() {
     );
     assert!(new.iter().all(|b| !old_nonces.contains(&nonce(&b.id))));
 }
+
+#[test]
+fn header_values_that_are_not_utf8_are_classified_by_their_bytes() {
+    // As common::clicks classifies raw header bytes on the Pingora edge:
+    // trimmed of ASCII whitespace only, then the same patterns and tokens.
+    let redis = Redis::start();
+    let url = redis.url();
+    let code = "clkBytes01";
+    record(&url, code, "localhost");
+    let edge = &module(&redis, "lua-bytes", 50, &[]);
+    let heads: [&[u8]; 3] = [
+        b"User-Agent: Wget/1.21 \xff\r\n",
+        b"User-Agent: Mozilla/5.0 (iPhone) \xff\r\nReferer: https://Shop.CN/\xff\xfe?q\r\n",
+        b"User-Agent: Mozilla/5.0 (X11; Linux) \xc0\xaf\r\nReferer: https://\xffa.b/\r\n",
+    ];
+    clicks::away_from_hour_end(60);
+    let t = shorturl_common::time::now_unix();
+    for h in heads {
+        let mut req = format!("GET /{code} HTTP/1.1\r\nHost: localhost\r\n").into_bytes();
+        req.extend_from_slice(h);
+        req.extend_from_slice(b"\r\n");
+        let r = http::exchange_raw(edge.port, &req).unwrap();
+        assert_eq!(r.response.map(|r| r.status), Some(302));
+    }
+    let got = clicks::lines_of(&clicks::await_clicks(&url, "lua-bytes:", 3));
+    let (hour, day) = (t - t % 3600, t - t % 86_400);
+    let want: clicks::Lines = [
+        ('h', hour, "human", 2),
+        ('h', hour, "bot", 1),
+        ('r', day, "-", 2),
+        ('r', day, "shop.cn", 1),
+        ('d', day, "bot", 1),
+        ('d', day, "mobile", 1),
+        ('d', day, "desktop", 1),
+    ]
+    .into_iter()
+    .map(|(k, at, key, n)| ((k, code.to_owned(), at, key.to_owned()), n))
+    .collect();
+    assert_eq!(got, want);
+}

@@ -32,7 +32,7 @@ local BOT = clicks_ua.BOT
 
 M.enabled = false
 local cfg
-local valid_utf8, device_class, ref_host = clicks_ua.valid_utf8, clicks_ua.device_class, clicks_ref.host
+local device_class, ref_host = clicks_ua.device_class, clicks_ref.host
 
 -- Per worker.
 local ua_cache, ref_cache    -- resty.lrucache: user agent -> class, referer -> host
@@ -48,7 +48,7 @@ local flushing = false
 ---------------------------------------------------------------- counting
 
 -- The class of user agent `v` (a header value, a table when repeated, or
--- nil); a value that is not UTF-8 counts as no user agent.
+-- nil: a bot).
 local function classify(v)
     if type(v) == "table" then
         v = v[1]
@@ -60,11 +60,7 @@ local function classify(v)
     if c then
         return c
     end
-    if valid_utf8(v) then
-        c = device_class(v)
-    else
-        c = BOT
-    end
+    c = device_class(v)
     ua_cache:set(v, c)
     return c
 end
@@ -80,7 +76,7 @@ local function referrer(v)
     if h then
         return h
     end
-    h = valid_utf8(v) and ref_host(v) or "-"
+    h = ref_host(v)
     ref_cache:set(v, h)
     return h
 end

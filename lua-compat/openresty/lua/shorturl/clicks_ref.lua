@@ -6,7 +6,7 @@
 local ua = require("shorturl.clicks_ua")
 
 local byte, sub, lower, find = string.byte, string.sub, string.lower, string.find
-local trim = ua.trim
+local trim_value = ua.trim_value
 
 local M = {}
 
@@ -27,7 +27,7 @@ local function port_ok(after)
 end
 
 local function parse(v)
-    v = trim(v)
+    v = trim_value(v)
     local s = find(v, "://", 1, true)
     if not s then
         return nil
@@ -79,7 +79,8 @@ local function parse(v)
     return host
 end
 
--- The referrer host of a `Referer` value (valid UTF-8, or nil for none).
+-- The referrer host of a `Referer` value (any bytes, or nil for none), as
+-- referrer.rs `referrer_host_buf`.
 function M.host(referer)
     if referer == nil then
         return M.NONE

@@ -33,9 +33,10 @@ function M.status_part()
     for _, r in ipairs(DROP_REASONS) do
         dropped = dropped + metric("ck:drop:" .. r)
     end
+    local last = state:get("ck:last_flush")
     return format('"clicks":{"enabled":%s,"counted":%d,"sent":%d,"buffered":%d,"dropped":%d,'
-        .. '"last_flush_unix":%d}', cfg.clicks.enabled and "true" or "false", metric("ck:human") + metric("ck:bot"),
-        metric("ck:sent"), buffered_now(), dropped, metric("ck:last_flush"))
+        .. '"last_flush_unix":%s}', cfg.clicks.enabled and "true" or "false", metric("ck:human") + metric("ck:bot"),
+        metric("ck:sent"), buffered_now(), dropped, last and format("%d", last) or "null")
 end
 
 -- The click metrics (protocol section 7), appended to `out`.
@@ -61,9 +62,6 @@ function M.metrics(out)
     add("# HELP shorturl_edge_clicks_buffered Clicks in batches not yet appended to the stream.")
     add("# TYPE shorturl_edge_clicks_buffered gauge")
     add(format("shorturl_edge_clicks_buffered %d", buffered_now()))
-    add("# HELP shorturl_edge_clicks_sent_total Clicks in batches appended to the stream.")
-    add("# TYPE shorturl_edge_clicks_sent_total counter")
-    add(format("shorturl_edge_clicks_sent_total %d", metric("ck:sent")))
 end
 
 return M

@@ -153,6 +153,37 @@ function M.trim(s)
 end
 local trim = M.trim
 
+-- `[u8]::trim_ascii`: space, \t, \n, \f, \r removed at both ends (what
+-- the Pingora edge trims from a header value that is not UTF-8).
+local function ascii_space(b)
+    return b == 32 or b == 9 or b == 10 or b == 12 or b == 13
+end
+
+function M.trim_ascii(s)
+    local i, j = 1, #s
+    while i <= j and ascii_space(byte(s, i)) do
+        i = i + 1
+    end
+    while j >= i and ascii_space(byte(s, j)) do
+        j = j - 1
+    end
+    if i == 1 and j == #s then
+        return s
+    end
+    return sub(s, i, j)
+end
+
+-- A header value trimmed as the Pingora edge does: as `str::trim` when it
+-- is UTF-8, of ASCII whitespace only when not (common::clicks
+-- `device_class_bytes`, `referrer_host_buf`).
+function M.trim_value(s)
+    if M.valid_utf8(s) then
+        return trim(s)
+    end
+    return M.trim_ascii(s)
+end
+local trim_value = M.trim_value
+
 ---------------------------------------------------------------- the bot list
 
 -- Loads the bot list (one pattern a line, `#` comments, blank lines
@@ -202,10 +233,10 @@ function M.pattern_count()
     return patterns
 end
 
--- Whether user agent `ua` (valid UTF-8) is a bot: empty after trimming, or
--- matching a pattern. A HEAD request is a bot too: the caller's test.
+-- Whether user agent `ua` (a header value) is a bot: empty after trimming,
+-- or matching a pattern. A HEAD request is a bot too: the caller's test.
 function M.is_bot(ua)
-    ua = trim(ua)
+    ua = trim_value(ua)
     local n = #ua
     if n == 0 then
         return true
@@ -276,8 +307,8 @@ local function token_bits(l)
     return seen
 end
 
--- The device class (an index of M.DEVICES) of user agent `ua` (valid
--- UTF-8), as ua.rs `device_class`.
+-- The device class (an index of M.DEVICES) of user agent `ua` (a header
+-- value: any bytes), as ua.rs `device_class_bytes`.
 function M.device_class(ua)
     if is_bot(ua) then
         return BOT
