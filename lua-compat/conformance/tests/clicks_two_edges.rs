@@ -17,25 +17,19 @@ use support::http::Conn;
 use support::Edge;
 use testkit::{free_port, Redis};
 
-/// The requests: every ASCII browser user agent and every 7th bot-list user
-/// agent (all `^` ones), on two links, with and without referrers, HEADs,
-/// no and empty user agents, and 404s. Header values outside visible ASCII
-/// are left to openresty_clicks.rs: the Pingora edge may read them as no
-/// header at all (an `http::HeaderValue` that is not visible ASCII).
+/// The requests: every browser user agent of openresty_clicks.rs (Unicode
+/// spaces and non-ASCII included) and every 7th bot-list user agent (all
+/// `^` ones), on two links, with and without referrers, HEADs, no and
+/// empty user agents, and 404s.
 fn requests(a: &str, b: &str, elsewhere: &str, unknown: &str) -> Vec<Req> {
-    let ascii = |s: &str| s.bytes().all(|c| (0x20..0x7f).contains(&c));
     let bots = bot_list_user_agents();
-    let uas = BROWSERS
-        .iter()
-        .map(|s| s.to_string())
-        .chain(
-            bots.iter()
-                .enumerate()
-                .filter(|(i, u)| i % 7 == 0 || u.contains("/2.1"))
-                .map(|(_, u)| u.clone()),
-        )
-        .filter(|u| ascii(u));
-    let refs: Vec<&str> = REFERERS.iter().copied().filter(|r| ascii(r)).collect();
+    let uas = BROWSERS.iter().map(|s| s.to_string()).chain(
+        bots.iter()
+            .enumerate()
+            .filter(|(i, u)| i % 7 == 0 || u.contains("/2.1"))
+            .map(|(_, u)| u.clone()),
+    );
+    let refs = REFERERS;
     let mut out = Vec::new();
     for (i, ua) in uas.enumerate() {
         let code = if i % 3 == 0 { b } else { a };
