@@ -29,6 +29,7 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../migrations/0004_lifecycle.sql"),
     ),
     (5, "clicks", include_str!("../migrations/0005_clicks.sql")),
+    (6, "recycle", include_str!("../migrations/0006_recycle.sql")),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):
@@ -163,6 +164,32 @@ pub async fn capacity(pool: &Pool) -> Result<u64, mysql_async::Error> {
         .query_first("SELECT value FROM meta WHERE name = 'pregen_done'")
         .await?;
     Ok(v.and_then(|s| s.parse().ok()).unwrap_or(0))
+}
+
+/// The pool as MySQL says: rows in it, ids up to the highest issued, codes
+/// recycled into it so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    pub size: u64,
+    pub issued: u64,
+    pub recycled: u64,
+}
+
+/// Reads [`PoolStats`] (a few index dives and two `meta` rows).
+pub async fn pool_stats(pool: &Pool) -> Result<PoolStats, mysql_async::Error> {
+    let size = capacity(pool).await?;
+    let issued = crate::issuer::counter::highest_used_id(pool)
+        .await?
+        .min(size);
+    let mut conn = pool.get_conn().await?;
+    let recycled: Option<String> = conn
+        .query_first("SELECT value FROM meta WHERE name = 'recycled_total'")
+        .await?;
+    Ok(PoolStats {
+        size,
+        issued,
+        recycled: recycled.and_then(|s| s.parse().ok()).unwrap_or(0),
+    })
 }
 
 /// True when `e` is a duplicate-key error (1062).

@@ -130,7 +130,11 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         metrics,
         cursor,
     });
-    spawn_capacity_refresh(pool.clone(), Arc::clone(&issuer));
+    spawn_capacity_refresh(
+        pool.clone(),
+        Arc::clone(&issuer),
+        Arc::clone(&links.metrics),
+    );
     // Every origin drains the outbox (rows are taken with SKIP LOCKED).
     let drainer = tokio::spawn(Arc::clone(&links.outbox).run_drainer());
     // Every origin runs a reaper; the one holding the lease reaps.
@@ -248,16 +252,22 @@ async fn finish(
     }
 }
 
-/// Re-reads the table size so `pregen` can extend a running system.
-fn spawn_capacity_refresh(pool: mysql_async::Pool, issuer: Arc<Issuer>) {
+/// Re-reads the pool every few seconds, so `pregen` and recycling extend a
+/// running system, and the `pool` status and metrics follow.
+fn spawn_capacity_refresh(pool: mysql_async::Pool, issuer: Arc<Issuer>, metrics: Arc<Metrics>) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
             tick.tick().await;
-            if let Ok(Ok(c)) =
-                tokio::time::timeout(Duration::from_secs(2), db::capacity(&pool)).await
+            if let Ok(Ok(p)) =
+                tokio::time::timeout(Duration::from_secs(2), db::pool_stats(&pool)).await
             {
-                issuer.set_capacity(c);
+                issuer.set_capacity(p.size);
+                let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                metrics.pool_size.set(g(p.size));
+                metrics.pool_issued.set(g(p.issued));
+                metrics.pool_free.set(g(p.size.saturating_sub(p.issued)));
+                metrics.pool_recycled.set(g(p.recycled));
             }
         }
     });
