@@ -288,6 +288,35 @@ async fn an_expired_link_is_recycled_from_its_reaping() {
         ),
         "0\t5001"
     );
+    // pregen extends the pool after the appended row: new ids, new codes,
+    // the recycled row untouched, no code twice.
+    support::pregen(&o.config, 5010);
+    assert_eq!(
+        one(&s, "SELECT value FROM meta WHERE name = 'pregen_done'"),
+        "5010"
+    );
+    assert_eq!(
+        one(
+            &s,
+            "SELECT COUNT(*), COUNT(DISTINCT code), MIN(id), MAX(id) FROM short_code \
+             WHERE id > 5000 AND id < 1099511627776"
+        ),
+        "10\t10\t5001\t5010"
+    );
+    assert_eq!(
+        one(
+            &s,
+            &format!("SELECT id FROM short_code WHERE code = '{code}'")
+        ),
+        "5001"
+    );
+    // Migration 6 runs again harmlessly (a crash before it was recorded).
+    s.sql(include_str!("../migrations/0006_recycle.sql"));
+    assert_eq!(
+        one(&s, "SELECT value FROM meta WHERE name = 'recycled_total'"),
+        "1"
+    );
+    assert_eq!(count(&s, "SELECT COUNT(*) FROM short_code_archive"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
