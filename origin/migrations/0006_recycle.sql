@@ -58,5 +58,7 @@ CREATE TABLE IF NOT EXISTS short_code_archive (
 
 -- Codes recycled so far (the status and metrics read it) and the
 -- recycler's cursor (`<ended_at>:<id>` of the last row it examined).
+-- (`permanent_redirect_until` is created by the first origin that serves
+-- with a permanent redirect policy: absent means never.)
 INSERT IGNORE INTO meta (name, value) VALUES ('recycled_total', '0');
 INSERT IGNORE INTO meta (name, value) VALUES ('recycle_cursor', '0:0');

@@ -192,6 +192,23 @@ pub async fn pool_stats(pool: &Pool) -> Result<PoolStats, mysql_async::Error> {
     })
 }
 
+/// The `meta` row that says until when (Unix seconds) some origin served
+/// redirects with a permanent status (301/308): a link created at or before
+/// it may have been served so, whatever its own `redirect_status` says (the
+/// policy is per origin and may change without the link changing).
+pub const PERMANENT_UNTIL: &str = "permanent_redirect_until";
+
+/// Moves [`PERMANENT_UNTIL`] forward to `until` (never back).
+pub async fn mark_permanent_until(pool: &Pool, until: u64) -> Result<(), mysql_async::Error> {
+    let mut conn = pool.get_conn().await?;
+    conn.exec_drop(
+        "INSERT INTO meta (name, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE \
+         value = GREATEST(CAST(value AS UNSIGNED), CAST(VALUES(value) AS UNSIGNED))",
+        (PERMANENT_UNTIL, until.to_string()),
+    )
+    .await
+}
+
 /// True when `e` is a duplicate-key error (1062).
 pub fn is_duplicate(e: &mysql_async::Error) -> bool {
     matches!(e, mysql_async::Error::Server(s) if s.code == 1062)

@@ -433,7 +433,7 @@ async fn a_code_served_with_a_permanent_or_unknown_redirect_is_kept() {
     opts.port = testkit::free_port();
     opts.pregen = 0;
     opts.extra_yaml = "redirect: {status: 301}\nlifecycle: {enabled: false}\n".into();
-    let permanent = Origin::start(opts);
+    let mut permanent = Origin::start(opts);
     let by_patch = o.create_ok(json!({"url": "https://p.example/"})).await;
     assert_eq!(
         permanent
@@ -478,8 +478,33 @@ async fn a_code_served_with_a_permanent_or_unknown_redirect_is_kept() {
     s.sql(&format!(
         "UPDATE short_code SET redirect_status = NULL WHERE code = '{unknown}'"
     ));
+    // Served by this origin as 302 all its life, but while the other origin
+    // served 301: a browser may have met it there. Kept.
+    let by_era = deleted(o, "era").await;
+    assert_eq!(
+        one(
+            &s,
+            &format!("SELECT redirect_status FROM short_code WHERE code = '{by_era}'")
+        ),
+        "302"
+    );
+    let mark: u64 = one(
+        &s,
+        "SELECT value FROM meta WHERE name = 'permanent_redirect_until'",
+    )
+    .parse()
+    .unwrap();
+    assert!(mark > now_unix(), "the mark stays ahead of now: {mark}");
+    // The 301 origin stops; its era ends (put 1000 s back, as time would).
+    permanent.kill();
+    s.sql(
+        "UPDATE meta SET value = UNIX_TIMESTAMP() - 1000 WHERE name = 'permanent_redirect_until'; \
+         UPDATE short_code SET created_at = UNIX_TIMESTAMP() - 1010 WHERE code IN ('{by_era}')"
+            .replace("{by_era}", &by_era)
+            .as_str(),
+    );
     let control = deleted(o, "control").await;
-    for (i, c) in [&by_patch, &by_creation, &s308, &unknown]
+    for (i, c) in [&by_patch, &by_creation, &s308, &unknown, &by_era]
         .iter()
         .enumerate()
     {
@@ -494,7 +519,7 @@ async fn a_code_served_with_a_permanent_or_unknown_redirect_is_kept() {
             "shorturl_lifecycle_recycle_kept_total{reason=\"permanent\"}"
         )
         .await,
-        3
+        4
     );
     assert_eq!(
         metric(

@@ -34,7 +34,8 @@ pub mod kept {
 /// Whether `c` may go back to the pool at `now` after `quarantine`: a
 /// pre-generated code, of a link deleted or expired at least `quarantine`
 /// ago, with no click since it ended, never served with a permanent
-/// redirect (nor with an unknown one). `Err` names the first failed
+/// redirect (nor with an unknown one), and created after the last moment
+/// any origin served permanent redirects. `Err` names the first failed
 /// condition (see [`kept`]).
 pub fn reusable(c: &Candidate, now: u64, quarantine: Duration) -> Result<(), &'static str> {
     if c.id >= CUSTOM_ID_BASE {
@@ -53,10 +54,19 @@ pub fn reusable(c: &Candidate, now: u64, quarantine: Duration) -> Result<(), &'s
         return Err(kept::CLICKED);
     }
     match c.redirect_status {
-        None => Err(kept::UNKNOWN_REDIRECT),
-        Some(s) if is_permanent(s) => Err(kept::PERMANENT),
-        Some(_) => Ok(()),
+        None => return Err(kept::UNKNOWN_REDIRECT),
+        Some(s) if is_permanent(s) => return Err(kept::PERMANENT),
+        Some(_) => {}
     }
+    // Some origin served 301/308 while this link may have been live (its
+    // own record says what the origin serving it at creation or at its
+    // last change did, not what every origin did since).
+    if c.permanent_until
+        .is_some_and(|until| c.row.created_at.is_none_or(|at| at <= until))
+    {
+        return Err(kept::PERMANENT);
+    }
+    Ok(())
 }
 
 impl Reaper {
@@ -111,6 +121,7 @@ mod tests {
             ended_at,
             redirect_status: Some(302),
             last_click: Some(ended_at - 1),
+            permanent_until: Some(0),
             row: LinkRow {
                 code: "abcdef".into(),
                 state: RowState::Deleted,
@@ -136,7 +147,7 @@ mod tests {
         c.row.state = RowState::Expired;
         assert_eq!(reusable(&c, NOW, Q), Ok(()));
         type Breaks = fn(&mut Candidate);
-        let cases: [(Breaks, &str); 7] = [
+        let cases: [(Breaks, &str); 9] = [
             (|c| c.id = CUSTOM_ID_BASE, kept::CUSTOM),
             (|c| c.row.state = RowState::Disabled, kept::LIVE),
             (|c| c.ended_at += 2, kept::QUARANTINE),
@@ -144,6 +155,8 @@ mod tests {
             (|c| c.redirect_status = Some(301), kept::PERMANENT),
             (|c| c.redirect_status = Some(308), kept::PERMANENT),
             (|c| c.redirect_status = None, kept::UNKNOWN_REDIRECT),
+            (|c| c.permanent_until = Some(1), kept::PERMANENT),
+            (|c| c.row.created_at = None, kept::PERMANENT),
         ];
         for (change, why) in cases {
             let mut c = reusable_one();

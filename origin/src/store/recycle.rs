@@ -38,6 +38,9 @@ pub struct Candidate {
     /// Start (Unix seconds) of the latest rollup interval (hour or day)
     /// with a click for this code; `None` when it has no click rows.
     pub last_click: Option<u64>,
+    /// Until when some origin served permanent redirects
+    /// (`meta.permanent_redirect_until`; `None`: never).
+    pub permanent_until: Option<u64>,
     pub row: LinkRow,
 }
 
@@ -154,6 +157,13 @@ impl Store {
             for table in ["click_day_device", "click_day_referrer"] {
                 last_clicks(&mut tx, table, "day", &codes, &mut clicks).await?;
             }
+            let permanent_until: Option<u64> = tx
+                .exec_first::<String, _, _>(
+                    "SELECT value FROM meta WHERE name = ?",
+                    (crate::db::PERMANENT_UNTIL,),
+                )
+                .await?
+                .and_then(|v| v.parse().ok());
             let mut batch = RecycleBatch {
                 examined: rows.len(),
                 ..RecycleBatch::default()
@@ -166,6 +176,7 @@ impl Store {
                     ended_at: *ended_at,
                     redirect_status: *redirect_status,
                     last_click: clicks.get(&row.code).copied(),
+                    permanent_until,
                     row: row.clone(),
                 };
                 match decide(&c) {
