@@ -628,6 +628,37 @@ async fn four_origins_issue_each_recycled_code_exactly_once() {
     }
 }
 
+/// The recycler's read is a range of `idx_ended` after its cursor: it
+/// reads neither live links nor the tombstones it already examined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recycler_reads_an_index_range_after_its_cursor() {
+    let s = Setup::start_with(|o| {
+        o.pregen = 2000;
+        o.extra_yaml = "lifecycle: {enabled: false}\n".into();
+    });
+    s.sql(
+        "UPDATE short_code SET state = 1, created_at = 1, expires_at = 4000000000 WHERE id <= 1900; \
+         UPDATE short_code SET state = 4, ended_at = 1000 WHERE id <= 100; \
+         UPDATE short_code SET state = 4, ended_at = UNIX_TIMESTAMP() WHERE id > 100 AND id <= 200; \
+         ANALYZE TABLE short_code",
+    );
+    // Cursor (1000, 50): rows 51..100 are left of the 100 past the cutoff.
+    let sql = shorturl_origin::store::recycle::RECYCLE_FROM
+        .replacen('?', &(now_unix() - 180 * DAY).to_string(), 1)
+        .replacen('?', "1000", 1)
+        .replacen('?', "1000", 1)
+        .replacen('?', "50", 1);
+    // ANALYZE runs the statement: `type`, `key` and `r_rows` (rows read).
+    let plan = s.sql(&format!("ANALYZE SELECT id {sql}"));
+    let cols: Vec<&str> = plan.trim().split('\t').collect();
+    assert_eq!(
+        (cols[2], cols[3], cols[5]),
+        ("short_code", "range", "idx_ended"),
+        "{plan}"
+    );
+    assert_eq!(cols[9].parse::<f64>().ok(), Some(50.0), "{plan}");
+}
+
 #[test]
 fn a_quarantine_not_longer_than_every_cache_ttl_is_refused() {
     let dir = testkit::TempDir::new("recycle-conf");

@@ -55,6 +55,13 @@ pub struct RecycleBatch {
     pub kept: Vec<&'static str>,
 }
 
+/// The rows a recycle batch examines: tombstones ended at or before the
+/// cutoff, after the cursor (parameters: cutoff, cursor ended_at twice,
+/// cursor id), a range of `idx_ended` (`FORCE INDEX`: never a scan;
+/// `tests/recycle.rs` ANALYZEs it).
+pub const RECYCLE_FROM: &str = "FROM short_code FORCE INDEX (idx_ended) \
+     WHERE ended_at <= ? AND (ended_at > ? OR (ended_at = ? AND id > ?))";
+
 /// The recycler's cursor as stored: `<ended_at>:<id>`.
 fn parse_cursor(v: &str) -> (u64, u64) {
     v.split_once(':')
@@ -136,8 +143,7 @@ impl Store {
             let found: Vec<mysql_async::Row> = tx
                 .exec(
                     format!(
-                        "SELECT id, ended_at, redirect_status, {COLUMNS} FROM short_code FORCE INDEX (idx_ended) \
-                         WHERE ended_at <= ? AND (ended_at > ? OR (ended_at = ? AND id > ?)) \
+                        "SELECT id, ended_at, redirect_status, {COLUMNS} {RECYCLE_FROM} \
                          ORDER BY ended_at, id LIMIT ? FOR UPDATE"
                     ),
                     (cutoff, ce, ce, ci, limit as u64),
