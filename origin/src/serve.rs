@@ -58,7 +58,9 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let pool = db::pool(&cfg.mysql).map_err(ServeError::MysqlUrl)?;
     // Migrations and the permutation key are needed before anything can be
     // issued; wait for MySQL at start rather than serve errors.
-    let (perm, cursor, capacity) = loop {
+    // The permutation key is only checked here (a missing one means
+    // `migrate` did not finish): claims read each row's code.
+    let (_perm, cursor, capacity) = loop {
         let attempt = async {
             db::migrate(&pool).await?;
             Ok::<_, mysql_async::Error>((
@@ -125,7 +127,6 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         cache,
         issuer: Arc::clone(&issuer),
         claimer,
-        perm,
         whitelist,
         metrics,
         cursor,
