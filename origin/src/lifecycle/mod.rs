@@ -19,9 +19,11 @@
 //! The same lease runs the click retention after each pass
 //! ([`crate::clicks::retention`]), so one origin at a time prunes.
 //!
-//! [`cli`] is `shorturl-origin reap`, a manual run under the same lease.
+//! [`cli`] is `shorturl-origin reap`, a manual run under the same lease;
+//! [`recycle`] the opt-in recycling of codes that every pass ends with.
 
 pub mod cli;
+pub mod recycle;
 
 use crate::clicks::retention::Retention;
 use crate::config::LifecycleConfig;
@@ -126,13 +128,7 @@ impl Reaper {
         let mut total = 0u64;
         let mut renewed = Instant::now();
         loop {
-            if renewed.elapsed() >= self.cfg.heartbeat() {
-                self.hold().await.map_err(|e| match e {
-                    ReapError::LeaseHeld(h) => ReapError::LeaseLost(h),
-                    e => e,
-                })?;
-                renewed = Instant::now();
-            }
+            self.renew_if_due(&mut renewed).await?;
             let start = Instant::now();
             let n = self
                 .store
@@ -147,11 +143,30 @@ impl Reaper {
             // The rate bound: a batch of n rows takes at least n / rate.
             tokio::time::sleep_until(start + Duration::from_secs_f64(n as f64 / rate)).await;
         }
+        if self.cfg.recycle {
+            let n = self.recycle_pass(&mut renewed).await?;
+            if n > 0 {
+                tracing::info!(recycled = n, "reaper: codes appended to the pool again");
+            }
+        }
         self.metrics
             .lifecycle_last_run
             .set(i64::try_from(now_unix()).unwrap_or(i64::MAX));
         self.refresh_backlog().await;
         Ok(total)
+    }
+
+    /// Renews the lease once a heartbeat passed since `renewed` (inside a
+    /// pass: losing it stops the pass).
+    async fn renew_if_due(&self, renewed: &mut Instant) -> Result<(), ReapError> {
+        if renewed.elapsed() >= self.cfg.heartbeat() {
+            self.hold().await.map_err(|e| match e {
+                ReapError::LeaseHeld(h) => ReapError::LeaseLost(h),
+                e => e,
+            })?;
+            *renewed = Instant::now();
+        }
+        Ok(())
     }
 
     /// Counts the links past their expiry not reaped yet (the metric).
