@@ -181,7 +181,8 @@ async fn a_malformed_batch_is_rejected_whole_and_acknowledged() {
     let s = setup_with(None);
     let o = &s.origin;
     let a = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
-    let good = format!("h {a} {DAY} 3 1\nr {a} {DAY} - 4\nd {a} {DAY} mobile 3\nd {a} {DAY} bot 1\n");
+    let good =
+        format!("h {a} {DAY} 3 1\nr {a} {DAY} - 4\nd {a} {DAY} mobile 3\nd {a} {DAY} bot 1\n");
     // A good line then a bad one: nothing of it may be applied.
     xadd_fields(
         &s,

@@ -85,9 +85,14 @@ async fn wait_recycled(s: &Setup, code: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recycled_code_never_resolves_to_its_old_link_and_is_issued_again_above_its_version() {
+    const ADMIN: &str = "recycle-admin";
     let s = Setup::start_with(|o| {
         o.extra_yaml = RECYCLE.into();
         o.pregen = 10;
+        o.apps_yaml = format!(
+            "  - {{name: ops, key_sha256: {}, scopes: [admin]}}\n",
+            support::sha256_hex(ADMIN)
+        );
     });
     let o = &s.origin;
     let mut codes = Vec::new();
@@ -250,6 +255,45 @@ async fn a_recycled_code_never_resolves_to_its_old_link_and_is_issued_again_abov
         ),
         4
     );
+    // The old link's clicks (from before its quarantine) are not the new
+    // owner's: the stats count from the new link's creation on.
+    let now = shorturl_common::time::now_unix();
+    let (then, today) = (now - 200 * 86_400, now - now % 86_400);
+    let then_day = then - then % 86_400;
+    s.sql(&format!(
+        "INSERT INTO click_hour (code, hour, human, bot) VALUES ('{old}', {h}, 50, 5); \
+         INSERT INTO click_day_device (code, day, class, n) VALUES \
+         ('{old}', {then_day}, 'desktop', 50), ('{old}', {then_day}, 'bot', 5), \
+         ('{old}', {today}, 'mobile', 3), ('{old}', {today}, 'bot', 1);",
+        h = then - then % 3600,
+    ));
+    let range = format!(
+        "from={}&to={}",
+        shorturl_common::time::rfc3339(now - 300 * 86_400),
+        shorturl_common::time::rfc3339(now + 86_400)
+    );
+    for interval in ["day", "hour"] {
+        let (st, v, _) = o
+            .call(
+                Method::GET,
+                &format!("/api/v1/links/{old}/stats?{range}&interval={interval}"),
+                ADMIN,
+                None,
+                &[],
+            )
+            .await;
+        if interval == "hour" {
+            // 300 days of hours is over the series bound: a 400, not the old clicks.
+            assert_eq!(st, 400, "{v}");
+            continue;
+        }
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(
+            (&v["totals"]["human"], &v["totals"]["bot"]),
+            (&json!(3), &json!(1)),
+            "{v}"
+        );
+    }
     // Exhausted again: the recycled code was issued once.
     assert_eq!(
         o.create(json!({"url": "https://more.example/"})).await.0,

@@ -68,7 +68,10 @@ fn create_link(port: u16, i: usize) -> String {
             "POST",
             "/api/v1/links",
             Some("localhost"),
-            &[("Authorization", &auth), ("Content-Type", "application/json")],
+            &[
+                ("Authorization", &auth),
+                ("Content-Type", "application/json"),
+            ],
             body.as_bytes(),
         )
         .unwrap();
@@ -87,13 +90,16 @@ fn tenant_totals(port: u16) -> Option<(u64, u64)> {
     let auth = format!("Bearer {API_KEY}");
     let mut c = Conn::open(port).ok()?;
     let r = c
-        .send("GET", &path, Some("localhost"), &[("Authorization", &auth)], b"")
+        .send(
+            "GET",
+            &path,
+            Some("localhost"),
+            &[("Authorization", &auth)],
+            b"",
+        )
         .ok()?;
     let v = (r.status == 200).then(|| r.json())?;
-    Some((
-        v["totals"]["human"].as_u64()?,
-        v["totals"]["bot"].as_u64()?,
-    ))
+    Some((v["totals"]["human"].as_u64()?, v["totals"]["bot"].as_u64()?))
 }
 
 #[test]
@@ -141,7 +147,13 @@ fn a_mixed_fleet_counts_100k_redirects_exactly_through_an_origin_crash_and_a_red
                     let (method, ua, is_bot) = kind(i);
                     let code = &codes[(i % codes.len() as u64) as usize];
                     let r = conn
-                        .send(method, &format!("/{code}"), Some("localhost"), &[("User-Agent", ua)], b"")
+                        .send(
+                            method,
+                            &format!("/{code}"),
+                            Some("localhost"),
+                            &[("User-Agent", ua)],
+                            b"",
+                        )
                         .unwrap_or_else(|e| panic!("request {i} to port {port}: {e}"));
                     match (r.status, is_bot) {
                         (302, true) => bot += 1,
@@ -160,7 +172,11 @@ fn a_mixed_fleet_counts_100k_redirects_exactly_through_an_origin_crash_and_a_red
     let wait_sent = |n: u64| {
         let deadline = Instant::now() + Duration::from_secs(600);
         while sent.load(Ordering::Relaxed) < n {
-            assert!(Instant::now() < deadline, "clients stalled at {}", sent.load(Ordering::Relaxed));
+            assert!(
+                Instant::now() < deadline,
+                "clients stalled at {}",
+                sent.load(Ordering::Relaxed)
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     };
@@ -178,7 +194,10 @@ fn a_mixed_fleet_counts_100k_redirects_exactly_through_an_origin_crash_and_a_red
         other += ot;
     }
     assert_eq!(human + bot + other, TOTAL);
-    assert!(human > TOTAL / 2 && bot > TOTAL / 5, "{human} {bot} {other}");
+    assert!(
+        human > TOTAL / 2 && bot > TOTAL / 5,
+        "{human} {bot} {other}"
+    );
 
     // Every redirect counted once, whichever origin applied it.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -195,7 +214,10 @@ fn a_mixed_fleet_counts_100k_redirects_exactly_through_an_origin_crash_and_a_red
         Some((human, bot)),
         "stats after {TOTAL} requests ({other} not redirects)\n{}\n{}",
         a.log(),
-        [&p1, &p2, &lua].iter().map(|e| e.logs()).collect::<String>()
+        [&p1, &p2, &lua]
+            .iter()
+            .map(|e| e.logs())
+            .collect::<String>()
     );
     // Nothing was dropped on the way.
     for e in [&p1, &p2, &lua] {

@@ -13,7 +13,7 @@ use crate::tenancy::{Caller, Scope};
 use mysql_async::prelude::*;
 use mysql_async::Value;
 use serde::Serialize;
-use shorturl_common::clicks::{day_start, Device, OTHER_REFERRER, TOP_REFERRERS};
+use shorturl_common::clicks::{day_start, hour_start, Device, OTHER_REFERRER, TOP_REFERRERS};
 use shorturl_common::time::rfc3339;
 use std::collections::HashMap;
 
@@ -187,6 +187,9 @@ type TenantRows = (Option<(u64, u64)>, Vec<(String, u64, u64)>);
 
 /// Human clicks of `click_day_device` rows aliased `h` (every class but `bot`).
 const DAY_HUMAN: &str = "CAST(COALESCE(SUM(IF(h.class = 'bot', 0, h.n)), 0) AS UNSIGNED)";
+/// Daily rows (`h`) from the day the link (`s`) was created: a recycled
+/// code's rows also hold its earlier link's clicks, all older than that.
+const SINCE_CREATION: &str = "h.day >= s.created_at - MOD(s.created_at, 86400)";
 /// Bot clicks of `click_day_device` rows aliased `h`.
 const DAY_BOT: &str = "CAST(COALESCE(SUM(IF(h.class = 'bot', h.n, 0)), 0) AS UNSIGNED)";
 
@@ -201,7 +204,14 @@ impl Links {
         caller.require(Scope::StatsRead)?;
         let row = self.store.find(code).await?;
         visible(caller, row.as_ref())?;
-        let day_from = day_start(range.from);
+        // A recycled code's rollups also hold its earlier link's clicks, all
+        // from before its quarantine: count only from this link's creation.
+        let since = row.as_ref().and_then(|r| r.created_at).unwrap_or(0);
+        let day_from = day_start(range.from).max(day_start(since));
+        let from = match range.interval {
+            Interval::Hour => range.from.max(hour_start(since)),
+            Interval::Day => range.from.max(day_start(since)),
+        };
         let (hours, refs, devs): Rows = self
             .store
             .bounded(async {
@@ -214,7 +224,7 @@ impl Links {
                         c.exec(
                             "SELECT hour, human, bot FROM click_hour \
                              WHERE code = ? AND hour >= ? AND hour < ? ORDER BY hour",
-                            (code, range.from, range.to),
+                            (code, from, range.to),
                         )
                         .await?
                     }
@@ -224,7 +234,7 @@ impl Links {
                                 "SELECT day, {DAY_HUMAN}, {DAY_BOT} FROM click_day_device h \
                                  WHERE code = ? AND day >= ? AND day < ? GROUP BY day ORDER BY day"
                             ),
-                            (code, range.from, range.to),
+                            (code, from, range.to),
                         )
                         .await?
                     }
@@ -290,6 +300,7 @@ impl Links {
         // are pruned after the retention).
         let mut w = vec![
             "h.day >= ? AND h.day < ?".to_owned(),
+            SINCE_CREATION.to_owned(),
             "s.state IN (?, ?, ?)".to_owned(),
         ];
         let mut p: Vec<Value> = vec![
@@ -351,7 +362,8 @@ impl Links {
         }
         let sql = format!(
             "SELECT h.code, {DAY_HUMAN} FROM click_day_device h \
-             WHERE h.code IN ({}) GROUP BY h.code",
+             JOIN short_code s ON s.code = h.code \
+             WHERE h.code IN ({}) AND {SINCE_CREATION} GROUP BY h.code",
             vec!["?"; codes.len()].join(", ")
         );
         let params: Vec<Value> = codes.iter().map(|c| c.as_str().into()).collect();
