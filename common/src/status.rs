@@ -121,6 +121,18 @@ pub struct ClicksDim {
     pub last_flush_unix: Option<u64>,
 }
 
+/// The code pool of the installation (origin; issue 11): `size` rows in
+/// the pool (pre-generated and recycled), `issued` ids up to the highest
+/// one issued, `free` the rest, `recycled` codes appended again so far.
+/// Read from MySQL every few seconds, so the same on every origin.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolDim {
+    pub size: u64,
+    pub issued: u64,
+    pub free: u64,
+    pub recycled: u64,
+}
+
 /// `GET /shorturl_status` on the origin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OriginStatus {
@@ -135,6 +147,9 @@ pub struct OriginStatus {
     /// Absent in answers of protocol 1 origins.
     #[serde(default)]
     pub outbox: OutboxDim,
+    /// Absent in answers of origins before issue 11's recycling.
+    #[serde(default)]
+    pub pool: PoolDim,
 }
 
 /// `GET /shorturl_status` on an edge (Pingora or OpenResty).

@@ -23,12 +23,15 @@
 #   SU_TLS_PORT=<port>  also serve HTTPS (HTTP/2 and 1.1) there, certificates by SNI from the
 #     shared store in Redis and SU_TLS_CERT_DIR (<name>.crt/.key); SU_TLS_DEFAULT_CERT=<name>
 #     (default SU_DEFAULT_DOMAIN) is served when no other matches; SU_TLS_CACHE_SECS=5
+#   Clicks (protocol 3.4): SU_CLICKS_ENABLED=1|0 (1)  SU_CLICKS_FLUSH_INTERVAL_MS=5000 (50..5000)
+#     SU_CLICKS_EDGE_NAME=<batch-id prefix> (default the host name)  SU_CLICKS_MAX_BUFFERED_CLICKS=1000000
+#     SU_BOTS_FILE=<bot list> (default common/data/bots.txt of this checkout)
 #   SU_CONF=<file.lua>  use this module config instead of generating one
 #   SU_DIE_WITH_MASTER=1  workers exit when the master dies (test harnesses)
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,28p' "$0" >&2
+  sed -n '2,31p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -69,6 +72,20 @@ clients="$(int SU_CLIENTS_TRACKED "${SU_CLIENTS_TRACKED:-100000}")"
 workers="$(int SU_WORKERS "${SU_WORKERS:-1}")"
 tombstone_ttl="$(int SU_TOMBSTONE_TTL_MS "${SU_TOMBSTONE_TTL_MS:-10000}")"
 unsubscribed_grace="$(int SU_UNSUBSCRIBED_GRACE_MS "${SU_UNSUBSCRIBED_GRACE_MS:-5000}")"
+flush_ms="$(int SU_CLICKS_FLUSH_INTERVAL_MS "${SU_CLICKS_FLUSH_INTERVAL_MS:-5000}")"
+max_buffered="$(int SU_CLICKS_MAX_BUFFERED_CLICKS "${SU_CLICKS_MAX_BUFFERED_CLICKS:-1000000}")"
+case "${SU_CLICKS_ENABLED:-1}" in
+  1|true) clicks_enabled=true ;;
+  0|false) clicks_enabled=false ;;
+  *) echo "start.sh: SU_CLICKS_ENABLED must be 1 or 0" >&2; exit 2 ;;
+esac
+edge_name="${SU_CLICKS_EDGE_NAME:-}"
+case "$edge_name" in *[!A-Za-z0-9._-]*) echo "start.sh: SU_CLICKS_EDGE_NAME must be of [A-Za-z0-9._-]" >&2; exit 2 ;; esac
+bots_file="${SU_BOTS_FILE:-$here/../../common/data/bots.txt}"
+if [ "$clicks_enabled" = true ]; then
+  [ -r "$bots_file" ] || { echo "start.sh: cannot read the bot list $bots_file (SU_BOTS_FILE)" >&2; exit 2; }
+  bots_file="$(cd "$(dirname "$bots_file")" && pwd)/$(basename "$bots_file")"
+fi
 status_allow=""
 [ -n "${SU_STATUS_ALLOW:-}" ] && status_allow="status_allow = $(lua_list "$SU_STATUS_ALLOW"),"
 
@@ -110,6 +127,12 @@ return {
     creations_per_ip_per_sec = ${SU_CREATION_LIMIT:-20},
     refused_creations_per_ip_per_min = ${SU_REFUSED_CREATION_LIMIT:-10},
     ipv6_prefix_len = ${SU_IPV6_PREFIX_LEN:-64},
+  },
+  clicks = {
+    enabled = $clicks_enabled,
+    flush_interval_ms = $flush_ms,
+    edge_name = "$edge_name",
+    max_buffered_clicks = $max_buffered,
   },
   die_with_master = $([ "${SU_DIE_WITH_MASTER:-0}" = 1 ] && echo true || echo false),
 }
@@ -185,7 +208,7 @@ for kv in "PREFIX=$prefix" "LUA_DIR=$here/lua" "CONF=$conf" "WORKERS=$workers" \
           "CLIENT_TIMEOUT=${SU_CLIENT_TIMEOUT_SECS:-10}" \
           "ORIGIN_CONNECT_TIMEOUT=${SU_ORIGIN_CONNECT_TIMEOUT_MS:-100}" \
           "ORIGIN_READ_TIMEOUT=${SU_ORIGIN_READ_TIMEOUT_MS:-5000}" \
-          "REDIS_URL=$redis_url" "TLS_CERT_DIR=$tls_dir" \
+          "REDIS_URL=$redis_url" "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" \
           "TLS_CACHE_SECS=$(int SU_TLS_CACHE_SECS "${SU_TLS_CACHE_SECS:-5}")"; do
   sed_args+=(-e "s|@${kv%%=*}@|$(esc "${kv#*=}")|g")
 done

@@ -13,15 +13,14 @@
 //! A lost connection or a timeout fails the whole batch (retrying each item
 //! would only multiply the wait).
 
-use crate::store::{ClaimItem, DbError, LinkData, Store};
+use crate::store::{ClaimItem, Claimed, DbError, LinkData, Store};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-type Reply = oneshot::Sender<Result<bool, DbError>>;
+type Reply = oneshot::Sender<Result<Option<Claimed>, DbError>>;
 
 struct Claim {
     id: u64,
-    code: String,
     data: Arc<LinkData>,
     reply: Reply,
 }
@@ -67,17 +66,12 @@ impl Claimer {
         Claimer { tx }
     }
 
-    /// Claims row `id` (whose code is `code`) for `data`; `Ok(false)` when
-    /// the row is not free.
-    pub async fn claim(&self, id: u64, code: String, data: Arc<LinkData>) -> Result<bool, DbError> {
+    /// Claims row `id` for `data`: its code and the link's version, or
+    /// `Ok(None)` when the row is not free.
+    pub async fn claim(&self, id: u64, data: Arc<LinkData>) -> Result<Option<Claimed>, DbError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Claim {
-                id,
-                code,
-                data,
-                reply,
-            })
+            .send(Claim { id, data, reply })
             .await
             .map_err(|_| DbError::ClaimQueueClosed)?;
         rx.await.map_err(|_| DbError::ClaimWorkerStopped)?
@@ -87,10 +81,7 @@ impl Claimer {
 /// Commits one batch and answers its callers; a batch that may have failed
 /// because of one item is retried item by item.
 async fn commit(store: &Store, claims: Vec<Claim>) {
-    let items: Vec<ClaimItem> = claims
-        .iter()
-        .map(|c| (c.id, c.code.clone(), Arc::clone(&c.data)))
-        .collect();
+    let items: Vec<ClaimItem> = claims.iter().map(|c| (c.id, Arc::clone(&c.data))).collect();
     match store.claim_batch(&items).await {
         Ok(claimed) => {
             for (c, ok) in claims.into_iter().zip(claimed) {
@@ -104,7 +95,7 @@ async fn commit(store: &Store, claims: Vec<Claim>) {
                 let r = store
                     .claim_batch(std::slice::from_ref(&item))
                     .await
-                    .map(|v| v.first().copied().unwrap_or(false));
+                    .map(|v| v.into_iter().next().flatten());
                 if let Err(e) = &r {
                     tracing::error!(id = item.0, error = %e, "claim failed on its own");
                 }

@@ -29,6 +29,12 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../migrations/0004_lifecycle.sql"),
     ),
     (5, "clicks", include_str!("../migrations/0005_clicks.sql")),
+    (6, "recycle", include_str!("../migrations/0006_recycle.sql")),
+    (
+        7,
+        "click_retention",
+        include_str!("../migrations/0007_click_retention.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):
@@ -163,6 +169,49 @@ pub async fn capacity(pool: &Pool) -> Result<u64, mysql_async::Error> {
         .query_first("SELECT value FROM meta WHERE name = 'pregen_done'")
         .await?;
     Ok(v.and_then(|s| s.parse().ok()).unwrap_or(0))
+}
+
+/// The pool as MySQL says: rows in it, ids up to the highest issued, codes
+/// recycled into it so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    pub size: u64,
+    pub issued: u64,
+    pub recycled: u64,
+}
+
+/// Reads [`PoolStats`] (a few index dives and two `meta` rows).
+pub async fn pool_stats(pool: &Pool) -> Result<PoolStats, mysql_async::Error> {
+    let size = capacity(pool).await?;
+    let issued = crate::issuer::counter::highest_used_id(pool)
+        .await?
+        .min(size);
+    let mut conn = pool.get_conn().await?;
+    let recycled: Option<String> = conn
+        .query_first("SELECT value FROM meta WHERE name = 'recycled_total'")
+        .await?;
+    Ok(PoolStats {
+        size,
+        issued,
+        recycled: recycled.and_then(|s| s.parse().ok()).unwrap_or(0),
+    })
+}
+
+/// The `meta` row that says until when (Unix seconds) some origin served
+/// redirects with a permanent status (301/308): a link created at or before
+/// it may have been served so, whatever its own `redirect_status` says (the
+/// policy is per origin and may change without the link changing).
+pub const PERMANENT_UNTIL: &str = "permanent_redirect_until";
+
+/// Moves [`PERMANENT_UNTIL`] forward to `until` (never back).
+pub async fn mark_permanent_until(pool: &Pool, until: u64) -> Result<(), mysql_async::Error> {
+    let mut conn = pool.get_conn().await?;
+    conn.exec_drop(
+        "INSERT INTO meta (name, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE \
+         value = GREATEST(CAST(value AS UNSIGNED), CAST(VALUES(value) AS UNSIGNED))",
+        (PERMANENT_UNTIL, until.to_string()),
+    )
+    .await
 }
 
 /// True when `e` is a duplicate-key error (1062).

@@ -91,9 +91,7 @@ impl From<LinkError> for ApiError {
             LinkError::LookupAbandoned(_) => {
                 unavailable("this short link could not be looked up; retry shortly")
             }
-            LinkError::NoFreeCode { .. } | LinkError::IdOutOfRange(_) => {
-                unavailable("no code could be issued; retry shortly")
-            }
+            LinkError::NoFreeCode { .. } => unavailable("no code could be issued; retry shortly"),
         }
     }
 }

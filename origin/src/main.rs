@@ -127,12 +127,13 @@ fn main() -> ExitCode {
             Cmd::Reap { rate, quiet } => {
                 let r = lifecycle::cli::run(&cfg, rate, !quiet).await?;
                 println!(
-                    "reap: {} links marked expired in {:.2} s ({:.0}/s); {} outbox rows applied to Redis in {:.2} s",
+                    "reap: {} links marked expired in {:.2} s ({:.0}/s); {} outbox rows applied to Redis in {:.2} s; {} codes recycled",
                     r.reaped,
                     r.reap_secs,
                     r.reaped as f64 / r.reap_secs.max(1e-9),
                     r.applied,
-                    r.apply_secs
+                    r.apply_secs,
+                    r.recycled
                 );
                 Ok(())
             }

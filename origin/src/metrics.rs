@@ -11,7 +11,7 @@ use prometheus::{
     Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
 };
-use shorturl_common::status::{LockDim, MysqlDim, OutboxDim, RedisDim};
+use shorturl_common::status::{LockDim, MysqlDim, OutboxDim, PoolDim, RedisDim};
 
 /// All origin metrics.
 pub struct Metrics {
@@ -48,6 +48,19 @@ pub struct Metrics {
     pub lifecycle_backlog: IntGauge,
     /// 1 while this process holds the reaper's lease.
     pub lifecycle_lease_held: IntGauge,
+    /// Codes this process's reaper appended to the pool again.
+    pub lifecycle_recycled: IntCounter,
+    /// Tombstones the recycler examined and kept, by reason.
+    pub lifecycle_recycle_kept: IntCounterVec,
+    /// The installation's pool, as last read from MySQL (every few
+    /// seconds): rows in the pool (pre-generated and appended)...
+    pub pool_size: IntGauge,
+    /// ...ids up to the highest one issued...
+    pub pool_issued: IntGauge,
+    /// ...the rest...
+    pub pool_free: IntGauge,
+    /// ...and codes recycled into it so far.
+    pub pool_recycled: IntGauge,
 }
 
 fn counter(reg: &Registry, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
@@ -167,8 +180,47 @@ impl Metrics {
                 "lifecycle_lease_held",
                 "1 while this process holds the reaper lease",
             )?,
+            lifecycle_recycled: counter(
+                &r,
+                "lifecycle_recycled_total",
+                "Codes the recycler appended to the pool again (this process)",
+            )?,
+            lifecycle_recycle_kept: {
+                let c = IntCounterVec::new(
+                    Opts::new(
+                        "lifecycle_recycle_kept_total",
+                        "Tombstones the recycler examined and kept out of the pool, by reason (this process)",
+                    ),
+                    &["reason"],
+                )?;
+                r.register(Box::new(c.clone()))?;
+                c
+            },
+            pool_size: gauge(
+                &r,
+                "pool_size",
+                "Codes in the pool: pre-generated and recycled rows",
+            )?,
+            pool_issued: gauge(&r, "pool_issued", "Pool ids up to the highest one issued")?,
+            pool_free: gauge(&r, "pool_free", "Pool ids not issued yet")?,
+            pool_recycled: gauge(
+                &r,
+                "pool_recycled",
+                "Codes recycled into the pool so far (installation)",
+            )?,
             registry: r,
         })
+    }
+
+    /// The `pool` status dimension.
+    pub fn pool_dim(&self) -> PoolDim {
+        let g = |g: &IntGauge| g.get().max(0) as u64;
+        PoolDim {
+            size: g(&self.pool_size),
+            issued: g(&self.pool_issued),
+            free: g(&self.pool_free),
+            recycled: g(&self.pool_recycled),
+        }
     }
 
     /// Prometheus text exposition.
@@ -240,6 +292,11 @@ mod tests {
             "shorturl_lifecycle_last_run_timestamp_seconds 0",
             "shorturl_lifecycle_backlog -1",
             "shorturl_lifecycle_lease_held 0",
+            "shorturl_lifecycle_recycled_total 0",
+            "shorturl_pool_size 0",
+            "shorturl_pool_issued 0",
+            "shorturl_pool_free 0",
+            "shorturl_pool_recycled 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }

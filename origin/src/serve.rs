@@ -7,6 +7,7 @@
 use crate::auth::Auth;
 use crate::cache::Cache;
 use crate::claim::Claimer;
+use crate::clicks::retention::Retention;
 use crate::clicks::{ClickMetrics, Consumer};
 use crate::config::{Config, CounterBackend};
 use crate::http::{router, AppState};
@@ -15,7 +16,7 @@ use crate::issuer::Issuer;
 use crate::lifecycle::{holder_id, Reaper};
 use crate::links::{Links, Parts};
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::{is_permanent, Store};
 use crate::whitelist::Whitelist;
 use crate::{apollo, db};
 use std::net::SocketAddr;
@@ -58,7 +59,9 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let pool = db::pool(&cfg.mysql).map_err(ServeError::MysqlUrl)?;
     // Migrations and the permutation key are needed before anything can be
     // issued; wait for MySQL at start rather than serve errors.
-    let (perm, cursor, capacity) = loop {
+    // The permutation key is only checked here (a missing one means
+    // `migrate` did not finish): claims read each row's code.
+    let (_perm, cursor, capacity) = loop {
         let attempt = async {
             db::migrate(&pool).await?;
             Ok::<_, mysql_async::Error>((
@@ -125,22 +128,40 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         cache,
         issuer: Arc::clone(&issuer),
         claimer,
-        perm,
         whitelist,
         metrics,
         cursor,
     });
-    spawn_capacity_refresh(pool.clone(), Arc::clone(&issuer));
+    spawn_capacity_refresh(
+        pool.clone(),
+        Arc::clone(&issuer),
+        Arc::clone(&links.metrics),
+    );
+    if is_permanent(cfg.redirect.status) {
+        // Before the first redirect, and then ahead of every one: recycling
+        // keeps every link created up to this mark (architecture, "Recycling").
+        mark_permanent(&pool).await;
+        spawn_permanent_mark(pool.clone());
+    }
     // Every origin drains the outbox (rows are taken with SKIP LOCKED).
     let drainer = tokio::spawn(Arc::clone(&links.outbox).run_drainer());
     // Every origin runs a reaper; the one holding the lease reaps.
     let reaper = cfg.lifecycle.enabled.then(|| {
-        Arc::new(Reaper::new(
+        let retention = Retention::new(
             links.store.clone(),
-            cfg.lifecycle.clone(),
-            Arc::clone(&links.metrics),
-            holder_id("serve"),
-        ))
+            cfg.clicks.clone(),
+            cfg.redis.url.clone(),
+            Arc::clone(&click_metrics),
+        );
+        Arc::new(
+            Reaper::new(
+                links.store.clone(),
+                cfg.lifecycle.clone(),
+                Arc::clone(&links.metrics),
+                holder_id("serve"),
+            )
+            .with_retention(Arc::new(retention)),
+        )
     });
     let reaper_task = reaper.as_ref().map(|r| tokio::spawn(Arc::clone(r).run()));
     // Every origin consumes click batches too (one consumer group).
@@ -248,17 +269,54 @@ async fn finish(
     }
 }
 
-/// Re-reads the table size so `pregen` can extend a running system.
-fn spawn_capacity_refresh(pool: mysql_async::Pool, issuer: Arc<Issuer>) {
+/// Re-reads the pool every few seconds, so `pregen` and recycling extend a
+/// running system, and the `pool` status and metrics follow.
+fn spawn_capacity_refresh(pool: mysql_async::Pool, issuer: Arc<Issuer>, metrics: Arc<Metrics>) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
             tick.tick().await;
-            if let Ok(Ok(c)) =
-                tokio::time::timeout(Duration::from_secs(2), db::capacity(&pool)).await
+            if let Ok(Ok(p)) =
+                tokio::time::timeout(Duration::from_secs(2), db::pool_stats(&pool)).await
             {
-                issuer.set_capacity(c);
+                issuer.set_capacity(p.size);
+                let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                metrics.pool_size.set(g(p.size));
+                metrics.pool_issued.set(g(p.issued));
+                metrics.pool_free.set(g(p.size.saturating_sub(p.issued)));
+                metrics.pool_recycled.set(g(p.recycled));
             }
+        }
+    });
+}
+
+/// How far ahead of now an origin serving permanent redirects moves
+/// `meta.permanent_redirect_until`: three refreshes, so the mark is always
+/// later than any redirect this origin has served, even if it dies now.
+const PERMANENT_AHEAD_SECS: u64 = 15;
+
+/// Moves the permanent-redirect mark to now + [`PERMANENT_AHEAD_SECS`].
+async fn mark_permanent(pool: &mysql_async::Pool) {
+    let until = shorturl_common::time::now_unix() + PERMANENT_AHEAD_SECS;
+    match tokio::time::timeout(
+        Duration::from_secs(2),
+        db::mark_permanent_until(pool, until),
+    )
+    .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "could not record the permanent redirect policy"),
+        Err(_) => tracing::warn!("could not record the permanent redirect policy (timeout)"),
+    }
+}
+
+/// Keeps the permanent-redirect mark ahead of now while this origin serves.
+fn spawn_permanent_mark(pool: mysql_async::Pool) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(PERMANENT_AHEAD_SECS / 3));
+        loop {
+            tick.tick().await;
+            mark_permanent(&pool).await;
         }
     });
 }

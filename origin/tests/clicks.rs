@@ -8,11 +8,11 @@
 mod support;
 
 use serde_json::json;
-use shorturl_common::clicks::{is_bot, Accumulator, Batch, BatchIds, Click, HourLine};
+use shorturl_common::clicks::{is_bot, Accumulator, Batch, BatchIds, Click};
 use std::collections::BTreeMap;
 use support::clicks::{
-    batches, count, create, link_stats, pending, range, setup_with, tenant_stats, totals,
-    wait_totals, xadd, xadd_fields, ADMIN, DAY, SHOP, WAIT,
+    batches, count, create, hours_batch, link_stats, pending, range, setup_with, tenant_stats,
+    totals, wait_totals, xadd, xadd_fields, ADMIN, DAY, SHOP, WAIT,
 };
 use support::{eventually, Origin, OriginOpts, KEY};
 
@@ -181,7 +181,8 @@ async fn a_malformed_batch_is_rejected_whole_and_acknowledged() {
     let s = setup_with(None);
     let o = &s.origin;
     let a = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
-    let good = format!("h {a} {DAY} 3 1\n");
+    let good =
+        format!("h {a} {DAY} 3 1\nr {a} {DAY} - 4\nd {a} {DAY} mobile 3\nd {a} {DAY} bot 1\n");
     // A good line then a bad one: nothing of it may be applied.
     xadd_fields(
         &s,
@@ -195,8 +196,18 @@ async fn a_malformed_batch_is_rejected_whole_and_acknowledged() {
     xadd_fields(&s, &[("id", "e:n:2"), ("v", "9"), ("b", &good)]).await;
     xadd_fields(&s, &[("id", "e:n:3"), ("b", &good)]).await;
     xadd_fields(&s, &[("id", "not-an-id"), ("v", "1"), ("b", &good)]).await;
-    eventually("4 malformed", WAIT, || async {
-        batches(o, "malformed").await == 4
+    // Every line well-formed, but the day's devices do not add up.
+    xadd_fields(
+        &s,
+        &[
+            ("id", "e:n:5"),
+            ("v", "1"),
+            ("b", &format!("{good}d {a} {DAY} tablet 1\n")),
+        ],
+    )
+    .await;
+    eventually("5 malformed", WAIT, || async {
+        batches(o, "malformed").await == 5
     })
     .await;
     eventually("nothing pending", WAIT, || async { pending(&s).await == 0 }).await;
@@ -221,13 +232,7 @@ async fn a_batch_held_by_a_killed_origin_is_claimed_and_counted_once() {
         let fp = format!("origin.clicks.{stage}.hold=e1:b:0@{}", path.display());
         let mut s = setup_with(Some(&fp));
         let a = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
-        let mut batch = Batch::new("e1:b:0");
-        batch.hours.push(HourLine {
-            code: a.clone(),
-            hour: DAY + 3600,
-            human: 7,
-            bot: 2,
-        });
+        let batch = hours_batch("e1:b:0", &[(&a, DAY + 3600, 7, 2)]);
         xadd(&s, &batch).await;
         let held = format!("{}.held", path.display());
         testkit::wait_for("the consumer to hold the batch", WAIT, || {

@@ -6,10 +6,9 @@
 mod support;
 
 use serde_json::json;
-use shorturl_common::clicks::{Batch, HourLine};
 use support::clicks::{
-    create, link_stats, range, setup_with, tenant_stats, totals, wait_totals, xadd, ADMIN, DAY,
-    M55, SHOP,
+    create, hours_batch, link_stats, range, setup_with, tenant_stats, totals, wait_totals, xadd,
+    ADMIN, DAY, M55, SHOP,
 };
 use support::KEY;
 
@@ -19,15 +18,7 @@ async fn stats_follow_tenancy_and_bad_ranges_are_400() {
     let o = &s.origin;
     let mine = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
     let m55 = create(&s, KEY, json!({"url": "https://b.example/", "kdt_id": 55})).await;
-    let mut b = Batch::new("t:n:1");
-    for (code, human, bot) in [(&mine, 5, 1), (&m55, 3, 2)] {
-        b.hours.push(HourLine {
-            code: code.clone(),
-            hour: DAY,
-            human,
-            bot,
-        });
-    }
+    let b = hours_batch("t:n:1", &[(&mine, DAY, 5, 1), (&m55, DAY, 3, 2)]);
     xadd(&s, &b).await;
     wait_totals(o, &m55, (3, 2)).await;
     let r = range();

@@ -6,8 +6,9 @@
 mod support;
 
 use serde_json::json;
-use shorturl_common::clicks::{Batch, HourLine};
-use support::clicks::{batches, pending, wait_totals, xadd, ADMIN, DAY, FAST_CLAIM, WAIT};
+use support::clicks::{
+    batches, hours_batch, pending, wait_totals, xadd, ADMIN, DAY, FAST_CLAIM, WAIT,
+};
 use support::{eventually, sha256_hex, Origin, OriginOpts, Setup};
 use testkit::{MariaDb, Redis};
 
@@ -31,13 +32,7 @@ async fn batches_arriving_while_mysql_is_down_count_once_it_is_back() {
     };
     m.stop();
     for i in 0..3 {
-        let mut b = Batch::new(format!("e:down:{i}"));
-        b.hours.push(HourLine {
-            code: code.clone(),
-            hour: DAY + i * 3600,
-            human: 7,
-            bot: 2,
-        });
+        let b = hours_batch(&format!("e:down:{i}"), &[(&code, DAY + i * 3600, 7, 2)]);
         xadd(&s, &b).await;
     }
     // Read, refused by MySQL, left pending (not acknowledged).

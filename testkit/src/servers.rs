@@ -21,21 +21,35 @@ fn require(bin: &str) {
     );
 }
 
-/// A private `redis-server` (no persistence) on a free loopback port.
+/// A private `redis-server` on a free loopback port: no persistence, or
+/// (with [`Redis::start_persistent`]) an append-only file synced on every
+/// write, so a restart keeps everything it acknowledged.
 pub struct Redis {
     port: u16,
     dir: TempDir,
     proc: Option<Proc>,
+    persistent: bool,
 }
 
 impl Redis {
     /// Starts a server and waits until it accepts connections.
     pub fn start() -> Redis {
+        Redis::start_with(false)
+    }
+
+    /// A server that keeps its data across [`Redis::restart`] (AOF,
+    /// `appendfsync always`), as an analytics Redis should be run.
+    pub fn start_persistent() -> Redis {
+        Redis::start_with(true)
+    }
+
+    fn start_with(persistent: bool) -> Redis {
         require("redis-server");
         let mut r = Redis {
             port: free_port(),
             dir: TempDir::new("redis"),
             proc: None,
+            persistent,
         };
         r.restart();
         r
@@ -76,10 +90,16 @@ impl Redis {
         }
     }
 
-    /// (Re)starts the server on the same port, empty.
+    /// (Re)starts the server on the same port: empty, or for a persistent
+    /// one with what it held.
     pub fn restart(&mut self) {
         self.stop();
         let mut cmd = Command::new("redis-server");
+        let aof: &[&str] = if self.persistent {
+            &["--appendonly", "yes", "--appendfsync", "always"]
+        } else {
+            &["--appendonly", "no"]
+        };
         cmd.args([
             "--port",
             &self.port.to_string(),
@@ -87,9 +107,8 @@ impl Redis {
             "127.0.0.1",
             "--save",
             "",
-            "--appendonly",
-            "no",
         ])
+        .args(aof)
         .arg("--dir")
         .arg(self.dir.path())
         .args(["--daemonize", "no", "--protected-mode", "no"]);

@@ -79,6 +79,12 @@ pub enum BatchError {
     /// One line is malformed (1-based line number).
     #[error("line {line}: {reason}")]
     Line { line: usize, reason: &'static str },
+    /// A link-day's lines do not add up: its `r` counts and its `d` counts
+    /// must each sum to its hours' human + bot, and its `d ... bot` count
+    /// must equal their bot clicks (every click is on one line of each
+    /// kind, and the class `bot` is exactly the bot clicks).
+    #[error("the counts of {code} on day {day} do not add up")]
+    Inconsistent { code: String, day: u64 },
 }
 
 /// Whether `id` is `<edge-name>:<boot-nonce>:<seq>`: name and nonce 1-64 of
@@ -254,7 +260,41 @@ impl Batch {
                 _ => return Err(bad("unknown line kind")),
             }
         }
+        b.check_sums()?;
         Ok(b)
+    }
+
+    /// Per link-day: Σ h (human + bot) = Σ r = Σ d, and d `bot` = Σ h bot.
+    /// What makes the daily rollups exact on their own (the hourly rows
+    /// are pruned after their retention, the daily ones are not).
+    fn check_sums(&self) -> Result<(), BatchError> {
+        // (code, day) → [hour clicks, hour bots, referrer clicks, device clicks, device bots]
+        let mut sums: HashMap<(&str, u64), [u64; 5]> = HashMap::new();
+        for h in &self.hours {
+            let s = sums.entry((&h.code, super::day_start(h.hour))).or_default();
+            s[0] += h.human + h.bot;
+            s[1] += h.bot;
+        }
+        for r in &self.referrers {
+            sums.entry((&r.code, r.day)).or_default()[2] += r.n;
+        }
+        for d in &self.devices {
+            let s = sums.entry((&d.code, d.day)).or_default();
+            s[3] += d.n;
+            if d.device == Device::Bot {
+                s[4] += d.n;
+            }
+        }
+        match sums
+            .into_iter()
+            .find(|(_, s)| s[0] != s[2] || s[0] != s[3] || s[1] != s[4])
+        {
+            Some(((code, day), _)) => Err(BatchError::Inconsistent {
+                code: code.to_owned(),
+                day,
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -274,23 +314,31 @@ mod tests {
             referrers: vec![
                 ReferrerLine {
                     code: "aB3xYz".into(),
-                    day: 86_400 * 20_000,
+                    day: 1_799_971_200,
                     host: "news.site.cn".into(),
                     n: 3,
                 },
                 ReferrerLine {
                     code: "aB3xYz".into(),
-                    day: 86_400 * 20_000,
+                    day: 1_799_971_200,
                     host: "-".into(),
                     n: 1,
                 },
             ],
-            devices: vec![DeviceLine {
-                code: "aB3xYz".into(),
-                day: 86_400 * 20_000,
-                device: Device::Mobile,
-                n: 4,
-            }],
+            devices: vec![
+                DeviceLine {
+                    code: "aB3xYz".into(),
+                    day: 1_799_971_200,
+                    device: Device::Mobile,
+                    n: 3,
+                },
+                DeviceLine {
+                    code: "aB3xYz".into(),
+                    day: 1_799_971_200,
+                    device: Device::Bot,
+                    n: 1,
+                },
+            ],
         }
     }
 
@@ -300,8 +348,9 @@ mod tests {
         let body = b.encode_body();
         assert_eq!(
             body,
-            "h aB3xYz 1800000000 3 1\nr aB3xYz 1728000000 news.site.cn 3\n\
-             r aB3xYz 1728000000 - 1\nd aB3xYz 1728000000 mobile 4\n"
+            "h aB3xYz 1800000000 3 1\nr aB3xYz 1799971200 news.site.cn 3\n\
+             r aB3xYz 1799971200 - 1\nd aB3xYz 1799971200 mobile 3\n\
+             d aB3xYz 1799971200 bot 1\n"
         );
         assert_eq!(Batch::decode(&b.id, "1", &body), Ok(b.clone()));
         assert_eq!(b.totals(), (3, 1));
@@ -324,7 +373,7 @@ mod tests {
     #[test]
     fn rejects_whole_batches() {
         let id = "e:n:1";
-        let ok = "h abcdef 3600 1 0\n";
+        let ok = "h abcdef 3600 1 0\nr abcdef 0 - 1\nd abcdef 0 desktop 1\n";
         assert!(Batch::decode(id, "1", ok).is_ok());
         assert!(matches!(
             Batch::decode(id, "2", ok),
@@ -336,8 +385,8 @@ mod tests {
         ));
         assert_eq!(Batch::decode(id, "1", ""), Err(BatchError::Empty));
         assert_eq!(Batch::decode(id, "1", "\n"), Err(BatchError::Empty));
-        let line2 = |l: &str| match Batch::decode(id, "1", &format!("{ok}{l}\n")) {
-            Err(BatchError::Line { line: 2, reason }) => reason,
+        let line4 = |l: &str| match Batch::decode(id, "1", &format!("{ok}{l}\n")) {
+            Err(BatchError::Line { line: 4, reason }) => reason,
             other => panic!("{l:?}: {other:?}"),
         };
         for bad in [
@@ -361,7 +410,7 @@ mod tests {
             "x abcdef 86400 mobile 1",
             "",
         ] {
-            line2(bad);
+            line4(bad);
         }
         let mut many = String::new();
         for i in 0..=TOP_REFERRERS {
@@ -372,5 +421,37 @@ mod tests {
             Batch::decode(id, "1", &many),
             Err(BatchError::Line { line: 21, .. })
         ));
+    }
+
+    #[test]
+    fn link_days_must_add_up() {
+        let id = "e:n:1";
+        // Two hours of one day, 5 clicks of which 2 bots.
+        let hours = "h abcdef 3600 2 1\nh abcdef 7200 1 1\n";
+        let ok = format!(
+            "{hours}r abcdef 0 - 4\nr abcdef 0 a.cn 1\nd abcdef 0 bot 2\nd abcdef 0 mobile 3\n"
+        );
+        assert!(Batch::decode(id, "1", &ok).is_ok());
+        for bad in [
+            // referrers sum to 4, devices to 5
+            format!("{hours}r abcdef 0 - 4\nd abcdef 0 bot 2\nd abcdef 0 mobile 3\n"),
+            // devices sum to 4
+            format!("{hours}r abcdef 0 - 5\nd abcdef 0 bot 2\nd abcdef 0 mobile 2\n"),
+            // the bot class is not the bot clicks
+            format!("{hours}r abcdef 0 - 5\nd abcdef 0 bot 1\nd abcdef 0 mobile 4\n"),
+            // hours alone
+            hours.to_owned(),
+            // a day with no hour
+            format!("{ok}r abcdef 86400 - 1\nd abcdef 86400 other 1\n"),
+        ] {
+            assert_eq!(
+                Batch::decode(id, "1", &bad),
+                Err(BatchError::Inconsistent {
+                    code: "abcdef".into(),
+                    day: if bad.contains("86400") { 86_400 } else { 0 }
+                }),
+                "{bad}"
+            );
+        }
     }
 }

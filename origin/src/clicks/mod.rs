@@ -4,12 +4,14 @@
 //!
 //! [`consumer`] reads the Redis Stream as consumer group `origins`
 //! ([`stream`] parses its replies), [`apply`] applies one batch in one
-//! transaction with its id, [`stats`] answers the stats API. The batch
+//! transaction with its id, [`stats`] answers the stats API, [`retention`]
+//! prunes old hourly rows, batch ids and idle consumers. The batch
 //! format and the user-agent rules are shared with the edges in
 //! `shorturl_common::clicks`.
 
 pub mod apply;
 pub mod consumer;
+pub mod retention;
 pub mod stats;
 pub mod stream;
 
@@ -38,6 +40,10 @@ pub struct ClickMetrics {
     pub pending: IntGauge,
     /// Clicks applied, by `kind` (`human`, `bot`).
     pub clicks: IntCounterVec,
+    /// Rows removed by the retention, by `table`.
+    pub pruned: IntCounterVec,
+    /// Idle consumers removed from the group.
+    pub consumers_removed: IntCounter,
 }
 
 impl ClickMetrics {
@@ -66,7 +72,22 @@ impl ClickMetrics {
             &["kind"],
         )?;
         reg.register(Box::new(clicks.clone()))?;
+        let pruned = IntCounterVec::new(
+            Opts::new(
+                "clicks_pruned_rows_total",
+                "Click rows removed by the retention, by table (click_hour, click_batches)",
+            ),
+            &["table"],
+        )?;
+        reg.register(Box::new(pruned.clone()))?;
+        let consumers_removed = IntCounter::new(
+            "clicks_consumers_removed_total",
+            "Idle consumers removed from the click consumer group",
+        )?;
+        reg.register(Box::new(consumers_removed.clone()))?;
         Ok(ClickMetrics {
+            pruned,
+            consumers_removed,
             applied: batches.with_label_values(&["applied"]),
             duplicate: batches.with_label_values(&["duplicate"]),
             malformed: batches.with_label_values(&["malformed"]),

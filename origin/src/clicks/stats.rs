@@ -13,7 +13,7 @@ use crate::tenancy::{Caller, Scope};
 use mysql_async::prelude::*;
 use mysql_async::Value;
 use serde::Serialize;
-use shorturl_common::clicks::{day_start, Device, OTHER_REFERRER, TOP_REFERRERS};
+use shorturl_common::clicks::{day_start, hour_start, Device, OTHER_REFERRER, TOP_REFERRERS};
 use shorturl_common::time::rfc3339;
 use std::collections::HashMap;
 
@@ -185,6 +185,14 @@ type Rows = (Vec<(u64, u64, u64)>, Vec<(String, u64)>, Vec<(String, u64)>);
 /// A tenant's totals and top links `(code, human, bot)`.
 type TenantRows = (Option<(u64, u64)>, Vec<(String, u64, u64)>);
 
+/// Human clicks of `click_day_device` rows aliased `h` (every class but `bot`).
+const DAY_HUMAN: &str = "CAST(COALESCE(SUM(IF(h.class = 'bot', 0, h.n)), 0) AS UNSIGNED)";
+/// Daily rows (`h`) from the day the link (`s`) was created: a recycled
+/// code's rows also hold its earlier link's clicks, all older than that.
+const SINCE_CREATION: &str = "h.day >= s.created_at - MOD(s.created_at, 86400)";
+/// Bot clicks of `click_day_device` rows aliased `h`.
+const DAY_BOT: &str = "CAST(COALESCE(SUM(IF(h.class = 'bot', h.n, 0)), 0) AS UNSIGNED)";
+
 impl Links {
     /// One link's statistics over `range` (`stats:read`, visible link).
     pub async fn link_stats(
@@ -196,18 +204,41 @@ impl Links {
         caller.require(Scope::StatsRead)?;
         let row = self.store.find(code).await?;
         visible(caller, row.as_ref())?;
-        let day_from = day_start(range.from);
+        // A recycled code's rollups also hold its earlier link's clicks, all
+        // from before its quarantine: count only from this link's creation.
+        let since = row.as_ref().and_then(|r| r.created_at).unwrap_or(0);
+        let day_from = day_start(range.from).max(day_start(since));
+        let from = match range.interval {
+            Interval::Hour => range.from.max(hour_start(since)),
+            Interval::Day => range.from.max(day_start(since)),
+        };
         let (hours, refs, devs): Rows = self
             .store
             .bounded(async {
                 let mut c = self.store.pool.get_conn().await?;
-                let hours = c
-                    .exec(
-                        "SELECT hour, human, bot FROM click_hour \
-                         WHERE code = ? AND hour >= ? AND hour < ? ORDER BY hour",
-                        (code, range.from, range.to),
-                    )
-                    .await?;
+                // Hourly rows are pruned after `clicks.retention_hours_days`;
+                // daily series come from the daily device rows, which are
+                // kept (their `bot` class is exactly the bot clicks).
+                let hours = match range.interval {
+                    Interval::Hour => {
+                        c.exec(
+                            "SELECT hour, human, bot FROM click_hour \
+                             WHERE code = ? AND hour >= ? AND hour < ? ORDER BY hour",
+                            (code, from, range.to),
+                        )
+                        .await?
+                    }
+                    Interval::Day => {
+                        c.exec(
+                            format!(
+                                "SELECT day, {DAY_HUMAN}, {DAY_BOT} FROM click_day_device h \
+                                 WHERE code = ? AND day >= ? AND day < ? GROUP BY day ORDER BY day"
+                            ),
+                            (code, from, range.to),
+                        )
+                        .await?
+                    }
+                };
                 let refs = c
                     .exec(
                         "SELECT host, CAST(SUM(n) AS UNSIGNED) FROM click_day_referrer \
@@ -265,12 +296,15 @@ impl Links {
         let Some(t) = tenant(caller, kdt, app) else {
             return Ok(out);
         };
+        // Whole UTC days from the daily rows (kept for ever; hourly rows
+        // are pruned after the retention).
         let mut w = vec![
-            "h.hour >= ? AND h.hour < ?".to_owned(),
+            "h.day >= ? AND h.day < ?".to_owned(),
+            SINCE_CREATION.to_owned(),
             "s.state IN (?, ?, ?)".to_owned(),
         ];
         let mut p: Vec<Value> = vec![
-            range.from.into(),
+            day_start(range.from).into(),
             range.to.into(),
             RowState::Active.into(),
             RowState::Disabled.into(),
@@ -295,15 +329,12 @@ impl Links {
             }
         }
         let from = format!(
-            "FROM click_hour h JOIN short_code s ON s.code = h.code WHERE {}",
+            "FROM click_day_device h JOIN short_code s ON s.code = h.code WHERE {}",
             w.join(" AND ")
         );
-        let totals_sql = format!(
-            "SELECT CAST(COALESCE(SUM(h.human), 0) AS UNSIGNED), \
-             CAST(COALESCE(SUM(h.bot), 0) AS UNSIGNED) {from}"
-        );
+        let totals_sql = format!("SELECT {DAY_HUMAN}, {DAY_BOT} {from}");
         let top_sql = format!(
-            "SELECT h.code, CAST(SUM(h.human) AS UNSIGNED) AS hu, CAST(SUM(h.bot) AS UNSIGNED) AS bo \
+            "SELECT h.code, {DAY_HUMAN} AS hu, {DAY_BOT} AS bo \
              {from} GROUP BY h.code ORDER BY hu DESC, bo DESC, h.code LIMIT {limit}"
         );
         let (totals, top): TenantRows = self
@@ -330,8 +361,9 @@ impl Links {
             return Ok(HashMap::new());
         }
         let sql = format!(
-            "SELECT code, CAST(SUM(human) AS UNSIGNED) FROM click_hour \
-             WHERE code IN ({}) GROUP BY code",
+            "SELECT h.code, {DAY_HUMAN} FROM click_day_device h \
+             JOIN short_code s ON s.code = h.code \
+             WHERE h.code IN ({}) AND {SINCE_CREATION} GROUP BY h.code",
             vec!["?"; codes.len()].join(", ")
         );
         let params: Vec<Value> = codes.iter().map(|c| c.as_str().into()).collect();

@@ -165,6 +165,54 @@ pub fn pending_count(v: &Value) -> Option<i64> {
     }
 }
 
+/// One consumer of the group, from `XINFO CONSUMERS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerInfo {
+    pub name: String,
+    /// Entries it read and has not acknowledged.
+    pub pending: i64,
+    /// Milliseconds since it last read (or claimed).
+    pub idle_ms: i64,
+}
+
+/// `XINFO CONSUMERS key group`: one map (RESP3) or flat `[k, v, ...]`
+/// array (RESP2) per consumer.
+pub fn consumers(v: &Value) -> Result<Vec<ConsumerInfo>, ReplyError> {
+    const C: &str = "XINFO CONSUMERS";
+    let bad = |what| ReplyError { command: C, what };
+    let Value::Array(list) = v else {
+        return Err(bad("reply is not an array"));
+    };
+    list.iter()
+        .map(|c| {
+            let pairs: Vec<(&Value, &Value)> = match c {
+                Value::Array(kv) if kv.len() % 2 == 0 => {
+                    kv.chunks(2).map(|p| (&p[0], &p[1])).collect()
+                }
+                Value::Map(kv) => kv.iter().map(|(k, v)| (k, v)).collect(),
+                _ => return Err(bad("consumer is not a map")),
+            };
+            let get = |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| text(k).as_deref() == Some(name))
+                    .map(|(_, v)| *v)
+            };
+            let int = |name: &str| match get(name) {
+                Some(Value::Int(n)) => Ok(*n),
+                _ => Err(bad("consumer field is not an integer")),
+            };
+            Ok(ConsumerInfo {
+                name: get("name")
+                    .and_then(text)
+                    .ok_or_else(|| bad("consumer name"))?,
+                pending: int("pending")?,
+                idle_ms: int("idle")?,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +253,36 @@ mod tests {
             pending_count(&Value::Array(vec![Value::Int(4), Value::Nil])),
             Some(4)
         );
+    }
+
+    #[test]
+    fn parses_consumers() {
+        let resp2 = Value::Array(vec![Value::Array(vec![
+            bulk("name"),
+            bulk("origin-1-a"),
+            bulk("pending"),
+            Value::Int(2),
+            bulk("idle"),
+            Value::Int(9000),
+            bulk("inactive"),
+            Value::Int(9000),
+        ])]);
+        let resp3 = Value::Array(vec![Value::Map(vec![
+            (bulk("idle"), Value::Int(5)),
+            (bulk("name"), bulk("origin-2-b")),
+            (bulk("pending"), Value::Int(0)),
+        ])]);
+        let c = consumers(&resp2).unwrap();
+        assert_eq!(
+            (c[0].name.as_str(), c[0].pending, c[0].idle_ms),
+            ("origin-1-a", 2, 9000)
+        );
+        let c = consumers(&resp3).unwrap();
+        assert_eq!(
+            (c[0].name.as_str(), c[0].pending, c[0].idle_ms),
+            ("origin-2-b", 0, 5)
+        );
+        assert!(consumers(&Value::Array(vec![Value::Array(vec![bulk("name")])])).is_err());
+        assert!(consumers(&Value::Int(1)).is_err());
     }
 }

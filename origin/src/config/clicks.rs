@@ -22,6 +22,15 @@ pub struct ClicksConfig {
     pub max_hour_points: u64,
     /// Most points of a daily series.
     pub max_day_points: u64,
+    /// Hourly rows older than this are pruned (the daily rows stay).
+    pub retention_hours: Duration,
+    /// Applied batch ids older than this are pruned: far longer than a
+    /// batch can wait in the stream or in an edge's buffer, so a pruned id
+    /// can no longer be redelivered.
+    pub batch_ids_retention: Duration,
+    /// A consumer of the group idle this long with nothing pending is
+    /// removed (`XGROUP DELCONSUMER`): every origin start adds one.
+    pub consumer_idle: Duration,
 }
 
 impl Default for ClicksConfig {
@@ -33,6 +42,9 @@ impl Default for ClicksConfig {
             claim_idle: Duration::from_secs(30),
             max_hour_points: 24 * 31,
             max_day_points: 366,
+            retention_hours: Duration::from_secs(90 * 86_400),
+            batch_ids_retention: Duration::from_secs(30 * 86_400),
+            consumer_idle: Duration::from_secs(3600),
         }
     }
 }
@@ -49,7 +61,33 @@ pub fn clicks(f: ClicksFile) -> Result<ClicksConfig, ConfigError> {
         d.claim_idle.as_millis() as u64,
         "clicks.claim_idle_ms",
     )?;
+    let days = |v: Option<u64>, d: Duration, field: &str| -> Result<Duration, ConfigError> {
+        Ok(Duration::from_secs(
+            positive(v, d.as_secs() / 86_400, field)?.saturating_mul(86_400),
+        ))
+    };
+    let retention_hours = days(
+        f.retention_hours_days,
+        d.retention_hours,
+        "clicks.retention_hours_days",
+    )?;
+    let batch_ids_retention = days(
+        f.batch_ids_retention_days,
+        d.batch_ids_retention,
+        "clicks.batch_ids_retention_days",
+    )?;
+    let consumer_idle = Duration::from_secs(positive(
+        f.consumer_idle_secs,
+        d.consumer_idle.as_secs(),
+        "clicks.consumer_idle_secs",
+    )?);
+    if consumer_idle <= Duration::from_millis(claim_idle_ms) {
+        return err("clicks.consumer_idle_secs: must be longer than clicks.claim_idle_ms");
+    }
     Ok(ClicksConfig {
+        retention_hours,
+        batch_ids_retention,
+        consumer_idle,
         consume: f.consume.unwrap_or(d.consume),
         block: Duration::from_millis(block_ms),
         read_count: positive(f.read_count, d.read_count, "clicks.read_count")?,
@@ -83,10 +121,23 @@ mod tests {
         assert!(!c.clicks.consume);
         assert_eq!(c.clicks.claim_idle, Duration::from_millis(500));
         assert_eq!(c.clicks.block, Duration::from_millis(100));
+        let c = Config::parse(
+            &format!("{MIN}clicks: {{retention_hours_days: 7, batch_ids_retention_days: 2}}\n"),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.clicks.retention_hours, Duration::from_secs(7 * 86_400));
+        assert_eq!(
+            c.clicks.batch_ids_retention,
+            Duration::from_secs(2 * 86_400)
+        );
         for bad in [
             "{block_ms: 0}",
             "{block_ms: 60001}",
             "{read_count: 0}",
+            "{retention_hours_days: 0}",
+            "{batch_ids_retention_days: 0}",
+            "{consumer_idle_secs: 10, claim_idle_ms: 20000}",
             "{nope: 1}",
         ] {
             assert!(

@@ -134,6 +134,12 @@ pub struct LifecycleFile {
     pub reap_interval_secs: Option<u64>,
     #[serde(default)]
     pub lease_ttl_secs: Option<u64>,
+    #[serde(default)]
+    pub recycle: Option<bool>,
+    #[serde(default)]
+    pub quarantine_days: Option<u32>,
+    #[serde(default)]
+    pub max_edge_cache_ttl_secs: Option<u64>,
 }
 
 /// `clicks:` (all optional; see `super::clicks::ClicksConfig`).
@@ -152,4 +158,10 @@ pub struct ClicksFile {
     pub max_hour_points: Option<u64>,
     #[serde(default)]
     pub max_day_points: Option<u64>,
+    #[serde(default)]
+    pub retention_hours_days: Option<u64>,
+    #[serde(default)]
+    pub batch_ids_retention_days: Option<u64>,
+    #[serde(default)]
+    pub consumer_idle_secs: Option<u64>,
 }

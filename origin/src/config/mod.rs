@@ -295,6 +295,27 @@ impl Config {
             None => CidrList::default_status_allow(),
         };
         let lifecycle = lifecycle::lifecycle(f.lifecycle)?;
+        let redirect_max_age = lifecycle::cache_control_max_age(&f.redirect.cache_control)
+            .unwrap_or(0)
+            .max(
+                lifecycle::cache_control_max_age(&f.redirect.not_found_cache_control).unwrap_or(0),
+            );
+        lifecycle::check_quarantine(
+            &lifecycle,
+            &[
+                ("redis.record_ttl_secs", redis.record_ttl),
+                ("redis.negative_ttl_secs", redis.negative_ttl),
+                ("redis.dedup_ttl_secs", redis.dedup_ttl),
+                (
+                    "redirect.cache_control",
+                    Duration::from_secs(redirect_max_age),
+                ),
+                (
+                    "lifecycle.max_edge_cache_ttl_secs",
+                    lifecycle.max_edge_cache_ttl,
+                ),
+            ],
+        )?;
         Ok(Config {
             listen,
             default_domain,

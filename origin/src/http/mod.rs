@@ -207,6 +207,7 @@ fn status(s: &AppState) -> Response {
         issuer: s.links.issuer.dim(),
         whitelist: s.links.whitelist.status(),
         outbox: m.outbox_dim(),
+        pool: m.pool_dim(),
     };
     ok(StatusCode::OK, &body)
 }

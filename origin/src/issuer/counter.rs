@@ -113,24 +113,25 @@ impl Counter for RedisCounter {
     }
 }
 
-/// Highest id of a row that is not free: the floor for a lost Redis counter.
-/// Uses the `(state, id)` index, so it is a few index dives, not a scan.
+/// Highest pre-generated id of a row that is not free: the floor for a
+/// lost Redis counter, and how far the pool was issued. Uses the
+/// `(state, id)` index, one dive per state, so it is never a scan.
 pub async fn highest_used_id(pool: &Pool) -> Result<u64, mysql_async::Error> {
+    const USED: [RowState; 5] = [
+        RowState::Active,
+        RowState::Reserved,
+        RowState::Disabled,
+        RowState::Deleted,
+        RowState::Expired,
+    ];
+    let one = "COALESCE((SELECT MAX(id) FROM short_code WHERE state = ? AND id < ?), 0)";
+    let sql = format!("SELECT GREATEST({})", vec![one; USED.len()].join(", "));
+    let mut params: Vec<mysql_async::Value> = Vec::with_capacity(USED.len() * 2);
+    for s in USED {
+        params.push(s.into());
+        params.push(crate::db::CUSTOM_ID_BASE.into());
+    }
     let mut conn = pool.get_conn().await?;
-    let v: Option<Option<u64>> = conn
-        .exec_first(
-            "SELECT GREATEST(COALESCE((SELECT MAX(id) FROM short_code WHERE state = ? AND id < ?), 0), \
-             COALESCE((SELECT MAX(id) FROM short_code WHERE state = ? AND id < ?), 0), \
-             COALESCE((SELECT MAX(id) FROM short_code WHERE state = ? AND id < ?), 0))",
-            (
-                RowState::Active,
-                crate::db::CUSTOM_ID_BASE,
-                RowState::Reserved,
-                crate::db::CUSTOM_ID_BASE,
-                RowState::Disabled,
-                crate::db::CUSTOM_ID_BASE,
-            ),
-        )
-        .await?;
+    let v: Option<Option<u64>> = conn.exec_first(sql, params).await?;
     Ok(v.flatten().unwrap_or(0))
 }

@@ -2,6 +2,7 @@
 //! lease as the origins' (so it never runs beside one), with a progress
 //! bar on stderr; then the Redis side of what it reaped (the outbox), so a
 //! run finishes with every reaped link negative in Redis and announced.
+//! With `lifecycle.recycle` the pass ends with recycling, as in `serve`.
 
 use super::{holder_id, ReapError, Reaper};
 use crate::cache::Cache;
@@ -38,6 +39,9 @@ pub struct ReapReport {
     /// Outbox rows applied to Redis afterwards, and the seconds it took.
     pub applied: u64,
     pub apply_secs: f64,
+    /// Codes appended to the pool again (`lifecycle.recycle`; part of the
+    /// MySQL side, after the reaping).
+    pub recycled: u64,
 }
 
 /// Runs one pass with `cfg.lifecycle` (its rate replaced by `rate` if
@@ -93,5 +97,6 @@ pub async fn run(
         reap_secs,
         applied,
         apply_secs,
+        recycled: metrics.lifecycle_recycled.get(),
     })
 }

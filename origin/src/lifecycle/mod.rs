@@ -16,10 +16,16 @@
 //! correct: batches skip each other's locked rows and re-check the state,
 //! so a link is reaped once; the lease keeps MySQL's load bounded.
 //!
-//! [`cli`] is `shorturl-origin reap`, a manual run under the same lease.
+//! The same lease runs the click retention after each pass
+//! ([`crate::clicks::retention`]), so one origin at a time prunes.
+//!
+//! [`cli`] is `shorturl-origin reap`, a manual run under the same lease;
+//! [`recycle`] the opt-in recycling of codes that every pass ends with.
 
 pub mod cli;
+pub mod recycle;
 
+use crate::clicks::retention::Retention;
 use crate::config::LifecycleConfig;
 use crate::metrics::Metrics;
 use crate::store::{DbError, Store};
@@ -57,6 +63,8 @@ pub struct Reaper {
     cfg: LifecycleConfig,
     metrics: Arc<Metrics>,
     holder: String,
+    /// Click retention, run after each pass while the lease is held.
+    retention: Option<Arc<Retention>>,
 }
 
 impl Reaper {
@@ -72,7 +80,14 @@ impl Reaper {
             cfg,
             metrics,
             holder,
+            retention: None,
         }
+    }
+
+    /// Runs `r` after each pass of [`Reaper::run`] (under the lease).
+    pub fn with_retention(mut self, r: Arc<Retention>) -> Reaper {
+        self.retention = Some(r);
+        self
     }
 
     /// This reaper's lease holder name.
@@ -113,13 +128,7 @@ impl Reaper {
         let mut total = 0u64;
         let mut renewed = Instant::now();
         loop {
-            if renewed.elapsed() >= self.cfg.heartbeat() {
-                self.hold().await.map_err(|e| match e {
-                    ReapError::LeaseHeld(h) => ReapError::LeaseLost(h),
-                    e => e,
-                })?;
-                renewed = Instant::now();
-            }
+            self.renew_if_due(&mut renewed).await?;
             let start = Instant::now();
             let n = self
                 .store
@@ -134,11 +143,30 @@ impl Reaper {
             // The rate bound: a batch of n rows takes at least n / rate.
             tokio::time::sleep_until(start + Duration::from_secs_f64(n as f64 / rate)).await;
         }
+        if self.cfg.recycle {
+            let n = self.recycle_pass(&mut renewed).await?;
+            if n > 0 {
+                tracing::info!(recycled = n, "reaper: codes appended to the pool again");
+            }
+        }
         self.metrics
             .lifecycle_last_run
             .set(i64::try_from(now_unix()).unwrap_or(i64::MAX));
         self.refresh_backlog().await;
         Ok(total)
+    }
+
+    /// Renews the lease once a heartbeat passed since `renewed` (inside a
+    /// pass: losing it stops the pass).
+    async fn renew_if_due(&self, renewed: &mut Instant) -> Result<(), ReapError> {
+        if renewed.elapsed() >= self.cfg.heartbeat() {
+            self.hold().await.map_err(|e| match e {
+                ReapError::LeaseHeld(h) => ReapError::LeaseLost(h),
+                e => e,
+            })?;
+            *renewed = Instant::now();
+        }
+        Ok(())
     }
 
     /// Counts the links past their expiry not reaped yet (the metric).
@@ -181,6 +209,9 @@ impl Reaper {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(reaped = n, "reaper: links marked expired"),
                     Err(e) => tracing::warn!(error = %e, "reaper: pass stopped"),
+                }
+                if let Some(r) = &self.retention {
+                    r.run_once(now_unix()).await;
                 }
                 next_pass = Instant::now() + self.cfg.reap_interval;
                 continue;

@@ -78,14 +78,17 @@ impl Links {
             kdt_id,
             created_at: now,
             expires_at: now + u64::from(ttl_days) * 86_400,
+            redirect_status: self.cfg.redirect.status,
         });
 
         if let Some(code) = req.code {
             return match self.store.claim_custom(&code, &data).await? {
-                CustomClaim::Created => {
+                CustomClaim::Created { version } => {
                     self.metrics.creations.with_label_values(&["custom"]).inc();
-                    self.cache.put_created(&code, &data.record(), None).await;
-                    Ok(Creation::New(self.view(&data.row(&code), now)))
+                    self.cache
+                        .put_created(&code, &data.record(version), None)
+                        .await;
+                    Ok(Creation::New(self.view(&data.row(&code, version), now)))
                 }
                 CustomClaim::Taken => {
                     self.metrics
@@ -104,7 +107,7 @@ impl Links {
         }
 
         let mut skips = 0;
-        let code = loop {
+        let claimed = loop {
             let id = self.issuer.next_id().await.map_err(|e| {
                 let e = LinkError::from(e);
                 if matches!(e, LinkError::CodesExhausted { .. }) {
@@ -115,16 +118,10 @@ impl Links {
                 }
                 e
             })?;
-            let code = self
-                .perm
-                .code_for_id(id)
-                .ok_or(LinkError::IdOutOfRange(id))?;
-            if self
-                .claimer
-                .claim(id, code.clone(), Arc::clone(&data))
-                .await?
-            {
-                break code;
+            // The row's code is P(id) for a pre-generated id, or the code
+            // recycling appended at this id: the claim reads it.
+            if let Some(c) = self.claimer.claim(id, Arc::clone(&data)).await? {
+                break c;
             }
             self.metrics.issuer_skipped.inc();
             skips += 1;
@@ -138,9 +135,15 @@ impl Links {
         };
         self.metrics.creations.with_label_values(&["created"]).inc();
         self.cache
-            .put_created(&code, &data.record(), Some(&dedup_key))
+            .put_created(
+                &claimed.code,
+                &data.record(claimed.version),
+                Some(&dedup_key),
+            )
             .await;
-        Ok(Creation::New(self.view(&data.row(&code), now)))
+        Ok(Creation::New(
+            self.view(&data.row(&claimed.code, claimed.version), now),
+        ))
     }
 
     /// The link of a recent identical creation (same app, merchant, domain,

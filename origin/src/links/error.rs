@@ -61,9 +61,6 @@ pub enum LinkError {
     /// Issued ids kept landing on rows that are not free.
     #[error("no free code after {skips} issued ids; is the issuer counter behind the table?")]
     NoFreeCode { skips: usize },
-    /// The issuer returned an id the permutation cannot map.
-    #[error("issued id {0} is outside the code space")]
-    IdOutOfRange(u64),
 }
 
 impl From<DbError> for LinkError {

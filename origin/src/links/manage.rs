@@ -102,7 +102,9 @@ impl Links {
         caller.require(Scope::LinksManage)?;
         let modified = self
             .store
-            .modify(code, &caller.app, |row| decide(visible(caller, Some(row))?))
+            .modify(code, &caller.app, self.cfg.redirect.status, |row| {
+                decide(visible(caller, Some(row))?)
+            })
             .await??;
         match modified {
             Modified::Missing => Err(LinkError::NotFound),

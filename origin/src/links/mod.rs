@@ -33,7 +33,6 @@ use crate::config::Config;
 use crate::issuer::Issuer;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
-use crate::permutation::Permutation;
 use crate::store::Store;
 use crate::whitelist::Whitelist;
 use std::sync::Arc;
@@ -45,7 +44,6 @@ pub struct Links {
     pub cache: Cache,
     pub issuer: Arc<Issuer>,
     pub claimer: Claimer,
-    pub perm: Permutation,
     pub whitelist: Arc<Whitelist>,
     pub metrics: Arc<Metrics>,
     pub outbox: Arc<Outbox>,
@@ -61,7 +59,6 @@ pub struct Parts {
     pub cache: Cache,
     pub issuer: Arc<Issuer>,
     pub claimer: Claimer,
-    pub perm: Permutation,
     pub whitelist: Arc<Whitelist>,
     pub metrics: Arc<Metrics>,
     pub cursor: CursorKey,
@@ -77,7 +74,6 @@ impl Links {
             cache: p.cache,
             issuer: p.issuer,
             claimer: p.claimer,
-            perm: p.perm,
             whitelist: p.whitelist,
             metrics: p.metrics,
             outbox,

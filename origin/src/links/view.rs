@@ -16,7 +16,8 @@ pub struct LinkView {
     /// `active`, `disabled`, `deleted`, or `expired` (reaped, or active
     /// past its expiry and not reaped yet).
     pub state: &'static str,
-    /// The row version: 1 at creation, +1 on every change (`If-Match`).
+    /// The row version: 1 at creation (above the old link's for a recycled
+    /// code), +1 on every change (`If-Match`).
     pub version: u64,
     /// The app (API key) that created the link: its owner.
     pub app: String,

@@ -20,6 +20,9 @@ pub enum AuditAction {
     Expire,
     /// An expired link was given a later expiry by its owner.
     Renew,
+    /// The link's code went back to the pool (actor `reaper`): its row was
+    /// archived; the rows of this code before this one are its old life's.
+    Recycle,
 }
 
 impl AuditAction {
@@ -33,6 +36,7 @@ impl AuditAction {
             AuditAction::Delete => "delete",
             AuditAction::Expire => "expire",
             AuditAction::Renew => "renew",
+            AuditAction::Recycle => "recycle",
         }
     }
 }
@@ -103,7 +107,9 @@ fn parse(code: &str, json: Option<String>) -> Option<LinkRow> {
 }
 
 impl Store {
-    /// The changes of `code`, newest first (at most [`HISTORY_LIMIT`]).
+    /// The changes of `code`'s current life, newest first (at most
+    /// [`HISTORY_LIMIT`]): the rows after its last `recycle` row, so the
+    /// owner of a recycled code never sees the old link's history.
     pub async fn history(&self, code: &str) -> Result<Vec<AuditEntry>, DbError> {
         self.metrics.mysql_select.inc();
         let rows: Vec<AuditCols> = self
@@ -113,9 +119,10 @@ impl Store {
                     .exec(
                         format!(
                             "SELECT at_ms, actor, action, version, before_json, after_json FROM link_audit \
-                             WHERE code = ? ORDER BY id DESC LIMIT {HISTORY_LIMIT}"
+                             WHERE code = ? AND id > COALESCE((SELECT MAX(id) FROM link_audit \
+                             WHERE code = ? AND action = ?), 0) ORDER BY id DESC LIMIT {HISTORY_LIMIT}"
                         ),
-                        (code,),
+                        (code, code, AuditAction::Recycle.as_str()),
                     )
                     .await?)
             })

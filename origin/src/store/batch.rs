@@ -1,15 +1,16 @@
 //! The group-commit statement: many issued ids claimed in one transaction.
 
 use super::audit::{self, AuditAction, AuditRow};
-use super::{DbError, LinkData, RowState, Store, NEW_LINK_COLUMNS};
+use super::CREATED_VERSION;
+use super::{Claimed, DbError, LinkData, RowState, Store, NEW_LINK_COLUMNS};
 use mysql_async::prelude::*;
 use mysql_async::TxOpts;
 use shorturl_common::failpoint;
 use shorturl_common::time::now_unix_ms;
 use std::sync::Arc;
 
-/// One claim: issued id, its code, the link it becomes.
-pub type ClaimItem = (u64, String, Arc<LinkData>);
+/// One claim: issued id and the link it becomes.
+pub type ClaimItem = (u64, Arc<LinkData>);
 
 impl Store {
     /// Claims each `(id, code, link)` whose row is free, in ONE transaction
@@ -18,36 +19,50 @@ impl Store {
     /// with one multi-row upsert (every row exists and is locked, so it only
     /// updates), one multi-row insert of their audit rows, commit. The lock is on primary-key records only (`FORCE
     /// INDEX`): through the `(state, id)` index it would take next-key locks
-    /// that block other origins' blocks. Returns, per item, whether the row
-    /// was claimed (`false`: not free or missing, skip that id). On error
+    /// that block other origins' blocks. Returns, per item, the claimed
+    /// row's code and the link's version (`None`: not free or missing, skip
+    /// that id). The code is the row's, not computed from the id: a recycled
+    /// code sits at an id past the pre-generated ones. The version continues
+    /// above the free row's (0 for a pre-generated row, above the old
+    /// link's for a recycled one), so no record of an earlier life of the
+    /// code can win a compare-and-set against the new link's. On error
     /// nothing of the batch is written.
-    pub async fn claim_batch(&self, items: &[ClaimItem]) -> Result<Vec<bool>, DbError> {
+    pub async fn claim_batch(&self, items: &[ClaimItem]) -> Result<Vec<Option<Claimed>>, DbError> {
         self.metrics.mysql_update.inc_by(items.len() as u64);
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;
             let mut tx = conn.start_transaction(TxOpts::default()).await?;
             let marks = vec!["?"; items.len()].join(",");
             let mut params: Vec<mysql_async::Value> =
-                items.iter().map(|(id, _, _)| (*id).into()).collect();
+                items.iter().map(|(id, _)| (*id).into()).collect();
             params.push(RowState::Free.into());
-            let free: Vec<u64> = tx
+            let free: Vec<(u64, String, u64)> = tx
                 .exec(
                     format!(
-                        "SELECT id FROM short_code FORCE INDEX (PRIMARY) WHERE id IN ({marks}) \
+                        "SELECT id, code, version FROM short_code FORCE INDEX (PRIMARY) WHERE id IN ({marks}) \
                          AND state = ? FOR UPDATE"
                     ),
                     params,
                 )
                 .await?;
-            let claimed: Vec<bool> = items.iter().map(|(id, _, _)| free.contains(id)).collect();
+            let claimed: Vec<Option<Claimed>> = items
+                .iter()
+                .map(|(id, _)| {
+                    free.iter().find(|(f, _, _)| f == id).map(|(_, code, v)| Claimed {
+                        code: code.clone(),
+                        version: v + CREATED_VERSION,
+                    })
+                })
+                .collect();
             if !free.is_empty() {
-                let rows = vec!["(?,?,?,?,?,?,?,?,?,?,?,?,?)"; free.len()].join(",");
-                let mut params: Vec<mysql_async::Value> = Vec::with_capacity(free.len() * 13);
+                let rows = vec!["(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"; free.len()].join(",");
+                let mut params: Vec<mysql_async::Value> = Vec::with_capacity(free.len() * 14);
                 let mut created = Vec::with_capacity(free.len());
-                for ((id, code, d), _) in items.iter().zip(&claimed).filter(|(_, c)| **c) {
-                    created.push((code.as_str(), d.app.as_str(), d.row(code)));
+                for ((id, d), c) in items.iter().zip(&claimed) {
+                    let Some(c) = c else { continue };
+                    created.push((c.code.as_str(), d.app.as_str(), d.row(&c.code, c.version)));
                     params.push((*id).into());
-                    params.push(code.as_str().into());
+                    params.push(c.code.as_str().into());
                     params.extend(d.new_link_values());
                 }
                 tx.exec_drop(
@@ -56,7 +71,8 @@ impl Store {
                          state = VALUES(state), long_url = VALUES(long_url), domain = VALUES(domain), app = VALUES(app), \
                          client_app = VALUES(client_app), client_version = VALUES(client_version), \
                          kdt_id = VALUES(kdt_id), created_at = VALUES(created_at), updated_at = VALUES(updated_at), \
-                         expires_at = VALUES(expires_at), version = VALUES(version)"
+                         expires_at = VALUES(expires_at), version = version + VALUES(version), \
+                         redirect_status = VALUES(redirect_status)"
                     ),
                     params,
                 )
@@ -79,7 +95,7 @@ impl Store {
             // server refuses would, and must leave nothing behind.
             if items
                 .iter()
-                .any(|(_, _, d)| failpoint::hit_contains("origin.claim.poison", &d.url))
+                .any(|(_, d)| failpoint::hit_contains("origin.claim.poison", &d.url))
             {
                 tx.rollback().await?;
                 return Err(DbError::Poisoned);

@@ -14,7 +14,7 @@
 
 use super::audit::{self, AuditAction, AuditRow};
 use super::error::{is_lock_conflict, server_code};
-use super::{DbError, LinkData, RowState, Store, NEW_LINK_COLUMNS};
+use super::{DbError, LinkData, RowState, Store, CREATED_VERSION, NEW_LINK_COLUMNS};
 use crate::db::CUSTOM_ID_BASE;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, TxOpts};
@@ -27,7 +27,11 @@ const ATTEMPTS: u32 = 5;
 /// Outcome of a custom-code claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CustomClaim {
-    Created,
+    /// Created at this version ([`CREATED_VERSION`], or above an earlier
+    /// life of a recycled code).
+    Created {
+        version: u64,
+    },
     Taken,
 }
 
@@ -63,11 +67,14 @@ async fn claim_once(
     code: &str,
     d: &LinkData,
 ) -> Result<CustomClaim, mysql_async::Error> {
-    let row: Option<(u64, u8)> = conn
-        .exec_first("SELECT id, state FROM short_code WHERE code = ?", (code,))
+    let row: Option<(u64, u8, u64)> = conn
+        .exec_first(
+            "SELECT id, state, version FROM short_code WHERE code = ?",
+            (code,),
+        )
         .await?;
     let id = match row {
-        Some((id, state)) if state == RowState::Free.code() => Some(id),
+        Some((id, state, v)) if state == RowState::Free.code() => Some((id, v)),
         Some(_) => return Ok(CustomClaim::Taken),
         None => None,
     };
@@ -79,28 +86,30 @@ async fn claim_once(
     };
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let claimed = match id {
-        // A free pre-generated row: the statement's own condition decides the race.
-        Err(id) => {
+        // A free pre-generated (or recycled) row: the statement's own
+        // condition decides the race; the version continues above the
+        // row's (a recycled code's earlier life).
+        Err((id, free_version)) => {
             tx.exec_drop(
                 "UPDATE short_code SET state = ?, long_url = ?, domain = ?, app = ?, client_app = ?, \
-                 client_version = ?, kdt_id = ?, created_at = ?, updated_at = ?, expires_at = ?, version = ? \
-                 WHERE id = ? AND state = ?",
+                 client_version = ?, kdt_id = ?, created_at = ?, updated_at = ?, expires_at = ?, \
+                 version = version + ?, redirect_status = ? WHERE id = ? AND state = ? AND version = ?",
                 mysql_async::Params::Positional(
                     d.new_link_values()
                         .into_iter()
-                        .chain([id.into(), RowState::Free.into()])
+                        .chain([id.into(), RowState::Free.into(), free_version.into()])
                         .collect(),
                 ),
             )
             .await?;
-            tx.affected_rows() == 1
+            (tx.affected_rows() == 1).then_some(free_version + CREATED_VERSION)
         }
         Ok(id) => {
             let r = tx
                 .exec_drop(
                     format!(
                         "INSERT INTO short_code (id, code, {NEW_LINK_COLUMNS}) \
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     ),
                     mysql_async::Params::Positional(
                         [id.into(), code.into()]
@@ -111,12 +120,12 @@ async fn claim_once(
                 )
                 .await;
             match r {
-                Ok(()) => true,
+                Ok(()) => Some(CREATED_VERSION),
                 // Another caller (or a pregen run) created this code first.
                 Err(mysql_async::Error::Server(s))
                     if s.code == 1062 && s.message.contains("uk_code") =>
                 {
-                    false
+                    None
                 }
                 Err(e) => {
                     tracing::debug!(code, mysql = ?server_code(&e), "custom insert failed");
@@ -125,11 +134,11 @@ async fn claim_once(
             }
         }
     };
-    if !claimed {
+    let Some(version) = claimed else {
         tx.rollback().await?;
         return Ok(CustomClaim::Taken);
-    }
-    let row = d.row(code);
+    };
+    let row = d.row(code, version);
     audit::insert(
         &mut tx,
         &[AuditRow {
@@ -143,7 +152,7 @@ async fn claim_once(
     )
     .await?;
     tx.commit().await?;
-    Ok(CustomClaim::Created)
+    Ok(CustomClaim::Created { version })
 }
 
 /// A new id from the `custom` counter (autocommit).

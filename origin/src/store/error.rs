@@ -26,6 +26,9 @@ pub enum DbError {
     /// The claim worker ended without answering.
     #[error("the claim worker stopped before answering")]
     ClaimWorkerStopped,
+    /// A `meta` row that `migrate` creates is missing or unreadable.
+    #[error("meta.{0} missing or invalid: run `shorturl-origin migrate`")]
+    Meta(&'static str),
     /// Test failpoint `origin.claim.poison`: the batch failed as a bad row would.
     #[error("failpoint origin.claim.poison: the batch holds a poisoned item")]
     Poisoned,

@@ -77,11 +77,13 @@ impl Store {
             let pairs: Vec<(&LinkRow, LinkRow)> =
                 rows.iter().map(|(_, b)| (b, reaped(b, now))).collect();
             let marks = vec!["?"; rows.len()].join(",");
-            let mut params: Vec<Value> = vec![RowState::Expired.into(), now.into(), now.into()];
+            let mut params: Vec<Value> =
+                vec![RowState::Expired.into(), now.into(), now.into(), now.into()];
             params.extend(rows.iter().map(|(id, _)| Value::from(*id)));
+            // ended_at: the recycling quarantine counts from here.
             tx.exec_drop(
                 format!(
-                    "UPDATE short_code SET state = ?, reaped_at = ?, updated_at = ?, \
+                    "UPDATE short_code SET state = ?, reaped_at = ?, updated_at = ?, ended_at = ?, \
                      version = version + 1 WHERE id IN ({marks})"
                 ),
                 params,

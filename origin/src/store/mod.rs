@@ -5,7 +5,8 @@
 //! [`batch`] is the group-commit claim, [`custom`] the custom-code claim,
 //! [`modify`] the one transaction every change of a link goes through,
 //! [`audit`] the audit trail, [`outbox`] the invalidation outbox,
-//! [`lifecycle`] the reaper's batch, `lease` the one-origin-at-a-time leases, [`search`]
+//! [`lifecycle`] the reaper's batch, [`recycle`] the recycler's batch,
+//! `lease` the one-origin-at-a-time leases, [`search`]
 //! the search statement, [`state`]
 //! the row states every statement binds, [`row`] the link as read.
 
@@ -17,6 +18,8 @@ mod lease;
 pub mod lifecycle;
 mod modify;
 pub mod outbox;
+pub mod recycle;
+pub mod retention;
 mod row;
 pub mod search;
 pub mod state;
@@ -25,7 +28,7 @@ pub use audit::{AuditAction, AuditEntry};
 pub use batch::ClaimItem;
 pub use custom::CustomClaim;
 pub use error::DbError;
-pub use modify::{Change, Modified};
+pub use modify::{is_permanent, Change, Modified};
 pub use row::LinkRow;
 pub use state::RowState;
 
@@ -48,20 +51,34 @@ pub struct LinkData {
     pub kdt_id: Option<u64>,
     pub created_at: u64,
     pub expires_at: u64,
+    /// The status this link is served with (the origin's `redirect.status`):
+    /// recorded so recycling never reuses a code a browser may have cached
+    /// for good (301/308).
+    pub redirect_status: u16,
 }
 
 /// The columns [`LinkData::new_link_values`] fills, in its order.
 pub const NEW_LINK_COLUMNS: &str =
-    "state, long_url, domain, app, client_app, client_version, kdt_id, created_at, updated_at, expires_at, version";
+    "state, long_url, domain, app, client_app, client_version, kdt_id, \
+     created_at, updated_at, expires_at, version, redirect_status";
+
+/// A claimed row: its code and the version the new link got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub code: String,
+    pub version: u64,
+}
 
 /// Row version of a link when it is created.
 pub const CREATED_VERSION: u64 = 1;
 
 impl LinkData {
-    /// The record this link is cached as.
-    pub fn record(&self) -> Record {
+    /// The record this link is cached as, created at `version`
+    /// ([`CREATED_VERSION`], or above the version of a recycled code's
+    /// earlier life).
+    pub fn record(&self, version: u64) -> Record {
         Record {
-            version: CREATED_VERSION,
+            version,
             expires_at: self.expires_at,
             domain: self.domain.clone(),
             url: self.url.clone(),
@@ -72,7 +89,7 @@ impl LinkData {
     /// [`NEW_LINK_COLUMNS`]: the single list every creation statement binds
     /// (group commit, custom-code insert and takeover), so the three never
     /// drift apart.
-    pub fn new_link_values(&self) -> [mysql_async::Value; 11] {
+    pub fn new_link_values(&self) -> [mysql_async::Value; 12] {
         [
             RowState::Active.into(),
             self.url.as_str().into(),
@@ -85,11 +102,12 @@ impl LinkData {
             self.created_at.into(),
             self.expires_at.into(),
             CREATED_VERSION.into(),
+            self.redirect_status.into(),
         ]
     }
 
-    /// The row this link becomes once `code` is claimed for it.
-    pub fn row(&self, code: &str) -> LinkRow {
+    /// The row this link becomes once `code` is claimed for it at `version`.
+    pub fn row(&self, code: &str, version: u64) -> LinkRow {
         LinkRow {
             code: code.to_owned(),
             state: RowState::Active,
@@ -102,7 +120,7 @@ impl LinkData {
             created_at: Some(self.created_at),
             updated_at: Some(self.created_at),
             expires_at: Some(self.expires_at),
-            version: CREATED_VERSION,
+            version,
             reaped_at: None,
         }
     }

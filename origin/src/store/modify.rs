@@ -5,7 +5,7 @@
 //! at all (MySQL down: nothing is written).
 
 use super::audit::{self, AuditAction, AuditRow};
-use super::{outbox, row, DbError, LinkRow, Store};
+use super::{outbox, row, DbError, LinkRow, RowState, Store};
 use mysql_async::prelude::*;
 use mysql_async::TxOpts;
 use shorturl_common::time::now_unix_ms;
@@ -30,15 +30,39 @@ pub enum Modified {
     Changed { after: LinkRow, outbox_id: u64 },
 }
 
+/// Whether a link in `state` has ended (never resolves again unless renewed).
+fn ended(state: RowState) -> bool {
+    matches!(state, RowState::Deleted | RowState::Expired)
+}
+
+/// `ended_at` after a change from `before` to `after` at `now`: set when
+/// the link ends (again on every such change, so the quarantine restarts),
+/// kept while it stays ended, cleared when it lives again.
+pub fn ended_at(before: RowState, after: RowState, old: Option<u64>, now: u64) -> Option<u64> {
+    match (ended(before), ended(after)) {
+        (_, true) if before != after => Some(now),
+        (true, true) => old.or(Some(now)),
+        _ => None,
+    }
+}
+
+/// Whether a redirect status lets browsers cache the redirect for good.
+pub fn is_permanent(status: u16) -> bool {
+    matches!(status, 301 | 308)
+}
+
 impl Store {
     /// Locks the row of `code` and applies what `decide` says (the caller's
     /// domain rules: visibility, preconditions, new values). `decide`'s own
     /// error rolls back and is returned inside `Ok`, a database failure as
-    /// `Err`.
+    /// `Err`. `serving` is the redirect status the link is served with from
+    /// now on (the origin's policy): a permanent one is recorded for good,
+    /// an unknown (NULL) record stays unknown.
     pub async fn modify<E>(
         &self,
         code: &str,
         actor: &str,
+        serving: u16,
         decide: impl FnOnce(&LinkRow) -> Result<Option<Change>, E>,
     ) -> Result<Result<Modified, E>, DbError> {
         self.metrics.mysql_update.inc();
@@ -48,7 +72,7 @@ impl Store {
             let found: Option<mysql_async::Row> = tx
                 .exec_first(
                     format!(
-                        "SELECT id, {} FROM short_code WHERE code = ? FOR UPDATE",
+                        "SELECT id, ended_at, {} FROM short_code WHERE code = ? FOR UPDATE",
                         row::COLUMNS
                     ),
                     (code,),
@@ -62,7 +86,11 @@ impl Store {
                 Some(Ok(id)) => id,
                 _ => return Err(DbError::BadColumn(0)),
             };
-            let before = LinkRow::from_row_at(found, 1)?;
+            let old_ended: Option<u64> = match found.take_opt::<Option<u64>, usize>(1) {
+                Some(Ok(v)) => v,
+                _ => return Err(DbError::BadColumn(1)),
+            };
+            let before = LinkRow::from_row_at(found, 2)?;
             let change = match decide(&before) {
                 Err(e) => {
                     tx.rollback().await?;
@@ -78,18 +106,24 @@ impl Store {
             let mut after = change.after;
             after.version = before.version + 1;
             after.updated_at = Some(now_ms / 1000);
+            let ended_now = ended_at(before.state, after.state, old_ended, now_ms / 1000);
+            let params: Vec<mysql_async::Value> = vec![
+                after.state.into(),
+                after.url.as_deref().into(),
+                after.expires_at.into(),
+                after.version.into(),
+                after.updated_at.into(),
+                after.reaped_at.into(),
+                ended_now.into(),
+                is_permanent(serving).into(),
+                serving.into(),
+                id.into(),
+            ];
             tx.exec_drop(
                 "UPDATE short_code SET state = ?, long_url = ?, expires_at = ?, version = ?, updated_at = ?, \
-                 reaped_at = ? WHERE id = ?",
-                (
-                    after.state,
-                    after.url.as_deref(),
-                    after.expires_at,
-                    after.version,
-                    after.updated_at,
-                    after.reaped_at,
-                    id,
-                ),
+                 reaped_at = ?, ended_at = ?, redirect_status = CASE WHEN ? AND redirect_status IS NOT NULL \
+                 THEN ? ELSE redirect_status END WHERE id = ?",
+                params,
             )
             .await?;
             audit::insert(
@@ -109,5 +143,24 @@ impl Store {
             Ok(Ok(Modified::Changed { after, outbox_id }))
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ended_at_follows_the_end_of_a_link() {
+        use RowState::*;
+        assert_eq!(ended_at(Active, Deleted, None, 50), Some(50));
+        assert_eq!(ended_at(Disabled, Expired, None, 50), Some(50));
+        // Deleting an expired link restarts its quarantine.
+        assert_eq!(ended_at(Expired, Deleted, Some(10), 50), Some(50));
+        assert_eq!(ended_at(Deleted, Deleted, Some(10), 50), Some(10));
+        assert_eq!(ended_at(Expired, Active, Some(10), 50), None);
+        assert_eq!(ended_at(Active, Disabled, None, 50), None);
+        assert!(is_permanent(301) && is_permanent(308));
+        assert!(!is_permanent(302) && !is_permanent(307));
     }
 }

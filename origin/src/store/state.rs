@@ -14,7 +14,9 @@ pub enum RowState {
     Reserved = 2,
     /// A link its owner disabled (it can be enabled again).
     Disabled = 3,
-    /// A link deleted for good: it never resolves, changes or is issued again.
+    /// A link deleted for good: it never resolves or changes again. With
+    /// recycling on, its pre-generated code may go back to the pool after
+    /// the quarantine (the row is archived; a new row takes the code).
     Deleted = 4,
     /// A link the reaper found past its expiry (a tombstone: the row and
     /// its URL stay for the audit trail). It never resolves; its owner can

@@ -4,12 +4,54 @@
 use super::{eventually, sha256_hex, Origin, Setup};
 use reqwest::Method;
 use serde_json::Value;
-use shorturl_common::clicks::{Batch, BATCH_VERSION, CONSUMER_GROUP, STREAM_KEY, STREAM_MAXLEN};
+use shorturl_common::clicks::{
+    day_start, Batch, Device, DeviceLine, HourLine, ReferrerLine, BATCH_VERSION, CONSUMER_GROUP,
+    NO_REFERRER, STREAM_KEY, STREAM_MAXLEN,
+};
 use shorturl_common::time::rfc3339;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// YAML for a consumer that claims quickly (tests do not wait 30 s).
 pub const FAST_CLAIM: &str = "clicks: {claim_idle_ms: 500, block_ms: 200}\n";
+
+/// A batch `id` of `(code, hour, human, bot)` lines with the daily lines an
+/// edge sends with them (humans on desktop, bots as `bot`, no referrer), so
+/// every link-day adds up as the decoder requires.
+pub fn hours_batch(id: &str, hours: &[(&str, u64, u64, u64)]) -> Batch {
+    let mut b = Batch::new(id);
+    let mut days: BTreeMap<(String, u64), (u64, u64)> = BTreeMap::new();
+    for &(code, hour, human, bot) in hours {
+        b.hours.push(HourLine {
+            code: code.to_owned(),
+            hour,
+            human,
+            bot,
+        });
+        let d = days.entry((code.to_owned(), day_start(hour))).or_default();
+        d.0 += human;
+        d.1 += bot;
+    }
+    for ((code, day), (human, bot)) in days {
+        b.referrers.push(ReferrerLine {
+            code: code.clone(),
+            day,
+            host: NO_REFERRER.into(),
+            n: human + bot,
+        });
+        for (device, n) in [(Device::Desktop, human), (Device::Bot, bot)] {
+            if n > 0 {
+                b.devices.push(DeviceLine {
+                    code: code.clone(),
+                    day,
+                    device,
+                    n,
+                });
+            }
+        }
+    }
+    b
+}
 
 /// `XADD su:1:clicks MAXLEN ~ 1000000 * id <id> v 1 b <body>`, as an edge does.
 pub async fn xadd(s: &Setup, b: &Batch) {

@@ -4,6 +4,8 @@
 
 pub use testkit::http;
 
+pub mod clicks;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -162,6 +164,12 @@ pub struct Edge {
 impl Edge {
     /// The Pingora edge (`shorturl-edge`).
     pub fn pingora(redis_url: &str, origin: &str) -> Edge {
+        Edge::pingora_with(redis_url, origin, "")
+    }
+
+    /// The Pingora edge with more settings of its `edge:` section (YAML
+    /// lines indented by two spaces, e.g. `  clicks: {...}\n`).
+    pub fn pingora_with(redis_url: &str, origin: &str, extra: &str) -> Edge {
         let dir = TempDir::new("conf-pingora");
         let port = free_port();
         let k = &KNOBS;
@@ -186,7 +194,7 @@ edge:
   cache: {{ positive_ttl_secs: {pos}, negative_ttl_secs: {neg}, unavailable_ttl_ms: {un} }}
   limits: {{ unknown_per_ip_per_sec: {ul}, creations_per_ip_per_sec: {cl} }}
   access_log: {{ path: {dir}/access.log, flush_interval_ms: 20 }}
-"#,
+{extra}"#,
             dir = dir.path().display(),
             rt = k.redis_timeout_ms,
             rec = k.record_timeout_ms,

@@ -66,6 +66,19 @@ local function defaults()
             max_connections_per_ip = 64,
             keepalive_timeout_secs = 60,
         },
+        -- Click counting (protocol section 3.4), the Pingora edge's `clicks:`.
+        clicks = {
+            enabled = true,
+            -- 50..5000: a worker flushes its counts at least this often.
+            flush_interval_ms = 5000,
+            -- The batch-id prefix; "" = the host name (sanitised), else "edge".
+            edge_name = "",
+            -- Unsent clicks kept while Redis is unreachable (node-wide,
+            -- split evenly over the workers); beyond, the oldest are dropped.
+            max_buffered_clicks = 1000000,
+            -- common/data/bots.txt; "" = the path start.sh rendered.
+            bots_file = "",
+        },
         -- Workers exit with the master (tests kill the master with SIGKILL).
         die_with_master = false,
     }
@@ -118,6 +131,44 @@ local function resolve_name(host, hosts)
     return hosts[host:lower()] or host
 end
 
+-- [A-Za-z0-9._-], 1-64 bytes (a batch id's edge-name part).
+local function valid_name(s)
+    return #s >= 1 and #s <= 64 and not s:find("[^A-Za-z0-9._%-]")
+end
+
+-- The host name without characters a batch id cannot hold, else "edge".
+local function default_edge_name()
+    local f = io.open("/proc/sys/kernel/hostname", "r") or io.open("/etc/hostname", "r")
+    local name = f and f:read("*l") or ""
+    if f then
+        f:close()
+    end
+    name = name:gsub("[^A-Za-z0-9._%-]", ""):sub(1, 64)
+    return name ~= "" and name or "edge"
+end
+
+local function check_clicks(c, nginx)
+    local k = c.clicks
+    local ms = k.flush_interval_ms
+    if ms % 1 ~= 0 or ms < 50 or ms > 5000 then
+        error("clicks.flush_interval_ms must be a whole number from 50 to 5000 (got " .. tostring(ms) .. ")", 0)
+    end
+    if k.max_buffered_clicks % 1 ~= 0 or k.max_buffered_clicks < 1 then
+        error("clicks.max_buffered_clicks must be a whole number >= 1", 0)
+    end
+    if k.edge_name == "" then
+        k.edge_name = default_edge_name()
+    elseif not valid_name(k.edge_name) then
+        error("clicks.edge_name must be 1-64 of [A-Za-z0-9._-] (got " .. k.edge_name .. ")", 0)
+    end
+    if k.bots_file == "" then
+        k.bots_file = nginx.bots_file or ""
+    end
+    if k.enabled and k.bots_file == "" then
+        error("clicks.bots_file must name the bot list (common/data/bots.txt)", 0)
+    end
+end
+
 local function positive(v, name)
     if type(v) ~= "number" or v <= 0 then
         error(name .. " must be > 0", 0)
@@ -128,6 +179,8 @@ end
 -- rendered with them before the module loads its config.
 local NGINX_LIMITS = { "header_timeout_secs", "max_connections", "max_connections_per_ip", "keepalive_timeout_secs",
     "clients_tracked" }
+-- (`nginx.bots_file`, also rendered by start.sh, is the default of
+-- clicks.bots_file.)
 
 -- Loads and validates `path`; returns the config or raises a message.
 -- `nginx` holds the values start.sh rendered into nginx.conf for the
@@ -232,6 +285,7 @@ function M.load(path, nginx)
     if p < 1 or p > 128 or p % 1 ~= 0 then
         error("limits.ipv6_prefix_len must be 1..128", 0)
     end
+    check_clicks(c, nginx)
     c.trusted = net.parse_list(c.trusted_proxies, "trusted_proxies")
     c.status_cidrs = net.parse_list(c.status_allow, "status_allow")
     return c

@@ -16,6 +16,8 @@ local clients = require("shorturl.clients")
 local status_doc = require("shorturl.status")
 local respond = require("shorturl.respond")
 local metrics = require("shorturl.metrics")
+local clicks = require("shorturl.clicks")
+local clicks_stats = require("shorturl.clicks_stats")
 
 local ngx = ngx
 local var, header, now = ngx.var, ngx.header, ngx.now
@@ -40,6 +42,8 @@ function M.init(path, nginx_limits)
     respond.init(cfg)
     clients.init(cfg)
     status_doc.init(cfg)
+    clicks.init(cfg)
+    clicks_stats.init(cfg)
 end
 
 function M.init_worker()
@@ -52,6 +56,7 @@ function M.init_worker()
     cache.init_worker(cfg)
     lookup.init_worker(cfg)
     inval.init_worker(cfg)
+    clicks.init_worker()
 end
 
 ---------------------------------------------------------------- routes
@@ -70,7 +75,8 @@ end
 
 local OUTCOME_OF = { found = "HIT", neg = "NEG", unav = "FAIL" }
 
-local function redirect_or_404(code, host)
+-- `head`: the request head (read_head); a redirect answered is a click.
+local function redirect_or_404(code, host, head)
     local ans = cache.get(code)
     if ans then
         stat("local_hit")
@@ -84,10 +90,14 @@ local function redirect_or_404(code, host)
             return too_many("unknown")
         end
         local source
+        -- An exiting worker's last click flush waits for lookups in flight.
+        clicks.lookup_started()
         ans, source = lookup.resolve(code)
+        clicks.lookup_ended()
         var.su_outcome = source
     end
     if ans.kind == "found" and ans.exp > floor(now()) and host == ans.domain then
+        clicks.count(code, head.method == "HEAD", head.ua, head.referer)
         return respond.redirect(ans.url)
     elseif ans.kind == "unav" then
         return error_response(503, "unavailable", "link lookup temporarily unavailable", RETRY_AFTER)
@@ -133,6 +143,7 @@ end
 local function read_head()
     local method, target, vtoken = rules.parse_line(var.request or "")
     local hosts, fields, bytes = {}, 0, 0
+    local ua, referer
     local ok, headers = pcall(ngx.req.get_headers, 0)
     if ok and headers then
         for k, v in pairs(headers) do
@@ -143,18 +154,26 @@ local function read_head()
                 end
                 if k == "host" then
                     hosts = v
+                elseif k == "user-agent" then
+                    ua = v[1]
+                elseif k == "referer" then
+                    referer = v[1]
                 end
             else
                 fields = fields + 1
                 bytes = bytes + #k + #v + 4
                 if k == "host" then
                     hosts = { v }
+                elseif k == "user-agent" then
+                    ua = v
+                elseif k == "referer" then
+                    referer = v
                 end
             end
         end
     end
     return { method = method, target = target, version = rules.version(vtoken), hosts = hosts, fields = fields,
-        bytes = bytes }
+        bytes = bytes, ua = ua, referer = referer }
 end
 
 -- For a refused head: its status and whether the answer is Pingora's bare
@@ -227,7 +246,7 @@ local function route(head, host, path, pq)
             var.su_outcome = "BAD"
             return error_response(405, "method_not_allowed", "only GET and HEAD resolve a short link")
         end
-        return redirect_or_404(code, host)
+        return redirect_or_404(code, host, head)
     end
     if path == "/api" or sub(path, 1, 5) == "/api/" then
         return forward(method, path)

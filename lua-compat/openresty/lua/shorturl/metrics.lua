@@ -4,6 +4,7 @@ local counters = require("shorturl.counters")
 local clients = require("shorturl.clients")
 local respond = require("shorturl.respond")
 local inval = require("shorturl.inval")
+local clicks_stats = require("shorturl.clicks_stats")
 
 local var, header, now, update_time = ngx.var, ngx.header, ngx.now, ngx.update_time
 local floor, format, sub = math.floor, string.format, string.sub
@@ -101,6 +102,7 @@ function M.metrics()
         .. "meanwhile (looked up once more, not stored)."
     out[#out + 1] = "# TYPE shorturl_inval_superseded_total counter"
     out[#out + 1] = format("shorturl_inval_superseded_total %d", counters.metric("inval_superseded"))
+    clicks_stats.metrics(out)
     local body = table.concat(out, "\n") .. "\n"
     ngx.status = 200
     header["Content-Type"] = "text/plain; version=0.0.4"

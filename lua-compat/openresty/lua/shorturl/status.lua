@@ -6,6 +6,7 @@ local json = require("shorturl.json")
 local counters = require("shorturl.counters")
 local origins = require("shorturl.origins")
 local inval = require("shorturl.inval")
+local clicks_stats = require("shorturl.clicks_stats")
 
 local now, update_time = ngx.now, ngx.update_time
 local format = string.format
@@ -103,9 +104,10 @@ function M.document()
     local c = counters.get
     return format('{"protocol":%d,"service":"edge","local":{"hit":%d,"miss":%d},'
         .. '"redis":{"hit":%d,"miss":%d,"error":%d},"origin":{"forward":%d,"error":%d},'
-        .. '"lock":{"get":%d,"error":%d},%s,%s}',
+        .. '"lock":{"get":%d,"error":%d},%s,%s,%s}',
         PROTOCOL, c("local_hit"), c("local_miss"), c("redis_hit"), c("redis_miss"), c("redis_error"),
-        c("origin_forward"), c("origin_error"), c("lock_get"), c("lock_error"), inval_part(), origin_part())
+        c("origin_forward"), c("origin_error"), c("lock_get"), c("lock_error"), inval_part(), clicks_stats.status_part(),
+        origin_part())
 end
 
 return M

@@ -1,0 +1,371 @@
+-- Click counting on the OpenResty edge (protocol section 3.4), the twin of
+-- the Pingora edge's: every redirect answered is counted in per-worker Lua
+-- tables (no shared-dict lock, no I/O per request), and a per-worker timer
+-- flushes the counts every `clicks.flush_interval_ms` as batches appended
+-- to the Redis Stream su:1:clicks. A batch keeps its id across retries
+-- (the origin applies an id once); while Redis is unreachable unsent
+-- batches wait in a bounded per-worker buffer (oldest dropped and counted
+-- beyond it); a worker that exits (nginx -s quit, reload) flushes first.
+--
+-- Node-wide figures (status, metrics) are added to the shared dict by each
+-- worker at flush time, not per request.
+local clicks_ua = require("shorturl.clicks_ua")
+local clicks_ref = require("shorturl.clicks_ref")
+local clicks_batch = require("shorturl.clicks_batch")
+local redis = require("shorturl.redis")
+
+local ngx = ngx
+local ngx_time, now, update_time = ngx.time, ngx.now, ngx.update_time
+local format = string.format
+local state = ngx.shared.shorturl_state
+
+local M = {}
+
+local STREAM = "su:1:clicks"
+local STREAM_MAXLEN = 1000000
+-- One XADD (a batch up to 8 MiB) may take longer than a cache GET.
+local SEND_TIMEOUT_MS = 2000
+-- How long an exiting worker waits for lookups in flight and retries Redis.
+local EXIT_GRACE = 3
+local UA_CACHE_ITEMS, REF_CACHE_ITEMS = 10000, 10000
+local BOT = clicks_ua.BOT
+
+M.enabled = false
+local cfg
+local device_class, ref_host = clicks_ua.device_class, clicks_ref.host
+
+-- Per worker.
+local ua_cache, ref_cache    -- resty.lrucache: user agent -> class, referer -> host
+local links = {}             -- code -> { h = {[hour] = {human, bot}}, d = {[day] = {r = {[host] = n}, 5 classes}} }
+local human_new, bot_new = 0, 0 -- counted since the last flush (reported then)
+local queue, q_first, q_last = {}, 1, 0 -- unsent batches, oldest first
+local buffered = 0           -- clicks in `queue`
+local max_buffered           -- this worker's share of clicks.max_buffered_clicks
+local id_prefix, seq = nil, 0
+local lookups = 0            -- redirect lookups in flight (they count when they end)
+local flushing = false
+
+---------------------------------------------------------------- counting
+
+-- The class of user agent `v` (a header value, a table when repeated, or
+-- nil: a bot).
+local function classify(v)
+    if type(v) == "table" then
+        v = v[1]
+    end
+    if v == nil then
+        return BOT
+    end
+    local c = ua_cache:get(v)
+    if c then
+        return c
+    end
+    c = device_class(v)
+    ua_cache:set(v, c)
+    return c
+end
+
+local function referrer(v)
+    if type(v) == "table" then
+        v = v[1]
+    end
+    if v == nil then
+        return "-"
+    end
+    local h = ref_cache:get(v)
+    if h then
+        return h
+    end
+    h = ref_host(v)
+    ref_cache:set(v, h)
+    return h
+end
+
+-- Counts one redirect answered for `code`: `head` for a HEAD request, the
+-- User-Agent and Referer header values (nil when absent).
+function M.count(code, head, ua, referer)
+    if not M.enabled then
+        return
+    end
+    local class = head and BOT or classify(ua)
+    local host = referrer(referer)
+    local t = ngx_time()
+    local link = links[code]
+    if not link then
+        link = { h = {}, d = {} }
+        links[code] = link
+    end
+    local hour = t - t % 3600
+    local hc = link.h[hour]
+    if not hc then
+        hc = { 0, 0 }
+        link.h[hour] = hc
+    end
+    local day = t - t % 86400
+    local dc = link.d[day]
+    if not dc then
+        dc = { r = {}, 0, 0, 0, 0, 0 }
+        link.d[day] = dc
+    end
+    if class == BOT then
+        hc[2] = hc[2] + 1
+        bot_new = bot_new + 1
+    else
+        hc[1] = hc[1] + 1
+        human_new = human_new + 1
+    end
+    dc[class] = dc[class] + 1
+    local r = dc.r
+    r[host] = (r[host] or 0) + 1
+end
+
+-- A redirect lookup (which may yield) starts / ends: an exiting worker
+-- waits for them before its last flush.
+function M.lookup_started()
+    lookups = lookups + 1
+end
+
+function M.lookup_ended()
+    lookups = lookups - 1
+end
+
+---------------------------------------------------------------- sending
+
+local function next_id()
+    local id = id_prefix .. seq
+    seq = seq + 1
+    return id
+end
+
+-- The counts so far as batches at the end of the queue.
+local function take()
+    if next(links) == nil then
+        return
+    end
+    local batches = clicks_batch.build(links, next_id)
+    links = {}
+    for _, b in ipairs(batches) do
+        q_last = q_last + 1
+        queue[q_last] = b
+        buffered = buffered + b.human + b.bot
+    end
+end
+
+-- XLEN and the XADD of batch `b` on one connection; returns whether the
+-- batch was appended and the stream's length before it, or nil, err.
+local function xadd(b)
+    local r = cfg.redis_conn
+    local sock = ngx.socket.tcp()
+    sock:settimeouts(r.connect_timeout_ms, SEND_TIMEOUT_MS, SEND_TIMEOUT_MS)
+    local ok, err = sock:connect(r.host, r.port, { pool = r.pool, pool_size = r.pool_size })
+    if not ok then
+        return nil, "connect: " .. tostring(err)
+    end
+    local req, setup = {}, 0
+    if sock:getreusedtimes() == 0 then
+        req, setup = redis.setup_commands(r, true)
+    end
+    req[#req + 1] = redis.command("XLEN", STREAM)
+    req[#req + 1] = redis.command("XADD", STREAM, "MAXLEN", "~", tostring(STREAM_MAXLEN), "*", "id", b.id, "v",
+        "1", "b", b.body)
+    ok, err = sock:send(req)
+    if not ok then
+        sock:close()
+        return nil, "send: " .. tostring(err)
+    end
+    local replies = {}
+    for i = 1, setup + 2 do
+        local v, e = redis.read_reply(sock)
+        if v == nil then
+            if e and e:find("^redis: ") then
+                replies[i] = { err = e }
+            else
+                sock:close()
+                return nil, e
+            end
+        else
+            replies[i] = v
+        end
+    end
+    sock:setkeepalive(r.keepalive_ms, r.pool_size)
+    for i = 1, setup do
+        if type(replies[i]) == "table" and replies[i].err then
+            return nil, replies[i].err
+        end
+    end
+    local len, added = replies[setup + 1], replies[setup + 2]
+    if type(added) ~= "string" then
+        return nil, type(added) == "table" and added.err or "unexpected reply to XADD"
+    end
+    return true, type(len) == "number" and len or 0
+end
+
+local report = { sent = 0, sent_batches = 0, retried = 0, drop_buffer = 0, drop_stream = 0, drop_exit = 0 }
+
+-- Sends the queue oldest first, stopping at the first failure (the rest
+-- waits for the next tick, in order). Returns whether it is empty.
+local function send_queue()
+    while q_first <= q_last do
+        local b = queue[q_first]
+        local ok, len = xadd(b)
+        if not ok then
+            report.retried = report.retried + 1
+            ngx.log(ngx.WARN, "shorturl: click batch ", b.id, " not sent (", len, "); kept for the next flush")
+            return false
+        end
+        local n = b.human + b.bot
+        if len >= STREAM_MAXLEN then
+            -- At its bound the stream trims old entries, possibly unread.
+            report.drop_stream = report.drop_stream + n
+        end
+        queue[q_first] = nil
+        q_first = q_first + 1
+        buffered = buffered - n
+        report.sent = report.sent + n
+        report.sent_batches = report.sent_batches + 1
+    end
+    return true
+end
+
+-- Beyond the bound, the oldest batches go (counted).
+local function enforce_bound()
+    while buffered > max_buffered and q_first <= q_last do
+        local b = queue[q_first]
+        queue[q_first] = nil
+        q_first = q_first + 1
+        local n = b.human + b.bot
+        buffered = buffered - n
+        report.drop_buffer = report.drop_buffer + n
+        ngx.log(ngx.ERR, "shorturl: click buffer full: dropped batch ", b.id, " (", n, " clicks)")
+    end
+end
+
+-- Adds this worker's figures since the last report to the node's.
+local function publish(empty)
+    local wid = ngx.worker.id() or 0
+    local function add(key, n)
+        if n ~= 0 then
+            state:incr(key, n, 0)
+        end
+    end
+    add("ck:human", human_new)
+    add("ck:bot", bot_new)
+    human_new, bot_new = 0, 0
+    add("ck:sent", report.sent)
+    add("ck:batches:sent", report.sent_batches)
+    add("ck:batches:retried", report.retried)
+    add("ck:drop:buffer_full", report.drop_buffer)
+    add("ck:drop:stream_full", report.drop_stream)
+    add("ck:drop:shutdown", report.drop_exit)
+    for k in pairs(report) do
+        report[k] = 0
+    end
+    state:set("ck:buffered:" .. wid, buffered)
+    if empty then
+        update_time()
+        local t = ngx_time()
+        if t > (state:get("ck:last_flush") or 0) then
+            state:set("ck:last_flush", t)
+        end
+    end
+end
+
+-- One flush: take the counts, send what is queued, bound the rest.
+local function flush()
+    take()
+    local empty = send_queue()
+    enforce_bound()
+    publish(empty)
+end
+
+-- The last flush of an exiting worker: after the lookups in flight have
+-- counted, retrying Redis for a short while; what is left is lost (counted).
+local function final_flush()
+    local deadline = now() + EXIT_GRACE
+    flush()
+    while (lookups > 0 or q_first <= q_last) and now() < deadline do
+        ngx.sleep(0.05)
+        update_time()
+        flush()
+    end
+    take()
+    if q_first <= q_last then
+        report.drop_exit = buffered
+        ngx.log(ngx.ERR, "shorturl: exiting with ", buffered, " clicks not sent")
+        queue, q_first, q_last, buffered = {}, 1, 0, 0
+    end
+    publish(false)
+end
+
+local function tick(premature)
+    if premature then
+        -- Let a flush in progress end first.
+        local deadline = now() + EXIT_GRACE
+        while flushing and now() < deadline do
+            ngx.sleep(0.01)
+            update_time()
+        end
+    elseif flushing then
+        return
+    end
+    flushing = true
+    local ok, err = pcall(premature and final_flush or flush)
+    flushing = false
+    if not ok then
+        ngx.log(ngx.ERR, "shorturl: click flush failed: ", err)
+    end
+end
+
+---------------------------------------------------------------- set-up
+
+-- In the master (init_by_lua): loads the bot list once (workers inherit it).
+function M.init(c)
+    cfg = c
+    M.enabled = c.clicks.enabled
+    if not M.enabled then
+        return
+    end
+    local n, err = clicks_ua.load(c.clicks.bots_file)
+    if not n then
+        error("clicks.bots_file: " .. tostring(err), 0)
+    end
+    if n == 0 then
+        error("clicks.bots_file " .. c.clicks.bots_file .. " holds no pattern", 0)
+    end
+end
+
+-- A nonce new at every worker start: its pid and 8 random bytes.
+local function nonce()
+    local rnd = ""
+    local f = io.open("/dev/urandom", "rb")
+    if f then
+        rnd = f:read(8) or ""
+        f:close()
+    end
+    local hex = rnd:gsub(".", function(ch)
+        return format("%02x", ch:byte())
+    end)
+    if hex == "" then
+        hex = format("%x", math.floor(now() * 1000000) % 0x7fffffff)
+    end
+    return format("%d-%s", ngx.worker.pid(), hex)
+end
+
+-- In each worker: its caches, batch ids and flush timer.
+function M.init_worker()
+    state:set("ck:buffered:" .. (ngx.worker.id() or 0), 0)
+    if not M.enabled then
+        return
+    end
+    local lrucache = require("resty.lrucache")
+    ua_cache = lrucache.new(UA_CACHE_ITEMS)
+    ref_cache = lrucache.new(REF_CACHE_ITEMS)
+    id_prefix = cfg.clicks.edge_name .. ":" .. nonce() .. ":"
+    max_buffered = math.max(1, math.ceil(cfg.clicks.max_buffered_clicks / ngx.worker.count()))
+    local ok, err = ngx.timer.every(cfg.clicks.flush_interval_ms / 1000, tick)
+    if not ok then
+        ngx.log(ngx.ERR, "shorturl: click flush timer: ", err)
+    end
+end
+
+return M

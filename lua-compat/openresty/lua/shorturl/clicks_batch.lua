@@ -1,0 +1,123 @@
+-- A worker's counts as batches in the text format of protocol section 3.4
+-- (as common/src/clicks/accum.rs `take_batches` writes them): per link,
+-- `h` lines by hour, `r` lines by day (the 20 hosts with the most clicks,
+-- ties by host in byte order, the rest summed as `~other`), `d` lines by
+-- day and class; a batch holds whole links only and stays within the
+-- decoder's limits.
+local clicks_ua = require("shorturl.clicks_ua")
+
+local format, concat, sort = string.format, table.concat, table.sort
+
+local M = {}
+
+-- Limits of a batch (common/src/clicks/batch.rs MAX_LINES, MAX_BODY_BYTES).
+M.MAX_LINES = 100000
+M.MAX_BODY_BYTES = 8 * 1024 * 1024
+local TOP_REFERRERS = 20
+local OTHER_REFERRER = "~other"
+local DEVICES = clicks_ua.DEVICES
+
+local function sorted_keys(t)
+    local keys = {}
+    for k in pairs(t) do
+        keys[#keys + 1] = k
+    end
+    sort(keys)
+    return keys
+end
+
+local function by_count_then_host(a, b)
+    if a[2] ~= b[2] then
+        return a[2] > b[2]
+    end
+    return a[1] < b[1]
+end
+
+-- The lines of one link (`link` as clicks.lua counts: `h[hour] = {human,
+-- bot}`, `d[day] = {r = {[host] = n}, [1..5] = per class}`): three arrays,
+-- their total byte size, and the link's human and bot clicks.
+local function link_lines(code, link)
+    local hl, rl, dl = {}, {}, {}
+    local bytes, human, bot = 0, 0, 0
+    for _, hour in ipairs(sorted_keys(link.h)) do
+        local c = link.h[hour]
+        local l = format("h %s %d %d %d\n", code, hour, c[1], c[2])
+        hl[#hl + 1] = l
+        bytes = bytes + #l
+        human, bot = human + c[1], bot + c[2]
+    end
+    for _, day in ipairs(sorted_keys(link.d)) do
+        local d = link.d[day]
+        local refs = {}
+        for host, n in pairs(d.r) do
+            refs[#refs + 1] = { host, n }
+        end
+        sort(refs, by_count_then_host)
+        local other = 0
+        for i, r in ipairs(refs) do
+            if i <= TOP_REFERRERS and r[1] ~= OTHER_REFERRER then
+                local l = format("r %s %d %s %d\n", code, day, r[1], r[2])
+                rl[#rl + 1] = l
+                bytes = bytes + #l
+            else
+                other = other + r[2]
+            end
+        end
+        if other > 0 then
+            local l = format("r %s %d %s %d\n", code, day, OTHER_REFERRER, other)
+            rl[#rl + 1] = l
+            bytes = bytes + #l
+        end
+        for i = 1, #DEVICES do
+            local n = d[i]
+            if n > 0 then
+                local l = format("d %s %d %s %d\n", code, day, DEVICES[i], n)
+                dl[#dl + 1] = l
+                bytes = bytes + #l
+            end
+        end
+    end
+    return hl, rl, dl, bytes, human, bot
+end
+
+local function new_batch()
+    return { h = {}, r = {}, d = {}, lines = 0, bytes = 0, human = 0, bot = 0 }
+end
+
+local function append(dst, src)
+    for i = 1, #src do
+        dst[#dst + 1] = src[i]
+    end
+end
+
+local function finish(b, id)
+    return { id = id, body = concat(b.h) .. concat(b.r) .. concat(b.d), human = b.human, bot = b.bot }
+end
+
+-- Turns `links` (code -> counts) into batches `{id, body, human, bot}`,
+-- ids from `next_id()`, links in code order (byte order, as the Rust
+-- accumulator's BTreeMap).
+function M.build(links, next_id)
+    local out = {}
+    local cur = new_batch()
+    for _, code in ipairs(sorted_keys(links)) do
+        local hl, rl, dl, bytes, human, bot = link_lines(code, links[code])
+        local lines = #hl + #rl + #dl
+        if cur.lines > 0 and (cur.lines + lines > M.MAX_LINES or cur.bytes + bytes > M.MAX_BODY_BYTES) then
+            out[#out + 1] = finish(cur, next_id())
+            cur = new_batch()
+        end
+        append(cur.h, hl)
+        append(cur.r, rl)
+        append(cur.d, dl)
+        cur.lines = cur.lines + lines
+        cur.bytes = cur.bytes + bytes
+        cur.human, cur.bot = cur.human + human, cur.bot + bot
+    end
+    if cur.lines > 0 then
+        out[#out + 1] = finish(cur, next_id())
+    end
+    return out
+end
+
+return M

@@ -1,0 +1,177 @@
+//! Click retention under the reaper's lease, against real Redis and
+//! MariaDB: hourly rows and batch ids past their retention are deleted
+//! (newer ones and the daily rows stay), and idle consumers of the group
+//! are removed once nothing is pending on them — a dead consumer's pending
+//! batch is first claimed and applied exactly once.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use redis::Value;
+use shorturl_common::clicks::{hour_start, CONSUMER_GROUP, STREAM_KEY};
+use shorturl_common::time::now_unix;
+use std::time::Duration;
+use support::clicks::{count, hours_batch, metric, xadd};
+use support::{eventually, Setup};
+
+const WAIT: Duration = Duration::from_secs(30);
+const DAY: u64 = 86_400;
+
+/// Consumer names of the group (none before it exists).
+async fn consumers(s: &Setup) -> Vec<String> {
+    let mut c = s.redis_conn().await;
+    let r: redis::RedisResult<Value> = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(STREAM_KEY)
+        .arg(CONSUMER_GROUP)
+        .query_async(&mut c)
+        .await;
+    // No stream or group yet: no consumers.
+    let Ok(v) = r else { return Vec::new() };
+    let Value::Array(list) = v else {
+        panic!("XINFO CONSUMERS: {v:?}")
+    };
+    list.iter()
+        .map(|c| {
+            let Value::Array(kv) = c else { panic!("{c:?}") };
+            match &kv[1] {
+                Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
+                v => panic!("{v:?}"),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn old_rows_and_idle_consumers_are_pruned() {
+    let mut s = Setup::start_with(|o| {
+        o.pregen = 0;
+        o.extra_yaml.push_str(
+            "clicks: {claim_idle_ms: 500, block_ms: 200, retention_hours_days: 1, \
+             batch_ids_retention_days: 2, consumer_idle_secs: 3}\n\
+             lifecycle: {reap_interval_secs: 1, lease_ttl_secs: 3}\n",
+        );
+    });
+    // Everything below is written while no origin runs, so the restarted
+    // one prunes all of it and its metrics count exactly.
+    // (The first origin read nothing, so it never became a consumer:
+    // Redis creates one when entries are delivered to it.)
+    s.origin.kill();
+    let now = now_unix();
+    let (old, kept) = (hour_start(now - DAY - 3600), hour_start(now - 3600));
+    // Two hourly rows past the retention, one inside it; daily rows of the
+    // old day; batch ids applied 3 days and 1 day ago.
+    s.sql(&format!(
+        "INSERT INTO click_hour (code, hour, human, bot) VALUES \
+         ('Ret001', {old}, 5, 1), ('Ret001', {o2}, 2, 0), ('Ret001', {kept}, 7, 3); \
+         INSERT INTO click_day_referrer (code, day, host, n) VALUES ('Ret001', {day}, '-', 8); \
+         INSERT INTO click_day_device (code, day, class, n) VALUES ('Ret001', {day}, 'desktop', 8); \
+         INSERT INTO click_batches (id, applied_at) VALUES ('e:old:1', {b1}), ('e:new:1', {b2});",
+        o2 = old - 3600,
+        day = old - old % DAY,
+        b1 = now - 3 * DAY,
+        b2 = now - DAY,
+    ));
+
+    // A consumer that read a batch and died (no origin reads meanwhile, so
+    // the dead one gets it), and one that never read anything.
+    let batch = hours_batch("e:boot:7", &[("Ret002", kept, 4, 2)]);
+    xadd(&s, &batch).await;
+    let mut c = s.redis_conn().await;
+    let _: Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(CONSUMER_GROUP)
+        .arg("dead-reader")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(STREAM_KEY)
+        .arg(">")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: Value = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg(STREAM_KEY)
+        .arg(CONSUMER_GROUP)
+        .arg("dead-idle")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(consumers(&s).await.contains(&"dead-reader".to_owned()));
+    s.origin.restart();
+
+    let o = &s.origin;
+    eventually("hourly rows past the retention pruned", WAIT, || async {
+        count(&s, "SELECT COUNT(*) FROM click_hour WHERE code = 'Ret001'") == 1
+    })
+    .await;
+    assert_eq!(
+        count(&s, "SELECT hour FROM click_hour WHERE code = 'Ret001'"),
+        kept
+    );
+    // Daily rows stay.
+    assert_eq!(
+        count(
+            &s,
+            "SELECT COUNT(*) FROM click_day_referrer WHERE code = 'Ret001'"
+        ) + count(
+            &s,
+            "SELECT COUNT(*) FROM click_day_device WHERE code = 'Ret001'"
+        ),
+        2
+    );
+    eventually("old batch id pruned", WAIT, || async {
+        count(
+            &s,
+            "SELECT COUNT(*) FROM click_batches WHERE id = 'e:old:1'",
+        ) == 0
+    })
+    .await;
+    // The dead reader's batch is claimed (after `claim_idle_ms`) and
+    // applied once; newer ids stay.
+    eventually("the dead reader's batch applied", WAIT, || async {
+        count(
+            &s,
+            "SELECT COUNT(*) FROM click_batches WHERE id = 'e:boot:7'",
+        ) == 1
+    })
+    .await;
+    assert_eq!(
+        count(
+            &s,
+            "SELECT COUNT(*) FROM click_batches WHERE id = 'e:new:1'"
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &s,
+            "SELECT human * 1000 + bot FROM click_hour WHERE code = 'Ret002'"
+        ),
+        4002
+    );
+    // Only the running origin's consumer remains (it claimed the batch).
+    eventually("idle consumers removed", WAIT, || async {
+        let names = consumers(&s).await;
+        names.len() == 1 && names[0].starts_with("origin-")
+    })
+    .await;
+    assert_eq!(
+        metric(o, "shorturl_clicks_pruned_rows_total{table=\"click_hour\"}").await,
+        2
+    );
+    assert_eq!(
+        metric(
+            o,
+            "shorturl_clicks_pruned_rows_total{table=\"click_batches\"}"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        metric(o, "shorturl_clicks_consumers_removed_total").await,
+        2,
+        "dead-reader and dead-idle"
+    );
+}
