@@ -49,7 +49,6 @@ fn requests(a: &str, b: &str, elsewhere: &str, unknown: &str) -> Vec<Req> {
 }
 
 #[test]
-#[ignore = "needs the Pingora edge's counting (merged by the lead)"]
 fn the_pingora_edge_and_the_module_count_the_same_requests_alike() {
     let redis = Redis::start();
     let url = redis.url();

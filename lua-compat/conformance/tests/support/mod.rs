@@ -44,7 +44,7 @@ impl Origin {
              mysql: {{ url: \"{db_url}\", timeout_ms: 3000 }}\n\
              redis: {{ url: \"{redis}\", timeout_ms: 100 }}\n\
              links: {{ allowed_domains: [\"s.shop55.com\"] }}\n\
-             apps:\n  - {{ name: demo, key_sha256: \"{key}\", rate_per_sec: 100000, burst: 100000 }}\n\
+             apps:\n  - {{ name: demo, key_sha256: \"{key}\", rate_per_sec: 100000, burst: 100000, scopes: [links:create, links:read, links:manage, stats:read] }}\n\
              shutdown_grace_secs: 1\n",
             redis = redis.url(),
             key = testkit::origin::sha256_hex(API_KEY),
