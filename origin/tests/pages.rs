@@ -289,6 +289,7 @@ async fn the_preview_shows_a_hostile_url_as_text_and_never_redirects() {
     assert_eq!(st, 201, "{v}");
     let code = v["code"].as_str().unwrap().to_owned();
     let stored = v["url"].as_str().unwrap().to_owned();
+    assert_eq!(stored, hostile, "stored as sent: the page must escape it");
     let created = &v["created_at"].as_str().unwrap()[..10];
     let (st, h, body) = fetch(&s, &format!("/{code}+"), SHOP, &[]).await;
     assert_eq!(st, 200);
