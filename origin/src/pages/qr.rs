@@ -228,6 +228,19 @@ mod tests {
         assert_eq!(svg(url, p).unwrap(), svg(url, p).unwrap());
         // IHDR width and height.
         assert_eq!(&a[16..24], &[0, 0, 0, 200, 0, 0, 0, 200]);
+        // More modules than pixels: one pixel a module, the smallest square.
+        let long = format!("https://sho.rt/{}", "x".repeat(60));
+        let small = png(
+            &long,
+            QrParams {
+                size: 64,
+                margin: 16,
+            },
+        )
+        .unwrap();
+        let side = Grid::new(&long, 16).unwrap().side as u8;
+        assert!(side > 64);
+        assert_eq!(&small[16..24], &[0, 0, 0, side, 0, 0, 0, side]);
         let s = String::from_utf8(svg(url, p).unwrap()).unwrap();
         assert!(
             s.contains("width=\"200\" height=\"200\" viewBox=\"0 0 33 33\""),
