@@ -18,6 +18,7 @@ pub mod lifecycle;
 pub mod links;
 pub mod metrics;
 pub mod outbox;
+pub mod pages;
 pub mod permutation;
 pub mod pregen;
 pub mod serve;

@@ -30,6 +30,9 @@ pub struct Metrics {
     pub issuer_exhausted: IntGauge,
     pub issuer_skipped: IntCounter,
     pub creations: IntCounterVec,
+    /// Pages rendered for people (`kind`: svg, png, preview, html404;
+    /// `result`: ok, not_modified, not_found, bad_request, error).
+    pub pages: IntCounterVec,
     pub requests: HistogramVec,
     /// Outbox rows pending (the whole installation's, as last polled).
     pub outbox_pending: IntGauge,
@@ -109,6 +112,14 @@ impl Metrics {
             "Issued ids whose row was not free (skipped)",
         )?;
         r.register(Box::new(issuer_skipped.clone()))?;
+        let pages = IntCounterVec::new(
+            Opts::new(
+                "pages_total",
+                "QR codes and HTML pages rendered, by kind and result",
+            ),
+            &["kind", "result"],
+        )?;
+        r.register(Box::new(pages.clone()))?;
         Ok(Metrics {
             redis_hit: dim("redis", "hit"),
             redis_miss: dim("redis", "miss"),
@@ -132,6 +143,7 @@ impl Metrics {
             )?,
             issuer_skipped,
             creations,
+            pages,
             requests,
             outbox_pending: gauge(
                 &r,

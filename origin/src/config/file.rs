@@ -34,6 +34,8 @@ pub struct FileConfig {
     pub status_allow: Option<Vec<String>>,
     #[serde(default)]
     pub lifecycle: LifecycleFile,
+    #[serde(default)]
+    pub pages: PagesFile,
 }
 
 fn default_scheme() -> String {
@@ -164,4 +166,34 @@ pub struct ClicksFile {
     pub batch_ids_retention_days: Option<u64>,
     #[serde(default)]
     pub consumer_idle_secs: Option<u64>,
+}
+
+/// `pages:` (QR codes, the preview page and HTML 404 pages; see
+/// `super::pages::PagesConfig`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PagesFile {
+    #[serde(default)]
+    pub default: ThemeFile,
+    /// Normalised host → its theme (absent fields: the default's).
+    #[serde(default)]
+    pub domains: std::collections::BTreeMap<String, ThemeFile>,
+    #[serde(default)]
+    pub qr_max_age_secs: Option<u64>,
+    #[serde(default)]
+    pub preview_max_age_secs: Option<u64>,
+}
+
+/// One theme of the HTML pages; colours are `#rrggbb`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThemeFile {
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub background: Option<String>,
+    #[serde(default)]
+    pub foreground: Option<String>,
+    #[serde(default)]
+    pub accent: Option<String>,
 }

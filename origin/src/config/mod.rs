@@ -8,10 +8,12 @@
 mod clicks;
 pub mod file;
 mod lifecycle;
+mod pages;
 mod tenancy;
 
 pub use clicks::ClicksConfig;
 pub use lifecycle::LifecycleConfig;
+pub use pages::{PagesConfig, Theme};
 pub use tenancy::AppConfig;
 
 use file::FileConfig;
@@ -105,6 +107,8 @@ pub struct Config {
     pub status_allow: CidrList,
     /// The reaper of expired links.
     pub lifecycle: LifecycleConfig,
+    /// QR codes, the preview page and HTML 404 pages.
+    pub pages: PagesConfig,
 }
 
 /// A configuration problem, naming the field.
@@ -295,6 +299,7 @@ impl Config {
             None => CidrList::default_status_allow(),
         };
         let lifecycle = lifecycle::lifecycle(f.lifecycle)?;
+        let pages = pages::pages(f.pages)?;
         let redirect_max_age = lifecycle::cache_control_max_age(&f.redirect.cache_control)
             .unwrap_or(0)
             .max(
@@ -314,6 +319,7 @@ impl Config {
                     "lifecycle.max_edge_cache_ttl_secs",
                     lifecycle.max_edge_cache_ttl,
                 ),
+                ("pages.preview_max_age_secs", pages.preview_max_age),
             ],
         )?;
         Ok(Config {
@@ -332,6 +338,7 @@ impl Config {
             shutdown_grace: Duration::from_secs(f.shutdown_grace_secs.unwrap_or(10)),
             status_allow,
             lifecycle,
+            pages,
         })
     }
 

@@ -5,11 +5,13 @@
 //! [`api`] holds the links API handlers, [`batch`] batch creation,
 //! [`stats`] the stats API,
 //! [`openapi`] the API contract, [`resolve`] the record endpoint and
-//! redirects; this file routes and answers the service paths.
+//! redirects, [`pages`] QR codes, previews and HTML 404 pages; this file
+//! routes and answers the service paths.
 
 mod api;
 mod batch;
 pub mod openapi;
+mod pages;
 mod resolve;
 mod rules;
 mod stats;
@@ -173,9 +175,14 @@ async fn route(s: &AppState, req: Request, host: Option<String>) -> (&'static st
             if !is_read {
                 return ("other", method_not_allowed("GET, HEAD"));
             }
+            if let Some((kind, code)) = crate::pages::PageKind::of_path(&path) {
+                let query = parts.uri.query();
+                let r = pages::page(s, kind, code, host.as_deref(), headers, query).await;
+                return ("page", r);
+            }
             (
                 "redirect",
-                resolve::redirect(s, host.as_deref(), &path).await,
+                resolve::redirect(s, host.as_deref(), &path, headers).await,
             )
         }
     }

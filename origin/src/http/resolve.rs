@@ -1,10 +1,10 @@
 //! The resolution routes: the edge's record endpoint and `GET /{code}`.
 
-use super::{not_found, AppState};
+use super::{not_found, pages, AppState};
 use crate::error::ApiError;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
-use http::{header, HeaderValue, StatusCode};
+use http::{header, HeaderMap, HeaderValue, StatusCode};
 use shorturl_common::code::{code_from_path, is_valid_code};
 use shorturl_common::record::Lookup;
 use shorturl_common::time::now_unix;
@@ -38,13 +38,19 @@ pub async fn record(s: &AppState, code: &str) -> Result<Response, ApiError> {
 }
 
 /// `GET|HEAD /{code}`: protocol section 4.
-/// `host` is the request's normalised host (protocol 2.1).
-pub async fn redirect(s: &AppState, host: Option<&str>, path: &str) -> Response {
+/// `host` is the request's normalised host (protocol 2.1). A 404 is the
+/// protocol's JSON, or the HTML page for a browser ([`pages::not_found`]).
+pub async fn redirect(
+    s: &AppState,
+    host: Option<&str>,
+    path: &str,
+    headers: &HeaderMap,
+) -> Response {
     let Some(code) = code_from_path(path) else {
-        return not_found(s);
+        return pages::not_found(s, headers, host, "", None).await;
     };
     let Some(host) = host else {
-        return not_found(s);
+        return pages::not_found(s, headers, None, code, None).await;
     };
     let lookup = match s.links.resolve(code).await {
         Ok(l) => l,
@@ -68,6 +74,6 @@ pub async fn redirect(s: &AppState, host: Option<&str>, path: &str) -> Response 
             h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
             resp
         }
-        _ => not_found(s),
+        other => pages::not_found(s, headers, Some(host), code, Some(&other)).await,
     }
 }

@@ -131,9 +131,11 @@ impl Contract {
                 }
                 let mut literal = 0;
                 for (a, b) in tsegs.iter().zip(&segs) {
-                    if a.starts_with('{') && a.ends_with('}') {
-                        if b.is_empty() {
-                            return None;
+                    // `{code}` or `{code}.svg`: a parameter and a literal suffix.
+                    if let Some((_, suffix)) = a.strip_prefix('{').and_then(|t| t.split_once('}')) {
+                        match b.strip_suffix(suffix) {
+                            Some(v) if !v.is_empty() => literal += usize::from(!suffix.is_empty()),
+                            _ => return None,
                         }
                     } else if a == b {
                         literal += 1;
@@ -237,6 +239,23 @@ impl Contract {
             None => Ok(()),
             // HEAD: the headers of GET, no body.
             Some(_) if *method == Method::HEAD => Ok(()),
+            // Pages for people (HTML, images): the content type must be one
+            // documented; their bytes are the tests' business.
+            Some(c) if !headers_json(headers) => {
+                let ct = headers
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                let media = ct.split(';').next().unwrap_or("").trim();
+                if c.keys().any(|k| k != "application/json" && k == media) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{what}: content-type {ct:?}, documented {:?}",
+                        c.keys()
+                    ))
+                }
+            }
             Some(c) if c.contains_key("application/json") => self.check_json(
                 &what,
                 &format!("{rptr}/content/application~1json/schema"),
@@ -272,6 +291,15 @@ impl Contract {
         self.validate(schema, &v)
             .map_err(|e| format!("{what}: body {v} violates {schema}: {e}"))
     }
+}
+
+/// Whether a response says it is JSON (an absent content type counts as
+/// JSON, so that the JSON check reports it).
+fn headers_json(headers: &HeaderMap) -> bool {
+    headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|ct| ct.starts_with("application/json"))
 }
 
 /// A `reqwest::Client` whose every response is checked against the

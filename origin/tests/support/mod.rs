@@ -5,6 +5,7 @@
 
 pub mod clicks;
 pub mod contract;
+pub mod pages;
 
 use shorturl_common::status::OriginStatus;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,271 @@
+//! HTTP answers of the pages for people (`crate::pages`): QR codes, the
+//! preview page, and the 404 page that browsers get instead of the JSON
+//! 404 (protocol section 4.2).
+
+use super::{not_found as json_not_found, AppState};
+use crate::error::ApiError;
+use crate::pages::html::{self, Gone, Page, Preview};
+use crate::pages::qr::{self, QrParams};
+use crate::pages::{accept, etag, none_match, PageKind};
+use crate::store::{LinkRow, RowState};
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderMap, HeaderValue, StatusCode};
+use shorturl_common::code::is_valid_code;
+use shorturl_common::record::Lookup;
+use shorturl_common::time::{now_unix, rfc3339};
+use std::time::Duration;
+
+const HTML: &str = "text/html; charset=utf-8";
+
+fn count(s: &AppState, kind: &str, result: &str) {
+    s.links
+        .metrics
+        .pages
+        .with_label_values(&[kind, result])
+        .inc();
+}
+
+/// A 200 (or 304 when `If-None-Match` matches) of `body` with a strong ETag.
+fn cached(
+    headers: &HeaderMap,
+    body: Vec<u8>,
+    content_type: &'static str,
+    max_age: Duration,
+    csp: Option<&str>,
+) -> (Response, bool) {
+    let tag = etag(&body);
+    let matched = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| none_match(v, &tag));
+    let (status, len, body) = if matched {
+        (StatusCode::NOT_MODIFIED, None, Body::empty())
+    } else {
+        (StatusCode::OK, Some(body.len()), Body::from(body))
+    };
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    if let Some(len) = len {
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
+    if let Ok(v) = HeaderValue::from_str(&tag) {
+        h.insert(header::ETAG, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={}", max_age.as_secs())) {
+        h.insert(header::CACHE_CONTROL, v);
+    }
+    secure(h, csp);
+    (r, matched)
+}
+
+/// `nosniff`, and on HTML the page's CSP and no referrer.
+fn secure(h: &mut HeaderMap, csp: Option<&str>) {
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if let Some(v) = csp.and_then(|c| HeaderValue::from_str(c).ok()) {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+        h.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
+    }
+}
+
+/// `GET|HEAD /{code}.svg`, `/{code}.png` and `/{code}+`.
+pub async fn page(
+    s: &AppState,
+    kind: PageKind,
+    code: &str,
+    host: Option<&str>,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Response {
+    if !is_valid_code(code) {
+        count(s, kind.label(), "not_found");
+        return not_found(s, headers, host, code, None).await;
+    }
+    let params = match kind {
+        PageKind::Preview => None,
+        PageKind::Svg | PageKind::Png => match QrParams::from_query(query) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                count(s, kind.label(), "bad_request");
+                let field = match e {
+                    qr::QrParamError::Size => "invalid_size",
+                    qr::QrParamError::Margin => "invalid_margin",
+                };
+                return ApiError::bad_request(field, e.to_string()).into_response();
+            }
+        },
+    };
+    let Some(host) = host else {
+        count(s, kind.label(), "not_found");
+        return not_found(s, headers, None, code, None).await;
+    };
+    let lookup = match s.links.resolve(code).await {
+        Ok(l) => l,
+        Err(e) => {
+            count(s, kind.label(), "error");
+            return ApiError::from(e).into_response();
+        }
+    };
+    let live = matches!(&lookup, Lookup::Found(r) if r.binds(host) && !r.is_expired_at(now_unix()));
+    if !live {
+        count(s, kind.label(), "not_found");
+        return not_found(s, headers, Some(host), code, Some(&lookup)).await;
+    }
+    let pages = &s.links.cfg.pages;
+    let rendered = match (kind, params) {
+        (PageKind::Svg, Some(p)) => qr::svg(&s.links.cfg.short_url(host, code), p)
+            .map(|b| (b, "image/svg+xml", pages.qr_max_age, None)),
+        (PageKind::Png, Some(p)) => qr::png(&s.links.cfg.short_url(host, code), p)
+            .map(|b| (b, "image/png", pages.qr_max_age, None)),
+        _ => return preview(s, headers, host, code).await,
+    };
+    match rendered {
+        Ok((body, ct, max_age, csp)) => {
+            let (r, matched) = cached(headers, body, ct, max_age, csp);
+            count(s, kind.label(), if matched { "not_modified" } else { "ok" });
+            r
+        }
+        Err(e) => {
+            tracing::error!(code, error = %e, "QR code rendering failed");
+            count(s, kind.label(), "error");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "cannot render this QR code",
+            )
+            .into_response()
+        }
+    }
+}
+
+/// The preview of a live link: its row for the creation date.
+async fn preview(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Response {
+    let kind = PageKind::Preview.label();
+    let row = match s.links.store.find(code).await {
+        Ok(r) => r,
+        Err(e) => {
+            count(s, kind, "error");
+            return ApiError::from(crate::links::LinkError::from(e)).into_response();
+        }
+    };
+    let now = now_unix();
+    let why = gone_of(row.as_ref(), host, now);
+    let Some(row) = row.filter(|r| is_live(r, host, now)) else {
+        count(s, kind, "not_found");
+        return html_or_json_404(s, headers, host, why);
+    };
+    let created = rfc3339(row.created_at.unwrap_or(0));
+    let page = html::preview(
+        s.links.cfg.pages.theme(Some(host)),
+        &Preview {
+            code,
+            domain: host,
+            url: row.url.as_deref().unwrap_or_default(),
+            created: created.get(..10).unwrap_or(&created),
+        },
+    );
+    let (r, matched) = cached(
+        headers,
+        page.body,
+        HTML,
+        s.links.cfg.pages.preview_max_age,
+        Some(&page.csp),
+    );
+    count(s, kind, if matched { "not_modified" } else { "ok" });
+    r
+}
+
+fn is_live(row: &LinkRow, host: &str, now: u64) -> bool {
+    row.state == RowState::Active
+        && row.domain.as_deref() == Some(host)
+        && row.expires_at.is_some_and(|e| e > now)
+}
+
+/// What a 404 page may say about `row` on `host`: nothing about another
+/// domain's link or a deleted one.
+fn gone_of(row: Option<&LinkRow>, host: &str, now: u64) -> Gone {
+    match row {
+        Some(r) if r.domain.as_deref() == Some(host) => match r.state {
+            RowState::Disabled => Gone::Disabled,
+            RowState::Expired => Gone::Expired,
+            RowState::Active if r.expires_at.is_none_or(|e| e <= now) => Gone::Expired,
+            _ => Gone::Unknown,
+        },
+        _ => Gone::Unknown,
+    }
+}
+
+/// The 404 of a link path: the protocol's JSON 404, or for a client that
+/// prefers HTML the 404 page saying whether the link expired or was
+/// disabled. `lookup` is what resolution said, if it ran; only a code with
+/// a row (a negative of version > 0) costs a MySQL read, and only here.
+pub async fn not_found(
+    s: &AppState,
+    headers: &HeaderMap,
+    host: Option<&str>,
+    code: &str,
+    lookup: Option<&Lookup>,
+) -> Response {
+    if !prefers_html(headers) {
+        return json_not_found(s);
+    }
+    let Some(host) = host else {
+        return html_404(s, "", Gone::Unknown);
+    };
+    let now = now_unix();
+    let why = match lookup {
+        Some(Lookup::Found(r)) if r.binds(host) && r.is_expired_at(now) => Gone::Expired,
+        Some(Lookup::Negative(v)) if *v > 0 && is_valid_code(code) => {
+            match s.links.store.find(code).await {
+                Ok(row) => gone_of(row.as_ref(), host, now),
+                // Already logged by the store; the page stays a plain 404.
+                Err(_) => Gone::Unknown,
+            }
+        }
+        _ => Gone::Unknown,
+    };
+    html_404(s, host, why)
+}
+
+fn prefers_html(headers: &HeaderMap) -> bool {
+    accept::prefers_html(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
+}
+
+fn html_or_json_404(s: &AppState, headers: &HeaderMap, host: &str, why: Gone) -> Response {
+    if prefers_html(headers) {
+        html_404(s, host, why)
+    } else {
+        json_not_found(s)
+    }
+}
+
+/// The HTML 404 page (the client prefers HTML). It varies with `Accept`.
+fn html_404(s: &AppState, host: &str, why: Gone) -> Response {
+    let result = match why {
+        Gone::Unknown => "unknown",
+        Gone::Expired => "expired",
+        Gone::Disabled => "disabled",
+    };
+    count(s, "html404", result);
+    let Page { body, csp } = html::not_found(s.links.cfg.pages.theme(Some(host)), why);
+    let len = body.len();
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = StatusCode::NOT_FOUND;
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(HTML));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    if let Ok(v) = HeaderValue::from_str(&s.links.cfg.redirect.not_found_cache_control) {
+        h.insert(header::CACHE_CONTROL, v);
+    }
+    secure(h, Some(&csp));
+    r
+}

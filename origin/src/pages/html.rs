@@ -1,0 +1,211 @@
+//! The HTML pages: the preview of a link and the 404 pages for people.
+//!
+//! Every value written into a page goes through [`escape`]; the pages need
+//! no script at all, and their only style is inline, allowed by its hash in
+//! the `Content-Security-Policy` built with the page ([`Page::csp`]).
+
+use crate::config::Theme;
+use base64::Engine;
+use sha2::{Digest, Sha256};
+
+/// `s` with the five HTML-significant characters escaped: safe in text
+/// and in a double- or single-quoted attribute.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Why a link has no page (what the 404 page says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// Never issued, deleted, or not a link of this domain.
+    Unknown,
+    /// Past its expiry.
+    Expired,
+    /// Disabled by its owner.
+    Disabled,
+}
+
+impl Gone {
+    fn text(self) -> (&'static str, &'static str) {
+        match self {
+            Gone::Unknown => (
+                "Link not found",
+                "There is no short link at this address. Check that it was typed correctly.",
+            ),
+            Gone::Expired => (
+                "Link expired",
+                "This short link has expired and no longer leads anywhere.",
+            ),
+            Gone::Disabled => (
+                "Link disabled",
+                "This short link has been disabled by its owner.",
+            ),
+        }
+    }
+}
+
+/// What the preview page shows of a live link.
+pub struct Preview<'a> {
+    pub code: &'a str,
+    pub domain: &'a str,
+    /// The stored destination (validated http/https at creation).
+    pub url: &'a str,
+    /// `YYYY-MM-DD`.
+    pub created: &'a str,
+}
+
+/// A rendered page and the policy that lets its style (only) apply.
+pub struct Page {
+    pub body: Vec<u8>,
+    pub csp: String,
+}
+
+fn style(t: &Theme) -> String {
+    format!(
+        "body{{margin:0;font:16px/1.5 system-ui,sans-serif;background:{bg};color:{fg}}}\
+         main{{max-width:36rem;margin:10vh auto;padding:0 1rem}}\
+         h1{{font-size:1.5rem}}code{{display:block;overflow-wrap:anywhere;padding:.5rem;border:1px solid {accent}}}\
+         a.button{{display:inline-block;margin-top:1rem;padding:.5rem 1.25rem;background:{accent};color:{bg};text-decoration:none;border-radius:4px}}\
+         img{{display:block;margin-top:1rem}}",
+        bg = t.background,
+        fg = t.foreground,
+        accent = t.accent
+    )
+}
+
+fn page(theme: &Theme, heading: &str, main: &str) -> Page {
+    let style = style(theme);
+    let hash = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(style.as_bytes()));
+    let body = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <meta name=\"robots\" content=\"noindex\">\
+         <title>{title} · {heading}</title><style>{style}</style></head>\
+         <body><main><h1>{heading}</h1>{main}<p><small>{title}</small></p></main></body></html>\n",
+        title = escape(&theme.title),
+        heading = escape(heading),
+    );
+    Page {
+        body: body.into_bytes(),
+        csp: format!(
+            "default-src 'none'; style-src 'sha256-{hash}'; img-src 'self'; base-uri 'none'; \
+             form-action 'none'; frame-ancestors 'none'"
+        ),
+    }
+}
+
+/// True for a URL a button may lead to: `http:` or `https:` only.
+fn is_web_url(url: &str) -> bool {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    lower.starts_with("https://") || lower.starts_with("http://")
+}
+
+/// The preview page: the destination as text, the domain, the creation
+/// date, the QR code, and a plain link to continue.
+pub fn preview(theme: &Theme, p: &Preview<'_>) -> Page {
+    let url = escape(p.url);
+    let button = if is_web_url(p.url) {
+        format!(
+            "<a class=\"button\" href=\"{url}\" rel=\"noopener noreferrer nofollow\">Continue</a>"
+        )
+    } else {
+        String::new()
+    };
+    let main = format!(
+        "<p>This short link leads to:</p><code>{url}</code>\
+         <p>Short link on <strong>{domain}</strong>, created {created}.</p>{button}\
+         <img src=\"/{code}.svg?size=160\" width=\"160\" height=\"160\" alt=\"QR code of this short link\">",
+        domain = escape(p.domain),
+        created = escape(p.created),
+        code = escape(p.code),
+    );
+    page(theme, "Where this link goes", &main)
+}
+
+/// The 404 page for people: what happened, never where the link went.
+pub fn not_found(theme: &Theme, why: Gone) -> Page {
+    let (heading, text) = why.text();
+    page(theme, heading, &format!("<p>{}</p>", escape(text)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_neutralises_markup() {
+        assert_eq!(
+            escape("\"><script>alert('x')&</script>"),
+            "&quot;&gt;&lt;script&gt;alert(&#39;x&#39;)&amp;&lt;/script&gt;"
+        );
+        assert_eq!(escape("plain é"), "plain é");
+    }
+
+    #[test]
+    fn preview_shows_a_hostile_url_as_text() {
+        let url = "https://x.example/?q=\"><script>alert(1)</script>";
+        let p = preview(
+            &Theme::default(),
+            &Preview {
+                code: "abc123",
+                domain: "sho.rt",
+                url,
+                created: "2026-01-02",
+            },
+        );
+        let body = String::from_utf8(p.body).unwrap();
+        assert!(!body.contains("<script"), "{body}");
+        assert!(
+            body.contains("q=&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{body}"
+        );
+        assert!(
+            body.contains("2026-01-02") && body.contains("sho.rt"),
+            "{body}"
+        );
+        assert!(p.csp.contains("default-src 'none'") && !p.csp.contains("script-src"));
+    }
+
+    #[test]
+    fn only_web_urls_get_a_button() {
+        let page = |url| {
+            let p = Preview {
+                code: "abc123",
+                domain: "sho.rt",
+                url,
+                created: "2026-01-02",
+            };
+            String::from_utf8(preview(&Theme::default(), &p).body).unwrap()
+        };
+        assert!(page("HTTPS://a.example/").contains("class=\"button\""));
+        assert!(!page("javascript:alert(1)").contains("class=\"button\""));
+    }
+
+    #[test]
+    fn not_found_pages_say_why_and_use_the_theme() {
+        let t = Theme {
+            title: "<Shop>".into(),
+            accent: "#123456".into(),
+            ..Theme::default()
+        };
+        let body = String::from_utf8(not_found(&t, Gone::Disabled).body).unwrap();
+        assert!(
+            body.contains("Link disabled") && body.contains("&lt;Shop&gt;"),
+            "{body}"
+        );
+        assert!(body.contains("#123456"));
+        let body = String::from_utf8(not_found(&t, Gone::Expired).body).unwrap();
+        assert!(body.contains("Link expired"));
+    }
+}
