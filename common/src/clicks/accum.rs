@@ -97,7 +97,14 @@ impl Accumulator {
         if !is_valid_code(code) {
             return false;
         }
-        let link = self.links.entry(code.to_owned()).or_default();
+        // The key is allocated only for a link not seen since the last
+        // take (the flusher adds every click of the edge: keep it cheap).
+        if !self.links.contains_key(code) {
+            self.links.insert(code.to_owned(), LinkCounts::default());
+        }
+        let Some(link) = self.links.get_mut(code) else {
+            return false;
+        };
         let hour = link.hours.entry(hour_start(at_unix)).or_default();
         if device == Device::Bot {
             hour.1 += 1;
