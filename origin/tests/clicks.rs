@@ -11,10 +11,10 @@ use serde_json::json;
 use shorturl_common::clicks::{is_bot, Accumulator, Batch, BatchIds, Click};
 use std::collections::BTreeMap;
 use support::clicks::{
-    batches, count, create, hours_batch, link_stats, pending, range, setup_with, tenant_stats,
-    totals, wait_totals, xadd, xadd_fields, ADMIN, DAY, SHOP, WAIT,
+    batches, create, hours_batch, link_stats, pending, range, setup_with, tenant_stats, totals,
+    wait_totals, xadd, xadd_fields, ADMIN, DAY, SHOP, WAIT,
 };
-use support::{eventually, Origin, OriginOpts, KEY};
+use support::{count, eventually, Origin, OriginOpts, KEY};
 
 /// A second origin on the same MySQL and Redis: a new port, no
 /// pre-generation, no failpoints.

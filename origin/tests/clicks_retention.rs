@@ -11,8 +11,8 @@ use redis::Value;
 use shorturl_common::clicks::{hour_start, CONSUMER_GROUP, STREAM_KEY};
 use shorturl_common::time::now_unix;
 use std::time::Duration;
-use support::clicks::{count, hours_batch, metric, xadd};
-use support::{eventually, Setup};
+use support::clicks::{hours_batch, metric, xadd};
+use support::{count, eventually, Setup};
 
 const WAIT: Duration = Duration::from_secs(30);
 const DAY: u64 = 86_400;

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use shorturl_common::time::{now_unix, rfc3339};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
-use support::{eventually, origin_bin, Origin, Setup, KEY};
+use support::{count, eventually, origin_bin, Origin, Setup, KEY};
 
 const WAIT: Duration = Duration::from_secs(30);
 /// A pass every second and a 2 s lease (heartbeat every ~0.67 s).
@@ -37,10 +37,6 @@ fn expire(s: &Setup, codes: &[String]) {
     ));
 }
 
-fn count(s: &Setup, sql: &str) -> u64 {
-    s.sql(sql).trim().parse().unwrap()
-}
-
 fn reaped_codes(s: &Setup) -> BTreeSet<String> {
     s.sql("SELECT code FROM short_code WHERE state = 5")
         .lines()
@@ -48,12 +44,11 @@ fn reaped_codes(s: &Setup) -> BTreeSet<String> {
         .collect()
 }
 
-/// The value of an unlabelled metric of `o`.
+/// The value of an unlabelled metric of `o` (it must be there).
 async fn metric(o: &Origin, name: &str) -> i64 {
-    let text = o.metrics().await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}")) as i64
+    support::metric_value(o, name)
+        .await
+        .unwrap_or_else(|| panic!("{name} not in /metrics")) as i64
 }
 
 async fn create_many(o: &Origin, tag: &str, n: usize) -> Vec<String> {

@@ -18,17 +18,13 @@ use shorturl_common::time::{now_unix, rfc3339};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{eventually, origin_bin, Origin, OriginOpts, Setup, KEY};
+use support::{count, eventually, origin_bin, Origin, OriginOpts, Setup, KEY};
 use tokio::sync::Barrier;
 
 const WAIT: Duration = Duration::from_secs(30);
 const DAY: u64 = 86_400;
 /// A pass every second, a 2 s lease, recycling on (quarantine 180 days).
 const RECYCLE: &str = "lifecycle: {reap_interval_secs: 1, lease_ttl_secs: 2, recycle: true}\n";
-
-fn count(s: &Setup, sql: &str) -> u64 {
-    s.sql(sql).trim().parse().unwrap()
-}
 
 fn one(s: &Setup, sql: &str) -> String {
     s.sql(sql).trim().to_owned()
@@ -51,10 +47,7 @@ fn archived(s: &Setup) -> BTreeSet<String> {
 
 /// The value of metric line `name` (with its labels) of `o`, 0 if absent.
 async fn metric(o: &Origin, name: &str) -> i64 {
-    let text = o.metrics().await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-        .unwrap_or(0.0) as i64
+    support::metric_value(o, name).await.unwrap_or(0.0) as i64
 }
 
 /// Waits until `o`'s reaper finished a pass that started after this call.

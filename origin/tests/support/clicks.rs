@@ -96,11 +96,7 @@ pub async fn pending(s: &Setup) -> i64 {
 
 /// The value of one series of `/metrics` (`name{labels}` exactly), 0 if absent.
 pub async fn metric(o: &Origin, series: &str) -> u64 {
-    let text = o.metrics().await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map(|v| v.trim().parse::<f64>().unwrap() as u64)
-        .unwrap_or(0)
+    super::metric_value(o, series).await.map_or(0, |v| v as u64)
 }
 
 /// `shorturl_clicks_batches_total{result="<result>"}`.
@@ -162,14 +158,6 @@ pub fn range() -> String {
         rfc3339(DAY - 86_400),
         rfc3339(DAY + 2 * 86_400)
     )
-}
-
-/// One number from SQL.
-pub fn count(s: &Setup, sql: &str) -> u64 {
-    let out = s.sql(sql);
-    out.trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{sql}: {out:?}"))
 }
 
 /// A setup with the keys `ADMIN`, `SHOP` (its own links) and `M55`

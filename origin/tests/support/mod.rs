@@ -392,6 +392,23 @@ impl Setup {
     }
 }
 
+/// One number from SQL against `s`'s database.
+pub fn count(s: &Setup, sql: &str) -> u64 {
+    let out = s.sql(sql);
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{sql}: {out:?}"))
+}
+
+/// The value of one series of `o`'s `/metrics` (`name{labels}` exactly),
+/// `None` when the series is absent.
+pub async fn metric_value(o: &Origin, series: &str) -> Option<f64> {
+    let text = o.metrics().await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse::<f64>().unwrap())
+}
+
 /// Polls `cond` until it is true; panics naming `what` after `timeout`.
 pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut cond: F)
 where
