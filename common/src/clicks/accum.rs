@@ -11,6 +11,10 @@ use super::{day_start, device_class, hour_start, referrer_host, Device};
 use super::{OTHER_REFERRER, TOP_REFERRERS};
 use crate::code::is_valid_code;
 use std::collections::{BTreeMap, HashMap};
+
+/// Maps the flusher updates on every click: a fast non-cryptographic hash
+/// (the keys are codes and hosts an edge has already validated).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One redirect answered by an edge (404s are not clicks: not counted).
@@ -27,7 +31,7 @@ pub struct Click<'a> {
 
 #[derive(Debug, Default)]
 struct DayCounts {
-    referrers: HashMap<String, u64>,
+    referrers: FastMap<String, u64>,
     devices: [u64; 5],
 }
 
@@ -41,7 +45,7 @@ struct LinkCounts {
 /// Counts clicks until they are taken as batches.
 #[derive(Debug, Default)]
 pub struct Accumulator {
-    links: BTreeMap<String, LinkCounts>,
+    links: FastMap<String, LinkCounts>,
     clicks: u64,
 }
 
@@ -136,7 +140,10 @@ impl Accumulator {
     /// Takes everything counted as batches of at most `max_lines` lines
     /// (a link's lines are never split across batches), ids from `ids`.
     pub fn take_batches(&mut self, ids: &BatchIds, max_lines: usize) -> Vec<Batch> {
-        let links = std::mem::take(&mut self.links);
+        // In code order, so batches are reproducible (tests, the Lua twin).
+        let mut links: Vec<(String, LinkCounts)> =
+            std::mem::take(&mut self.links).into_iter().collect();
+        links.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         self.clicks = 0;
         let mut out = Vec::new();
         let mut cur = Batch::new(ids.next_id());
