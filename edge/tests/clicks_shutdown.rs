@@ -6,14 +6,13 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::clicks::{links, wait_stream_total, DOMAIN};
 use support::http::{get, Conn};
-use support::{edge_bin, start_edge, EdgeOpts, TIMEOUT};
-use testkit::{free_port, spawn, wait_for, Redis};
+use support::{start_edge, upgrade, EdgeOpts, TIMEOUT};
+use testkit::{free_port, wait_for, Redis};
 
 fn edge_with(redis: &Redis, extra: &'static str) -> support::Edge {
     let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
@@ -54,25 +53,13 @@ fn graceful_upgrade_delivers_every_click_of_both_processes() {
     let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
     opts.threads = 1;
     opts.extra = "  clicks: { flush_interval_ms: 5000, edge_name: upg }";
-    let old = start_edge(opts);
+    let mut old = start_edge(opts);
     let port = old.port;
     let loaders = load(port, "upgr01", 3);
     wait_for("load to start", TIMEOUT, || {
         get(port, "/upgr01", DOMAIN).status == 302
     });
-    old.proc.signal(libc::SIGQUIT);
-    let mut cmd = Command::new(edge_bin());
-    cmd.arg("-u")
-        .arg("-c")
-        .arg(&old.conf)
-        .env("RUST_LOG", "info");
-    let mut new = spawn(
-        "shorturl-edge-new",
-        cmd,
-        &old.dir.path().join("edge-new.log"),
-    );
-    let mut old = old;
-    wait_for("old edge to exit", TIMEOUT, || !old.proc.is_running());
+    let mut new = upgrade(&mut old);
     for _ in 0..20 {
         assert_eq!(get(port, "/upgr01", DOMAIN).status, 302);
     }

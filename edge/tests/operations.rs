@@ -9,8 +9,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use support::http::{get, Conn};
-use support::{edge_bin, record_line, redis_set, start_edge, EdgeOpts, TIMEOUT};
-use testkit::{free_port, spawn, wait_for, Redis};
+use support::{edge_bin, record_line, redis_set, start_edge, upgrade, EdgeOpts, TIMEOUT};
+use testkit::{free_port, wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
 
@@ -122,20 +122,7 @@ fn graceful_upgrade_under_load_fails_no_request() {
         get(port, "/upgr01", DOMAIN).status == 302
     });
 
-    // Pingora's sequence: SIGQUIT the old process (it offers its sockets on
-    // the upgrade socket), start the new one with -u (it takes them).
-    old.proc.signal(libc::SIGQUIT);
-    let mut cmd = Command::new(edge_bin());
-    cmd.arg("-u")
-        .arg("-c")
-        .arg(&old.conf)
-        .env("RUST_LOG", "info");
-    let mut new = spawn(
-        "shorturl-edge-new",
-        cmd,
-        &old.dir.path().join("edge-new.log"),
-    );
-    wait_for("old edge to exit", TIMEOUT, || !old.proc.is_running());
+    let mut new = upgrade(&mut old);
     // Keep the load on the new process for a moment.
     let served_by_new = |n: u32| (0..n).all(|_| get(port, "/upgr01", DOMAIN).status == 302);
     assert!(served_by_new(50));

@@ -92,6 +92,25 @@ impl<'a> EdgeOpts<'a> {
     }
 }
 
+/// Pingora's graceful upgrade of `old`: SIGQUIT it (it offers its sockets
+/// on the upgrade socket), start a new process with `-u` on the same config
+/// (it takes them), wait until the old one exited. Returns the new process.
+pub fn upgrade(old: &mut Edge) -> Proc {
+    old.proc.signal(libc::SIGQUIT);
+    let mut cmd = Command::new(edge_bin());
+    cmd.arg("-u")
+        .arg("-c")
+        .arg(&old.conf)
+        .env("RUST_LOG", "info");
+    let new = spawn(
+        "shorturl-edge-new",
+        cmd,
+        &old.dir.path().join("edge-new.log"),
+    );
+    wait_for("old edge to exit", TIMEOUT, || !old.proc.is_running());
+    new
+}
+
 pub fn edge_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_shorturl-edge"))
 }
