@@ -54,6 +54,9 @@ pub struct EdgeFile {
     /// Click counting (`crate::clicks::config`).
     #[serde(default)]
     pub clicks: crate::clicks::config::ClicksFile,
+    /// The redirect fast path (`crate::fast_path`).
+    #[serde(default)]
+    pub fast_path: FastPathFile,
 }
 
 impl EdgeFile {
@@ -82,6 +85,7 @@ impl EdgeFile {
             https: Default::default(),
             acme: Default::default(),
             clicks: Default::default(),
+            fast_path: FastPathFile::default(),
         }
     }
 }
@@ -201,6 +205,20 @@ impl Default for LimitsFile {
             max_connections: 10_000,
             max_connections_per_ip: 64,
         }
+    }
+}
+
+/// `edge.fast_path`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FastPathFile {
+    /// Answer cached hits before a proxy session exists (default true).
+    pub enabled: bool,
+}
+
+impl Default for FastPathFile {
+    fn default() -> Self {
+        FastPathFile { enabled: true }
     }
 }
 

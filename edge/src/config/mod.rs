@@ -50,6 +50,15 @@ pub struct EdgeConfig {
     pub tls: crate::tls::config::TlsSettings,
     /// Click counting (`crate::clicks`).
     pub clicks: crate::clicks::ClicksConfig,
+    /// The redirect fast path (`crate::fast_path`).
+    pub fast_path: FastPathConfig,
+}
+
+/// The redirect fast path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastPathConfig {
+    /// Off: every request goes through the Pingora proxy session.
+    pub enabled: bool,
 }
 
 /// Redis, the shared cache in front of the origin.
@@ -322,6 +331,9 @@ fn edge_from_file(
         status_allow,
         tls,
         clicks,
+        fast_path: FastPathConfig {
+            enabled: f.fast_path.enabled,
+        },
     })
 }
 
