@@ -58,7 +58,8 @@ YAML
   rm -f "$WORK"/callgrind.out.*
   RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
     "$bin" -c "$WORK/edge.yaml" >"$WORK/edge.log" 2>&1 &
-  vpid=$!; PIDS+=($vpid); wait_tcp "$EDGE_PORT"
+  # Under callgrind on a busy machine the start alone can take a minute.
+  vpid=$!; PIDS+=($vpid); WAIT_TCP_SECS=300 wait_tcp "$EDGE_PORT"
   # Warm: every code read once from Redis into memory.
   miss=0
   for _ in $(seq 1 30); do
