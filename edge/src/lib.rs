@@ -13,6 +13,7 @@ pub mod cache;
 pub mod clicks;
 pub mod config;
 pub mod conn;
+pub mod heartbeat;
 pub mod inval;
 pub mod limits;
 pub mod lookup;

@@ -54,6 +54,13 @@ pub struct EdgeFile {
     /// Click counting (`crate::clicks::config`).
     #[serde(default)]
     pub clicks: crate::clicks::config::ClicksFile,
+    /// Status heartbeat to every origin (admin console); 0: off.
+    #[serde(default = "d_heartbeat_interval_ms")]
+    pub heartbeat_interval_ms: u64,
+}
+
+fn d_heartbeat_interval_ms() -> u64 {
+    10_000
 }
 
 impl EdgeFile {
@@ -82,6 +89,7 @@ impl EdgeFile {
             https: Default::default(),
             acme: Default::default(),
             clicks: Default::default(),
+            heartbeat_interval_ms: d_heartbeat_interval_ms(),
         }
     }
 }

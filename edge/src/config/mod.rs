@@ -50,6 +50,8 @@ pub struct EdgeConfig {
     pub tls: crate::tls::config::TlsSettings,
     /// Click counting (`crate::clicks`).
     pub clicks: crate::clicks::ClicksConfig,
+    /// How often the status heartbeat goes to every origin (zero: never).
+    pub heartbeat_interval: Duration,
 }
 
 /// Redis, the shared cache in front of the origin.
@@ -256,6 +258,9 @@ fn edge_from_file(
     let tls = crate::tls::config::from_file(f.tls_listen, f.tls, f.https, f.acme, &default_domain)
         .map_err(ConfigError)?;
     let clicks = crate::clicks::config::from_file(f.clicks).map_err(ConfigError)?;
+    if f.heartbeat_interval_ms != 0 && f.heartbeat_interval_ms < 100 {
+        return err("edge.heartbeat_interval_ms must be 0 (off) or at least 100");
+    }
     let target = match f.access_log.path.as_deref() {
         None | Some("") | Some("off") => AccessLogTarget::Off,
         Some("-") => AccessLogTarget::Stdout,
@@ -322,6 +327,7 @@ fn edge_from_file(
         status_allow,
         tls,
         clicks,
+        heartbeat_interval: Duration::from_millis(f.heartbeat_interval_ms),
     })
 }
 
