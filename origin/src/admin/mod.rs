@@ -10,6 +10,7 @@
 mod assets;
 pub mod charts;
 pub mod csrf;
+mod days;
 pub mod edges;
 mod form;
 pub mod html;
@@ -42,6 +43,8 @@ pub struct Admin {
     limiter: SigninLimiter,
     /// The edges' heartbeats.
     pub edges: Edges,
+    /// The overview's past days.
+    past_days: days::PastDays,
 }
 
 impl Admin {
@@ -51,6 +54,7 @@ impl Admin {
             users: Arc::new(cfg.users.clone()),
             limiter: SigninLimiter::new(&cfg),
             edges: Edges::default(),
+            past_days: days::PastDays::default(),
             cfg,
         }
     }

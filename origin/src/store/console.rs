@@ -96,29 +96,29 @@ impl Store {
         .await
     }
 
-    /// Links created per day since `from` (a day start): `(day, n, 0)`.
-    pub async fn created_per_day(&self, from: u64) -> Result<DayRows, DbError> {
+    /// Links created per day in `[from, to)` (day starts): `(day, n, 0)`.
+    pub async fn created_per_day(&self, from: u64, to: u64) -> Result<DayRows, DbError> {
         self.bounded(async {
             let mut c = self.pool.get_conn().await?;
             Ok(c.exec(
                 "SELECT created_at - MOD(created_at, 86400) AS d, COUNT(*), 0 FROM short_code \
-                 WHERE created_at >= ? GROUP BY d ORDER BY d",
-                (from,),
+                 WHERE created_at >= ? AND created_at < ? GROUP BY d ORDER BY d",
+                (from, to),
             )
             .await?)
         })
         .await
     }
 
-    /// Clicks per day since `from` (a day start): `(day, human, bot)`.
-    pub async fn clicks_per_day(&self, from: u64) -> Result<DayRows, DbError> {
+    /// Clicks per day in `[from, to)` (day starts): `(day, human, bot)`.
+    pub async fn clicks_per_day(&self, from: u64, to: u64) -> Result<DayRows, DbError> {
         self.bounded(async {
             let mut c = self.pool.get_conn().await?;
             Ok(c.exec(
                 "SELECT day, CAST(COALESCE(SUM(IF(class = 'bot', 0, n)), 0) AS UNSIGNED), \
                  CAST(COALESCE(SUM(IF(class = 'bot', n, 0)), 0) AS UNSIGNED) \
-                 FROM click_day_device WHERE day >= ? GROUP BY day ORDER BY day",
-                (from,),
+                 FROM click_day_device WHERE day >= ? AND day < ? GROUP BY day ORDER BY day",
+                (from, to),
             )
             .await?)
         })

@@ -88,20 +88,45 @@ pub async fn page(links: &Links, admin: &Admin, req: &Req, s: &Session, now: u64
         tracing::warn!(error = %e, "admin overview query failed");
         ApiError::unavailable(crate::error::DATABASE_UNAVAILABLE)
     };
-    let (created, clicks, week) = match tokio::try_join!(
-        async { links.store.created_per_day(from).await.map_err(db) },
-        async { links.store.clicks_per_day(from).await.map_err(db) },
+    let today = day_start(now);
+    let counted = tokio::try_join!(
         async {
-            links
-                .store
-                .created_since(now - 7 * 86_400, None)
+            admin
+                .past_days
+                .get(&links.store, from, today)
                 .await
                 .map_err(db)
         },
-    ) {
+        async {
+            links
+                .store
+                .created_per_day(today, today + 86_400)
+                .await
+                .map_err(db)
+        },
+        async {
+            links
+                .store
+                .clicks_per_day(today, today + 86_400)
+                .await
+                .map_err(db)
+        },
+    );
+    let ((mut created, mut clicks), created_today, clicks_today) = match counted {
         Ok(v) => v,
         Err(e) => return api_error(Some(s), e),
     };
+    created.extend(created_today);
+    clicks.extend(clicks_today);
+    // The current rate: creations since the start of the day 6 days ago
+    // (six full days and today so far), per day elapsed since then.
+    let since = today - 6 * 86_400;
+    let week: u64 = created
+        .iter()
+        .filter(|(d, _, _)| *d >= since)
+        .map(|(_, n, _)| n)
+        .sum();
+    let days_elapsed = (now - since) as f64 / 86_400.0;
     let (labels, per_day, _) = dense(from, &created);
     let created_chart = Chart {
         id: "created",
@@ -145,7 +170,7 @@ pub async fn page(links: &Links, admin: &Admin, req: &Req, s: &Session, now: u64
         };
     }
     let issuer = links.issuer.dim();
-    let rate = week as f64 / 7.0;
+    let rate = week as f64 / days_elapsed;
     let forecast = match exhaustion(issuer.remaining, rate, now) {
         Some(t) => format!(
             "runs out around <strong id=\"exhaustion\">{}</strong>",
@@ -162,7 +187,7 @@ pub async fn page(links: &Links, admin: &Admin, req: &Req, s: &Session, now: u64
         "<div class=\"grid\"><div class=\"panel\" id=\"pool\"><h2>Code pool</h2><table>\
          <tr><th>Capacity</th><td class=\"n\">{}</td></tr><tr><th>Issued</th><td class=\"n\">{}</td></tr>\
          <tr><th>Remaining</th><td class=\"n\">{}</td></tr><tr><th>Created, last 7 days</th><td class=\"n\">{}</td></tr></table>\
-         <p>At {:.1} a day (last 7 days) the pool {forecast}.</p></div>",
+         <p>At {:.1} a day (the last 7 days' rate) the pool {forecast}.</p></div>",
         num(issuer.capacity),
         num(issuer.current),
         num(issuer.remaining),
