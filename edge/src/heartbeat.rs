@@ -40,7 +40,7 @@ impl BackgroundService for HeartbeatSender {
             }
             let hb = Heartbeat {
                 node: self.node.clone(),
-                status: self.status.document(&self.metrics, &self.clicks).await,
+                status: self.status.local_document(&self.metrics, &self.clicks),
             };
             let Ok(body) = serde_json::to_vec(&hb) else {
                 continue;

@@ -85,6 +85,39 @@ async fn sign_in(c: &Client, base: &str, user: &str, password: &str) {
         .unwrap();
 }
 
+/// Waits (polling the page, the browser navigates on its own time) until
+/// the URL's path is `path`.
+async fn wait_path(c: &Client, path: &str) {
+    let mut last = String::new();
+    for _ in 0..300 {
+        if let Ok(u) = c.current_url().await {
+            if u.path() == path {
+                return;
+            }
+            last = u.path().to_owned();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("waited for {path}, still at {last}");
+}
+
+/// Waits until the text of `#id` satisfies `want`; returns it.
+async fn wait_text(c: &Client, id: &str, want: impl Fn(&str) -> bool) -> String {
+    let mut last = String::new();
+    for _ in 0..300 {
+        if let Ok(e) = c.find(Locator::Id(id)).await {
+            if let Ok(t) = e.text().await {
+                if want(&t) {
+                    return t;
+                }
+                last = t;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("#{id}: {last}");
+}
+
 async fn text(c: &Client, id: &str) -> String {
     c.find(Locator::Id(id)).await.unwrap().text().await.unwrap()
 }
@@ -161,6 +194,7 @@ fn the_console_in_a_browser() {
 
         // A wrong password is refused, on the sign-in page.
         sign_in(&c, &base, "ops", "not-the-password").await;
+        wait_text(&c, "error", |t| !t.is_empty()).await;
         assert!(c
             .current_url()
             .await
@@ -171,6 +205,7 @@ fn the_console_in_a_browser() {
         shot(&c, "login").await;
         // The right one opens the overview, whose status lists the edge.
         sign_in(&c, &base, "ops", OPS_PASSWORD).await;
+        wait_path(&c, "/admin/").await;
         assert_eq!(c.current_url().await.unwrap().path(), "/admin/");
         assert_eq!(text(&c, "who").await, "ops · operator");
         let mut status = String::new();
@@ -201,7 +236,7 @@ fn the_console_in_a_browser() {
             .click()
             .await
             .unwrap();
-        let results = text(&c, "results").await;
+        let results = wait_text(&c, "results", |t| t.contains(FIRST)).await;
         assert!(
             results.contains(&code) && results.contains(FIRST),
             "{results}"
@@ -213,10 +248,7 @@ fn the_console_in_a_browser() {
             .click()
             .await
             .unwrap();
-        assert_eq!(
-            c.current_url().await.unwrap().path(),
-            format!("/admin/links/{code}")
-        );
+        wait_path(&c, &format!("/admin/links/{code}")).await;
         assert_eq!(text(&c, "long-url").await, FIRST);
         assert_eq!(text(&c, "state").await, "active");
         assert!(c.find(Locator::Css("#qr svg")).await.is_ok());
@@ -267,8 +299,8 @@ fn the_console_in_a_browser() {
             .click()
             .await
             .unwrap();
+        wait_text(&c, "long-url", |t| t == SECOND).await;
         assert!(text(&c, "done").await.contains("published to the edges at"));
-        assert_eq!(text(&c, "long-url").await, SECOND);
         let port = edge.port;
         let code2 = code.clone();
         tokio::task::spawn_blocking(move || {
@@ -287,8 +319,8 @@ fn the_console_in_a_browser() {
             .await
             .unwrap();
         c.accept_alert().await.unwrap();
-        c.find(Locator::Id("done")).await.unwrap();
-        assert_eq!(text(&c, "state").await, "disabled");
+        wait_text(&c, "state", |t| t == "disabled").await;
+        assert!(text(&c, "done").await.starts_with("Done: disable;"));
         let code2 = code.clone();
         tokio::task::spawn_blocking(move || {
             wait_for("the edge to answer 404", TIMEOUT, || {
@@ -350,12 +382,7 @@ fn the_console_in_a_browser() {
             .click()
             .await
             .unwrap();
-        assert!(c
-            .current_url()
-            .await
-            .unwrap()
-            .path()
-            .ends_with("/admin/login"));
+        wait_path(&c, "/admin/login").await;
         let r = request(
             origin.port,
             "GET",
@@ -371,6 +398,7 @@ fn the_console_in_a_browser() {
 
         // A viewer sees no edit controls, and a crafted edit is refused.
         sign_in(&c, &base, "watcher", VIEWER_PASSWORD).await;
+        wait_path(&c, "/admin/").await;
         c.goto(&link_url).await.unwrap();
         assert_eq!(text(&c, "state").await, "active");
         for id in ["edit-form", "save", "disable", "enable", "delete"] {
