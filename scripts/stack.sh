@@ -62,8 +62,15 @@ dev_config() {
   local admin merchant
   admin=$(new_key "$VAR/dev-api-key")            # app "dev": admin
   merchant=$(new_key "$VAR/dev-merchant-key")    # app "merchant55": merchant 55 only
+  # The console's user `admin` (role admin): a random password, kept across runs.
+  if [ ! -s "$VAR/dev-admin-password" ]; then
+    head -c 18 /dev/urandom | base64 | tr -d '/+=\n' >"$VAR/dev-admin-password"
+    chmod 600 "$VAR/dev-admin-password"
+  fi
+  local phc
+  phc=$("$BIN/shorturl-origin" hash-password <"$VAR/dev-admin-password")
   sed -e "s/__DEV_KEY_SHA256__/$admin/" -e "s/__MERCHANT_KEY_SHA256__/$merchant/" \
-    conf/origin.dev.yaml >"$VAR/origin.yaml"
+    -e "s|__ADMIN_PASSWORD_HASH__|$phc|" conf/origin.dev.yaml >"$VAR/origin.yaml"
 }
 
 # A development CA (var/tls/ca.pem: trust it in curl with --cacert) and
@@ -138,6 +145,7 @@ case "${1:-}" in
 
 Stack is up: origin 127.0.0.1:$ORIGIN_PORT, Redis 127.0.0.1:$REDIS_PORT, MariaDB 127.0.0.1:$MYSQL_PORT$([ -x "$BIN/shorturl-edge" ] && echo ", edge 127.0.0.1:$EDGE_PORT").
 API keys: var/dev-api-key (admin), var/dev-merchant-key (merchant 55, domain s.shop55.com).
+Admin console: http://127.0.0.1:$ORIGIN_PORT/admin/ (user admin, password in var/dev-admin-password; docs/admin.md)
 Logs: var/*.log. Stop with: make down
 
 Create a link:

@@ -59,14 +59,15 @@ pub fn is_valid_code(s: &str) -> bool {
 /// Paths the services answer themselves: a custom code equal to one of these
 /// could never resolve, so creation refuses them. `batch` resolves, but
 /// `/api/v1/links/batch` is the batch-creation route, so no link may be
-/// managed under that name.
-pub const RESERVED: [&str; 6] = [
+/// managed under that name. `admin` is the origin's console (`/admin/`).
+pub const RESERVED: [&str; 7] = [
     "healthz",
     "shorturl_status",
     "metrics",
     "internal",
     "api",
     "batch",
+    "admin",
 ];
 
 /// True when `code` is a service path and may not be used as a custom code.

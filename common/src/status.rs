@@ -234,3 +234,17 @@ pub struct AcmeDim {
     pub orders_issued: u64,
     pub orders_failed: u64,
 }
+
+/// `POST /internal/v1/heartbeat`: an edge's status summary, sent to every
+/// origin every few seconds so the admin console can show each edge (one
+/// silent for 30 s is shown as missing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// The edge's name: stable across restarts (host name and listen
+    /// address unless configured), 1-128 printable ASCII characters.
+    pub node: String,
+    pub status: EdgeStatus,
+}
+
+/// Largest heartbeat body an origin accepts.
+pub const HEARTBEAT_MAX_BYTES: usize = 16 * 1024;

@@ -16,6 +16,7 @@ pub mod clicks;
 pub mod config;
 pub mod conn;
 pub mod fast_path;
+pub mod heartbeat;
 pub mod inval;
 pub mod limits;
 pub mod lookup;

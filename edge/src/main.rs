@@ -162,6 +162,22 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
         .map_err(|e| format!("redis: {e}"))?,
     );
 
+    let heartbeat = background_service(
+        "status heartbeat",
+        shorturl_edge::heartbeat::HeartbeatSender {
+            node: format!(
+                "{}@{}",
+                edge_cfg.clicks.edge_name,
+                edge_cfg.listen.first().map(String::as_str).unwrap_or("")
+            ),
+            interval: edge_cfg.heartbeat_interval,
+            origin: Arc::clone(&origin),
+            status: StatusSource::new(Arc::clone(&origin)),
+            metrics: Arc::clone(&metrics),
+            clicks: Arc::clone(&clicks),
+        },
+    );
+
     let caps = ConnCaps::new(
         &edge_cfg.limits,
         edge_cfg.trusted_proxies.clone(),
@@ -238,6 +254,7 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
     server.add_service(log_writer);
     server.add_service(subscriber);
     server.add_service(flusher);
+    server.add_service(heartbeat);
     if let Some(addr) = &edge_cfg.metrics_listen {
         let mut prom = pingora_prometheus::prometheus_http_service();
         prom.add_tcp(addr);

@@ -161,6 +161,58 @@ impl OriginPool {
         serde_json::from_slice(&body).map_err(|_| OriginError::Malformed)
     }
 
+    /// Every configured origin (the heartbeat goes to each).
+    pub fn servers(&self) -> Vec<SocketAddr> {
+        self.cfg.servers.clone()
+    }
+
+    /// One JSON `POST` to `addr`, bounded by `budget`; `Ok` on a 2xx.
+    pub async fn post(
+        &self,
+        addr: SocketAddr,
+        path: &str,
+        body: &[u8],
+        budget: Duration,
+    ) -> Result<(), OriginError> {
+        let peer = self.peer(addr, budget);
+        let exchange = async {
+            let t = |e: Box<pingora::Error>| OriginError::Transport(e.to_string());
+            let (mut session, _) = self.connector.get_http_session(&peer).await.map_err(t)?;
+            let mut req = RequestHeader::build("POST", path.as_bytes(), None).map_err(t)?;
+            req.insert_header("Host", self.host.as_str()).map_err(t)?;
+            req.insert_header("Content-Type", "application/json")
+                .map_err(t)?;
+            req.insert_header("Content-Length", body.len().to_string())
+                .map_err(t)?;
+            session
+                .write_request_header(Box::new(req))
+                .await
+                .map_err(t)?;
+            session
+                .write_request_body(bytes::Bytes::copy_from_slice(body), true)
+                .await
+                .map_err(t)?;
+            session.finish_request_body().await.map_err(t)?;
+            session.read_response_header().await.map_err(t)?;
+            let status = session
+                .response_header()
+                .map(|h| h.status.as_u16())
+                .ok_or(OriginError::Malformed)?;
+            while session.read_response_body().await.map_err(t)?.is_some() {}
+            self.connector
+                .release_http_session(session, &peer, Some(Duration::from_secs(60)))
+                .await;
+            if (200..300).contains(&status) {
+                Ok(())
+            } else {
+                Err(OriginError::Status(status))
+            }
+        };
+        tokio::time::timeout(budget, exchange)
+            .await
+            .unwrap_or(Err(OriginError::Timeout))
+    }
+
     /// One GET to the next healthy origin, bounded by `budget` as a whole.
     async fn get(
         &self,

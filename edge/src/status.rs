@@ -113,6 +113,23 @@ impl StatusSource {
     /// The edge's status document (protocol section 6).
     pub async fn document(&self, m: &Metrics, clicks: &Clicks) -> EdgeStatus {
         let part = self.origin_part().await;
+        build(part, m, clicks)
+    }
+
+    /// The document without asking the origin (the heartbeat goes to the
+    /// origins, which know their own part): the origin's dimensions only if
+    /// a recent status fetch left them, reachability from the health check.
+    pub fn local_document(&self, m: &Metrics, clicks: &Clicks) -> EdgeStatus {
+        let part = fresh(&self.cached).unwrap_or(OriginPart {
+            reachable: self.origin.select().is_some(),
+            ..OriginPart::UNREACHABLE
+        });
+        build(part, m, clicks)
+    }
+}
+
+fn build(part: OriginPart, m: &Metrics, clicks: &Clicks) -> EdgeStatus {
+    {
         EdgeStatus {
             protocol: PROTOCOL_VERSION,
             service: "edge".into(),

@@ -35,6 +35,7 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "click_retention",
         include_str!("../migrations/0007_click_retention.sql"),
     ),
+    (8, "admin", include_str!("../migrations/0008_admin.sql")),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

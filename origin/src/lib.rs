@@ -3,6 +3,7 @@
 //! See `docs/architecture.md` for the request paths and `docs/protocol.md`
 //! for the contract with the edge.
 
+pub mod admin;
 pub mod apollo;
 pub mod auth;
 pub mod bench;

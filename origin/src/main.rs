@@ -52,6 +52,9 @@ enum Cmd {
     },
     /// Validate the configuration and exit.
     Check,
+    /// Read a password from stdin (one line) and print its argon2id PHC
+    /// string, for `admin.users[].password_hash`. Needs no configuration.
+    HashPassword,
     /// Measure issuer ids/s or MariaDB's raw durable-claim capacity (prints JSON).
     Bench {
         /// issuer | raw-claims
@@ -73,6 +76,9 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
+    if let Cmd::HashPassword = cli.cmd {
+        return hash_password();
+    }
     let cfg = match Config::load(&cli.config) {
         Ok(c) => c,
         Err(e) => {
@@ -144,7 +150,7 @@ fn main() -> ExitCode {
             } => bench::run(&cfg, &what, concurrency.max(1), seconds)
                 .await
                 .map_err(Into::into),
-            Cmd::Check => Ok(()),
+            Cmd::Check | Cmd::HashPassword => Ok(()),
         };
         r
     });
@@ -155,6 +161,30 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `hash-password`: one line from stdin (without its line end) → PHC string.
+fn hash_password() -> ExitCode {
+    let mut line = String::new();
+    if let Err(e) = std::io::stdin().read_line(&mut line) {
+        eprintln!("cannot read the password from stdin: {e}");
+        return ExitCode::FAILURE;
+    }
+    let password = line.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        eprintln!("empty password: give one line on stdin");
+        return ExitCode::from(2);
+    }
+    match shorturl_origin::admin::users::hash_password(password) {
+        Ok(h) => {
+            println!("{h}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
             ExitCode::FAILURE
         }
     }

@@ -195,6 +195,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         links,
         auth: Arc::new(Auth::new(&cfg.apps)),
         openapi: crate::http::openapi::json().map_err(ServeError::OpenApi)?,
+        admin: Arc::new(crate::admin::Admin::new(cfg.admin.clone())),
     });
     // The peer address is needed for `status_allow`.
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

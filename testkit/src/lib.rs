@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure here is a test failure
 
 pub mod apollo;
+pub mod browser;
 pub mod http;
 pub mod origin;
 pub mod pebble;

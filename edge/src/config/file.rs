@@ -57,6 +57,13 @@ pub struct EdgeFile {
     /// The redirect fast path (`crate::fast_path`).
     #[serde(default)]
     pub fast_path: FastPathFile,
+    /// Status heartbeat to every origin (admin console); 0: off.
+    #[serde(default = "d_heartbeat_interval_ms")]
+    pub heartbeat_interval_ms: u64,
+}
+
+fn d_heartbeat_interval_ms() -> u64 {
+    10_000
 }
 
 impl EdgeFile {
@@ -86,6 +93,7 @@ impl EdgeFile {
             acme: Default::default(),
             clicks: Default::default(),
             fast_path: FastPathFile::default(),
+            heartbeat_interval_ms: d_heartbeat_interval_ms(),
         }
     }
 }

@@ -50,6 +50,8 @@ pub struct EdgeConfig {
     pub tls: crate::tls::config::TlsSettings,
     /// Click counting (`crate::clicks`).
     pub clicks: crate::clicks::ClicksConfig,
+    /// How often the status heartbeat goes to every origin (zero: never).
+    pub heartbeat_interval: Duration,
     /// The redirect fast path (`crate::fast_path`).
     pub fast_path: FastPathConfig,
 }
@@ -265,6 +267,9 @@ fn edge_from_file(
     let tls = crate::tls::config::from_file(f.tls_listen, f.tls, f.https, f.acme, &default_domain)
         .map_err(ConfigError)?;
     let clicks = crate::clicks::config::from_file(f.clicks).map_err(ConfigError)?;
+    if f.heartbeat_interval_ms != 0 && f.heartbeat_interval_ms < 100 {
+        return err("edge.heartbeat_interval_ms must be 0 (off) or at least 100");
+    }
     let target = match f.access_log.path.as_deref() {
         None | Some("") | Some("off") => AccessLogTarget::Off,
         Some("-") => AccessLogTarget::Stdout,
@@ -334,6 +339,7 @@ fn edge_from_file(
         fast_path: FastPathConfig {
             enabled: f.fast_path.enabled,
         },
+        heartbeat_interval: Duration::from_millis(f.heartbeat_interval_ms),
     })
 }
 

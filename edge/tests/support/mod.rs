@@ -143,13 +143,20 @@ edge:
     status_timeout_ms: 300
     health_check_interval_ms: 200
   access_log: {{ path: {dir}/access.log, flush_interval_ms: 20 }}
-{extra}
+{heartbeat}{extra}
 "#,
         threads = opts.threads,
         dir = dir.display(),
         redis = opts.redis_url,
         redis_timeout = opts.redis_timeout_ms,
         extra = opts.extra,
+        // Off unless a test asks: tests with stand-in origins count the
+        // requests those receive.
+        heartbeat = if opts.extra.contains("heartbeat_interval_ms") {
+            ""
+        } else {
+            "  heartbeat_interval_ms: 0\n"
+        },
     );
     let conf = dir.join("edge.yaml");
     std::fs::write(&conf, text).unwrap();

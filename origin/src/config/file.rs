@@ -36,6 +36,9 @@ pub struct FileConfig {
     pub lifecycle: LifecycleFile,
     #[serde(default)]
     pub pages: PagesFile,
+    /// The admin console (`/admin/`); see `super::admin::AdminConfig`.
+    #[serde(default)]
+    pub admin: Option<AdminFile>,
 }
 
 fn default_scheme() -> String {
@@ -196,4 +199,37 @@ pub struct ThemeFile {
     pub foreground: Option<String>,
     #[serde(default)]
     pub accent: Option<String>,
+}
+
+/// `admin:` (the console; see `super::admin::AdminConfig`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminFile {
+    #[serde(default)]
+    pub users: Vec<AdminUserFile>,
+    #[serde(default)]
+    pub idle_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub absolute_timeout_secs: Option<u64>,
+    /// CIDRs whose `X-Forwarded-Proto` is believed (default: none).
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    #[serde(default)]
+    pub signin_burst: Option<u32>,
+    #[serde(default)]
+    pub signin_refill_per_min: Option<u32>,
+}
+
+/// One console user.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminUserFile {
+    pub name: String,
+    /// argon2id PHC string (`shorturl-origin hash-password`).
+    pub password_hash: String,
+    /// `viewer`, `operator` or `admin`.
+    pub role: String,
+    /// Merchants (kdt_id) a support user is restricted to.
+    #[serde(default)]
+    pub merchants: Vec<u64>,
 }

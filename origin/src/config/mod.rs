@@ -5,12 +5,14 @@
 //! validates everything at once so a bad file fails at start with a message
 //! naming the field, never later on a request.
 
+mod admin;
 mod clicks;
 pub mod file;
 mod lifecycle;
 mod pages;
 mod tenancy;
 
+pub use admin::{AdminConfig, AdminUser, Role};
 pub use clicks::ClicksConfig;
 pub use lifecycle::LifecycleConfig;
 pub use pages::{PagesConfig, Theme};
@@ -109,6 +111,8 @@ pub struct Config {
     pub lifecycle: LifecycleConfig,
     /// QR codes, the preview page and HTML 404 pages.
     pub pages: PagesConfig,
+    /// The admin console's users and sessions.
+    pub admin: AdminConfig,
 }
 
 /// A configuration problem, naming the field.
@@ -300,6 +304,7 @@ impl Config {
         };
         let lifecycle = lifecycle::lifecycle(f.lifecycle)?;
         let pages = pages::pages(f.pages)?;
+        let admin = admin::admin(f.admin)?;
         let redirect_max_age = lifecycle::cache_control_max_age(&f.redirect.cache_control)
             .unwrap_or(0)
             .max(
@@ -339,6 +344,7 @@ impl Config {
             status_allow,
             lifecycle,
             pages,
+            admin,
         })
     }
 

@@ -18,7 +18,7 @@ async fn read_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Byte
 }
 
 /// Reads a body of at most `max` bytes (413 otherwise).
-pub(super) async fn read_body_max(
+pub(crate) async fn read_body_max(
     headers: &HeaderMap,
     body: Body,
     max: usize,

@@ -37,7 +37,11 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// `GET /api/v1/openapi.json` (see [`openapi::json`]).
     pub openapi: bytes::Bytes,
+    /// The admin console (`/admin/`) and the edges' heartbeats.
+    pub admin: Arc<crate::admin::Admin>,
 }
+
+pub(crate) use api::read_body_max;
 
 /// The origin's router.
 pub fn router(state: AppState) -> Router {
@@ -120,6 +124,10 @@ async fn route(s: &AppState, req: Request, host: Option<String>) -> (&'static st
         "/shorturl_status" | "/healthz" | "/metrics" => ("other", method_not_allowed("GET, HEAD")),
         "/internal/v1/domains" if is_read => ("domains", domains(s)),
         "/internal/v1/domains" => ("other", method_not_allowed("GET, HEAD")),
+        "/internal/v1/heartbeat" if method == Method::POST => {
+            ("heartbeat", answer(heartbeat(s, headers, body).await))
+        }
+        "/internal/v1/heartbeat" => ("other", method_not_allowed("POST")),
         "/api/v1/links" if method == Method::POST => {
             ("create", answer(api::create(s, headers, body).await))
         }
@@ -169,6 +177,13 @@ async fn route(s: &AppState, req: Request, host: Option<String>) -> (&'static st
                 }
                 return ("record", answer(resolve::record(s, code).await));
             }
+            if path == "/admin" || path.starts_with("/admin/") {
+                let req = crate::admin::Req::of(&parts, peer);
+                return (
+                    "admin",
+                    crate::admin::handle(&s.links, &s.admin, req, body).await,
+                );
+            }
             if path.starts_with("/api/") || path.starts_with("/internal/") {
                 return ("other", no_route(&path));
             }
@@ -196,6 +211,23 @@ fn domains(s: &AppState) -> Response {
         domains: w.domains(),
     };
     ok(StatusCode::OK, &body)
+}
+
+/// `POST /internal/v1/heartbeat`: an edge's status summary for the console.
+async fn heartbeat(
+    s: &AppState,
+    headers: &http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    use shorturl_common::status::{Heartbeat, HEARTBEAT_MAX_BYTES};
+    let bytes = read_body_max(headers, body, HEARTBEAT_MAX_BYTES).await?;
+    let hb: Heartbeat = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request("invalid_heartbeat", format!("not a heartbeat: {e}")))?;
+    s.admin
+        .edges
+        .record(hb)
+        .map_err(|e| ApiError::bad_request("invalid_heartbeat", e.to_string()))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// Whether `peer` may read `/shorturl_status` (an unknown peer may not).

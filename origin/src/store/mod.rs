@@ -12,6 +12,7 @@
 
 pub mod audit;
 mod batch;
+pub mod console;
 mod custom;
 pub mod error;
 mod lease;

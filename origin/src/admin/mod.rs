@@ -1,0 +1,202 @@
+//! The admin console, served by the origin under `/admin/`: server-rendered
+//! HTML over the same domain functions as the API (search, read, edit,
+//! history, stats), called in-process. See `docs/admin.md`.
+//!
+//! [`session`] signs users in and out, [`users`] checks passwords and
+//! limits failed sign-ins, [`csrf`] guards every form, [`views`] renders
+//! the pages, [`charts`] draws their SVG charts, [`edges`] keeps the edges'
+//! heartbeats, [`assets`] serves the stylesheet and script.
+
+mod assets;
+pub mod charts;
+pub mod csrf;
+mod days;
+pub mod edges;
+mod form;
+pub mod html;
+pub mod session;
+pub mod users;
+mod views;
+
+use crate::config::{AdminConfig, AdminUser};
+use crate::error::ApiError;
+use crate::links::Links;
+use crate::tenancy::{Caller, Scope};
+use axum::body::Body;
+use axum::response::Response;
+use edges::Edges;
+use http::request::Parts;
+use http::{Method, StatusCode};
+use session::Session;
+use shorturl_common::time::now_unix;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use users::SigninLimiter;
+
+/// Largest form body the console reads.
+const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// The console's own state (the links service is shared with the API).
+pub struct Admin {
+    pub cfg: AdminConfig,
+    users: Arc<Vec<AdminUser>>,
+    limiter: SigninLimiter,
+    /// The edges' heartbeats.
+    pub edges: Edges,
+    /// The overview's past days.
+    past_days: days::PastDays,
+}
+
+impl Admin {
+    /// From `admin:`.
+    pub fn new(cfg: AdminConfig) -> Admin {
+        Admin {
+            users: Arc::new(cfg.users.clone()),
+            limiter: SigninLimiter::new(&cfg),
+            edges: Edges::default(),
+            past_days: days::PastDays::default(),
+            cfg,
+        }
+    }
+}
+
+/// The caller the domain functions see for a console user: the audit
+/// actor is `admin:<name>`; a user bound to merchants sees only theirs.
+pub fn caller(user: &AdminUser) -> Caller {
+    let actor = format!("admin:{}", user.name);
+    if user.merchants.is_empty() {
+        return Caller::new(actor, [Scope::Admin], []);
+    }
+    let mut scopes = vec![Scope::LinksRead, Scope::StatsRead];
+    if user.role.can_change() {
+        scopes.push(Scope::LinksManage);
+    }
+    Caller::new(actor, scopes, user.merchants.iter().copied())
+}
+
+/// One console request, split.
+pub struct Req {
+    pub method: Method,
+    pub path: String,
+    pub query: Option<String>,
+    pub headers: http::HeaderMap,
+    pub peer: Option<SocketAddr>,
+}
+
+impl Req {
+    /// From the request's parts.
+    pub fn of(parts: &Parts, peer: Option<SocketAddr>) -> Req {
+        Req {
+            method: parts.method.clone(),
+            path: parts.uri.path().to_owned(),
+            query: parts.uri.query().map(str::to_owned),
+            headers: parts.headers.clone(),
+            peer,
+        }
+    }
+
+    /// Whether the request is a GET or HEAD.
+    pub fn is_read(&self) -> bool {
+        self.method == Method::GET || self.method == Method::HEAD
+    }
+
+    /// The query parameter `name` (first value).
+    pub fn param(&self, name: &str) -> Option<String> {
+        url::form_urlencoded::parse(self.query.as_deref().unwrap_or("").as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    }
+}
+
+/// An error page for a domain or validation error.
+pub fn api_error(session: Option<&Session>, e: ApiError) -> Response {
+    html::error(session, e.status, &e.message)
+}
+
+/// Answers a request under `/admin`.
+pub async fn handle(links: &Links, admin: &Admin, req: Req, body: Body) -> Response {
+    let now = now_unix();
+    if req.path == "/admin" {
+        return html::see_other("/admin/", None);
+    }
+    if req.path.starts_with("/admin/assets/") {
+        if !req.is_read() {
+            return html::error(None, StatusCode::METHOD_NOT_ALLOWED, "use GET");
+        }
+        return assets::serve(&req.path)
+            .unwrap_or_else(|| html::error(None, StatusCode::NOT_FOUND, "no such asset"));
+    }
+    if req.path == "/admin/login" {
+        return match req.method {
+            Method::GET | Method::HEAD => views::login::form(admin, &req, None),
+            Method::POST => views::login::submit(links, admin, &req, body, now).await,
+            _ => html::error(None, StatusCode::METHOD_NOT_ALLOWED, "use GET or POST"),
+        };
+    }
+    let session = match session::load(&links.store, &admin.cfg, &req.headers, now).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "admin session lookup failed");
+            return api_error(
+                None,
+                ApiError::unavailable(crate::error::DATABASE_UNAVAILABLE),
+            );
+        }
+    };
+    let Some(s) = session else {
+        if req.is_read() {
+            return html::see_other("/admin/login", None);
+        }
+        return html::error(
+            None,
+            StatusCode::FORBIDDEN,
+            "not signed in (or the session has ended): sign in again",
+        );
+    };
+    if req.method == Method::POST {
+        let form = match form::Form::read(&req.headers, body, MAX_FORM_BYTES).await {
+            Ok(f) => f,
+            Err(e) => return api_error(Some(&s), e),
+        };
+        // Every state-changing form carries the session's token.
+        if !csrf::matches(&s.csrf, form.get("csrf")) {
+            tracing::warn!(user = %s.user.name, path = %req.path, "admin POST with a missing or wrong CSRF token");
+            return html::error(
+                Some(&s),
+                StatusCode::FORBIDDEN,
+                "this form is out of date or was not sent by the console (CSRF token missing or wrong): reload the page and try again",
+            );
+        }
+        if req.path == "/admin/logout" {
+            return views::login::logout(links, admin, &req, &s, now).await;
+        }
+        if let Some(code) = req.path.strip_prefix("/admin/links/") {
+            return views::link::post(links, &s, code, &form, now).await;
+        }
+        return html::error(Some(&s), StatusCode::NOT_FOUND, "no such console page");
+    }
+    if !req.is_read() {
+        return html::error(Some(&s), StatusCode::METHOD_NOT_ALLOWED, "use GET or POST");
+    }
+    let global = || {
+        html::error(
+            Some(&s),
+            StatusCode::FORBIDDEN,
+            "this page shows every tenant; your user is bound to merchants: use Search",
+        )
+    };
+    let bound = !s.user.merchants.is_empty();
+    match req.path.as_str() {
+        "/admin/" if bound => global(),
+        "/admin/" => views::overview::page(links, admin, &req, &s, now).await,
+        "/admin/links" => views::search::page(links, &req, &s).await,
+        "/admin/merchants" if bound => global(),
+        "/admin/merchants" => views::merchants::page(links, &s, now).await,
+        "/admin/apps" if bound => global(),
+        "/admin/apps" => views::apps::page(links, &s, now).await,
+        p => match p.strip_prefix("/admin/links/") {
+            Some(code) => views::link::page(links, &req, &s, code, now).await,
+            None => html::error(Some(&s), StatusCode::NOT_FOUND, "no such console page"),
+        },
+    }
+}

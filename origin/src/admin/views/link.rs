@@ -1,0 +1,430 @@
+//! One link: every field, its QR code, its click charts (hourly for 48 h,
+//! daily for 90 days), referrers, devices and history; for operators and
+//! admins the forms that edit, disable, enable (and, for admins, delete)
+//! it, with when the change was published to the edges.
+
+use super::super::charts::{Chart, Series};
+use super::super::form::Form;
+use super::super::html::{self, csrf_field, esc, num, Nav};
+use super::super::session::Session;
+use super::super::{api_error, caller, Req};
+use crate::clicks::{Interval, LinkStats, StatsRange};
+use crate::config::Role;
+use crate::error::ApiError;
+use crate::links::{HistoryView, LinkView, Links};
+use crate::pages::qr::{self, QrParams};
+use crate::validate::{parse_patch, Patch, PatchState};
+use axum::response::Response;
+use http::StatusCode;
+use shorturl_common::clicks::{day_start, hour_start};
+use shorturl_common::code::is_valid_code;
+use shorturl_common::time::{now_unix_ms, rfc3339_ms};
+use std::fmt::Write;
+
+/// The hourly chart's range (48 h, this hour included) and the daily one's (90 days).
+pub fn ranges(now: u64) -> [StatsRange; 2] {
+    let h = hour_start(now);
+    let d = day_start(now);
+    [
+        StatsRange {
+            from: h - 47 * 3600,
+            to: h + 3600,
+            interval: Interval::Hour,
+        },
+        StatsRange {
+            from: d - 89 * 86_400,
+            to: d + 86_400,
+            interval: Interval::Day,
+        },
+    ]
+}
+
+fn chart(code: &str, st: &LinkStats, hourly: bool) -> Chart {
+    let labels = st
+        .series
+        .iter()
+        .map(|p| {
+            if hourly {
+                p.start.get(5..13).unwrap_or("").replace('T', " ") + "h"
+            } else {
+                p.start.get(..10).unwrap_or("").to_owned()
+            }
+        })
+        .collect();
+    let (id, title, which) = if hourly {
+        ("hourly", "Clicks per hour, last 48 hours (UTC)", "hour")
+    } else {
+        ("daily", "Clicks per day, last 90 days (UTC)", "day")
+    };
+    Chart {
+        id,
+        title: title.into(),
+        labels,
+        series: vec![
+            Series {
+                name: "human",
+                class: "human",
+                values: st.series.iter().map(|p| p.human).collect(),
+            },
+            Series {
+                name: "bot",
+                class: "bot",
+                values: st.series.iter().map(|p| p.bot).collect(),
+            },
+        ],
+        csv_href: format!("/admin/links/{code}?chart={which}&format=csv"),
+    }
+}
+
+fn fields(l: &LinkView) -> String {
+    let rows = [
+        (
+            "Short URL",
+            format!("<a href=\"{u}\">{u}</a>", u = esc(&l.short_url)),
+        ),
+        (
+            "Long URL",
+            format!("<span class=\"url\" id=\"long-url\">{}</span>", esc(&l.url)),
+        ),
+        ("Domain", esc(&l.domain)),
+        (
+            "State",
+            format!(
+                "<span id=\"state\" class=\"state-{s}\">{s}</span>",
+                s = l.state
+            ),
+        ),
+        ("Version", l.version.to_string()),
+        ("App (owner)", esc(&l.app)),
+        ("Client app", esc(l.client_app.as_deref().unwrap_or(""))),
+        (
+            "Client version",
+            esc(l.client_version.as_deref().unwrap_or("")),
+        ),
+        (
+            "Merchant (kdt_id)",
+            l.kdt_id.map(|k| k.to_string()).unwrap_or_default(),
+        ),
+        ("Created", esc(&l.created_at)),
+        ("Updated", esc(&l.updated_at)),
+        ("Expires", esc(&l.expires_at)),
+        ("Reaped", esc(l.reaped_at.as_deref().unwrap_or(""))),
+    ];
+    let mut s = String::from("<table id=\"fields\">");
+    for (k, v) in rows {
+        let _ = write!(s, "<tr><th>{k}</th><td>{v}</td></tr>");
+    }
+    s.push_str("</table>");
+    s
+}
+
+fn history(h: &HistoryView) -> String {
+    let mut s = String::from(
+        "<table id=\"history\"><thead><tr><th>When (UTC)</th><th>Who</th><th>Action</th><th class=\"n\">Version</th>\
+         <th>Long URL after</th><th>State after</th><th>Expires after</th></tr></thead><tbody>",
+    );
+    for e in &h.history {
+        let after = e.after.as_ref();
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"url\">{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&e.at),
+            esc(&e.actor),
+            esc(&e.action),
+            e.version,
+            esc(after.map_or("", |a| a.url.as_str())),
+            after.map_or("", |a| a.state),
+            esc(after.map_or("", |a| a.expires_at.as_str())),
+        );
+    }
+    s.push_str("</tbody></table>");
+    s
+}
+
+fn breakdown(st: &LinkStats) -> String {
+    let mut s = String::from(
+        "<div class=\"grid\"><div><h2>Top referrers (90 days)</h2><table id=\"referrers\"><thead><tr><th>Host</th><th class=\"n\">Clicks</th></tr></thead><tbody>",
+    );
+    for r in &st.referrers {
+        let host = match r.host.as_str() {
+            "-" => "(none)",
+            "~other" => "(others)",
+            h => h,
+        };
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td class=\"n\">{}</td></tr>",
+            esc(host),
+            num(r.n)
+        );
+    }
+    let d = &st.devices;
+    let _ = write!(
+        s,
+        "</tbody></table></div><div><h2>Devices (90 days)</h2><table id=\"devices\"><tbody>\
+         <tr><th>mobile</th><td class=\"n\">{}</td></tr><tr><th>desktop</th><td class=\"n\">{}</td></tr>\
+         <tr><th>tablet</th><td class=\"n\">{}</td></tr><tr><th>bot</th><td class=\"n\">{}</td></tr>\
+         <tr><th>other</th><td class=\"n\">{}</td></tr></tbody></table></div></div>",
+        num(d.mobile),
+        num(d.desktop),
+        num(d.tablet),
+        num(d.bot),
+        num(d.other)
+    );
+    s
+}
+
+fn controls(s: &Session, l: &LinkView) -> String {
+    if !s.user.role.can_change() {
+        return "<p id=\"read-only\">Your role (viewer) can read links but not change them.</p>"
+            .into();
+    }
+    if l.state == "deleted" {
+        return "<p>This link is deleted: it cannot change any more.</p>".into();
+    }
+    let csrf = csrf_field(s);
+    let code = esc(&l.code);
+    let version = l.version;
+    let mut out = format!(
+        "<h2>Change</h2><div class=\"actions\"><form method=\"post\" action=\"/admin/links/{code}\" id=\"edit-form\">{csrf}\
+         <input type=\"hidden\" name=\"action\" value=\"edit\"><input type=\"hidden\" name=\"version\" value=\"{version}\">\
+         <label>Long URL<input name=\"url\" id=\"edit-url\" size=\"48\" value=\"{url}\"></label>\
+         <label>Expires (RFC 3339, UTC)<input name=\"expires_at\" id=\"edit-expires\" value=\"{exp}\"></label>\
+         <button type=\"submit\" id=\"save\">Save</button></form>",
+        url = esc(&l.url),
+        exp = esc(&l.expires_at),
+    );
+    let (action, label, confirm) = if l.state == "disabled" {
+        ("enable", "Enable", "")
+    } else {
+        (
+            "disable",
+            "Disable",
+            " data-confirm=\"Disable this link? The edges will answer 404.\"",
+        )
+    };
+    let _ = write!(
+        out,
+        "<form method=\"post\" action=\"/admin/links/{code}\" id=\"{action}-form\"{confirm}>{csrf}\
+         <input type=\"hidden\" name=\"action\" value=\"{action}\"><input type=\"hidden\" name=\"version\" value=\"{version}\">\
+         <button type=\"submit\" id=\"{action}\">{label}</button></form>"
+    );
+    if s.user.role == Role::Admin {
+        let _ = write!(
+            out,
+            "<form method=\"post\" action=\"/admin/links/{code}\" id=\"delete-form\" data-confirm=\"Delete this link for good?\">{csrf}\
+             <input type=\"hidden\" name=\"action\" value=\"delete\"><input type=\"hidden\" name=\"version\" value=\"{version}\">\
+             <button type=\"submit\" class=\"danger\" id=\"delete\">Delete</button></form>"
+        );
+    }
+    out.push_str("</div>");
+    out
+}
+
+/// `GET /admin/links/{code}` (`?chart=hour|day&format=csv`: a chart's CSV).
+pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -> Response {
+    if !is_valid_code(code) {
+        return html::error(Some(s), StatusCode::NOT_FOUND, "no such short link");
+    }
+    let c = caller(&s.user);
+    let link = match links.info(&c, code).await {
+        Ok(l) => l,
+        Err(e) => return api_error(Some(s), e.into()),
+    };
+    let [hr, dr] = ranges(now);
+    let (hourly, daily, hist, pending) = match tokio::try_join!(
+        async {
+            links
+                .link_stats(&c, code, &hr)
+                .await
+                .map_err(ApiError::from)
+        },
+        async {
+            links
+                .link_stats(&c, code, &dr)
+                .await
+                .map_err(ApiError::from)
+        },
+        async { links.history(&c, code).await.map_err(ApiError::from) },
+        async {
+            links.store.outbox_pending(code).await.map_err(|e| {
+                tracing::warn!(error = %e, "outbox lookup failed");
+                ApiError::unavailable(crate::error::DATABASE_UNAVAILABLE)
+            })
+        },
+    ) {
+        Ok(v) => v,
+        Err(e) => return api_error(Some(s), e),
+    };
+    let (hc, dc) = (chart(code, &hourly, true), chart(code, &daily, false));
+    if req.param("format").as_deref() == Some("csv") {
+        return match req.param("chart").as_deref() {
+            Some("hour") => html::csv(&format!("{code}-hourly"), hc.csv()),
+            Some("day") => html::csv(&format!("{code}-daily"), dc.csv()),
+            _ => html::error(
+                Some(s),
+                StatusCode::BAD_REQUEST,
+                "chart must be hour or day",
+            ),
+        };
+    }
+    let mut main = String::new();
+    if let Some(done) = req.param("done") {
+        let published = match req.param("published").and_then(|p| p.parse::<u64>().ok()) {
+            Some(ms) => format!("published to the edges at {} UTC", rfc3339_ms(ms)),
+            None => "not yet published to the edges (the outbox retries)".into(),
+        };
+        let _ = write!(
+            main,
+            "<p class=\"msg\" id=\"done\">Done: {}; {}.</p>",
+            esc(&done),
+            esc(&published)
+        );
+    }
+    let qr = qr::svg(
+        &link.short_url,
+        QrParams {
+            size: 160,
+            margin: 2,
+        },
+    )
+    .ok()
+    .and_then(|b| String::from_utf8(b).ok())
+    .map(|svg| match svg.find("<svg") {
+        Some(i) => svg[i..].to_owned(),
+        None => String::new(),
+    })
+    .unwrap_or_default();
+    let outbox = match pending {
+        (0, _) => "<p id=\"outbox\">Every change is published to the edges (no pending outbox row).</p>".to_owned(),
+        (n, since) => format!(
+            "<p id=\"outbox\" class=\"dim-bad\">{n} change(s) waiting to be published since {}.</p>",
+            since.map(rfc3339_ms).unwrap_or_default()
+        ),
+    };
+    let _ = write!(
+        main,
+        "<div class=\"grid\"><div>{fields}{outbox}</div><div class=\"qr\" id=\"qr\">{qr}</div></div>{controls}\
+         <h2>Clicks</h2><p id=\"totals\">Human {h} · bot {b} in the last 90 days.</p>{hc}{dc}{breakdown}<h2>History</h2>{history}",
+        fields = fields(&link),
+        controls = controls(s, &link),
+        h = num(daily.totals.human),
+        b = num(daily.totals.bot),
+        hc = hc.html(),
+        dc = dc.html(),
+        breakdown = breakdown(&daily),
+        history = history(&hist),
+    );
+    html::respond(
+        StatusCode::OK,
+        html::page(Some(s), Nav::Search, &format!("Link {code}"), &main),
+    )
+}
+
+fn patch(links: &Links, current: &LinkView, f: &Form, now: u64) -> Result<Patch, ApiError> {
+    let mut body = serde_json::Map::new();
+    if let Some(u) = f.get("url").map(str::trim).filter(|u| *u != current.url) {
+        body.insert("url".into(), u.into());
+    }
+    if let Some(e) = f
+        .get("expires_at")
+        .map(str::trim)
+        .filter(|e| *e != current.expires_at)
+    {
+        body.insert("expires_at".into(), e.into());
+    }
+    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+    parse_patch(&bytes, &links.cfg.links, now)
+}
+
+/// `POST /admin/links/{code}` (CSRF already checked): `action` is `edit`,
+/// `disable`, `enable` (operator, admin) or `delete` (admin).
+pub async fn post(links: &Links, s: &Session, code: &str, f: &Form, now: u64) -> Response {
+    if !s.user.role.can_change() {
+        tracing::warn!(user = %s.user.name, code, "admin change refused: viewer");
+        return html::error(
+            Some(s),
+            StatusCode::FORBIDDEN,
+            "your role (viewer) may not change links",
+        );
+    }
+    if !is_valid_code(code) {
+        return html::error(Some(s), StatusCode::NOT_FOUND, "no such short link");
+    }
+    let c = caller(&s.user);
+    let version = f.get("version").and_then(|v| v.parse::<u64>().ok());
+    let action = f.get("action").unwrap_or("");
+    let result = match action {
+        "edit" => match links.info(&c, code).await {
+            Ok(current) => match patch(links, &current, f, now) {
+                Ok(p) => links
+                    .edit(&c, code, &p, version)
+                    .await
+                    .map(|_| ())
+                    .map_err(ApiError::from),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e.into()),
+        },
+        "disable" | "enable" => {
+            let p = Patch {
+                url: None,
+                expires_at: None,
+                state: Some(if action == "disable" {
+                    PatchState::Disabled
+                } else {
+                    PatchState::Active
+                }),
+            };
+            links
+                .edit(&c, code, &p, version)
+                .await
+                .map(|_| ())
+                .map_err(ApiError::from)
+        }
+        "delete" if s.user.role == Role::Admin => links
+            .delete(&c, code, version)
+            .await
+            .map(|_| ())
+            .map_err(ApiError::from),
+        "delete" => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "only an admin may delete links",
+        )),
+        _ => Err(ApiError::bad_request(
+            "invalid_action",
+            "action must be edit, disable, enable or delete",
+        )),
+    };
+    if let Err(e) = result {
+        return api_error(Some(s), e);
+    }
+    // The change's outbox row is applied before `edit` answers; if Redis
+    // was down it stays pending and the drainer retries.
+    let published = match links.store.outbox_pending(code).await {
+        Ok((0, _)) => format!("&published={}", now_unix_ms()),
+        _ => String::new(),
+    };
+    tracing::info!(user = %s.user.name, code, action, "admin changed a link");
+    html::see_other(
+        &format!("/admin/links/{code}?done={action}{published}"),
+        None,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shorturl_common::time::rfc3339;
+
+    #[test]
+    fn ranges_cover_48_hours_and_90_days() {
+        let now = 1_700_000_000;
+        let [h, d] = ranges(now);
+        assert_eq!((h.to - h.from) / 3600, 48);
+        assert_eq!((d.to - d.from) / 86_400, 90);
+        assert!(h.from <= now && now < h.to && d.from <= now && now < d.to);
+        assert_eq!(rfc3339(d.from).get(11..), Some("00:00:00Z"));
+    }
+}

@@ -1,0 +1,227 @@
+//! `admin:`: the console's users (argon2id hashes and roles), session
+//! timeouts, the proxies whose `X-Forwarded-Proto` is believed, and the
+//! sign-in rate limits.
+
+use super::file::{AdminFile, AdminUserFile};
+use super::{err, ConfigError};
+use shorturl_common::cidr::CidrList;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// What a console user may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Read every page.
+    Viewer,
+    /// Read, and edit, disable and enable links.
+    Operator,
+    /// Everything, every tenant (also deletes links).
+    Admin,
+}
+
+impl Role {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// The role spelled `s`.
+    pub fn parse(s: &str) -> Option<Role> {
+        [Role::Viewer, Role::Operator, Role::Admin]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+
+    /// Whether this role may change links (edit, disable, enable).
+    pub fn can_change(self) -> bool {
+        self >= Role::Operator
+    }
+}
+
+/// One console user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminUser {
+    /// `[A-Za-z0-9_.-]`, 1-32 characters; the audit actor is `admin:<name>`.
+    pub name: String,
+    /// An argon2id PHC string (`shorturl-origin hash-password`).
+    pub password_hash: String,
+    pub role: Role,
+    /// Merchants a support user is restricted to (empty: every tenant).
+    pub merchants: BTreeSet<u64>,
+}
+
+/// The validated `admin:` section.
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub users: Vec<AdminUser>,
+    /// A session unused this long is over.
+    pub idle_timeout: Duration,
+    /// A session is over this long after sign-in, used or not.
+    pub absolute_timeout: Duration,
+    /// Peers whose `X-Forwarded-Proto: https` marks the request as TLS
+    /// (the cookie then gets `Secure`). Empty: never believed.
+    pub trusted_proxies: CidrList,
+    /// Failed sign-ins allowed per user name in a burst, refilled at
+    /// `signin_refill_per_min` per minute (the same for each address).
+    pub signin_burst: u32,
+    pub signin_refill_per_min: u32,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            users: Vec::new(),
+            idle_timeout: Duration::from_secs(30 * 60),
+            absolute_timeout: Duration::from_secs(12 * 3600),
+            trusted_proxies: CidrList::default(),
+            signin_burst: 5,
+            signin_refill_per_min: 5,
+        }
+    }
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 32
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+fn user(u: AdminUserFile) -> Result<AdminUser, ConfigError> {
+    if !valid_name(&u.name) {
+        return err(format!(
+            "admin.users: name {:?} must be 1-32 characters of [A-Za-z0-9_.-]",
+            u.name
+        ));
+    }
+    if !u.password_hash.starts_with("$argon2id$")
+        || argon2::PasswordHash::new(&u.password_hash).is_err()
+    {
+        return err(format!(
+            "admin.users.{}.password_hash: expected an argon2id PHC string \
+             (shorturl-origin hash-password)",
+            u.name
+        ));
+    }
+    let Some(role) = Role::parse(&u.role) else {
+        return err(format!(
+            "admin.users.{}.role: must be viewer, operator or admin (got {:?})",
+            u.name, u.role
+        ));
+    };
+    if role == Role::Admin && !u.merchants.is_empty() {
+        return err(format!(
+            "admin.users.{}.merchants: an admin sees every tenant; give merchants to a viewer or operator",
+            u.name
+        ));
+    }
+    Ok(AdminUser {
+        name: u.name,
+        password_hash: u.password_hash,
+        role,
+        merchants: u.merchants.into_iter().collect(),
+    })
+}
+
+/// `admin:` validated.
+pub fn admin(f: Option<AdminFile>) -> Result<AdminConfig, ConfigError> {
+    let d = AdminConfig::default();
+    let Some(f) = f else {
+        return Ok(d);
+    };
+    let mut names = BTreeSet::new();
+    let mut users = Vec::new();
+    for u in f.users {
+        let u = user(u)?;
+        if !names.insert(u.name.clone()) {
+            return err(format!("admin.users: name {:?} is repeated", u.name));
+        }
+        users.push(u);
+    }
+    let secs = |v: Option<u64>, default: Duration, field: &str| match v {
+        Some(0) => err(format!("{field}: must be greater than zero")),
+        Some(s) => Ok(Duration::from_secs(s)),
+        None => Ok(default),
+    };
+    let idle_timeout = secs(
+        f.idle_timeout_secs,
+        d.idle_timeout,
+        "admin.idle_timeout_secs",
+    )?;
+    let absolute_timeout = secs(
+        f.absolute_timeout_secs,
+        d.absolute_timeout,
+        "admin.absolute_timeout_secs",
+    )?;
+    if idle_timeout > absolute_timeout {
+        return err("admin.idle_timeout_secs: larger than admin.absolute_timeout_secs");
+    }
+    let trusted_proxies =
+        CidrList::parse(&f.trusted_proxies).map_err(|source| ConfigError::Cidr {
+            field: "admin.trusted_proxies",
+            source,
+        })?;
+    let signin_burst = f.signin_burst.unwrap_or(d.signin_burst);
+    let signin_refill_per_min = f.signin_refill_per_min.unwrap_or(d.signin_refill_per_min);
+    if signin_burst == 0 || signin_refill_per_min == 0 {
+        return err(
+            "admin.signin_burst and admin.signin_refill_per_min: must be greater than zero",
+        );
+    }
+    Ok(AdminConfig {
+        users,
+        idle_timeout,
+        absolute_timeout,
+        trusted_proxies,
+        signin_burst,
+        signin_refill_per_min,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::MIN;
+    use super::super::Config;
+    use super::*;
+
+    const HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$3KOLpBRkUgJ1Ky9X3Mz2l1lX0vXOXlK9S+ok8ilHuEk";
+
+    #[test]
+    fn users_and_defaults() {
+        let c = Config::parse(
+            &format!(
+                "{MIN}admin:\n  users:\n    - {{name: ops, password_hash: '{HASH}', role: operator, merchants: [55]}}\n"
+            ),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.admin.users.len(), 1);
+        assert_eq!(c.admin.users[0].role, Role::Operator);
+        assert_eq!(c.admin.idle_timeout, Duration::from_secs(1800));
+        assert!(Role::Operator.can_change() && !Role::Viewer.can_change());
+        assert!(Config::parse(MIN, |_| None).unwrap().admin.users.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (format!("admin: {{users: [{{name: 'a b', password_hash: '{HASH}', role: admin}}]}}"), "admin.users"),
+            ("admin: {users: [{name: a, password_hash: 'plain', role: admin}]}".to_owned(), "admin.users.a.password_hash"),
+            (format!("admin: {{users: [{{name: a, password_hash: '{HASH}', role: root}}]}}"), "admin.users.a.role"),
+            (format!("admin: {{users: [{{name: a, password_hash: '{HASH}', role: admin, merchants: [5]}}]}}"), "admin.users.a.merchants"),
+            ("admin: {idle_timeout_secs: 100, absolute_timeout_secs: 10}".to_owned(), "admin.idle_timeout_secs"),
+            ("admin: {trusted_proxies: [nope]}".to_owned(), "admin.trusted_proxies"),
+        ];
+        for (text, field) in cases {
+            let e = Config::parse(&format!("{MIN}{text}\n"), |_| None)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains(field), "{field}: {e}");
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Debian's `chromedriver` (package `chromium-driver`) on a free loopback
+//! port, driving a headless Debian `chromium` with its own temporary
+//! profile: the admin console's browser tests speak WebDriver to it.
+
+use crate::proc::{spawn, Proc};
+use crate::wait::wait_for_tcp;
+use crate::{free_port, TempDir};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// A running chromedriver.
+pub struct ChromeDriver {
+    pub proc: Proc,
+    pub port: u16,
+    /// Chromium's profile (and the driver's log).
+    pub dir: TempDir,
+}
+
+fn find(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    dirs.push("/usr/lib/chromium".into());
+    dirs.iter()
+        .flat_map(|d| names.iter().map(move |n| d.join(n)))
+        .find(|p| p.is_file())
+}
+
+impl ChromeDriver {
+    /// Starts chromedriver on a free loopback port and waits until it listens.
+    /// Panics (with what to install) when Chromium or its driver is missing.
+    pub fn start() -> ChromeDriver {
+        let driver = find(&["chromedriver"])
+            .expect("chromedriver not found: run scripts/deps.sh (Debian chromium-driver)");
+        let port = free_port();
+        let dir = TempDir::new("chromedriver");
+        let mut cmd = Command::new(driver);
+        cmd.arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .arg(format!(
+                "--log-path={}",
+                dir.path().join("driver.log").display()
+            ));
+        let proc = spawn("chromedriver", cmd, &dir.path().join("chromedriver.log"));
+        wait_for_tcp(port, Duration::from_secs(30));
+        ChromeDriver { proc, port, dir }
+    }
+
+    /// The WebDriver URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Capabilities for a headless Chromium with a private profile
+    /// (`--no-sandbox`: tests often run as root in a container).
+    pub fn capabilities(&self) -> serde_json::Map<String, serde_json::Value> {
+        let binary = find(&["chromium", "chromium-browser"])
+            .expect("chromium not found: run scripts/deps.sh (Debian chromium)");
+        let profile = self.dir.path().join("profile");
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": binary,
+                "args": [
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-dev-shm-usage",
+                    "--disable-gpu",
+                    "--no-first-run",
+                    "--window-size=1280,1100",
+                    format!("--user-data-dir={}", profile.display()),
+                ],
+            }),
+        );
+        caps
+    }
+}
