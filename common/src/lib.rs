@@ -12,6 +12,7 @@ pub mod failpoint;
 pub mod host;
 pub mod inval;
 pub mod keys;
+pub mod pages;
 pub mod record;
 pub mod redirect;
 pub mod request_rules;

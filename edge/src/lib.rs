@@ -5,7 +5,8 @@
 //! are proxied to a health-checked origin pool; invalidation messages from
 //! Redis pub/sub keep the in-process cache current (`inval`). Connections pass through
 //! `conn` first (connection caps, request-head deadline). Every redirect is
-//! counted as a click (`clicks`), flushed to a Redis Stream in batches. See
+//! counted as a click (`clicks`), flushed to a Redis Stream in batches. QR
+//! codes and previews are proxied through `pingora-cache` (`pages`). See
 //! `docs/architecture.md`.
 
 pub mod access_log;
@@ -20,6 +21,7 @@ pub mod metrics;
 pub mod net;
 pub mod origin;
 pub mod outcome;
+pub mod pages;
 pub mod proxy;
 pub mod redis_store;
 pub mod request_rules;

@@ -11,6 +11,9 @@
 //! * `/.well-known/acme-challenge/{token}` → the HTTP-01 answer from the shared store
 //! * codes → redirect, 404, 429 or 503; over plain HTTP on a domain in
 //!   `https.redirect`, a 308 to the same URL on https instead (`tls::https`)
+//! * pages (`/{code}.svg|.png`, `/{code}+`) → the origin pool through the
+//!   page cache (`pages`): `request_cache_filter`, `cache_key_callback`,
+//!   `response_cache_filter` and `should_serve_stale` act only on them
 
 use crate::access_log::{AccessLog, LogLine};
 use crate::cache::AnswerRef;
@@ -22,9 +25,11 @@ use crate::metrics::Metrics;
 use crate::net::{client_of, forwarded_for, ClientKey};
 use crate::origin::OriginPool;
 use crate::outcome::Outcome;
+use crate::pages::metrics::PageResult;
+use crate::pages::PageCache;
 use crate::request_rules::{self, HostAt};
 use crate::respond;
-use crate::route::{route, Route};
+use crate::route::{route, CodeBuf, Route};
 use crate::status::StatusSource;
 use crate::tls::{https, TlsView};
 use async_trait::async_trait;
@@ -35,6 +40,8 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
+use pingora_cache::{CacheKey, RespCacheable};
+use shorturl_common::pages::PageKind;
 use shorturl_common::time::now_unix;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -55,6 +62,14 @@ pub struct Edge {
     pub tls: Arc<TlsView>,
     /// Click counting: every redirect answered is recorded here.
     pub clicks: Arc<Clicks>,
+    /// The cache of QR codes and previews.
+    pub pages: &'static PageCache,
+}
+
+/// A page request's state.
+pub struct PageCtx {
+    /// Its cache key; `None`: not cacheable (proxied as is).
+    key: Option<CacheKey>,
 }
 
 /// Per-request state.
@@ -73,6 +88,8 @@ pub struct Ctx {
     connect_failures: usize,
     /// Over TLS (only looked at when an HTTPS policy is configured).
     tls: bool,
+    /// Set on page requests only.
+    page: Option<Box<PageCtx>>,
 }
 
 fn peer_ip(session: &Session) -> Option<IpAddr> {
@@ -236,6 +253,22 @@ impl Edge {
         Ok(true)
     }
 
+    /// A page: proxied to the origin pool through the page cache (the
+    /// origin is chosen in `upstream_peer`, after the cache lookup, so a
+    /// cached page is served even when no origin is up).
+    fn page(&self, session: &mut Session, ctx: &mut Ctx, kind: PageKind, code: &CodeBuf) -> bool {
+        ctx.outcome = Outcome::Page;
+        let req = session.req_header();
+        let key = ctx
+            .host
+            .and_then(|h| h.get(req))
+            .and_then(|host| crate::pages::key(host, kind, code.as_str(), req.uri.query()));
+        ctx.page = Some(Box::new(PageCtx { key }));
+        session.set_read_timeout(Some(self.cfg.limits.client_timeout));
+        session.set_write_timeout(Some(self.cfg.limits.client_timeout));
+        false
+    }
+
     async fn forward(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let req = session.req_header();
         if req.method == Method::POST && req.uri.path().starts_with("/api/v1/links") {
@@ -287,6 +320,7 @@ impl ProxyHttp for Edge {
             upstream: None,
             connect_failures: 0,
             tls: false,
+            page: None,
         }
     }
 
@@ -337,6 +371,14 @@ impl ProxyHttp for Edge {
                     return Ok(true);
                 }
                 self.redirect_or_404(session, ctx, code.as_str()).await
+            }
+            Route::Page(kind, code) => {
+                if let Some(location) = self.https_upgrade(session, ctx) {
+                    ctx.outcome = Outcome::Local;
+                    respond::to_https(session, &location).await?;
+                    return Ok(true);
+                }
+                Ok(self.page(session, ctx, kind, &code))
             }
             Route::AcmeChallenge => self.acme_challenge(session, ctx).await,
             Route::CodeWrongMethod => {
@@ -390,11 +432,21 @@ impl ProxyHttp for Edge {
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         let addr = if ctx.connect_failures == 0 {
-            ctx.upstream
+            // Pages choose their origin only now, on a cache miss.
+            ctx.upstream.or_else(|| {
+                let a = self.origin.select();
+                if a.is_some() {
+                    self.metrics.origin_forward.inc();
+                }
+                a
+            })
         } else {
             self.origin.select().or(ctx.upstream)
         };
         let Some(addr) = addr else {
+            if ctx.page.is_some() {
+                self.metrics.origin_error.inc();
+            }
             return Err(Error::explain(
                 ErrorType::HTTPStatus(503),
                 "no origin available",
@@ -404,6 +456,48 @@ impl ProxyHttp for Edge {
         Ok(Box::new(
             self.origin.peer(addr, self.cfg.origin.read_timeout),
         ))
+    }
+
+    /// Pages only (everything else never enables the cache).
+    fn request_cache_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<()> {
+        if ctx.page.as_ref().is_some_and(|p| p.key.is_some()) {
+            self.pages.enable(&mut session.cache);
+        }
+        Ok(())
+    }
+
+    fn cache_key_callback(&self, _session: &Session, ctx: &mut Ctx) -> Result<CacheKey> {
+        match ctx.page.as_ref().and_then(|p| p.key.clone()) {
+            Some(k) => Ok(k),
+            None => Err(Error::explain(
+                ErrorType::InternalError,
+                "page cache enabled without a key",
+            )),
+        }
+    }
+
+    fn response_cache_filter(
+        &self,
+        _session: &Session,
+        resp: &ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<RespCacheable> {
+        Ok(match ctx.page {
+            Some(_) => self.pages.cacheable(resp),
+            None => RespCacheable::Uncacheable(pingora_cache::NoCacheReason::NeverEnabled),
+        })
+    }
+
+    /// A cached page past its freshness is served (within its
+    /// stale-if-error time) whatever failed: no origin up, a connection
+    /// refused or timed out, or a 5xx.
+    fn should_serve_stale(
+        &self,
+        _session: &mut Session,
+        ctx: &mut Ctx,
+        error: Option<&Error>,
+    ) -> bool {
+        ctx.page.is_some() && error.is_some()
     }
 
     fn fail_to_connect(
@@ -462,6 +556,15 @@ impl ProxyHttp for Edge {
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
         let code = match e.etype() {
             ErrorType::HTTPStatus(c) => *c,
+            // A page nobody can fetch: the origin is unavailable.
+            ErrorType::ConnectTimedout
+            | ErrorType::ConnectRefused
+            | ErrorType::ConnectNoRoute
+            | ErrorType::ConnectError
+                if ctx.page.is_some() =>
+            {
+                503
+            }
             _ => match e.esource() {
                 ErrorSource::Upstream => 502,
                 ErrorSource::Downstream => match e.etype() {
@@ -496,8 +599,15 @@ impl ProxyHttp for Edge {
         }
     }
 
-    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
         let took = ctx.start.elapsed();
+        if let Some(p) = &ctx.page {
+            let r = match p.key {
+                Some(_) => PageResult::of(session.cache.phase(), e.is_some()),
+                None => PageResult::Bypass,
+            };
+            self.pages.metrics.count(r);
+        }
         self.metrics.observe(ctx.outcome, took);
         let status = session
             .response_written()

@@ -50,6 +50,23 @@ pub struct EdgeConfig {
     pub tls: crate::tls::config::TlsSettings,
     /// Click counting (`crate::clicks`).
     pub clicks: crate::clicks::ClicksConfig,
+    /// The cache of the pages for people (`crate::pages`).
+    pub pages_cache: PagesCacheConfig,
+}
+
+/// The page cache (QR codes and previews proxied through `pingora-cache`).
+#[derive(Debug, Clone)]
+pub struct PagesCacheConfig {
+    /// Byte budget of all cached pages.
+    pub max_bytes: usize,
+    /// Larger answers are not cached.
+    pub max_entry_bytes: usize,
+    /// Stale pages are served this long past their freshness when the
+    /// origin is down or answers 5xx.
+    pub stale_if_error: Duration,
+    /// Longest wait behind another request fetching the same page (the
+    /// cache lock), and longest a fetch holds the lock.
+    pub lock_timeout: Duration,
 }
 
 /// Redis, the shared cache in front of the origin.
@@ -256,6 +273,7 @@ fn edge_from_file(
     let tls = crate::tls::config::from_file(f.tls_listen, f.tls, f.https, f.acme, &default_domain)
         .map_err(ConfigError)?;
     let clicks = crate::clicks::config::from_file(f.clicks).map_err(ConfigError)?;
+    let pages_cache = pages_cache_from_file(&f.pages_cache)?;
     let target = match f.access_log.path.as_deref() {
         None | Some("") | Some("off") => AccessLogTarget::Off,
         Some("-") => AccessLogTarget::Stdout,
@@ -322,6 +340,25 @@ fn edge_from_file(
         status_allow,
         tls,
         clicks,
+        pages_cache,
+    })
+}
+
+fn pages_cache_from_file(f: &file::PagesCacheFile) -> Result<PagesCacheConfig, ConfigError> {
+    if f.max_bytes < 65_536 {
+        return err("edge.pages_cache.max_bytes must be at least 65536");
+    }
+    if f.max_entry_bytes == 0 || f.max_entry_bytes > f.max_bytes {
+        return err("edge.pages_cache.max_entry_bytes must be > 0 and <= max_bytes");
+    }
+    if f.stale_if_error_secs > u64::from(u32::MAX) {
+        return err("edge.pages_cache.stale_if_error_secs is too large");
+    }
+    Ok(PagesCacheConfig {
+        max_bytes: f.max_bytes,
+        max_entry_bytes: f.max_entry_bytes,
+        stale_if_error: Duration::from_secs(f.stale_if_error_secs),
+        lock_timeout: ms(f.lock_timeout_ms, "edge.pages_cache.lock_timeout_ms")?,
     })
 }
 
@@ -360,6 +397,11 @@ edge:
         assert_eq!(l.edge.cache.tombstone_ttl, Duration::from_secs(10));
         assert_eq!(l.edge.cache.unsubscribed_grace, Duration::from_secs(5));
         assert_eq!(l.server.threads, 1);
+        assert_eq!(l.edge.pages_cache.max_bytes, 32 << 20);
+        assert_eq!(
+            l.edge.pages_cache.stale_if_error,
+            Duration::from_secs(86_400)
+        );
         assert!(l.edge.trusted_proxies.is_empty());
         let allowed = |s: &str| {
             l.edge
@@ -456,6 +498,18 @@ edge:
                 "edge.clicks.flush_interval_ms",
             ),
             (format!("{GOOD}  clicks: {{ bogus: 1 }}\n"), "unknown field"),
+            (
+                format!("{GOOD}  pages_cache: {{ max_bytes: 100 }}\n"),
+                "edge.pages_cache.max_bytes",
+            ),
+            (
+                format!("{GOOD}  pages_cache: {{ max_entry_bytes: 0 }}\n"),
+                "edge.pages_cache.max_entry_bytes",
+            ),
+            (
+                format!("{GOOD}  pages_cache: {{ lock_timeout_ms: 0 }}\n"),
+                "edge.pages_cache.lock_timeout_ms",
+            ),
         ];
         for (text, needle) in cases {
             match parse(&text, no_env) {
