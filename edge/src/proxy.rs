@@ -489,15 +489,16 @@ impl ProxyHttp for Edge {
     }
 
     /// A cached page past its freshness is served (within its
-    /// stale-if-error time) whatever failed: no origin up, a connection
-    /// refused or timed out, or a 5xx.
+    /// stale-if-error time) whatever failed on the origin's side: no
+    /// origin up, a connection refused or timed out, or a 5xx. Never while
+    /// revalidating (no stale-while-revalidate) nor for a client's error.
     fn should_serve_stale(
         &self,
         _session: &mut Session,
         ctx: &mut Ctx,
         error: Option<&Error>,
     ) -> bool {
-        ctx.page.is_some() && error.is_some()
+        ctx.page.is_some() && error.is_some_and(|e| e.esource() != &ErrorSource::Downstream)
     }
 
     fn fail_to_connect(
