@@ -70,6 +70,9 @@ pub struct Edge {
 pub struct PageCtx {
     /// Its cache key; `None`: not cacheable (proxied as is).
     key: Option<CacheKey>,
+    /// A browser's 404 on a plain code: the origin's 404 page, or the
+    /// JSON 404 when the origin cannot answer.
+    html404: bool,
 }
 
 /// Per-request state.
@@ -90,6 +93,15 @@ pub struct Ctx {
     tls: bool,
     /// Set on page requests only.
     page: Option<Box<PageCtx>>,
+}
+
+/// Whether the client prefers HTML to JSON (`common::accept`).
+fn prefers_html(req: &RequestHeader) -> bool {
+    shorturl_common::accept::prefers_html(
+        req.headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok()),
+    )
 }
 
 fn peer_ip(session: &Session) -> Option<IpAddr> {
@@ -174,6 +186,17 @@ impl Edge {
             _ => {
                 if let Some(key) = self.client_key(ctx) {
                     self.limits.count_unknown(key);
+                }
+                if prefers_html(session.req_header()) {
+                    // A browser: the origin's 404 page (protocol 4.2),
+                    // proxied uncached. Only on this 404 branch.
+                    ctx.page = Some(Box::new(PageCtx {
+                        key: None,
+                        html404: true,
+                    }));
+                    session.set_read_timeout(Some(self.cfg.limits.client_timeout));
+                    session.set_write_timeout(Some(self.cfg.limits.client_timeout));
+                    return Ok(false);
                 }
                 respond::not_found_with(session, &self.cfg.redirect, self.hsts(ctx)).await?;
             }
@@ -263,7 +286,10 @@ impl Edge {
             .host
             .and_then(|h| h.get(req))
             .and_then(|host| crate::pages::key(host, kind, code.as_str(), req.uri.query()));
-        ctx.page = Some(Box::new(PageCtx { key }));
+        ctx.page = Some(Box::new(PageCtx {
+            key,
+            html404: false,
+        }));
         session.set_read_timeout(Some(self.cfg.limits.client_timeout));
         session.set_write_timeout(Some(self.cfg.limits.client_timeout));
         false
@@ -579,6 +605,20 @@ impl ProxyHttp for Edge {
         if forwarded && code >= 500 {
             self.metrics.origin_error.inc();
         }
+        let html404 = ctx.page.as_ref().is_some_and(|p| p.html404);
+        if html404 && code >= 500 && session.response_written().is_none() {
+            // The browser's 404 page could not be fetched: the JSON 404.
+            let hsts = self.hsts(ctx).cloned();
+            if let Err(err) =
+                respond::not_found_with(session, &self.cfg.redirect, hsts.as_ref()).await
+            {
+                tracing::debug!(error = %err, "cannot send error response");
+            }
+            return FailToProxy {
+                error_code: 404,
+                can_reuse_downstream: false,
+            };
+        }
         if code > 0 && session.response_written().is_none() {
             let (kind, msg) = match code {
                 400 => ("bad_request", "malformed request"),
@@ -602,7 +642,7 @@ impl ProxyHttp for Edge {
 
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
         let took = ctx.start.elapsed();
-        if let Some(p) = &ctx.page {
+        if let Some(p) = ctx.page.as_ref().filter(|p| !p.html404) {
             let r = match p.key {
                 Some(_) => PageResult::of(session.cache.phase(), e.is_some()),
                 None => PageResult::Bypass,

@@ -50,6 +50,31 @@ fn expect_pages(edge: &Edge, result: &str, want: u64) {
     assert_eq!(got, want, "page requests counted as {result}");
 }
 
+/// Creates a link for `url` on [`DOMAIN`] and settles it on `edges`: the
+/// creation's own invalidation message is best-effort and, arriving late,
+/// would purge pages a test fetched meanwhile; an edit's message always
+/// follows it, so the link is edited (`?v=2` appended) and each edge's
+/// record drop by that message is awaited. Returns the code.
+fn settled_link(origin: &Origin, edges: &[&Edge], url: &str) -> String {
+    let code = code_of(&create_link(origin.port, url, Some(DOMAIN)));
+    for e in edges {
+        assert_eq!(get(e, &format!("/{code}"), DOMAIN).status, 302);
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let r = patch_link(
+        origin.port,
+        &code,
+        json!({ "url": format!("{url}{sep}v=2") }),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    for e in edges {
+        wait_for("the edit's message to drop the record", TIMEOUT, || {
+            e.metric("shorturl_inval_dropped_total{cache=\"node\"}") >= 1.0
+        });
+    }
+    code
+}
+
 fn origin_pages(origin: &Origin) -> u64 {
     origin_route_count(origin.port, "page")
 }
@@ -69,11 +94,7 @@ fn qr_codes_through_the_edge_decode_and_are_served_from_the_cache() {
     let redis = Redis::start();
     let origin = Origin::start(&redis, 100);
     let edge = edge_for(&redis, &origin);
-    let code = code_of(&create_link(
-        origin.port,
-        "https://qr.example/a",
-        Some(DOMAIN),
-    ));
+    let code = settled_link(&origin, &[&edge], "https://qr.example/a");
     let want = format!("http://{DOMAIN}/{code}");
 
     let mut bodies = Vec::new();
@@ -200,7 +221,7 @@ fn a_hostile_preview_stays_escaped_through_the_cache() {
     let origin = Origin::start(&redis, 100);
     let edge = edge_for(&redis, &origin);
     let hostile = "https://evil.example/?q=\"><script>alert(1)</script>";
-    let code = code_of(&create_link(origin.port, hostile, Some(DOMAIN)));
+    let code = settled_link(&origin, &[&edge], hostile);
     let first = get(&edge, &format!("/{code}+"), DOMAIN);
     assert_eq!(first.status, 200, "{}", first.text());
     assert_eq!(
@@ -238,6 +259,28 @@ fn a_hostile_preview_stays_escaped_through_the_cache() {
         (r.status, r.json()["error"].as_str()),
         (404, Some("not_found"))
     );
+
+    // Plain codes: a browser's 404 is the origin's page, a live link still
+    // redirects, and every other client keeps the JSON 404.
+    let before = origin_route_count(origin.port, "redirect");
+    let browser = [("Accept", "text/html,*/*;q=0.8")];
+    let r = request(edge.port, "GET", "/zzzz9999", DOMAIN, &browser, b"");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(r.header("vary"), Some("Accept"));
+    assert!(r.text().contains("<html"), "{}", r.text());
+    let r = request(edge.port, "GET", &format!("/{code}"), DOMAIN, &browser, b"");
+    assert_eq!(r.status, 302);
+    let r = get(&edge, "/zzzz9999", DOMAIN);
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (404, Some("not_found"))
+    );
+    assert_eq!(
+        origin_route_count(origin.port, "redirect"),
+        before + 1,
+        "only the browser's 404 reached the origin"
+    );
 }
 
 /// Sixteen concurrent requests for one uncached QR code: one origin
@@ -247,11 +290,7 @@ fn concurrent_misses_make_one_origin_request() {
     let redis = Redis::start();
     let origin = Origin::start(&redis, 100);
     let edge = Arc::new(edge_for(&redis, &origin));
-    let code = code_of(&create_link(
-        origin.port,
-        "https://qr.example/c",
-        Some(DOMAIN),
-    ));
+    let code = settled_link(&origin, &[&*edge], "https://qr.example/c");
     const N: usize = 16;
     let barrier = Arc::new(Barrier::new(N));
     let path = format!("/{code}.png?size=1024");
@@ -287,17 +326,7 @@ fn an_edit_purges_the_pages_on_every_edge() {
     let redis = Redis::start();
     let origin = Origin::start(&redis, 100);
     let edges = [edge_for(&redis, &origin), edge_for(&redis, &origin)];
-    let code = code_of(&create_link(
-        origin.port,
-        "https://before.example/x",
-        Some(DOMAIN),
-    ));
-    // The creation's own message first (it would purge what is fetched now).
-    for e in &edges {
-        wait_for("the creation's invalidation message", TIMEOUT, || {
-            e.metric("shorturl_inval_messages_total{result=\"applied\"}") >= 1.0
-        });
-    }
+    let code = settled_link(&origin, &[&edges[0], &edges[1]], "https://before.example/x");
     let preview = format!("/{code}+");
     let png = format!("/{code}.png");
     for e in &edges {
@@ -349,15 +378,14 @@ fn origin_down_serves_cached_pages_stale_and_503_for_the_rest() {
     let redis = Redis::start();
     let mut origin = Origin::start_with(&redis, 100, "pages: { qr_max_age_secs: 1 }\n");
     let edge = edge_for(&redis, &origin);
-    let code = code_of(&create_link(
-        origin.port,
-        "https://qr.example/d",
-        Some(DOMAIN),
-    ));
+    let code = settled_link(&origin, &[&edge], "https://qr.example/d");
     let path = format!("/{code}.svg?size=200");
     let cached = get(&edge, &path, DOMAIN);
     assert_eq!(cached.status, 200);
     assert_eq!(cached.header("cache-control"), Some("public, max-age=1"));
+
+    // An unknown code looked up once: its negative is in Redis and memory.
+    assert_eq!(get(&edge, "/zzzz9999", DOMAIN).status, 404);
 
     origin.stop();
     // Every answer while the origin is down is the cached page, until it
@@ -377,6 +405,21 @@ fn origin_down_serves_cached_pages_stale_and_503_for_the_rest() {
     assert_eq!(uncached.json()["error"], "unavailable");
     // Counted when the request is logged, just after its answer.
     expect_pages(&edge, "error", 1);
+
+    // A browser's 404 on a plain code (known absent, so no origin lookup
+    // needed): the edge's own JSON 404, as the 404 page cannot be fetched.
+    let r = request(
+        edge.port,
+        "GET",
+        "/zzzz9999",
+        DOMAIN,
+        &[("Accept", "text/html,*/*;q=0.8")],
+        b"",
+    );
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (404, Some("not_found"))
+    );
 
     origin.restart();
     wait_for("pages to be fetched again", TIMEOUT, || {

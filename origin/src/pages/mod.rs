@@ -4,7 +4,7 @@
 //!
 //! Nothing here knows HTTP status codes; `crate::http::pages` answers.
 
-pub mod accept;
+pub use shorturl_common::accept;
 pub mod html;
 pub mod qr;
 
