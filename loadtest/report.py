@@ -13,13 +13,14 @@ import os
 import shutil
 import sys
 
-ORDER = ["nginx-static", "edge-hot", "edge-hot-analytics", "openresty-hot", "edge-redis", "openresty-redis",
+ORDER = ["nginx-static", "edge-hot", "edge-hot-slowpath", "edge-hot-analytics", "openresty-hot", "edge-redis", "openresty-redis",
          "edge-origin", "miss-storm", "mix", "create",
          "nginx-static-tls", "edge-hot-tls", "nginx-tls-handshake", "edge-tls-handshake",
          "nginx-qr-static", "qr-hot"]
 WHAT = {
     "nginx-static": "nginx `return 302` (anchor)",
     "edge-hot": "edge, every code in memory, click counting off",
+    "edge-hot-slowpath": "edge-hot with the fast path off (every request through a Pingora proxy session)",
     "edge-hot-analytics": "edge-hot with click counting on (the cost of counting)",
     "openresty-hot": "OpenResty edge, LRU/shared dict hit",
     "edge-redis": "edge, Redis GET per request",
@@ -150,6 +151,12 @@ def load_scenario(d):
     if req and path:
         if s["name"] in ("edge-hot", "openresty-hot") and (g("redis.hit") or 0) + (g("origin.forward") or 0) > 0.001 * req:
             notes.append(f"WARNING: not all from memory: {g('redis.hit')} Redis hits, {g('origin.forward')} origin fetches")
+        if s["system"] == "edge" and s["name"].startswith("edge-hot"):
+            fast = delta(sb, sa, "fast_path", "hit")
+            notes.append(f"fast path answered {fast} of {req} requests, handed over "
+                         f"{delta(sb, sa, 'fast_path', 'handover')}")
+            if s["name"] == "edge-hot-slowpath" and fast:
+                problems.append(f"the fast path is off but answered {fast} requests")
         if s["name"] == "edge-hot-analytics":
             counted = delta(sb, sa, "clicks", "counted")
             dropped = delta(sb, sa, "clicks", "dropped")
@@ -229,6 +236,13 @@ def targets(scenarios, cfg):
         add("edge-hot ≥ 1.0× nginx static", "edge-hot", f"{r:.2f}×", "≥ 1.00×", r >= 1.0)
     else:
         add("edge-hot ≥ 1.0× nginx static", "edge-hot", "–", "≥ 1.00×", None, "not run")
+    slow = ran("edge-hot-slowpath")
+    if hot and slow:
+        r = hot["rps"] / slow["rps"]
+        add("edge-hot (fast path) vs edge-hot-slowpath", "edge-hot", f"{r:.2f}×", "> 1.00×", r > 1.0,
+            f"{hot['rps']:,.0f} vs {slow['rps']:,.0f} req/s; p99 {hot['p99_ms']:.3f} vs {slow['p99_ms']:.3f} ms")
+    else:
+        add("edge-hot (fast path) vs edge-hot-slowpath", "edge-hot", "–", "> 1.00×", None, "not run")
     an = ran("edge-hot-analytics")
     if hot and an:
         r = an["rps"] / hot["rps"]

@@ -176,6 +176,24 @@ pub struct EdgeStatus {
     /// Click counting; absent in answers of edges that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clicks: Option<ClicksDim>,
+    /// The Pingora edge's redirect fast path (absent on the OpenResty
+    /// module, which has no such split, and on edges that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_path: Option<FastPathDim>,
+}
+
+/// Requests the fast path answered before any proxy session existed, and
+/// the ones it handed to the proxy (protocol section 6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FastPathDim {
+    /// Whether the fast path is on (`edge.fast_path.enabled`).
+    pub enabled: bool,
+    /// Redirects answered from a cached record.
+    pub hit: u64,
+    /// 404s answered from a cached negative entry.
+    pub negative: u64,
+    /// Requests handed to the proxy.
+    pub handover: u64,
 }
 
 /// One certificate an edge can serve.

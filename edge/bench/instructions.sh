@@ -11,10 +11,14 @@
 # cached codes (wrk -t1 -c8 until the edge's status counts them), counters
 # dumped. Prints instructions per request (all threads, so the background
 # tasks' share is included: it is tiny next to thousands of requests).
-# EDGE_LIMITS sets the config's `limits` line for binaries whose config
-# format predates a key. Needs valgrind, redis-server, wrk, curl.
+# Each binary runs twice, with `fast_path.enabled` true and false (the
+# redirect fast path, then the Pingora proxy session for every request);
+# FAST_PATHS="true" (or "false") runs one, FAST_PATHS="-" leaves the key
+# out (binaries that predate it). EDGE_LIMITS sets the config's `limits`
+# line for binaries whose config format predates a key. Needs valgrind,
+# redis-server, wrk, curl.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,16p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,21p' "$0"; exit 2; }
 REQUESTS=${REQUESTS:-20000}
 CODES=2000
 REDIS_PORT=${REDIS_PORT:-26479}; EDGE_PORT=${EDGE_PORT:-28180}
@@ -29,6 +33,8 @@ bench_redis "$REDIS_PORT" "$CODES"
 bench_wrk_scripts "$CODES"
 
 for bin in "$@"; do
+for fp in ${FAST_PATHS:-true false}; do
+  fp_line=""; [ "$fp" = "-" ] || fp_line="fast_path: { enabled: $fp }"
   cat >"$WORK/edge.yaml" <<YAML
 server:
   version: 1
@@ -47,11 +53,13 @@ edge:
   cache: { max_bytes: 67108864, positive_ttl_secs: 3600 }
   ${EDGE_LIMITS:-"limits: { unknown_per_ip_per_sec: 0, max_connections_per_ip: 0 }"}
   access_log: { path: off }
+  $fp_line
 YAML
   rm -f "$WORK"/callgrind.out.*
   RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
     "$bin" -c "$WORK/edge.yaml" >"$WORK/edge.log" 2>&1 &
-  vpid=$!; PIDS+=($vpid); wait_tcp "$EDGE_PORT"
+  # Under callgrind on a busy machine the start alone can take a minute.
+  vpid=$!; PIDS+=($vpid); WAIT_TCP_SECS=300 wait_tcp "$EDGE_PORT"
   # Warm: every code read once from Redis into memory.
   miss=0
   for _ in $(seq 1 30); do
@@ -77,5 +85,6 @@ YAML
   kill "$vpid" 2>/dev/null || true; wait "$vpid" 2>/dev/null || true
   n=$(( h1 - h0 )); m=$(( m1 - m0 ))
   [ "$m" -eq 0 ] || echo "warning: $m misses while measuring (cache not warm, or lookups failed): the figure is not a pure memory-hit cost" >&2
-  echo "$bin: $n memory hits, $m misses, $ir instructions, $(( ir / n )) instructions per request"
+  echo "$bin (fast_path: $fp): $n memory hits, $m misses, $ir instructions, $(( ir / n )) instructions per request"
+done
 done

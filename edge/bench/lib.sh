@@ -2,7 +2,8 @@
 # records c00000.. for s.shop55.com, and the wrk scripts that read them.
 # The caller sets WORK (a temp dir) and PIDS (pids to stop on exit).
 
-wait_tcp() { for _ in $(seq 1 600); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "no listener on $1" >&2; exit 1; }
+# wait_tcp PORT: up to WAIT_TCP_SECS (default 30) for a listener.
+wait_tcp() { for _ in $(seq 1 $(( ${WAIT_TCP_SECS:-30} * 20 ))); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "no listener on $1" >&2; exit 1; }
 
 # bench_redis PORT N: Redis on PORT with N records, valid for a day.
 bench_redis() {

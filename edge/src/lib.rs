@@ -4,7 +4,9 @@
 //! Redis, then the origin's record endpoint (coalesced per code); API routes
 //! are proxied to a health-checked origin pool; invalidation messages from
 //! Redis pub/sub keep the in-process cache current (`inval`). Connections pass through
-//! `conn` first (connection caps, request-head deadline). Every redirect is
+//! `conn` first (connection caps, request-head deadline), then `fast_path`,
+//! which answers hot cache hits before a proxy session exists and hands
+//! everything else to the proxy. Every redirect is
 //! counted as a click (`clicks`), flushed to a Redis Stream in batches. QR
 //! codes and previews are proxied through `pingora-cache` (`pages`). See
 //! `docs/architecture.md`.
@@ -14,6 +16,7 @@ pub mod cache;
 pub mod clicks;
 pub mod config;
 pub mod conn;
+pub mod fast_path;
 pub mod inval;
 pub mod limits;
 pub mod lookup;

@@ -16,6 +16,7 @@ use shorturl_edge::clicks::flush::{last_flush_budget, ClickFlusher};
 use shorturl_edge::clicks::{boot_nonce, Clicks, ClicksMetrics};
 use shorturl_edge::config;
 use shorturl_edge::conn::{ConnCaps, ConnMetrics, Guarded};
+use shorturl_edge::fast_path::{FastPath, Shared};
 use shorturl_edge::inval::subscriber::Subscriber;
 use shorturl_edge::limits::Limits;
 use shorturl_edge::lookup::Resolver;
@@ -170,27 +171,42 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
         metrics.conn_open.clone(),
     );
     let conn_metrics = ConnMetrics::from(&metrics);
+    let limits = Arc::new(Limits::new(
+        &edge_cfg.limits,
+        metrics.limits_evictions.clone(),
+    ));
+    let tls_view = Arc::new(TlsView::of(&tls, edge_cfg.tls.https.clone()));
+    let shared = Shared {
+        resolver: Arc::clone(&resolver),
+        metrics: Arc::clone(&metrics),
+        limits: Arc::clone(&limits),
+        log: Arc::clone(&log),
+        clicks: Arc::clone(&clicks),
+        cfg: Arc::clone(&edge_cfg),
+        tls: Arc::clone(&tls_view),
+    };
     let app = Edge {
         resolver,
         status: StatusSource::new(Arc::clone(&origin)),
         origin,
-        limits: Limits::new(&edge_cfg.limits, metrics.limits_evictions.clone()),
+        limits,
         metrics,
         log,
         cfg: Arc::clone(&edge_cfg),
-        tls: Arc::new(TlsView::of(&tls, edge_cfg.tls.https.clone())),
+        tls: tls_view,
         clicks,
         pages,
     };
-    // One proxy (one set of limits) behind the connection caps and the
-    // request-head deadline, on the plain and the TLS listeners.
+    // One proxy (one set of limits) behind the fast path, the connection
+    // caps and the request-head deadline, on the plain and the TLS listeners.
     let mut proxy_app = http_proxy(&server.configuration, app);
     let mut server_options = HttpServerOptions::default();
     server_options.h2_idle_timeout = Some(std::time::Duration::from_secs(
         edge_cfg.limits.keepalive_timeout_secs,
     ));
     proxy_app.server_options = Some(server_options);
-    let proxy_app = Arc::new(proxy_app);
+    let fast = FastPath::new(Arc::new(proxy_app), shared).map_err(|e| e.to_string())?;
+    let proxy_app = Arc::new(fast);
     let guarded = Guarded::shared(
         Arc::clone(&proxy_app),
         Arc::clone(&caps),

@@ -40,6 +40,18 @@ pub struct Metrics {
     /// Client connections open now.
     pub conn_open: IntGauge,
     pub inval: InvalMetrics,
+    pub fast_path: FastPathMetrics,
+}
+
+/// The fast path's counters (`shorturl_edge_fast_path_total{result}`):
+/// requests it answered, and heads it handed to the proxy.
+pub struct FastPathMetrics {
+    /// Redirects answered from a cached record (`result="hit"`).
+    pub hit: IntCounter,
+    /// 404s answered from a cached negative entry (`result="negative"`).
+    pub negative: IntCounter,
+    /// Requests handed to the proxy (`result="handover"`).
+    pub handover: IntCounter,
 }
 
 /// The invalidation subscriber's counters (`shorturl_inval_*`, the same
@@ -141,6 +153,13 @@ impl Metrics {
             "shorturl_inval_subscriptions_total",
             "Invalidation subscriptions established (the first included).",
         )?;
+        let fast_path = IntCounterVec::new(
+            Opts::new(
+                "shorturl_edge_fast_path_total",
+                "Requests the fast path answered (hit, negative) or handed to the proxy (handover).",
+            ),
+            &["result"],
+        )?;
         let inval_superseded = IntCounter::new(
             "shorturl_inval_superseded_total",
             "Lookups whose answer was older than an invalidation already received (looked up again).",
@@ -158,6 +177,7 @@ impl Metrics {
             Box::new(inval_subscribed.clone()),
             Box::new(inval_subscriptions.clone()),
             Box::new(inval_superseded.clone()),
+            Box::new(fast_path.clone()),
         ] {
             let _ = prometheus::register(c);
         }
@@ -193,6 +213,11 @@ impl Metrics {
                 subscribed: inval_subscribed,
                 subscriptions: inval_subscriptions,
                 superseded: inval_superseded,
+            },
+            fast_path: FastPathMetrics {
+                hit: fast_path.with_label_values(&["hit"]),
+                negative: fast_path.with_label_values(&["negative"]),
+                handover: fast_path.with_label_values(&["handover"]),
             },
         })
     }

@@ -53,12 +53,40 @@ fn hops_rev(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 /// client and how many hops it consumed. Without trusted proxies the
 /// header is never read.
 pub fn client_of(peer: IpAddr, headers: &HeaderMap, trusted: &CidrList) -> (IpAddr, usize) {
+    if trusted.is_empty() {
+        return (peer, 0);
+    }
+    client_behind(peer, hops_rev(headers), trusted)
+}
+
+/// [`client_of`] over raw `X-Forwarded-For` field values in their order
+/// in the head (the fast path, which has no `HeaderMap`).
+pub fn client_of_values<'a>(
+    peer: IpAddr,
+    values: impl DoubleEndedIterator<Item = &'a [u8]>,
+    trusted: &CidrList,
+) -> IpAddr {
+    if trusted.is_empty() {
+        return peer;
+    }
+    // What `HeaderValue::to_str` accepts: visible ASCII, space and tab.
+    let hops = values
+        .rev()
+        .filter(|v| v.iter().all(|&b| b == b'\t' || (32..127).contains(&b)))
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.rsplit(','));
+    client_behind(peer, hops, trusted).0
+}
+
+/// Walks `hops` (right to left) past trusted proxies, from `peer`.
+fn client_behind<'a>(
+    peer: IpAddr,
+    hops: impl Iterator<Item = &'a str>,
+    trusted: &CidrList,
+) -> (IpAddr, usize) {
     let mut client = peer;
     let mut used = 0;
-    if trusted.is_empty() {
-        return (client, used);
-    }
-    for hop in hops_rev(headers) {
+    for hop in hops {
         if !trusted.contains(client) {
             break;
         }

@@ -42,6 +42,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
 use pingora_cache::{CacheKey, RespCacheable};
 use shorturl_common::pages::PageKind;
+use shorturl_common::status::FastPathDim;
 use shorturl_common::time::now_unix;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -55,7 +56,7 @@ pub struct Edge {
     pub resolver: Arc<Resolver>,
     pub origin: Arc<OriginPool>,
     pub metrics: Arc<Metrics>,
-    pub limits: Limits,
+    pub limits: Arc<Limits>,
     pub status: StatusSource,
     pub log: Arc<AccessLog>,
     pub cfg: Arc<EdgeConfig>,
@@ -432,6 +433,13 @@ impl ProxyHttp for Edge {
                 ctx.outcome = Outcome::Local;
                 let mut doc = self.status.document(&self.metrics, &self.clicks).await;
                 doc.tls = self.tls.status();
+                let fast = &self.metrics.fast_path;
+                doc.fast_path = Some(FastPathDim {
+                    enabled: self.cfg.fast_path.enabled,
+                    hit: fast.hit.get(),
+                    negative: fast.negative.get(),
+                    handover: fast.handover.get(),
+                });
                 let body = serde_json::to_vec(&doc).unwrap_or_else(|_| b"{}".to_vec());
                 respond::json(session, 200, Bytes::from(body), "no-store", None).await?;
                 Ok(true)

@@ -20,6 +20,16 @@ pub async fn redirect(
     url: &str,
     hsts: Option<&HeaderValue>,
 ) -> Result<()> {
+    let h = redirect_header(policy, url, hsts)?;
+    session.write_response_header(Box::new(h), true).await
+}
+
+/// The redirect's header (the fast path serialises the same one).
+pub fn redirect_header(
+    policy: &RedirectPolicy,
+    url: &str,
+    hsts: Option<&HeaderValue>,
+) -> Result<ResponseHeader> {
     let mut h = ResponseHeader::build(policy.status, Some(5))?;
     h.insert_header("Location", url)?;
     h.insert_header("Content-Length", "0")?;
@@ -27,7 +37,7 @@ pub async fn redirect(
     if let Some(v) = hsts {
         h.insert_header("Strict-Transport-Security", v.clone())?;
     }
-    session.write_response_header(Box::new(h), true).await
+    Ok(h)
 }
 
 /// The `308` sending a plain-HTTP request to the same URL on HTTPS.
@@ -50,15 +60,24 @@ pub async fn not_found_with(
     policy: &RedirectPolicy,
     hsts: Option<&HeaderValue>,
 ) -> Result<()> {
-    let body = Bytes::from_static(NOT_FOUND_BODY);
+    let h = not_found_header(policy, hsts)?;
+    write(session, h, Bytes::from_static(NOT_FOUND_BODY)).await
+}
+
+/// The protocol 404's header; its body is [`NOT_FOUND_BODY`] (the fast
+/// path serialises the same one).
+pub fn not_found_header(
+    policy: &RedirectPolicy,
+    hsts: Option<&HeaderValue>,
+) -> Result<ResponseHeader> {
     let mut h = ResponseHeader::build(404, Some(5))?;
     h.insert_header("Content-Type", "application/json")?;
-    h.insert_header("Content-Length", body.len().to_string())?;
+    h.insert_header("Content-Length", NOT_FOUND_BODY.len().to_string())?;
     h.insert_header("Cache-Control", policy.not_found_cache_control.as_str())?;
     if let Some(v) = hsts {
         h.insert_header("Strict-Transport-Security", v.clone())?;
     }
-    write(session, h, body).await
+    Ok(h)
 }
 
 /// A `text/plain` answer (ACME challenge key authorisations).

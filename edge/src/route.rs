@@ -75,7 +75,12 @@ pub enum Route {
 /// Routes `req` (see the module documentation).
 pub fn route(req: &RequestHeader) -> Route {
     let get_or_head = req.method == Method::GET || req.method == Method::HEAD;
-    let path = req.uri.path();
+    route_path(get_or_head, req.uri.path())
+}
+
+/// Routes a request by its method (`GET`/`HEAD` or not) and its path (no
+/// query): the table both the proxy and the fast path use.
+pub fn route_path(get_or_head: bool, path: &str) -> Route {
     match path {
         "/shorturl_status" if get_or_head => return Route::Status,
         "/healthz" if get_or_head => return Route::Health,

@@ -145,6 +145,7 @@ impl StatusSource {
                 reconnects: m.inval.reconnects(),
             }),
             clicks: Some(clicks.status()),
+            fast_path: None,
         }
     }
 }

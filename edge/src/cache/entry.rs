@@ -3,16 +3,22 @@
 //!
 //! An entry is two allocations: the `Arc` block (counts, the fixed fields
 //! below and the eviction links) and one byte buffer holding
-//! `code ‖ domain ‖ url`. The buffer is where a pre-serialised response can
-//! later go (after the URL; `url_end` marks where the URL stops). Its weight
-//! is what those two allocations really occupy under the edge's allocator
-//! (see [`allocation_size`]), so the cache's byte count is its memory.
+//! `code ‖ domain ‖ url`, or, when the cache has a [`Serialiser`] (the
+//! fast path's), `code ‖ domain ‖ response`: the redirect's status line and
+//! headers, built once here, with the URL read from inside its `Location`
+//! line (never stored twice). Its weight is what those two allocations
+//! really occupy under the edge's allocator (see [`allocation_size`]), so
+//! the cache's byte count is its memory.
 
 use shorturl_common::record::Record;
 use std::fmt;
 use std::mem::size_of;
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
+
+/// Builds the pre-serialised redirect for a URL: the bytes and the offset
+/// of the URL inside them (`None`: no pre-serialised answer for it).
+pub type Serialiser = dyn Fn(&str) -> Option<(Vec<u8>, usize)> + Send + Sync;
 
 /// What a lookup found, as handed to [`super::LocalCache::put`].
 #[derive(Debug, Clone)]
@@ -101,10 +107,14 @@ pub struct Entry {
     pub(super) fresh_until: u64,
     expires_at: u64,
     version: u64,
-    /// `code ‖ domain ‖ url` (nothing after the code unless found).
+    /// `code ‖ domain ‖ url`, or `code ‖ domain ‖ response` (nothing after
+    /// the code unless found).
     bytes: Box<[u8]>,
     url_end: u32,
     domain_len: u16,
+    /// Where the URL starts inside the response, which runs to the end of
+    /// `bytes` (0: no response; a response never starts with its URL).
+    url_in_response: u8,
     code_len: u8,
     kind: u8,
     /// The subscription generation the entry's lookup started in (see
@@ -127,12 +137,26 @@ const MAX_BYTES: usize = 1 << 20;
 
 impl Entry {
     /// A new entry, or `None` when a part is too long to be cached.
+    #[cfg(test)]
     pub(super) fn new(
         code: &str,
         answer: &Answer,
         hash: u64,
         fresh_until: u64,
         gen: u32,
+    ) -> Option<Entry> {
+        Self::build(code, answer, hash, fresh_until, gen, None)
+    }
+
+    /// [`Entry::new`], with the redirect pre-serialised by `serialise`
+    /// when the answer is a record.
+    pub(super) fn build(
+        code: &str,
+        answer: &Answer,
+        hash: u64,
+        fresh_until: u64,
+        gen: u32,
+        serialise: Option<&Serialiser>,
     ) -> Option<Entry> {
         let (kind, version, expires_at, domain, url) = match answer {
             Answer::Found(r) => (
@@ -145,21 +169,42 @@ impl Entry {
             Answer::Negative(v) => (NEGATIVE, *v, 0, "", ""),
             Answer::Unavailable => (UNAVAILABLE, 0, 0, "", ""),
         };
-        let len = code.len() + domain.len() + url.len();
+        // The response, if any, holds the URL where the serialiser says.
+        let response = serialise
+            .filter(|_| kind == FOUND)
+            .and_then(|f| f(url))
+            .filter(|(r, at)| {
+                (1..=usize::from(u8::MAX)).contains(at)
+                    && r.get(*at..at.saturating_add(url.len())) == Some(url.as_bytes())
+            });
+        let tail = response.as_ref().map_or(url.len(), |(r, _)| r.len());
+        let len = code.len() + domain.len() + tail;
         if code.len() > MAX_CODE || domain.len() > MAX_DOMAIN || len > MAX_BYTES {
             return None;
         }
         let mut bytes = Vec::with_capacity(len);
         bytes.extend_from_slice(code.as_bytes());
         bytes.extend_from_slice(domain.as_bytes());
-        bytes.extend_from_slice(url.as_bytes());
+        let head = bytes.len();
+        let url_in_response = match &response {
+            Some((r, at)) => {
+                bytes.extend_from_slice(r);
+                *at
+            }
+            None => {
+                bytes.extend_from_slice(url.as_bytes());
+                0
+            }
+        };
+        let url_start = head + url_in_response;
         Some(Entry {
             hash,
             fresh_until,
             expires_at,
             version,
             bytes: bytes.into_boxed_slice(),
-            url_end: len as u32,
+            url_end: (url_start + url.len()) as u32,
+            url_in_response: url_in_response as u8,
             domain_len: domain.len() as u16,
             code_len: code.len() as u8,
             kind,
@@ -194,12 +239,23 @@ impl Entry {
                     version: self.version,
                     expires_at: self.expires_at,
                     domain: self.str_at(d, u),
-                    url: self.str_at(u, self.url_end as usize),
+                    url: self.str_at(u + usize::from(self.url_in_response), self.url_end as usize),
                 })
             }
             NEGATIVE => AnswerRef::Negative(self.version),
             _ => AnswerRef::Unavailable,
         }
+    }
+
+    /// The pre-serialised redirect (status line and headers, without
+    /// `Date` and `Connection`), when the entry is a record and the cache
+    /// has a serialiser.
+    pub fn response(&self) -> Option<&[u8]> {
+        if self.url_in_response == 0 {
+            return None;
+        }
+        let start = self.code_len as usize + self.domain_len as usize;
+        self.bytes.get(start..)
     }
 
     /// The answer as an owned value (allocates: for the miss path only).
@@ -341,5 +397,38 @@ mod tests {
         assert_eq!(n.to_answer().version(), Some(4));
         assert_eq!(n.code(), "gone00");
         assert!(Entry::new(&"x".repeat(300), &Answer::Negative(0), 7, 0, 0).is_none());
+    }
+
+    #[test]
+    fn the_url_is_read_from_inside_the_response() {
+        let rec = Answer::Found(Arc::new(Record {
+            version: 2,
+            expires_at: 99,
+            domain: "s.example.com".into(),
+            url: "https://x.example/a?b=1".into(),
+        }));
+        let ser = |url: &str| {
+            let mut r = b"HTTP/1.1 302 Found\r\nLocation: ".to_vec();
+            let at = r.len();
+            r.extend_from_slice(url.as_bytes());
+            r.extend_from_slice(b"\r\n");
+            Some((r, at))
+        };
+        let e = Entry::build("abc123", &rec, 7, 0, 0, Some(&ser));
+        let Some(e) = e else { panic!("not built") };
+        assert_eq!(e.answer(), rec.view());
+        assert_eq!(
+            e.response(),
+            Some(&b"HTTP/1.1 302 Found\r\nLocation: https://x.example/a?b=1\r\n"[..])
+        );
+        assert_eq!(e.weight(), entry_weight(6 + 13 + 55));
+        // A serialiser that misplaces the URL is not believed.
+        let bad = |url: &str| Some((url.as_bytes().to_vec(), 1));
+        let e = Entry::build("abc123", &rec, 7, 0, 0, Some(&bad));
+        let Some(e) = e else { panic!("not built") };
+        assert_eq!((e.response(), e.answer()), (None, rec.view()));
+        // Negative entries have none.
+        let n = Entry::build("gone00", &Answer::Negative(1), 7, 0, 0, Some(&ser));
+        assert!(n.is_some_and(|n| n.response().is_none()));
     }
 }

@@ -33,7 +33,7 @@ mod policy;
 mod table;
 mod tombstones;
 
-pub use entry::{allocation_size, Answer, AnswerRef, Entry, RecordRef};
+pub use entry::{allocation_size, Answer, AnswerRef, Entry, RecordRef, Serialiser};
 pub use generation::Generation;
 pub use tombstones::MAX_TOMBSTONES;
 
@@ -89,6 +89,8 @@ pub struct LocalCache {
     base: Instant,
     totals: Arc<Totals>,
     gens: Generations,
+    /// Pre-serialises the redirect of every record stored (the fast path).
+    serialiser: std::sync::OnceLock<Arc<Serialiser>>,
     /// Tests: every code gets this hash (all collide).
     #[cfg(test)]
     fixed_hash: Option<u64>,
@@ -125,6 +127,7 @@ impl LocalCache {
             base: Instant::now(),
             totals,
             gens: Generations::default(),
+            serialiser: std::sync::OnceLock::new(),
             #[cfg(test)]
             fixed_hash: None,
         };
@@ -137,6 +140,13 @@ impl LocalCache {
     /// edge's Prometheus endpoint serves.
     pub fn register_metrics(&self) -> Result<(), prometheus::Error> {
         prometheus::register(Box::new(export::Exporter::new(Arc::clone(&self.totals))?))
+    }
+
+    /// From now on, every record stored carries its redirect pre-serialised
+    /// by `f` ([`Entry::response`]). Set once, before serving; later calls
+    /// are ignored.
+    pub fn set_serialiser(&self, f: Arc<Serialiser>) {
+        let _ = self.serialiser.set(f);
     }
 
     fn hash(&self, code: &str) -> u64 {
@@ -196,12 +206,13 @@ impl LocalCache {
         let hash = self.hash(code);
         let h = self.horizon(Instant::now());
         let shard = self.shard(hash);
-        let entry = Entry::new(
+        let entry = Entry::build(
             code,
             &answer,
             hash,
             h.now.saturating_add(Self::ttl_ticks(ttl)),
             gen.0,
+            self.serialiser.get().map(|f| &**f),
         )
         .map(Arc::new);
         let guard = epoch::pin();

@@ -112,6 +112,14 @@ impl Clicks {
         }
     }
 
+    /// [`Clicks::record`] from the parts of a head (the fast path).
+    #[inline]
+    pub fn record_parts(&self, parts: record::ClickParts<'_>, code: &str, at_unix: u64) {
+        if self.enabled {
+            record::record_parts(&self.registry, &self.metrics, parts, code, at_unix);
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         match self.state.lock() {
             Ok(s) => s,

@@ -152,16 +152,38 @@ impl Local {
 /// The device class of a request: [`Device::Bot`] for `HEAD`, a missing or
 /// empty user agent, or one on the bot list (protocol section 3.4).
 pub fn classify(req: &RequestHeader) -> Device {
-    if req.method == Method::HEAD {
+    classify_parts(
+        req.method == Method::HEAD,
+        req.headers
+            .get(http::header::USER_AGENT)
+            .map(|v| v.as_bytes()),
+    )
+}
+
+/// [`classify`] from the parts of a head: whether it is a `HEAD` request,
+/// and its (first) `User-Agent` value.
+pub fn classify_parts(head: bool, user_agent: Option<&[u8]>) -> Device {
+    if head {
         return Device::Bot;
     }
-    match req.headers.get(http::header::USER_AGENT) {
+    match user_agent {
         None => Device::Bot,
         Some(ua) => LOCAL.with(|l| match l.try_borrow_mut() {
-            Ok(mut l) => l.device(ua.as_bytes()),
-            Err(_) => device_class_bytes(ua.as_bytes()),
+            Ok(mut l) => l.device(ua),
+            Err(_) => device_class_bytes(ua),
         }),
     }
+}
+
+/// The parts of a request a click is classified by (see [`record_parts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ClickParts<'a> {
+    /// A `HEAD` request (always a bot).
+    pub head: bool,
+    /// The first `User-Agent` value.
+    pub user_agent: Option<&'a [u8]>,
+    /// The first `Referer` value.
+    pub referer: Option<&'a [u8]>,
 }
 
 /// Counts one redirect answered for `code` at `at_unix`.
@@ -172,8 +194,28 @@ pub fn record(
     code: &str,
     at_unix: u64,
 ) {
-    let device = classify(req);
-    let host = referrer_host_buf(req.headers.get(http::header::REFERER).map(|v| v.as_bytes()));
+    let parts = ClickParts {
+        head: req.method == Method::HEAD,
+        user_agent: req
+            .headers
+            .get(http::header::USER_AGENT)
+            .map(|v| v.as_bytes()),
+        referer: req.headers.get(http::header::REFERER).map(|v| v.as_bytes()),
+    };
+    record_parts(registry, metrics, parts, code, at_unix);
+}
+
+/// [`record`] from the parts of a head (the fast path has no
+/// `RequestHeader`): the same classification, the same queue.
+pub fn record_parts(
+    registry: &Registry,
+    metrics: &ClicksMetrics,
+    parts: ClickParts<'_>,
+    code: &str,
+    at_unix: u64,
+) {
+    let device = classify_parts(parts.head, parts.user_agent);
+    let host = referrer_host_buf(parts.referer);
     let Some(event) = Event::new(code, at_unix, device, host) else {
         return;
     };

@@ -57,6 +57,9 @@ pub struct EdgeFile {
     /// The cache of the pages for people (`crate::pages`).
     #[serde(default)]
     pub pages_cache: PagesCacheFile,
+    /// The redirect fast path (`crate::fast_path`).
+    #[serde(default)]
+    pub fast_path: FastPathFile,
 }
 
 impl EdgeFile {
@@ -86,6 +89,7 @@ impl EdgeFile {
             acme: Default::default(),
             clicks: Default::default(),
             pages_cache: Default::default(),
+            fast_path: FastPathFile::default(),
         }
     }
 }
@@ -232,6 +236,20 @@ impl Default for LimitsFile {
             max_connections: 10_000,
             max_connections_per_ip: 64,
         }
+    }
+}
+
+/// `edge.fast_path`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FastPathFile {
+    /// Answer cached hits before a proxy session exists (default true).
+    pub enabled: bool,
+}
+
+impl Default for FastPathFile {
+    fn default() -> Self {
+        FastPathFile { enabled: true }
     }
 }
 

@@ -52,6 +52,8 @@ pub struct EdgeConfig {
     pub clicks: crate::clicks::ClicksConfig,
     /// The cache of the pages for people (`crate::pages`).
     pub pages_cache: PagesCacheConfig,
+    /// The redirect fast path (`crate::fast_path`).
+    pub fast_path: FastPathConfig,
 }
 
 /// The page cache (QR codes and previews proxied through `pingora-cache`).
@@ -67,6 +69,13 @@ pub struct PagesCacheConfig {
     /// Longest wait behind another request fetching the same page (the
     /// cache lock), and longest a fetch holds the lock.
     pub lock_timeout: Duration,
+}
+
+/// The redirect fast path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastPathConfig {
+    /// Off: every request goes through the Pingora proxy session.
+    pub enabled: bool,
 }
 
 /// Redis, the shared cache in front of the origin.
@@ -341,6 +350,9 @@ fn edge_from_file(
         tls,
         clicks,
         pages_cache,
+        fast_path: FastPathConfig {
+            enabled: f.fast_path.enabled,
+        },
     })
 }
 

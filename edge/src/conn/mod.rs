@@ -16,7 +16,8 @@
 //!    a request head is not complete within `header_timeout` (HTTP/1 only:
 //!    an HTTP/2 connection negotiated by ALPN is framed, not head-delimited,
 //!    and is bounded by Pingora's HTTP/2 idle timeout instead);
-//! 4. hands it to the proxy; the slot is released when the connection ends,
+//! 4. hands it to the app (the redirect fast path, `crate::fast_path`, in
+//!    front of the proxy); the slot is released when the connection ends,
 //!    however it ends (drop guard).
 //!
 //! Contract: the inner app sees an ordinary [`Stream`] (socket digest, peer

@@ -309,6 +309,10 @@ fn normalise_json(v: &mut Value, in_status: bool) {
                 // the click tests compare the edges' counts
                 // (clicks_two_edges.rs, openresty_clicks.rs).
                 m.remove("clicks");
+                // The Pingora edge's redirect fast path has no OpenResty
+                // counterpart (lua-compat/README.md); its own tests are
+                // edge/tests/fast_path.rs.
+                m.remove("fast_path");
             }
             for (k, x) in m.iter_mut() {
                 if VOLATILE.contains(&k.as_str()) {
