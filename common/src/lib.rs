@@ -4,6 +4,7 @@
 //! re-implements the same rules in Lua, so keep this code and that document in
 //! step (the protocol is versioned by [`PROTOCOL_VERSION`]).
 
+pub mod accept;
 pub mod cidr;
 pub mod clicks;
 pub mod code;
@@ -12,6 +13,7 @@ pub mod failpoint;
 pub mod host;
 pub mod inval;
 pub mod keys;
+pub mod pages;
 pub mod record;
 pub mod redirect;
 pub mod request_rules;

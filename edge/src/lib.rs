@@ -7,7 +7,8 @@
 //! `conn` first (connection caps, request-head deadline), then `fast_path`,
 //! which answers hot cache hits before a proxy session exists and hands
 //! everything else to the proxy. Every redirect is
-//! counted as a click (`clicks`), flushed to a Redis Stream in batches. See
+//! counted as a click (`clicks`), flushed to a Redis Stream in batches. QR
+//! codes and previews are proxied through `pingora-cache` (`pages`). See
 //! `docs/architecture.md`.
 
 pub mod access_log;
@@ -24,6 +25,7 @@ pub mod metrics;
 pub mod net;
 pub mod origin;
 pub mod outcome;
+pub mod pages;
 pub mod proxy;
 pub mod redis_store;
 pub mod request_rules;

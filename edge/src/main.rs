@@ -22,6 +22,7 @@ use shorturl_edge::limits::Limits;
 use shorturl_edge::lookup::Resolver;
 use shorturl_edge::metrics::Metrics;
 use shorturl_edge::origin::{build_balancer, OriginPool};
+use shorturl_edge::pages::PageCache;
 use shorturl_edge::proxy::Edge;
 use shorturl_edge::redis_store::RedisStore;
 use shorturl_edge::status::StatusSource;
@@ -119,11 +120,13 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
     if let Err(e) = resolver.cache.register_metrics() {
         tracing::warn!(error = %e, "cache metrics not exported");
     }
+    let pages = PageCache::leak(&edge_cfg.pages_cache).map_err(|e| format!("metrics: {e}"))?;
     let tls = TlsRuntime::build(&edge_cfg.tls, &edge_cfg.redis.url, &origin)?;
     let subscriber = background_service(
         "invalidation subscriber",
         Subscriber::new(
             Arc::clone(&resolver),
+            pages.store,
             Arc::clone(&metrics),
             &edge_cfg.redis,
             &edge_cfg.cache,
@@ -208,6 +211,7 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
         cfg: Arc::clone(&edge_cfg),
         tls: tls_view,
         clicks,
+        pages,
     };
     // One proxy (one set of limits) behind the fast path, the connection
     // caps and the request-head deadline, on the plain and the TLS listeners.

@@ -22,11 +22,13 @@ pub enum Outcome {
     Fwd,
     /// Answered locally without a lookup (status, health, internal paths).
     Local,
+    /// A page (QR code, preview) through the page cache, hit or not.
+    Page,
 }
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Hit,
         Outcome::Neg,
         Outcome::Redis,
@@ -36,6 +38,7 @@ impl Outcome {
         Outcome::Limit,
         Outcome::Fwd,
         Outcome::Local,
+        Outcome::Page,
     ];
 
     /// The label used in logs and metrics.
@@ -50,6 +53,7 @@ impl Outcome {
             Outcome::Limit => "LIMIT",
             Outcome::Fwd => "FWD",
             Outcome::Local => "LOCAL",
+            Outcome::Page => "PAGE",
         }
     }
 

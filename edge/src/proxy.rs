@@ -11,6 +11,9 @@
 //! * `/.well-known/acme-challenge/{token}` → the HTTP-01 answer from the shared store
 //! * codes → redirect, 404, 429 or 503; over plain HTTP on a domain in
 //!   `https.redirect`, a 308 to the same URL on https instead (`tls::https`)
+//! * pages (`/{code}.svg|.png`, `/{code}+`) → the origin pool through the
+//!   page cache (`pages`): `request_cache_filter`, `cache_key_callback`,
+//!   `response_cache_filter` and `should_serve_stale` act only on them
 
 use crate::access_log::{AccessLog, LogLine};
 use crate::cache::AnswerRef;
@@ -22,9 +25,11 @@ use crate::metrics::Metrics;
 use crate::net::{client_of, forwarded_for, ClientKey};
 use crate::origin::OriginPool;
 use crate::outcome::Outcome;
+use crate::pages::metrics::PageResult;
+use crate::pages::PageCache;
 use crate::request_rules::{self, HostAt};
 use crate::respond;
-use crate::route::{route, Route};
+use crate::route::{route, CodeBuf, Route};
 use crate::status::StatusSource;
 use crate::tls::{https, TlsView};
 use async_trait::async_trait;
@@ -35,6 +40,8 @@ use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
+use pingora_cache::{CacheKey, RespCacheable};
+use shorturl_common::pages::PageKind;
 use shorturl_common::status::FastPathDim;
 use shorturl_common::time::now_unix;
 use std::net::{IpAddr, SocketAddr};
@@ -56,6 +63,17 @@ pub struct Edge {
     pub tls: Arc<TlsView>,
     /// Click counting: every redirect answered is recorded here.
     pub clicks: Arc<Clicks>,
+    /// The cache of QR codes and previews.
+    pub pages: &'static PageCache,
+}
+
+/// A page request's state.
+pub struct PageCtx {
+    /// Its cache key; `None`: not cacheable (proxied as is).
+    key: Option<CacheKey>,
+    /// A browser's 404 on a plain code: the origin's 404 page, or the
+    /// JSON 404 when the origin cannot answer.
+    html404: bool,
 }
 
 /// Per-request state.
@@ -74,6 +92,17 @@ pub struct Ctx {
     connect_failures: usize,
     /// Over TLS (only looked at when an HTTPS policy is configured).
     tls: bool,
+    /// Set on page requests only.
+    page: Option<Box<PageCtx>>,
+}
+
+/// Whether the client prefers HTML to JSON (`common::accept`).
+fn prefers_html(req: &RequestHeader) -> bool {
+    shorturl_common::accept::prefers_html(
+        req.headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok()),
+    )
 }
 
 fn peer_ip(session: &Session) -> Option<IpAddr> {
@@ -159,6 +188,17 @@ impl Edge {
                 if let Some(key) = self.client_key(ctx) {
                     self.limits.count_unknown(key);
                 }
+                if prefers_html(session.req_header()) {
+                    // A browser: the origin's 404 page (protocol 4.2),
+                    // proxied uncached. Only on this 404 branch.
+                    ctx.page = Some(Box::new(PageCtx {
+                        key: None,
+                        html404: true,
+                    }));
+                    session.set_read_timeout(Some(self.cfg.limits.client_timeout));
+                    session.set_write_timeout(Some(self.cfg.limits.client_timeout));
+                    return Ok(false);
+                }
                 respond::not_found_with(session, &self.cfg.redirect, self.hsts(ctx)).await?;
             }
         }
@@ -237,6 +277,25 @@ impl Edge {
         Ok(true)
     }
 
+    /// A page: proxied to the origin pool through the page cache (the
+    /// origin is chosen in `upstream_peer`, after the cache lookup, so a
+    /// cached page is served even when no origin is up).
+    fn page(&self, session: &mut Session, ctx: &mut Ctx, kind: PageKind, code: &CodeBuf) -> bool {
+        ctx.outcome = Outcome::Page;
+        let req = session.req_header();
+        let key = ctx
+            .host
+            .and_then(|h| h.get(req))
+            .and_then(|host| crate::pages::key(host, kind, code.as_str(), req.uri.query()));
+        ctx.page = Some(Box::new(PageCtx {
+            key,
+            html404: false,
+        }));
+        session.set_read_timeout(Some(self.cfg.limits.client_timeout));
+        session.set_write_timeout(Some(self.cfg.limits.client_timeout));
+        false
+    }
+
     async fn forward(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let req = session.req_header();
         if req.method == Method::POST && req.uri.path().starts_with("/api/v1/links") {
@@ -288,6 +347,7 @@ impl ProxyHttp for Edge {
             upstream: None,
             connect_failures: 0,
             tls: false,
+            page: None,
         }
     }
 
@@ -338,6 +398,14 @@ impl ProxyHttp for Edge {
                     return Ok(true);
                 }
                 self.redirect_or_404(session, ctx, code.as_str()).await
+            }
+            Route::Page(kind, code) => {
+                if let Some(location) = self.https_upgrade(session, ctx) {
+                    ctx.outcome = Outcome::Local;
+                    respond::to_https(session, &location).await?;
+                    return Ok(true);
+                }
+                Ok(self.page(session, ctx, kind, &code))
             }
             Route::AcmeChallenge => self.acme_challenge(session, ctx).await,
             Route::CodeWrongMethod => {
@@ -398,11 +466,21 @@ impl ProxyHttp for Edge {
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         let addr = if ctx.connect_failures == 0 {
-            ctx.upstream
+            // Pages choose their origin only now, on a cache miss.
+            ctx.upstream.or_else(|| {
+                let a = self.origin.select();
+                if a.is_some() {
+                    self.metrics.origin_forward.inc();
+                }
+                a
+            })
         } else {
             self.origin.select().or(ctx.upstream)
         };
         let Some(addr) = addr else {
+            if ctx.page.is_some() {
+                self.metrics.origin_error.inc();
+            }
             return Err(Error::explain(
                 ErrorType::HTTPStatus(503),
                 "no origin available",
@@ -412,6 +490,49 @@ impl ProxyHttp for Edge {
         Ok(Box::new(
             self.origin.peer(addr, self.cfg.origin.read_timeout),
         ))
+    }
+
+    /// Pages only (everything else never enables the cache).
+    fn request_cache_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<()> {
+        if ctx.page.as_ref().is_some_and(|p| p.key.is_some()) {
+            self.pages.enable(&mut session.cache);
+        }
+        Ok(())
+    }
+
+    fn cache_key_callback(&self, _session: &Session, ctx: &mut Ctx) -> Result<CacheKey> {
+        match ctx.page.as_ref().and_then(|p| p.key.clone()) {
+            Some(k) => Ok(k),
+            None => Err(Error::explain(
+                ErrorType::InternalError,
+                "page cache enabled without a key",
+            )),
+        }
+    }
+
+    fn response_cache_filter(
+        &self,
+        _session: &Session,
+        resp: &ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<RespCacheable> {
+        Ok(match ctx.page {
+            Some(_) => self.pages.cacheable(resp),
+            None => RespCacheable::Uncacheable(pingora_cache::NoCacheReason::NeverEnabled),
+        })
+    }
+
+    /// A cached page past its freshness is served (within its
+    /// stale-if-error time) whatever failed on the origin's side: no
+    /// origin up, a connection refused or timed out, or a 5xx. Never while
+    /// revalidating (no stale-while-revalidate) nor for a client's error.
+    fn should_serve_stale(
+        &self,
+        _session: &mut Session,
+        ctx: &mut Ctx,
+        error: Option<&Error>,
+    ) -> bool {
+        ctx.page.is_some() && error.is_some_and(|e| e.esource() != &ErrorSource::Downstream)
     }
 
     fn fail_to_connect(
@@ -470,6 +591,15 @@ impl ProxyHttp for Edge {
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
         let code = match e.etype() {
             ErrorType::HTTPStatus(c) => *c,
+            // A page nobody can fetch: the origin is unavailable.
+            ErrorType::ConnectTimedout
+            | ErrorType::ConnectRefused
+            | ErrorType::ConnectNoRoute
+            | ErrorType::ConnectError
+                if ctx.page.is_some() =>
+            {
+                503
+            }
             _ => match e.esource() {
                 ErrorSource::Upstream => 502,
                 ErrorSource::Downstream => match e.etype() {
@@ -482,6 +612,20 @@ impl ProxyHttp for Edge {
         let forwarded = ctx.upstream.is_some();
         if forwarded && code >= 500 {
             self.metrics.origin_error.inc();
+        }
+        let html404 = ctx.page.as_ref().is_some_and(|p| p.html404);
+        if html404 && code >= 500 && session.response_written().is_none() {
+            // The browser's 404 page could not be fetched: the JSON 404.
+            let hsts = self.hsts(ctx).cloned();
+            if let Err(err) =
+                respond::not_found_with(session, &self.cfg.redirect, hsts.as_ref()).await
+            {
+                tracing::debug!(error = %err, "cannot send error response");
+            }
+            return FailToProxy {
+                error_code: 404,
+                can_reuse_downstream: false,
+            };
         }
         if code > 0 && session.response_written().is_none() {
             let (kind, msg) = match code {
@@ -504,8 +648,15 @@ impl ProxyHttp for Edge {
         }
     }
 
-    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut Ctx) {
         let took = ctx.start.elapsed();
+        if let Some(p) = ctx.page.as_ref().filter(|p| !p.html404) {
+            let r = match p.key {
+                Some(_) => PageResult::of(session.cache.phase(), e.is_some()),
+                None => PageResult::Bypass,
+            };
+            self.pages.metrics.count(r);
+        }
         self.metrics.observe(ctx.outcome, took);
         let status = session
             .response_written()

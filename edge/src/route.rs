@@ -7,6 +7,9 @@
 //! * `GET|HEAD /healthz` → the edge's own liveness
 //! * `GET|HEAD /.well-known/acme-challenge/{token}` → an ACME HTTP-01 answer
 //! * `GET|HEAD /{code}` → redirect or 404; another method → 405
+//! * `GET|HEAD /{code}.svg`, `/{code}.png`, `/{code}+` → the page cache
+//!   (`pages/`); another method → 405. Checked only when the path is not a
+//!   code, so the redirect path does no extra work.
 //! * `/api` and `/api/...` → the origin pool
 //! * anything else (`/internal/...` included) → the protocol 404
 //!
@@ -15,7 +18,8 @@
 
 use http::Method;
 use pingora::http::RequestHeader;
-use shorturl_common::code::{code_from_path, CUSTOM_MAX};
+use shorturl_common::code::{code_from_path, is_valid_code, CUSTOM_MAX};
+use shorturl_common::pages::PageKind;
 
 /// A code copied out of the request (at most 32 bytes, no allocation).
 pub struct CodeBuf {
@@ -52,7 +56,9 @@ impl std::fmt::Debug for CodeBuf {
 pub enum Route {
     /// `GET|HEAD /{code}`.
     Code(CodeBuf),
-    /// Another method on a code path: 405.
+    /// `GET|HEAD /{code}.svg`, `/{code}.png` or `/{code}+`.
+    Page(PageKind, CodeBuf),
+    /// Another method on a code or page path: 405.
     CodeWrongMethod,
     /// Proxied to the origin pool.
     Api,
@@ -93,6 +99,13 @@ pub fn route_path(get_or_head: bool, path: &str) -> Route {
     if path == "/api" || path.starts_with("/api/") {
         return Route::Api;
     }
+    if let Some((kind, code)) = PageKind::of_path(path).filter(|(_, c)| is_valid_code(c)) {
+        return match (get_or_head, CodeBuf::new(code)) {
+            (true, Some(c)) => Route::Page(kind, c),
+            (true, None) => Route::NotFound,
+            (false, _) => Route::CodeWrongMethod,
+        };
+    }
     Route::NotFound
 }
 
@@ -105,6 +118,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{method} {target}: {e}"));
         match route(&req) {
             Route::Code(c) => format!("code {}", c.as_str()),
+            Route::Page(k, c) => format!("{} {}", k.label(), c.as_str()),
             other => format!("{other:?}"),
         }
     }
@@ -155,6 +169,25 @@ mod tests {
         }
         // `api` alone is a code shape (reserved at creation, so a 404).
         assert_eq!(to("GET", "/apix/v1"), "NotFound");
+    }
+
+    #[test]
+    fn page_paths_go_to_the_page_cache() {
+        assert_eq!(to("GET", "/aB3xYz.svg"), "svg aB3xYz");
+        assert_eq!(to("HEAD", "/aB3xYz.png?size=128"), "png aB3xYz");
+        assert_eq!(to("GET", "/promo-0001_x+"), "preview promo-0001_x");
+        assert_eq!(to("POST", "/aB3xYz.svg"), "CodeWrongMethod");
+        assert_eq!(to("DELETE", "/aB3xYz+"), "CodeWrongMethod");
+        for p in [
+            "/abc.svg",
+            "/a.b.svg",
+            "/aB3xYz.gif",
+            "/aB3xYz++",
+            "/.svg",
+            "/x/ab12.png",
+        ] {
+            assert_eq!(to("GET", p), "NotFound", "{p}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 # Knobs (environment), defaults as in conf/edge.yaml:
 #   SU_MODE=full|redis-only   redis-only: no per-worker LRU, no shared dict (Redis on every request)
 #   SU_WORKERS=1  SU_LISTEN_ADDR=127.0.0.1  SU_DEFAULT_DOMAIN=localhost  SU_CACHE_SIZE=64m
+#   SU_PAGES_CACHE_SIZE=32m  (proxy_cache max_size of the QR codes and previews)
 #   SU_REDIS_TIMEOUT_MS=30  SU_REDIS_CONNECT_TIMEOUT_MS=200
 #   SU_ORIGIN_CONNECT_TIMEOUT_MS=100  SU_ORIGIN_READ_TIMEOUT_MS=5000  SU_RECORD_TIMEOUT_MS=500
 #   SU_STATUS_TIMEOUT_MS=300  SU_HEALTH_INTERVAL_MS=1000
@@ -200,6 +201,7 @@ esc() { printf '%s' "$1" | sed -e 's/[\/&|]/\\&/g'; }
 sed_args=()
 for kv in "PREFIX=$prefix" "LUA_DIR=$here/lua" "CONF=$conf" "WORKERS=$workers" \
           "LISTEN=${SU_LISTEN_ADDR:-127.0.0.1}:$port" "CACHE_SIZE=${SU_CACHE_SIZE:-64m}" \
+          "PAGES_CACHE_SIZE=${SU_PAGES_CACHE_SIZE:-32m}" \
           "RESOLVER=$resolver" "ERROR_LOG_LEVEL=${SU_ERROR_LOG_LEVEL:-warn}" \
           "ACCESS_LOG=$access_log_directive" "KEEPALIVE=$keepalive" \
           "HEADER_TIMEOUT=$header_timeout" "MAX_CONNECTIONS=$max_conn" "MAX_CONNECTIONS_PER_IP=$max_conn_ip" \

@@ -14,6 +14,7 @@ pub mod origin;
 pub mod pebble;
 mod ports;
 mod proc;
+pub mod qr;
 pub mod servers;
 pub mod tls;
 pub mod wait;

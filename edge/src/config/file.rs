@@ -54,6 +54,9 @@ pub struct EdgeFile {
     /// Click counting (`crate::clicks::config`).
     #[serde(default)]
     pub clicks: crate::clicks::config::ClicksFile,
+    /// The cache of the pages for people (`crate::pages`).
+    #[serde(default)]
+    pub pages_cache: PagesCacheFile,
     /// The redirect fast path (`crate::fast_path`).
     #[serde(default)]
     pub fast_path: FastPathFile,
@@ -92,6 +95,7 @@ impl EdgeFile {
             https: Default::default(),
             acme: Default::default(),
             clicks: Default::default(),
+            pages_cache: Default::default(),
             fast_path: FastPathFile::default(),
             heartbeat_interval_ms: d_heartbeat_interval_ms(),
         }
@@ -176,6 +180,33 @@ impl Default for CacheFile {
             unavailable_ttl_ms: 1000,
             tombstone_ttl_ms: 10_000,
             unsubscribed_grace_ms: 5_000,
+        }
+    }
+}
+
+/// `pages_cache:` section: QR codes and previews cached on the edge.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PagesCacheFile {
+    /// Byte budget of the cached pages (bodies and headers); the least
+    /// recently used are evicted past it.
+    pub max_bytes: usize,
+    /// Larger answers are passed through, not cached.
+    pub max_entry_bytes: usize,
+    /// How long past its freshness a cached page is still served while the
+    /// origin is down or answers 5xx.
+    pub stale_if_error_secs: u64,
+    /// Longest wait of a request for another one fetching the same page.
+    pub lock_timeout_ms: u64,
+}
+
+impl Default for PagesCacheFile {
+    fn default() -> Self {
+        PagesCacheFile {
+            max_bytes: 32 << 20,
+            max_entry_bytes: 1 << 20,
+            stale_if_error_secs: 86_400,
+            lock_timeout_ms: 3_000,
         }
     }
 }

@@ -52,8 +52,25 @@ pub struct EdgeConfig {
     pub clicks: crate::clicks::ClicksConfig,
     /// How often the status heartbeat goes to every origin (zero: never).
     pub heartbeat_interval: Duration,
+    /// The cache of the pages for people (`crate::pages`).
+    pub pages_cache: PagesCacheConfig,
     /// The redirect fast path (`crate::fast_path`).
     pub fast_path: FastPathConfig,
+}
+
+/// The page cache (QR codes and previews proxied through `pingora-cache`).
+#[derive(Debug, Clone)]
+pub struct PagesCacheConfig {
+    /// Byte budget of all cached pages.
+    pub max_bytes: usize,
+    /// Larger answers are not cached.
+    pub max_entry_bytes: usize,
+    /// Stale pages are served this long past their freshness when the
+    /// origin is down or answers 5xx.
+    pub stale_if_error: Duration,
+    /// Longest wait behind another request fetching the same page (the
+    /// cache lock), and longest a fetch holds the lock.
+    pub lock_timeout: Duration,
 }
 
 /// The redirect fast path.
@@ -270,6 +287,7 @@ fn edge_from_file(
     if f.heartbeat_interval_ms != 0 && f.heartbeat_interval_ms < 100 {
         return err("edge.heartbeat_interval_ms must be 0 (off) or at least 100");
     }
+    let pages_cache = pages_cache_from_file(&f.pages_cache)?;
     let target = match f.access_log.path.as_deref() {
         None | Some("") | Some("off") => AccessLogTarget::Off,
         Some("-") => AccessLogTarget::Stdout,
@@ -336,10 +354,29 @@ fn edge_from_file(
         status_allow,
         tls,
         clicks,
+        pages_cache,
         fast_path: FastPathConfig {
             enabled: f.fast_path.enabled,
         },
         heartbeat_interval: Duration::from_millis(f.heartbeat_interval_ms),
+    })
+}
+
+fn pages_cache_from_file(f: &file::PagesCacheFile) -> Result<PagesCacheConfig, ConfigError> {
+    if f.max_bytes < 65_536 {
+        return err("edge.pages_cache.max_bytes must be at least 65536");
+    }
+    if f.max_entry_bytes == 0 || f.max_entry_bytes > f.max_bytes {
+        return err("edge.pages_cache.max_entry_bytes must be > 0 and <= max_bytes");
+    }
+    if f.stale_if_error_secs > u64::from(u32::MAX) {
+        return err("edge.pages_cache.stale_if_error_secs is too large");
+    }
+    Ok(PagesCacheConfig {
+        max_bytes: f.max_bytes,
+        max_entry_bytes: f.max_entry_bytes,
+        stale_if_error: Duration::from_secs(f.stale_if_error_secs),
+        lock_timeout: ms(f.lock_timeout_ms, "edge.pages_cache.lock_timeout_ms")?,
     })
 }
 
@@ -378,6 +415,11 @@ edge:
         assert_eq!(l.edge.cache.tombstone_ttl, Duration::from_secs(10));
         assert_eq!(l.edge.cache.unsubscribed_grace, Duration::from_secs(5));
         assert_eq!(l.server.threads, 1);
+        assert_eq!(l.edge.pages_cache.max_bytes, 32 << 20);
+        assert_eq!(
+            l.edge.pages_cache.stale_if_error,
+            Duration::from_secs(86_400)
+        );
         assert!(l.edge.trusted_proxies.is_empty());
         let allowed = |s: &str| {
             l.edge
@@ -474,6 +516,18 @@ edge:
                 "edge.clicks.flush_interval_ms",
             ),
             (format!("{GOOD}  clicks: {{ bogus: 1 }}\n"), "unknown field"),
+            (
+                format!("{GOOD}  pages_cache: {{ max_bytes: 100 }}\n"),
+                "edge.pages_cache.max_bytes",
+            ),
+            (
+                format!("{GOOD}  pages_cache: {{ max_entry_bytes: 0 }}\n"),
+                "edge.pages_cache.max_entry_bytes",
+            ),
+            (
+                format!("{GOOD}  pages_cache: {{ lock_timeout_ms: 0 }}\n"),
+                "edge.pages_cache.lock_timeout_ms",
+            ),
         ];
         for (text, needle) in cases {
             match parse(&text, no_env) {

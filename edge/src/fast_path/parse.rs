@@ -39,6 +39,8 @@ pub struct Request<'b> {
     pub user_agent: Option<&'b [u8]>,
     /// The first `Referer` value.
     pub referer: Option<&'b [u8]>,
+    /// The first `Accept` value (a browser's 404 is the proxy's: the page).
+    pub accept: Option<&'b [u8]>,
     xff: [&'b [u8]; MAX_XFF],
     xff_len: usize,
 }
@@ -121,6 +123,7 @@ pub fn parse(buf: &[u8]) -> Parsed<'_> {
     let mut connections = 0;
     let mut user_agent = None;
     let mut referer = None;
+    let mut accept = None;
     let mut xff: [&[u8]; MAX_XFF] = [&[]; MAX_XFF];
     let mut xff_len = 0;
     let mut header_bytes = 0;
@@ -134,6 +137,8 @@ pub fn parse(buf: &[u8]) -> Parsed<'_> {
             user_agent = user_agent.or(Some(value));
         } else if is("referer") {
             referer = referer.or(Some(value));
+        } else if is("accept") {
+            accept = accept.or(Some(value));
         } else if is("x-forwarded-for") {
             let Some(slot) = xff.get_mut(xff_len) else {
                 return Parsed::HandOver;
@@ -182,6 +187,7 @@ pub fn parse(buf: &[u8]) -> Parsed<'_> {
         keepalive: connection.unwrap_or(version == Version::Http11),
         user_agent,
         referer,
+        accept,
         xff,
         xff_len,
     })

@@ -260,6 +260,11 @@ impl FastPath {
                 Some((s.cfg.redirect.status, Outcome::Hit, start))
             }
             AnswerRef::Negative(_) => {
+                // A browser's 404 is the origin's page: the proxy fetches it.
+                let accept = req.accept.and_then(|a| std::str::from_utf8(a).ok());
+                if shorturl_common::accept::prefers_html(accept) {
+                    return None;
+                }
                 let key = self
                     .client(req, conn)
                     .map(|ip| ClientKey::new(ip, limits.ipv6_prefix_len));

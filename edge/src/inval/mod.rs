@@ -15,17 +15,29 @@
 //! life, and all of them are dropped when it is back; answers looked up
 //! while not subscribed are cached at most that long. The mechanism is the
 //! cache's generations (`cache/generation.rs`): one atomic compare per hit.
+//!
+//! The page cache (`pages/`) follows the same channel: a message purges
+//! every cached page of its code (no version check: pages carry none, and
+//! a purge only costs a refetch), and all pages are dropped whenever the
+//! subscription is lost past its grace or established again.
 
 pub mod subscriber;
 
 use crate::cache::{Invalidated, LocalCache};
 use crate::metrics::InvalMetrics;
+use crate::pages::store::PageStore;
 use shorturl_common::inval::Invalidation;
 use std::time::Duration;
 
-/// Applies one message of the channel to `cache`, counting what it did.
-/// `keep` is the tombstone lifetime.
-pub fn apply(cache: &LocalCache, payload: &[u8], keep: Duration, m: &InvalMetrics) {
+/// Applies one message of the channel to `cache` and `pages`, counting
+/// what it did. `keep` is the tombstone lifetime.
+pub fn apply(
+    cache: &LocalCache,
+    pages: &PageStore,
+    payload: &[u8],
+    keep: Duration,
+    m: &InvalMetrics,
+) {
     let Some(inv) = std::str::from_utf8(payload)
         .ok()
         .and_then(Invalidation::decode)
@@ -38,6 +50,7 @@ pub fn apply(cache: &LocalCache, payload: &[u8], keep: Duration, m: &InvalMetric
         return;
     };
     m.applied.inc();
+    pages.purge_code(inv.code);
     if cache.invalidate(inv.code, inv.version, keep) == Invalidated::Dropped {
         m.dropped.inc();
     }
@@ -48,6 +61,8 @@ mod tests {
     use super::apply;
     use crate::cache::{Answer, LocalCache};
     use crate::metrics::Metrics;
+    use crate::pages::metrics::PagesMetrics;
+    use crate::pages::store::PageStore;
     use std::time::{Duration, Instant};
 
     #[test]
@@ -57,14 +72,19 @@ mod tests {
             Err(e) => panic!("{e}"),
         };
         let c = LocalCache::new(1 << 20);
+        let pm = match PagesMetrics::new() {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        };
+        let pages = PageStore::new(1 << 20, 1 << 16, pm.clone());
         let keep = Duration::from_secs(10);
         c.put("aB3xYz", Answer::Negative(1), Duration::from_secs(60));
         c.put("kept01", Answer::Negative(5), Duration::from_secs(60));
-        apply(&c, b"2 aB3xYz", keep, &m.inval);
-        apply(&c, b"5 kept01", keep, &m.inval);
-        apply(&c, b"7 never0", keep, &m.inval);
+        apply(&c, &pages, b"2 aB3xYz", keep, &m.inval);
+        apply(&c, &pages, b"5 kept01", keep, &m.inval);
+        apply(&c, &pages, b"7 never0", keep, &m.inval);
         for bad in [&b"2 aB3xYz x"[..], b"", b"x aB3xYz", b"\xff\xfe", b"2 a/b"] {
-            apply(&c, bad, keep, &m.inval);
+            apply(&c, &pages, bad, keep, &m.inval);
         }
         let i = &m.inval;
         // Applied: the older entry (dropped), the current one (kept) and
@@ -76,5 +96,7 @@ mod tests {
         assert_eq!(i.messages(), 8);
         assert!(c.get("aB3xYz", Instant::now()).is_none());
         assert!(c.get("kept01", Instant::now()).is_some());
+        // Each valid message purged its code's pages (none cached here).
+        assert_eq!(pm.purged_inval.get(), 0);
     }
 }

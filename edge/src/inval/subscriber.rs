@@ -21,6 +21,7 @@
 use crate::config::{CacheConfig, RedisConfig};
 use crate::lookup::Resolver;
 use crate::metrics::Metrics;
+use crate::pages::store::PageStore;
 use async_trait::async_trait;
 use futures::future::OptionFuture;
 use futures::StreamExt;
@@ -66,6 +67,7 @@ struct Outage {
 /// The background service (see the module documentation).
 pub struct Subscriber {
     resolver: Arc<Resolver>,
+    pages: &'static PageStore,
     metrics: Arc<Metrics>,
     client: redis::Client,
     tombstone_ttl: Duration,
@@ -77,12 +79,14 @@ impl Subscriber {
     /// resolver's cache; connects when the service starts.
     pub fn new(
         resolver: Arc<Resolver>,
+        pages: &'static PageStore,
         metrics: Arc<Metrics>,
         redis: &RedisConfig,
         cache: &CacheConfig,
     ) -> Result<Self, redis::RedisError> {
         Ok(Subscriber {
             resolver,
+            pages,
             metrics,
             client: redis::Client::open(redis.url.as_str())?,
             tombstone_ttl: cache.tombstone_ttl,
@@ -133,6 +137,8 @@ impl Subscriber {
                     cache.retire_before(o.first_gen);
                 }
             }
+            // Changes may have gone unannounced before this subscription.
+            self.pages.clear();
             cache.set_subscribed(Some(gen));
             m.subscribed.set(1);
             m.subscriptions.inc();
@@ -178,6 +184,7 @@ impl Subscriber {
                     if let Some(o) = outage.as_mut() {
                         o.retired = true;
                         self.resolver.cache.retire_before(o.first_gen);
+                        self.pages.clear();
                         tracing::warn!("invalidation subscription still down past the grace: entries cached before the loss are no longer served");
                     }
                 }
@@ -202,6 +209,7 @@ impl Subscriber {
                         last_alive = Instant::now();
                         super::apply(
                             &self.resolver.cache,
+                            self.pages,
                             msg.get_payload_bytes(),
                             self.tombstone_ttl,
                             &self.metrics.inval,

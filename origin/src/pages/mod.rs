@@ -4,43 +4,13 @@
 //!
 //! Nothing here knows HTTP status codes; `crate::http::pages` answers.
 
-pub mod accept;
+pub use shorturl_common::accept;
 pub mod html;
 pub mod qr;
 
 use sha2::{Digest, Sha256};
 
-/// Which page a request asks for (also the `kind` label of `pages_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PageKind {
-    Svg,
-    Png,
-    Preview,
-}
-
-impl PageKind {
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            PageKind::Svg => "svg",
-            PageKind::Png => "png",
-            PageKind::Preview => "preview",
-        }
-    }
-
-    /// `/{code}.svg`, `/{code}.png` or `/{code}+` → the kind and the code
-    /// (not yet checked to be a valid code).
-    pub fn of_path(path: &str) -> Option<(PageKind, &str)> {
-        let rest = path.strip_prefix('/')?;
-        if let Some(code) = rest.strip_suffix(".svg") {
-            Some((PageKind::Svg, code))
-        } else if let Some(code) = rest.strip_suffix(".png") {
-            Some((PageKind::Png, code))
-        } else {
-            rest.strip_suffix('+').map(|code| (PageKind::Preview, code))
-        }
-    }
-}
+pub use shorturl_common::pages::PageKind;
 
 /// The strong entity tag of a body: the start of its SHA-256, quoted.
 pub fn etag(body: &[u8]) -> String {
@@ -60,24 +30,6 @@ pub fn none_match(if_none_match: &str, tag: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_name_the_kind() {
-        assert_eq!(
-            PageKind::of_path("/abc123.svg"),
-            Some((PageKind::Svg, "abc123"))
-        );
-        assert_eq!(
-            PageKind::of_path("/abc123.png"),
-            Some((PageKind::Png, "abc123"))
-        );
-        assert_eq!(
-            PageKind::of_path("/abc123+"),
-            Some((PageKind::Preview, "abc123"))
-        );
-        assert_eq!(PageKind::of_path("/abc123"), None);
-        assert_eq!(PageKind::of_path("/abc123.gif"), None);
-    }
 
     #[test]
     fn etags_are_strong_and_match() {

@@ -4,32 +4,9 @@
 
 use qrcode::{Color, EcLevel, QrCode};
 
-/// Smallest and largest `?size=` (pixels).
-pub const SIZE_RANGE: std::ops::RangeInclusive<u32> = 64..=1024;
-/// Largest `?margin=` (modules of quiet zone on each side).
-pub const MAX_MARGIN: u32 = 16;
-/// `?size=` when absent.
-pub const DEFAULT_SIZE: u32 = 256;
-/// `?margin=` when absent (the quiet zone the standard asks for).
-pub const DEFAULT_MARGIN: u32 = 4;
-
-/// A QR code's rendering parameters, validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QrParams {
-    /// Side of the image in pixels.
-    pub size: u32,
-    /// Light modules around the code on each side.
-    pub margin: u32,
-}
-
-/// Why `?size=` or `?margin=` was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QrParamError {
-    #[error("size must be a whole number of pixels from 64 to 1024")]
-    Size,
-    #[error("margin must be a whole number of modules from 0 to 16")]
-    Margin,
-}
+pub use shorturl_common::pages::{
+    QrParamError, QrParams, DEFAULT_MARGIN, DEFAULT_SIZE, MAX_MARGIN, SIZE_RANGE,
+};
 
 /// Why a QR code could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -40,41 +17,6 @@ pub enum QrError {
     /// The PNG encoder failed (writing to memory: a bug, not input).
     #[error("cannot encode the PNG: {0}")]
     Png(#[from] png::EncodingError),
-}
-
-impl QrParams {
-    /// Reads `size` and `margin` from a query string (other keys ignored;
-    /// a repeated key counts as its last value).
-    pub fn from_query(query: Option<&str>) -> Result<QrParams, QrParamError> {
-        let mut p = QrParams {
-            size: DEFAULT_SIZE,
-            margin: DEFAULT_MARGIN,
-        };
-        for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-            match &*k {
-                "size" => {
-                    p.size = number(&v)
-                        .filter(|n| SIZE_RANGE.contains(n))
-                        .ok_or(QrParamError::Size)?
-                }
-                "margin" => {
-                    p.margin = number(&v)
-                        .filter(|n| *n <= MAX_MARGIN)
-                        .ok_or(QrParamError::Margin)?
-                }
-                _ => {}
-            }
-        }
-        Ok(p)
-    }
-}
-
-/// Plain decimal digits only (no sign, no spaces), at most 4 of them.
-fn number(v: &str) -> Option<u32> {
-    if v.is_empty() || v.len() > 4 || !v.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    v.parse().ok()
 }
 
 /// The module grid of `url` with its quiet zone: `side` × `side`,
@@ -175,46 +117,6 @@ pub fn png(url: &str, p: QrParams) -> Result<Vec<u8>, QrError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn params_are_bounded() {
-        let ok = |q| QrParams::from_query(Some(q));
-        assert_eq!(
-            QrParams::from_query(None),
-            Ok(QrParams {
-                size: 256,
-                margin: 4
-            })
-        );
-        assert_eq!(
-            ok("size=64&margin=0"),
-            Ok(QrParams {
-                size: 64,
-                margin: 0
-            })
-        );
-        assert_eq!(
-            ok("size=1024&margin=16&x=1"),
-            Ok(QrParams {
-                size: 1024,
-                margin: 16
-            })
-        );
-        for q in [
-            "size=63",
-            "size=1025",
-            "size=abc",
-            "size=",
-            "size=-1",
-            "size=+64",
-            "size=00064",
-        ] {
-            assert_eq!(ok(q), Err(QrParamError::Size), "{q}");
-        }
-        for q in ["margin=17", "margin=a", "margin=-0"] {
-            assert_eq!(ok(q), Err(QrParamError::Margin), "{q}");
-        }
-    }
 
     #[test]
     fn renderings_are_deterministic_and_sized() {

@@ -18,10 +18,11 @@ local respond = require("shorturl.respond")
 local metrics = require("shorturl.metrics")
 local clicks = require("shorturl.clicks")
 local clicks_stats = require("shorturl.clicks_stats")
+local pages = require("shorturl.pages")
 
 local ngx = ngx
 local var, header, now = ngx.var, ngx.header, ngx.now
-local floor, format, sub = math.floor, string.format, string.sub
+local floor, format, sub, find = math.floor, string.format, string.sub, string.find
 local stat = counters.stat
 local error_response, not_found = respond.error, respond.not_found
 
@@ -127,6 +128,26 @@ local function forward(method, path)
     var.su_xff = net.forwarded_for(var.remote_addr, used)
     var.su_client = c
     return ngx.exec("@shorturl_origin")
+end
+
+-- A page (QR code, preview): proxied through nginx's proxy_cache (pages.lua).
+-- Any configured origin is used when none is healthy: a cached page is
+-- still served (stale), an uncached one fails into page_failed().
+local function page(host, kind, code, pq)
+    var.su_outcome = "PAGE"
+    local q = find(pq, "?", 1, true)
+    local key = pages.key(host or nil, kind, code, q and sub(pq, q + 1) or nil)
+    if key then
+        var.su_page_key = key
+    else
+        var.su_page_nocache = "1"
+    end
+    local o = origins.select() or cfg.origins[1]
+    var.su_upstream = o.proxy
+    local c, used = clients.client()
+    var.su_xff = net.forwarded_for(var.remote_addr, used)
+    var.su_client = c
+    return ngx.exec("@shorturl_page")
 end
 
 local function status_route()
@@ -251,6 +272,14 @@ local function route(head, host, path, pq)
     if path == "/api" or sub(path, 1, 5) == "/api/" then
         return forward(method, path)
     end
+    local kind, pcode = pages.of_path(path)
+    if kind then
+        if not get_or_head then
+            var.su_outcome = "BAD"
+            return error_response(405, "method_not_allowed", "only GET and HEAD resolve a short link")
+        end
+        return page(host, kind, pcode, pq)
+    end
     var.su_outcome = "BAD"
     return not_found()
 end
@@ -315,6 +344,20 @@ function M.origin_failed()
     stat("origin_error")
     var.su_outcome = "FWD"
     return error_response(502, "bad_gateway", "origin failed to answer", RETRY_AFTER)
+end
+
+-- error_page 502/504 of the page location: no origin answered and nothing
+-- cached to serve instead.
+function M.page_failed()
+    stat("origin_error")
+    var.su_outcome = "PAGE"
+    return error_response(503, "unavailable", "no origin available", RETRY_AFTER)
+end
+
+-- log_by_lua of the page location: the page-cache result, then the log.
+function M.page_log()
+    pages.count(var.upstream_cache_status, var.status)
+    return metrics.log()
 end
 
 ---------------------------------------------------------------- log & metrics

@@ -14,6 +14,7 @@ local redis = require("shorturl.redis")
 local proto = require("shorturl.proto")
 local cache = require("shorturl.cache")
 local counters = require("shorturl.counters")
+local pages = require("shorturl.pages")
 
 local now, update_time = ngx.now, ngx.update_time
 local min, max, floor = math.min, math.max, math.floor
@@ -72,6 +73,7 @@ local function on_message(payload)
         return
     end
     cache.invalidate(code, v)
+    pages.purge(code)
     counters.inc("inval_applied")
 end
 
@@ -142,6 +144,7 @@ local function run(premature)
         local sock, err = subscribe()
         if sock then
             cache.subscribed()
+            pages.flush()
             publish_state(true)
             counters.inc("inval_subscriptions")
             backoff, failures = BACKOFF_MIN, 0

@@ -1,6 +1,7 @@
 -- The access-log fields the Pingora edge writes and the Prometheus text
 -- (names of protocol section 7, as on the Pingora edge and the origin).
 local counters = require("shorturl.counters")
+local pages = require("shorturl.pages")
 local clients = require("shorturl.clients")
 local respond = require("shorturl.respond")
 local inval = require("shorturl.inval")
@@ -13,7 +14,7 @@ local state = ngx.shared.shorturl_state
 local M = {}
 
 local BUCKETS = { 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0 }
-local OUTCOMES = { "HIT", "NEG", "REDIS", "ORIGIN", "FAIL", "BAD", "LIMIT", "FWD", "LOCAL" }
+local OUTCOMES = { "HIT", "NEG", "REDIS", "ORIGIN", "FAIL", "BAD", "LIMIT", "FWD", "LOCAL", "PAGE" }
 
 -- log_by_lua: the access-log fields the Pingora edge writes, and the latency
 -- histogram behind /metrics.
@@ -102,6 +103,18 @@ function M.metrics()
         .. "meanwhile (looked up once more, not stored)."
     out[#out + 1] = "# TYPE shorturl_inval_superseded_total counter"
     out[#out + 1] = format("shorturl_inval_superseded_total %d", counters.metric("inval_superseded"))
+    out[#out + 1] = "# HELP shorturl_edge_pages_cache_total Page requests (QR codes, previews) by proxy_cache result."
+    out[#out + 1] = "# TYPE shorturl_edge_pages_cache_total counter"
+    for _, r in ipairs(pages.RESULTS) do
+        out[#out + 1] = format('shorturl_edge_pages_cache_total{result="%s"} %d', r, counters.metric("pages_" .. r))
+    end
+    out[#out + 1] = "# HELP shorturl_edge_pages_cache_removed_total Page-cache generations bumped: purge (a code, "
+        .. "per worker and message), flush (everything, per subscription)."
+    out[#out + 1] = "# TYPE shorturl_edge_pages_cache_removed_total counter"
+    for _, r in ipairs({ "purge", "flush" }) do
+        out[#out + 1] = format('shorturl_edge_pages_cache_removed_total{reason="%s"} %d', r,
+            counters.metric("pages_" .. r))
+    end
     clicks_stats.metrics(out)
     local body = table.concat(out, "\n") .. "\n"
     ngx.status = 200

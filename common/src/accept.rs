@@ -1,5 +1,6 @@
-//! Whether a client prefers HTML: a small, allocation-free reading of
-//! `Accept` with q-values (RFC 9110 12.5.1).
+//! Whether a client prefers HTML (protocol 4.2): a small, allocation-free
+//! reading of `Accept` with q-values (RFC 9110 12.5.1). Shared by the origin
+//! (which renders the 404 page) and the edge (which fetches it for browsers).
 //!
 //! The page for people is chosen only when `text/html` is wanted more than
 //! `application/json`: `*/*` alone (curl, most libraries) weighs both the
