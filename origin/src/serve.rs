@@ -177,8 +177,16 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     });
     // Aborting loses nothing: an entry read and not acknowledged is
     // claimed by another origin (or by this one after its restart).
+    let admin = Arc::new(crate::admin::Admin::new(cfg.admin.clone()));
+    // The console's overview keeps past days in memory (admin/days.rs):
+    // only when someone can sign in to see it.
+    let past_days = (!cfg.admin.users.is_empty())
+        .then(|| tokio::spawn(Arc::clone(&admin.past_days).keep(links.store.clone())));
     let stop_background = move || {
         drainer.abort();
+        if let Some(t) = &past_days {
+            t.abort();
+        }
         if let Some(c) = &clicks {
             c.abort();
         }
@@ -195,7 +203,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         links,
         auth: Arc::new(Auth::new(&cfg.apps)),
         openapi: crate::http::openapi::json().map_err(ServeError::OpenApi)?,
-        admin: Arc::new(crate::admin::Admin::new(cfg.admin.clone())),
+        admin,
     });
     // The peer address is needed for `status_allow`.
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -10,7 +10,7 @@
 mod assets;
 pub mod charts;
 pub mod csrf;
-mod days;
+pub mod days;
 pub mod edges;
 mod form;
 pub mod html;
@@ -43,8 +43,8 @@ pub struct Admin {
     limiter: SigninLimiter,
     /// The edges' heartbeats.
     pub edges: Edges,
-    /// The overview's past days.
-    past_days: days::PastDays,
+    /// The overview's past days, kept by a background task.
+    pub past_days: Arc<days::PastDays>,
 }
 
 impl Admin {
@@ -54,7 +54,7 @@ impl Admin {
             users: Arc::new(cfg.users.clone()),
             limiter: SigninLimiter::new(&cfg),
             edges: Edges::default(),
-            past_days: days::PastDays::default(),
+            past_days: Arc::default(),
             cfg,
         }
     }

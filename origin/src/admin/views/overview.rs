@@ -9,17 +9,14 @@ use super::super::html::{self, esc, num, Nav};
 use super::super::session::Session;
 use super::super::{api_error, Admin, Req};
 use super::{day, when};
+use crate::admin::days::{window, DAYS};
 use crate::error::ApiError;
 use crate::links::Links;
 use crate::store::console::DayRows;
 use axum::response::Response;
 use http::StatusCode;
-use shorturl_common::clicks::day_start;
 use shorturl_common::status::{IssuerDim, LockDim, MysqlDim, RedisDim};
 use std::fmt::Write;
-
-/// Days the charts show.
-const DAYS: u64 = 30;
 
 /// `rows` spread over the `DAYS` days from `from`: `(labels, a, b)`.
 fn dense(from: u64, rows: &DayRows) -> (Vec<String>, Vec<u64>, Vec<u64>) {
@@ -83,12 +80,11 @@ fn dims_row(
 
 /// `GET /admin/` (`?chart=created|clicks&format=csv`: a chart's CSV).
 pub async fn page(links: &Links, admin: &Admin, req: &Req, s: &Session, now: u64) -> Response {
-    let from = day_start(now) - (DAYS - 1) * 86_400;
+    let (from, today) = window(now);
     let db = |e: crate::store::DbError| {
         tracing::warn!(error = %e, "admin overview query failed");
         ApiError::unavailable(crate::error::DATABASE_UNAVAILABLE)
     };
-    let today = day_start(now);
     let counted = tokio::try_join!(
         async {
             admin
