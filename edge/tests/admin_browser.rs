@@ -13,9 +13,7 @@
 mod support;
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use support::http::{request, Conn};
 use support::{create_link, start_edge, EdgeOpts, Origin, TIMEOUT};
 use testkit::browser::ChromeDriver;
@@ -27,22 +25,6 @@ const SECOND: &str = "https://example.org/console/second";
 const OPS_PASSWORD: &str = "ops-password-1";
 const VIEWER_PASSWORD: &str = "viewer-password-2";
 const CHROME: &str = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36";
-
-/// `shorturl-origin hash-password` with `password` on stdin.
-fn hash_password(password: &str) -> String {
-    let mut child = Command::new(testkit::workspace_bin("shorturl-origin"))
-        .arg("hash-password")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let h = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    assert!(h.starts_with("$argon2id$"), "{h}");
-    h
-}
 
 fn screenshots_dir() -> PathBuf {
     let d = std::env::var_os("SHORTURL_ADMIN_SCREENSHOTS")
@@ -167,8 +149,8 @@ fn the_console_in_a_browser() {
     let redis = Redis::start();
     let extra = format!(
         "admin:\n  users:\n    - {{ name: ops, password_hash: '{}', role: operator }}\n    - {{ name: watcher, password_hash: '{}', role: viewer }}\n",
-        hash_password(OPS_PASSWORD),
-        hash_password(VIEWER_PASSWORD),
+        testkit::origin::hash_password(OPS_PASSWORD),
+        testkit::origin::hash_password(VIEWER_PASSWORD),
     );
     let origin = Origin::start_with(&redis, 500, &extra);
     let mut opts = EdgeOpts::new(redis.url(), vec![origin.addr()]);

@@ -10,22 +10,7 @@ mod support;
 
 use reqwest::{Client, Response};
 use sha2::{Digest, Sha256};
-use std::io::Write;
-use std::process::{Command, Stdio};
-use support::{count, origin_bin, Setup};
-
-fn hash_password(password: &str) -> String {
-    let mut child = Command::new(origin_bin())
-        .arg("hash-password")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
+use support::{count, Setup};
 
 /// The full `Set-Cookie` value named `name`.
 fn set_cookie(r: &Response, name: &str) -> Option<String> {
@@ -108,9 +93,9 @@ impl Console {
 fn start() -> Console {
     let yaml = format!(
         "admin:\n  users:\n    - {{name: root, password_hash: '{}', role: admin}}\n    - {{name: m55, password_hash: '{}', role: viewer, merchants: [55]}}\n    - {{name: locked, password_hash: '{}', role: viewer}}\n  signin_burst: 3\n  signin_refill_per_min: 1\n  trusted_proxies: [127.0.0.1/32]\n",
-        hash_password("root-pw"),
-        hash_password("m55-pw"),
-        hash_password("locked-pw"),
+        testkit::origin::hash_password("root-pw"),
+        testkit::origin::hash_password("m55-pw"),
+        testkit::origin::hash_password("locked-pw"),
     );
     let s = Setup::start_with(|o| o.extra_yaml = yaml);
     Console {

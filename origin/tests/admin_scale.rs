@@ -14,29 +14,13 @@
 
 mod support;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{origin_bin, shared_mariadb, Setup};
+use support::{shared_mariadb, Setup};
 
 const LINKS: u64 = 1_000_000;
 const CLICKED: u64 = 100_000;
 /// Far above pre-generated and custom ids.
 const ID_BASE: u64 = 1 << 42;
-
-fn hash_password(password: &str) -> String {
-    let mut child = Command::new(origin_bin())
-        .arg("hash-password")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
-    String::from_utf8(child.wait_with_output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .to_owned()
-}
 
 /// `name=value` of the `Set-Cookie` named `name`.
 fn set_cookie(r: &reqwest::Response, name: &str) -> String {
@@ -60,7 +44,7 @@ fn csrf_of(html: &str) -> String {
 async fn console_pages_with_a_million_links() {
     let extra = format!(
         "admin:\n  users:\n    - {{name: admin, password_hash: '{}', role: admin}}\nlifecycle: {{enabled: false}}\n",
-        hash_password("scale-password")
+        testkit::origin::hash_password("scale-password")
     );
     let s = Setup::start_with(|o| {
         o.pregen = 1000;

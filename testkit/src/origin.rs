@@ -55,3 +55,24 @@ pub fn sha256_hex(s: &str) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// `shorturl-origin hash-password` with `password` on stdin: the argon2id
+/// PHC string the console's user config holds (panics unless it is one).
+pub fn hash_password(password: &str) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(workspace_bin("shorturl-origin"))
+        .arg("hash-password")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run shorturl-origin hash-password");
+    if let Some(mut stdin) = child.stdin.take() {
+        writeln!(stdin, "{password}").expect("write the password");
+    }
+    let out = child.wait_with_output().expect("hash-password output");
+    assert!(out.status.success(), "hash-password failed");
+    let h = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(h.starts_with("$argon2id$"), "not an argon2id hash: {h}");
+    h
+}
