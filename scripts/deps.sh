@@ -12,7 +12,7 @@ check nginx nginx
 check wrk wrk
 check curl curl
 check pebble pebble                 # ACME test CA (edge/tests/acme.rs)
-check chromium chromium             # the admin console's browser tests (origin/tests/admin_browser.rs)
+check chromium chromium             # the admin console's browser tests (edge/tests/admin_browser.rs)
 check chromedriver chromium-driver
 check pkg-config pkg-config
 check openssl openssl

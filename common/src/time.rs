@@ -119,8 +119,9 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Howard Hinnant's civil-from-days.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
+/// Howard Hinnant's civil-from-days: `(year, month 1-12, day 1-31)` of a
+/// day number counted from 1970-01-01.
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;

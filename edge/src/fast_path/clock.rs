@@ -112,16 +112,8 @@ pub fn format(secs: u64) -> [u8; DATE_LEN] {
     let days = secs / 86_400;
     let rem = secs % 86_400;
     let (hh, mm, ss) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = (yoe + era * 400 + u64::from(month <= 2)).min(9999);
+    let (y, m, d) = shorturl_common::time::civil_from_days(days as i64);
+    let (year, month, day) = ((y.max(0) as u64).min(9999), m as u64, d as u64);
     let mut out = *b"Thu, 01 Jan 1970 00:00:00 GMT";
     let put2 = |o: &mut [u8; DATE_LEN], at: usize, v: u64| {
         o[at] = b'0' + (v / 10 % 10) as u8;
