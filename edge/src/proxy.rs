@@ -191,12 +191,7 @@ impl Edge {
                 if prefers_html(session.req_header()) {
                     // A browser: the origin's 404 page (protocol 4.2),
                     // proxied uncached. Only on this 404 branch.
-                    ctx.page = Some(Box::new(PageCtx {
-                        key: None,
-                        html404: true,
-                    }));
-                    session.set_read_timeout(Some(self.cfg.limits.client_timeout));
-                    session.set_write_timeout(Some(self.cfg.limits.client_timeout));
+                    self.to_page_origin(session, ctx, None, true);
                     return Ok(false);
                 }
                 respond::not_found_with(session, &self.cfg.redirect, self.hsts(ctx)).await?;
@@ -287,13 +282,23 @@ impl Edge {
             .host
             .and_then(|h| h.get(req))
             .and_then(|host| crate::pages::key(host, kind, code.as_str(), req.uri.query()));
-        ctx.page = Some(Box::new(PageCtx {
-            key,
-            html404: false,
-        }));
+        self.to_page_origin(session, ctx, key, false);
+        false
+    }
+
+    /// Marks the request as a page proxied to the origin pool (through the
+    /// page cache when it has a `key`), with the client timeouts of a
+    /// proxied request.
+    fn to_page_origin(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        key: Option<CacheKey>,
+        html404: bool,
+    ) {
+        ctx.page = Some(Box::new(PageCtx { key, html404 }));
         session.set_read_timeout(Some(self.cfg.limits.client_timeout));
         session.set_write_timeout(Some(self.cfg.limits.client_timeout));
-        false
     }
 
     async fn forward(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
