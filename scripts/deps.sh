@@ -5,6 +5,8 @@ set -euo pipefail
 need=()
 check() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || need+=("$2"); }
 check redis-server redis-server
+check redis-cli redis-tools          # redis-cli --cluster create (testkit::RedisCluster)
+check redis-sentinel redis-sentinel # Sentinel-managed master (testkit::RedisSentinel)
 check mariadbd mariadb-server
 check mariadb mariadb-client
 check cmake cmake

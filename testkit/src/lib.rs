@@ -15,11 +15,13 @@ pub mod pebble;
 mod ports;
 mod proc;
 pub mod qr;
+pub mod redis_topology;
 pub mod servers;
 pub mod tls;
 pub mod wait;
 
 pub use proc::{spawn, workspace_bin, Proc};
+pub use redis_topology::{RedisCluster, RedisSentinel};
 pub use servers::{MariaDb, Redis};
 pub use wait::{wait_for, wait_for_tcp};
 

@@ -314,10 +314,23 @@ fn slow_request_heads_are_closed_at_the_header_timeout() {
 #[test]
 fn concurrent_requests_per_address_are_capped() {
     let _one = serial();
-    let edge = module(&[("SU_MAX_CONNECTIONS_PER_IP", "2".into())]);
+    // The origin waits for the bodies below as long as nginx lets it (the
+    // origin read timeout, 10 s here: far longer than the check below
+    // needs, however loaded the machine).
+    let edge = module(&[
+        ("SU_MAX_CONNECTIONS_PER_IP", "2".into()),
+        ("SU_ORIGIN_READ_TIMEOUT_MS", "10000".into()),
+    ]);
     let p = edge.port;
     // Two creations from 127.0.5.5 in progress: their bodies never finish.
-    let head = "POST /api/v1/links HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{";
+    // They carry a valid key: without one the origin answers 401 at once
+    // (before reading the body), which ends the request and frees its slot
+    // (a race this test used to lose on a loaded machine).
+    let head = format!(
+        "POST /api/v1/links HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{",
+        support::API_KEY
+    );
     let busy: Vec<_> = (0..2)
         .map(|_| {
             use std::io::Write;
