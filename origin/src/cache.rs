@@ -22,7 +22,7 @@ use redis::{AsyncCommands, Script};
 use shorturl_common::inval::Invalidation;
 use shorturl_common::keys;
 use shorturl_common::record::{Lookup, Record};
-use shorturl_common::redis::{ConnOptions, RedisConn};
+use shorturl_common::redis::{ConnOptions, RedisConn, RedisTopology};
 use shorturl_common::time::now_unix;
 use std::future::Future;
 use std::sync::Arc;
@@ -55,6 +55,11 @@ pub struct Cache {
     cfg: RedisConfig,
     metrics: Arc<Metrics>,
     cas: Arc<Script>,
+    /// Cluster or Sentinel: changes wait for a replica (see `write_record`).
+    replicated: bool,
+    /// The changes' own connection (their `WAIT` blocks it); the same as
+    /// `conn` on a single server, where nothing waits.
+    changes: RedisConn,
 }
 
 /// What Redis said about a code.
@@ -91,15 +96,21 @@ pub enum Publish {
 impl Cache {
     /// Creates the client without connecting (connection happens on first use).
     pub fn new(cfg: RedisConfig, metrics: Arc<Metrics>) -> Result<Cache, redis::RedisError> {
-        let conn = RedisConn::new(
-            &cfg.topology,
-            ConnOptions {
-                connect_timeout: cfg.timeout.max(Duration::from_millis(100)),
-                response_timeout: cfg.timeout,
-            },
-        )?;
+        let opts = ConnOptions {
+            connect_timeout: cfg.timeout.max(Duration::from_millis(100)),
+            response_timeout: cfg.timeout,
+        };
+        let conn = RedisConn::new(&cfg.topology, opts)?;
+        let replicated = !matches!(cfg.topology, RedisTopology::Single { .. });
+        let changes = if replicated {
+            RedisConn::new(&cfg.topology, opts)?
+        } else {
+            conn.clone()
+        };
         Ok(Cache {
             conn,
+            replicated,
+            changes,
             cfg,
             metrics,
             cas: Arc::new(Script::new(CAS_SCRIPT)),
@@ -190,7 +201,14 @@ impl Cache {
     /// Runs `pipe` (whose commands use the CAS script); after Redis lost its
     /// script cache (a restart), loads the script and runs it once more.
     async fn run_cas<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Option<T> {
-        let mut c = self.conn.clone();
+        self.run_cas_on(self.conn.clone(), pipe).await
+    }
+
+    async fn run_cas_on<T: redis::FromRedisValue>(
+        &self,
+        mut c: RedisConn,
+        pipe: &redis::Pipeline,
+    ) -> Option<T> {
         let cas = Arc::clone(&self.cas);
         self.bounded(async move {
             match pipe.query_async::<T>(&mut c).await {
@@ -209,16 +227,62 @@ impl Cache {
     /// Writes `lookup` as the record of `code` unless Redis holds a newer
     /// version; with [`Publish::Yes`] the invalidation message goes out in
     /// the same step.
+    ///
+    /// On a Cluster or under Sentinel a change ([`Publish::Yes`]) also
+    /// waits (`WAIT 1`, within the Redis timeout) until a replica has it,
+    /// and counts as not written otherwise: a failover that promoted a
+    /// replica without it would bring the previous state back (a deleted
+    /// link resurrected), and the outbox retries until a replica holds it.
+    /// A master with no replica connected (`ROLE`) is not waited for.
     pub async fn write_record(
         &self,
         code: &str,
         lookup: &Lookup,
         publish: Publish,
     ) -> Result<Written, CacheDown> {
+        self.write(
+            code,
+            lookup,
+            publish,
+            publish == Publish::Yes && self.replicated,
+        )
+        .await
+    }
+
+    async fn write(
+        &self,
+        code: &str,
+        lookup: &Lookup,
+        publish: Publish,
+        wait_replica: bool,
+    ) -> Result<Written, CacheDown> {
         let mut pipe = redis::pipe();
         pipe.add_command(self.cas_invocation(code, lookup, publish));
-        match self.run_cas::<(i64,)>(&pipe).await {
-            Some((1,)) => Ok(Written::Stored),
+        if !wait_replica {
+            return match self.run_cas::<(i64,)>(&pipe).await {
+                Some((1,)) => Ok(Written::Stored),
+                Some(_) => Ok(Written::Stale),
+                None => Err(CacheDown),
+            };
+        }
+        // Half the budget, so the answer comes back within it.
+        let ms = u64::try_from(self.cfg.timeout.as_millis() / 2).unwrap_or(u64::MAX);
+        // ROLE lists the replicas connected now: a master left without any
+        // (its replica died) cannot lose the write to a promotion, and
+        // failing would only hold every change in the outbox.
+        pipe.cmd("ROLE").cmd("WAIT").arg(1).arg(ms.max(1));
+        // WAIT blocks its connection: the changes have one of their own.
+        match self
+            .run_cas_on::<(i64, (String, i64, Vec<redis::Value>), i64)>(self.changes.clone(), &pipe)
+            .await
+            .map(|(w, (_, _, replicas), acks)| (w, if replicas.is_empty() { 1 } else { acks }))
+        {
+            Some((_, 0)) => {
+                self.metrics.redis_error.inc();
+                tracing::debug!(code, "redis: no replica acknowledged the change");
+                Err(CacheDown)
+            }
+            Some((1, _)) => Ok(Written::Stored),
             Some(_) => Ok(Written::Stale),
             None => Err(CacheDown),
         }
@@ -236,7 +300,8 @@ impl Cache {
     /// server they share the connection's pipeline). Best-effort.
     pub async fn put_created(&self, code: &str, r: &Record, dedup_key: Option<&str>) {
         let found = Lookup::Found(r.clone());
-        let record = self.write_record(code, &found, Publish::Yes);
+        // No replica wait: a lost creation record is only a later miss.
+        let record = self.write(code, &found, Publish::Yes, false);
         let dedup = async {
             if let Some(k) = dedup_key {
                 let mut c = self.conn.clone();

@@ -118,8 +118,8 @@ pub fn start_load(port: u16, hot: Vec<(String, String)>) -> Load {
                     eprintln!("creation: {} {}", r.status, r.text());
                 }
             }
-            // Under the edge's default 20 creations/s per client.
-            std::thread::sleep(Duration::from_millis(100));
+            // Well under the edge's default 20 creations/s per client.
+            std::thread::sleep(Duration::from_millis(200));
         }
         t
     });
@@ -209,5 +209,14 @@ pub fn wait_edge_follows(edge: &Edge, probe: &str) {
     wait_for("the edge to follow the edit", TIMEOUT, || {
         get(edge.port, &format!("/{probe}"), DOMAIN).header("location")
             == Some("https://example.com/after-kill")
+    });
+}
+
+/// Waits until the origin's outbox is empty: every change, the ones made
+/// while a promoted master had no replica included, reached Redis.
+pub fn wait_outbox_drained(origin_port: u16) {
+    wait_for("the origin's outbox to drain", TIMEOUT, || {
+        let st = get(origin_port, "/shorturl_status", "localhost").json();
+        st["outbox"]["pending"].as_u64() == Some(0)
     });
 }
