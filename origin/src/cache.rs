@@ -3,8 +3,12 @@
 //! Redis may lose everything at any time, so every call here is bounded by a
 //! tight timeout and every failure is an ordinary miss for the caller (and a
 //! `redis.error` in the status). The client is a lazy, reconnecting
-//! `ConnectionManager`: the origin starts without Redis and recovers by
-//! itself when Redis comes back.
+//! [`RedisConn`] (single server, Cluster or Sentinel): the origin starts
+//! without Redis and recovers by itself when Redis comes back.
+//!
+//! Cluster rule (docs/protocol.md): every script and pipeline here touches
+//! one key. A creation's record and its dedup entry live in different
+//! slots, so they are two commands sent together, not one pipeline.
 //!
 //! Every write of a link record goes through one Lua script
 //! ([`CAS_SCRIPT`]): it writes only if the stored value's version is not
@@ -14,11 +18,11 @@
 
 use crate::config::RedisConfig;
 use crate::metrics::Metrics;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 use shorturl_common::inval::Invalidation;
 use shorturl_common::keys;
 use shorturl_common::record::{Lookup, Record};
+use shorturl_common::redis::{ConnOptions, RedisConn, RedisTopology};
 use shorturl_common::time::now_unix;
 use std::future::Future;
 use std::sync::Arc;
@@ -47,10 +51,15 @@ return 1
 /// The Redis cache.
 #[derive(Clone)]
 pub struct Cache {
-    conn: ConnectionManager,
+    conn: RedisConn,
     cfg: RedisConfig,
     metrics: Arc<Metrics>,
     cas: Arc<Script>,
+    /// Cluster or Sentinel: changes wait for a replica (see `write_record`).
+    replicated: bool,
+    /// The changes' own connection (their `WAIT` blocks it); the same as
+    /// `conn` on a single server, where nothing waits.
+    changes: RedisConn,
 }
 
 /// What Redis said about a code.
@@ -87,15 +96,21 @@ pub enum Publish {
 impl Cache {
     /// Creates the client without connecting (connection happens on first use).
     pub fn new(cfg: RedisConfig, metrics: Arc<Metrics>) -> Result<Cache, redis::RedisError> {
-        let client = redis::Client::open(cfg.url.as_str())?;
-        let mcfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(cfg.timeout.max(Duration::from_millis(100))))
-            .set_response_timeout(Some(cfg.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, mcfg)?;
+        let opts = ConnOptions {
+            connect_timeout: cfg.timeout.max(Duration::from_millis(100)),
+            response_timeout: cfg.timeout,
+        };
+        let conn = RedisConn::new(&cfg.topology, opts)?;
+        let replicated = !matches!(cfg.topology, RedisTopology::Single { .. });
+        let changes = if replicated {
+            RedisConn::new(&cfg.topology, opts)?
+        } else {
+            conn.clone()
+        };
         Ok(Cache {
             conn,
+            replicated,
+            changes,
             cfg,
             metrics,
             cas: Arc::new(Script::new(CAS_SCRIPT)),
@@ -103,7 +118,7 @@ impl Cache {
     }
 
     /// The raw connection, for the Redis issuer backend.
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConn {
         self.conn.clone()
     }
 
@@ -186,7 +201,14 @@ impl Cache {
     /// Runs `pipe` (whose commands use the CAS script); after Redis lost its
     /// script cache (a restart), loads the script and runs it once more.
     async fn run_cas<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Option<T> {
-        let mut c = self.conn.clone();
+        self.run_cas_on(self.conn.clone(), pipe).await
+    }
+
+    async fn run_cas_on<T: redis::FromRedisValue>(
+        &self,
+        mut c: RedisConn,
+        pipe: &redis::Pipeline,
+    ) -> Option<T> {
         let cas = Arc::clone(&self.cas);
         self.bounded(async move {
             match pipe.query_async::<T>(&mut c).await {
@@ -205,16 +227,62 @@ impl Cache {
     /// Writes `lookup` as the record of `code` unless Redis holds a newer
     /// version; with [`Publish::Yes`] the invalidation message goes out in
     /// the same step.
+    ///
+    /// On a Cluster or under Sentinel a change ([`Publish::Yes`]) also
+    /// waits (`WAIT 1`, within the Redis timeout) until a replica has it,
+    /// and counts as not written otherwise: a failover that promoted a
+    /// replica without it would bring the previous state back (a deleted
+    /// link resurrected), and the outbox retries until a replica holds it.
+    /// A master with no replica connected (`ROLE`) is not waited for.
     pub async fn write_record(
         &self,
         code: &str,
         lookup: &Lookup,
         publish: Publish,
     ) -> Result<Written, CacheDown> {
+        self.write(
+            code,
+            lookup,
+            publish,
+            publish == Publish::Yes && self.replicated,
+        )
+        .await
+    }
+
+    async fn write(
+        &self,
+        code: &str,
+        lookup: &Lookup,
+        publish: Publish,
+        wait_replica: bool,
+    ) -> Result<Written, CacheDown> {
         let mut pipe = redis::pipe();
         pipe.add_command(self.cas_invocation(code, lookup, publish));
-        match self.run_cas::<(i64,)>(&pipe).await {
-            Some((1,)) => Ok(Written::Stored),
+        if !wait_replica {
+            return match self.run_cas::<(i64,)>(&pipe).await {
+                Some((1,)) => Ok(Written::Stored),
+                Some(_) => Ok(Written::Stale),
+                None => Err(CacheDown),
+            };
+        }
+        // Half the budget, so the answer comes back within it.
+        let ms = u64::try_from(self.cfg.timeout.as_millis() / 2).unwrap_or(u64::MAX);
+        // ROLE lists the replicas connected now: a master left without any
+        // (its replica died) cannot lose the write to a promotion, and
+        // failing would only hold every change in the outbox.
+        pipe.cmd("ROLE").cmd("WAIT").arg(1).arg(ms.max(1));
+        // WAIT blocks its connection: the changes have one of their own.
+        match self
+            .run_cas_on::<(i64, (String, i64, Vec<redis::Value>), i64)>(self.changes.clone(), &pipe)
+            .await
+            .map(|(w, (_, _, replicas), acks)| (w, if replicas.is_empty() { 1 } else { acks }))
+        {
+            Some((_, 0)) => {
+                self.metrics.redis_error.inc();
+                tracing::debug!(code, "redis: no replica acknowledged the change");
+                Err(CacheDown)
+            }
+            Some((1, _)) => Ok(Written::Stored),
             Some(_) => Ok(Written::Stale),
             None => Err(CacheDown),
         }
@@ -227,15 +295,22 @@ impl Cache {
 
     /// Caches a new link's record, announces it (an edge may hold a
     /// negative for a custom code from before it existed) and, for an issued
-    /// code, writes its dedup entry: one round trip. Best-effort.
+    /// code, writes its dedup entry. The two keys may live on different
+    /// Cluster nodes, so they are two commands sent at once (on one
+    /// server they share the connection's pipeline). Best-effort.
     pub async fn put_created(&self, code: &str, r: &Record, dedup_key: Option<&str>) {
-        let mut pipe = redis::pipe();
-        pipe.add_command(self.cas_invocation(code, &Lookup::Found(r.clone()), Publish::Yes))
-            .ignore();
-        if let Some(k) = dedup_key {
-            pipe.set_ex(k, code, self.cfg.dedup_ttl.as_secs()).ignore();
-        }
-        let _ = self.run_cas::<()>(&pipe).await;
+        let found = Lookup::Found(r.clone());
+        // No replica wait: a lost creation record is only a later miss.
+        let record = self.write(code, &found, Publish::Yes, false);
+        let dedup = async {
+            if let Some(k) = dedup_key {
+                let mut c = self.conn.clone();
+                let ttl = self.cfg.dedup_ttl.as_secs();
+                self.bounded(async move { c.set_ex::<_, _, ()>(k, code, ttl).await })
+                    .await;
+            }
+        };
+        let _ = tokio::join!(record, dedup);
     }
 
     /// Seconds a record may live in Redis.
