@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Origin benchmark (not a test): pregen rows/s, MariaDB's raw durable
-# single-row claim capacity, issuer ids/s, and creations/s through the API
+# single-row claim capacity, issuer ids/s, click-rollup rows/s, and creations/s through the API
 # at 1/16/64 connections, all against one private MariaDB in the same run.
 # Results: var/bench/results.jsonl (and printed). Loopback only, bounded.
 set -euo pipefail
@@ -49,6 +49,10 @@ for c in 1 16 64; do
   "$BIN" -c "$B/origin.yaml" bench raw-claims --concurrency $c --seconds "$SECS" | tee -a "$R"
 done
 "$BIN" -c "$B/origin.yaml" bench issuer --concurrency 16 --seconds 5 | tee -a "$R"
+# Click rollups through the consumer's apply: 1 and 4 batches in flight.
+for c in 1 4; do
+  "$BIN" -c "$B/origin.yaml" bench rollups --concurrency $c --seconds "$SECS" | tee -a "$R"
+done
 
 RUST_LOG=warn "$BIN" -c "$B/origin.yaml" serve >"$B/origin.log" 2>&1 &
 pids+=($!)

@@ -50,14 +50,30 @@ pub fn host_part(raw: &str) -> Option<&str> {
     if host.is_empty() || host.len() > 253 {
         return None;
     }
-    let ok = host.split('.').all(|label| {
-        !label.is_empty()
-            && label.len() <= 63
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    });
-    ok.then_some(host)
+    valid_labels(host).then_some(host)
+}
+
+/// Dot-separated labels of 1–63 letters, digits or `-`. One pass over the
+/// bytes: every redirect runs it, and a `split('.')` iterator cost three
+/// times as many instructions (callgrind, fast path).
+fn valid_labels(host: &str) -> bool {
+    let mut label = 0usize;
+    for b in host.bytes() {
+        if b == b'.' {
+            if label == 0 {
+                return false;
+            }
+            label = 0;
+        } else if b.is_ascii_alphanumeric() || b == b'-' {
+            label += 1;
+            if label > 63 {
+                return false;
+            }
+        } else {
+            return false;
+        }
+    }
+    label > 0
 }
 
 fn valid_port(p: &str) -> bool {
@@ -109,6 +125,41 @@ mod tests {
                 let want = normalize_host(raw).as_deref() == Some(domain);
                 assert_eq!(host_is(raw, domain), want, "{raw:?} vs {domain:?}");
             }
+        }
+    }
+
+    #[test]
+    fn labels_one_pass_agrees_with_the_split_rule() {
+        let by_split = |h: &str| {
+            h.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+        };
+        let long = "a".repeat(63);
+        let too_long = "a".repeat(64);
+        let mut cases: Vec<String> = [
+            "a", "a.b", ".a", "a.", "a..b", "-", "a-.b", "a_b", "é", "1.2.3.4",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        cases.extend([long.clone(), too_long.clone(), format!("{long}.{long}")]);
+        cases.push(format!("x.{too_long}"));
+        // Every string of up to 4 bytes over a small alphabet.
+        let alphabet = ['a', '.', '-', '_'];
+        let mut frontier = vec![String::new()];
+        for _ in 0..4 {
+            let next: Vec<String> = frontier
+                .iter()
+                .flat_map(|p| alphabet.iter().map(move |c| format!("{p}{c}")))
+                .collect();
+            cases.extend(next.iter().cloned());
+            frontier = next;
+        }
+        for h in &cases {
+            assert_eq!(super::valid_labels(h), by_split(h), "{h:?}");
         }
     }
 

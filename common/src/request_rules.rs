@@ -168,7 +168,8 @@ pub fn check<'a>(head: &Head<'a>) -> Result<Accepted<'a>, Refusal> {
         _ if !visible => return Err(Refusal::TargetByte),
         _ => {}
     }
-    let target = std::str::from_utf8(target).map_err(|_| Refusal::TargetByte)?;
+    // Every byte is 0x21-0x7E (checked above): ASCII, so a `str`.
+    let target = ascii_str(target).ok_or(Refusal::TargetByte)?;
     let (authority, rest) = split_target(target)?;
     let path = rest.split_once('?').map_or(rest, |(p, _)| p);
     let path = if path.is_empty() { "/" } else { path };
@@ -189,7 +190,8 @@ fn finish<'a>(
             if authority.is_some_and(|a| a.as_bytes() != value) {
                 return Err(Refusal::HostMismatch);
             }
-            Some(std::str::from_utf8(value).map_err(|_| Refusal::InvalidHost)?)
+            // Anything but ASCII is refused as a host anyway.
+            Some(ascii_str(value).ok_or(Refusal::InvalidHost)?)
         }
         HostField::Absent if head.version == Version::Http11 => return Err(Refusal::MissingHost),
         HostField::Absent => authority,
@@ -202,6 +204,18 @@ fn finish<'a>(
         return Err(Refusal::TooManyFields);
     }
     Ok(Accepted { host, path })
+}
+
+/// `bytes` as a `str` when they are all ASCII. Every request runs this on
+/// its target and its Host: `str::from_utf8` cost ~100 instructions per
+/// call on these short values (callgrind, the edge's fast path), the ASCII
+/// check a tenth of that.
+fn ascii_str(bytes: &[u8]) -> Option<&str> {
+    if !bytes.is_ascii() {
+        return None;
+    }
+    // SAFETY: ASCII bytes are valid UTF-8.
+    Some(unsafe { std::str::from_utf8_unchecked(bytes) })
 }
 
 /// Splits an origin-form or absolute-form target into its authority (for

@@ -221,7 +221,10 @@ impl Resolver {
             }
         }
         self.metrics.origin_forward.inc();
-        match self.origin.fetch_record(code).await {
+        // Boxed: the origin fetch's state (an HTTP client session) is many
+        // times the Redis read's, and inline it would size every lookup
+        // future, Redis hits included, for the rare origin case.
+        match Box::pin(self.origin.fetch_record(code)).await {
             Ok(a) => Resolved {
                 answer: to_answer(a.lookup),
                 source: Outcome::Origin,

@@ -40,8 +40,11 @@ impl CodeBuf {
 
     /// The code.
     pub fn as_str(&self) -> &str {
-        // Only ever built from a valid (ASCII) code.
-        std::str::from_utf8(self.buf.get(..self.len).unwrap_or_default()).unwrap_or_default()
+        let bytes = self.buf.get(..self.len).unwrap_or_default();
+        debug_assert!(std::str::from_utf8(bytes).is_ok());
+        // SAFETY: `new` copies a whole `&str` (a valid code) into
+        // `buf[..len]`; nothing else writes `buf` or `len`.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 }
 

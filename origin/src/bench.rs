@@ -5,6 +5,10 @@
 //! - `raw-claims`: the raw capacity of the same MariaDB for durable
 //!   single-row claims (one autocommit `UPDATE ... WHERE id = ? AND state = free`
 //!   per claim, `concurrency` connections), the figure group commit must beat.
+//! - `rollups`: click-rollup rows/s through the consumer's own `apply`
+//!   (one transaction per batch with its id), `concurrency` origins'
+//!   worth of batches of [`ROLLUP_LINKS`] links each (the capacity plan's
+//!   input, docs/scaling.md).
 
 use crate::config::Config;
 use crate::issuer::counter::MysqlCounter;
@@ -19,7 +23,7 @@ use std::time::{Duration, Instant};
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    #[error("unknown benchmark {0:?} (issuer | raw-claims)")]
+    #[error("unknown benchmark {0:?} (issuer | raw-claims | rollups)")]
     Unknown(String),
     #[error("raw-claims needs pre-generated rows (pregen first)")]
     NoRows,
@@ -27,6 +31,62 @@ pub enum BenchError {
     Mysql(#[from] mysql_async::Error),
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("applying a batch: {0}")]
+    Apply(#[from] crate::store::DbError),
+}
+
+/// Links per synthetic click batch in `rollups` (an edge's 5 s of a busy
+/// fleet: a few thousand distinct links).
+pub const ROLLUP_LINKS: usize = 2_000;
+/// Distinct codes the batches draw from: hot links repeat across batches,
+/// so rows are a mix of inserts and `n = n + ...` updates, as in production.
+const ROLLUP_CODES: u64 = 200_000;
+
+/// Rows one synthetic link adds: its hour, two referrers, two devices.
+const ROWS_PER_LINK: usize = 5;
+
+fn rollup_batch(id: String, seed: u64, now: u64) -> shorturl_common::clicks::Batch {
+    use shorturl_common::clicks::Device;
+    use shorturl_common::clicks::{Batch, DeviceLine, HourLine, ReferrerLine};
+    let hour = now / 3600 * 3600;
+    let day = now / 86_400 * 86_400;
+    let mut b = Batch {
+        id,
+        ..Batch::default()
+    };
+    // A fixed-step walk over the code space: distinct codes within a batch.
+    let mut x = seed % ROLLUP_CODES;
+    for _ in 0..ROLLUP_LINKS {
+        x = (x + 7_919) % ROLLUP_CODES;
+        let code = format!("b{x:05}");
+        b.hours.push(HourLine {
+            code: code.clone(),
+            hour,
+            human: 3,
+            bot: 1,
+        });
+        for host in ["weixin.qq.com", "(direct)"] {
+            b.referrers.push(ReferrerLine {
+                code: code.clone(),
+                day,
+                host: host.into(),
+                n: 2,
+            });
+        }
+        b.devices.push(DeviceLine {
+            code: code.clone(),
+            day,
+            device: Device::Mobile,
+            n: 3,
+        });
+        b.devices.push(DeviceLine {
+            code,
+            day,
+            device: Device::Bot,
+            n: 1,
+        });
+    }
+    b
 }
 
 /// Runs one measurement and prints a JSON line.
@@ -105,6 +165,32 @@ pub async fn run(
             }
             for t in tasks {
                 let _ = t.await;
+            }
+            (n.load(Ordering::Relaxed), t0.elapsed())
+        }
+        "rollups" => {
+            let now = shorturl_common::time::now_unix();
+            let n = Arc::new(AtomicU64::new(0));
+            let t0 = Instant::now();
+            let mut tasks = Vec::new();
+            for task in 0..concurrency {
+                let (pool, n) = (pool.clone(), Arc::clone(&n));
+                tasks.push(tokio::spawn(async move {
+                    let mut seq = 0u64;
+                    while t0.elapsed() < dur {
+                        let id = format!("bench:{task}-{now}:{seq}");
+                        let batch = rollup_batch(id, seq * 104_729 + task as u64, now);
+                        seq += 1;
+                        crate::clicks::apply::apply(&pool, &batch, now).await?;
+                        n.fetch_add((ROLLUP_LINKS * ROWS_PER_LINK) as u64, Ordering::Relaxed);
+                    }
+                    Ok::<(), BenchError>(())
+                }));
+            }
+            for t in tasks {
+                if let Ok(Err(e)) = t.await {
+                    return Err(e);
+                }
             }
             (n.load(Ordering::Relaxed), t0.elapsed())
         }

@@ -55,9 +55,10 @@ enum Cmd {
     /// Read a password from stdin (one line) and print its argon2id PHC
     /// string, for `admin.users[].password_hash`. Needs no configuration.
     HashPassword,
-    /// Measure issuer ids/s or MariaDB's raw durable-claim capacity (prints JSON).
+    /// Measure issuer ids/s, MariaDB's raw durable-claim capacity or
+    /// click-rollup rows/s (prints JSON).
     Bench {
-        /// issuer | raw-claims
+        /// issuer | raw-claims | rollups
         what: String,
         #[arg(long, default_value_t = 16)]
         concurrency: usize,

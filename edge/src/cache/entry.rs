@@ -217,11 +217,13 @@ impl Entry {
     }
 
     fn str_at(&self, from: usize, to: usize) -> &str {
-        // Built from `&str`s cut at their own boundaries: always UTF-8.
-        self.bytes
-            .get(from..to)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .unwrap_or_default()
+        let bytes = self.bytes.get(from..to).unwrap_or_default();
+        debug_assert!(std::str::from_utf8(bytes).is_ok());
+        // SAFETY: `build` copies the code, the domain and the URL whole from
+        // `&str`s, and the callers cut exactly those ranges (code, domain,
+        // URL), so every range is a whole `str`. Validating it again cost
+        // ~180 instructions per memory hit (callgrind, fast path).
+        unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 
     /// The code this entry answers for.
