@@ -14,7 +14,7 @@ import shutil
 import sys
 
 ORDER = ["nginx-static", "edge-hot", "edge-hot-slowpath", "edge-hot-analytics", "openresty-hot", "edge-redis", "openresty-redis",
-         "edge-origin", "miss-storm", "mix", "create",
+         "edge-redis-cluster", "edge-origin", "miss-storm", "mix", "create", "create-cluster",
          "nginx-static-tls", "edge-hot-tls", "nginx-tls-handshake", "edge-tls-handshake",
          "nginx-qr-static", "qr-hot"]
 WHAT = {
@@ -24,6 +24,8 @@ WHAT = {
     "edge-hot-analytics": "edge-hot with click counting on (the cost of counting)",
     "openresty-hot": "OpenResty edge, LRU/shared dict hit",
     "edge-redis": "edge, Redis GET per request",
+    "edge-redis-cluster": "edge-redis on a Redis Cluster (3 masters + 3 replicas, --redis cluster)",
+    "create-cluster": "create with the origin and the edge on a Redis Cluster (--redis cluster)",
     "openresty-redis": "OpenResty edge, Redis GET per request",
     "edge-origin": "edge → origin → MySQL per request",
     "miss-storm": "edge, unknown codes (404)",
@@ -126,7 +128,7 @@ def load_scenario(d):
         status=st if w.get("status_counted") else {"counted": False, ">=400": w["errors"]["status"]},
         load1_at_start=float(meta["load1"]) if meta.get("load1") else None,
     )
-    if s["name"] == "create":
+    if s["name"] in ("create", "create-cluster"):
         s["created_per_s"] = round(st["2xx"] / dur, 1)
     # Which path answered: deltas of the server's and the origin's status.
     sb, sa = read_json(os.path.join(d, "status-before.json")), read_json(os.path.join(d, "status-after.json"))
@@ -168,7 +170,7 @@ def load_scenario(d):
                 problems.append(f"{dropped} clicks dropped")
         elif s["system"] == "edge" and dig(sa, "clicks", "enabled"):
             notes.append("WARNING: click counting was on (only edge-hot-analytics should count)")
-        if s["name"] in ("edge-redis", "openresty-redis"):
+        if s["name"] in ("edge-redis", "openresty-redis", "edge-redis-cluster"):
             lh = g("local.hit") or 0
             notes.append(f"memory hits {lh} of {req} requests ({100.0 * lh / req:.2f}%), Redis hits {g('redis.hit')}")
         if s["name"] == "edge-origin":

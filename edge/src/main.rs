@@ -111,6 +111,7 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
         edge_cfg.default_domain.clone(),
     ));
     let redis = RedisStore::new(edge_cfg.redis.clone()).map_err(|e| format!("redis: {e}"))?;
+    tracing::info!(redis = %edge_cfg.redis.topology.describe(), "redis");
     let resolver = Arc::new(Resolver::new(
         edge_cfg.cache.clone(),
         redis,

@@ -40,6 +40,19 @@ fn test_flag_validates_configs() {
         String::from_utf8_lossy(&dev.stderr)
     );
 
+    for variant in ["edge.cluster.yaml", "edge.sentinel.yaml"] {
+        let path = format!("{}/../conf/{variant}", env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new(edge_bin())
+            .args(["--test", "-c", &path])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "conf/{variant}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     let dir = testkit::TempDir::new("edge-conf");
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "server: {version: 1}\nedge: {listen: []}\n").unwrap();

@@ -30,6 +30,8 @@ fn creation_redirect_edit_delete_and_exact_clicks_on_a_cluster() {
         "  - {{ name: stats, key_sha256: \"{}\", scopes: [\"links:read\", \"stats:read\", \"admin\"] }}",
         testkit::origin::sha256_hex(STATS_KEY)
     );
+    // The Redis issuer backend too: its counter script on the cluster.
+    let extra = format!("{extra}\nissuer: {{ backend: redis }}");
     let origin = Origin::start_on(&fields, 500, &extra);
     let extra = format!("{EDGE_EXTRA}\n  clicks: {{ flush_interval_ms: 200 }}");
     let mut opts = EdgeOpts::new(fields.clone(), vec![origin.addr()]);
@@ -44,6 +46,9 @@ fn creation_redirect_edit_delete_and_exact_clicks_on_a_cluster() {
     let key = format!("su:1:link:{code}");
     let stored = cluster_get(&cluster, &key).expect("record written to the cluster");
     assert!(stored.contains("https://example.com/v1"), "{stored}");
+    // The id came from the Redis counter (one block taken so far).
+    let counter = cluster_get(&cluster, "su:1:issuer:default").expect("issuer counter");
+    assert_eq!(counter, "100", "one block of 100 ids");
 
     let path = format!("/{code}");
     // Every 302 for the code is a click, the polling ones included.

@@ -302,15 +302,22 @@ impl Cache {
         let found = Lookup::Found(r.clone());
         // No replica wait: a lost creation record is only a later miss.
         let record = self.write(code, &found, Publish::Yes, false);
+        // Counted as one write-back: an error of the dedup write alone
+        // counts only when the record was written.
         let dedup = async {
-            if let Some(k) = dedup_key {
-                let mut c = self.conn.clone();
-                let ttl = self.cfg.dedup_ttl.as_secs();
-                self.bounded(async move { c.set_ex::<_, _, ()>(k, code, ttl).await })
-                    .await;
+            let k = dedup_key?;
+            let mut c = self.conn.clone();
+            let ttl = self.cfg.dedup_ttl.as_secs();
+            match tokio::time::timeout(self.cfg.timeout, c.set_ex::<_, _, ()>(k, code, ttl)).await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some("timeout".to_owned()),
             }
         };
-        let _ = tokio::join!(record, dedup);
+        if let (Ok(_), Some(e)) = tokio::join!(record, dedup) {
+            self.metrics.redis_error.inc();
+            tracing::debug!(error = %e, "redis error (dedup write)");
+        }
     }
 
     /// Seconds a record may live in Redis.

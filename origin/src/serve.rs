@@ -84,6 +84,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     }
     let cache =
         Cache::new(cfg.redis.clone(), Arc::clone(&metrics)).map_err(ServeError::RedisUrl)?;
+    tracing::info!(redis = %cfg.redis.topology.describe(), "redis");
     let counter: Box<dyn Counter> = match cfg.issuer.backend {
         CounterBackend::Mysql => Box::new(MysqlCounter::new(pool.clone(), cfg.issuer.name.clone())),
         CounterBackend::Redis => {

@@ -215,13 +215,15 @@ async fn invalid_config_is_refused_at_start_with_the_field_named() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("redirect.status"));
-    let out = std::process::Command::new(support::origin_bin())
-        .args(["-c", "../conf/origin.yaml", "check"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "conf/origin.yaml must validate: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for example in ["origin.yaml", "origin.cluster.yaml", "origin.sentinel.yaml"] {
+        let out = std::process::Command::new(support::origin_bin())
+            .args(["-c", &format!("../conf/{example}"), "check"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "conf/{example} must validate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

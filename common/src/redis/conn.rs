@@ -47,7 +47,7 @@ pub(crate) struct ClusterLazy {
     client: ClusterClient,
     nodes: Vec<redis::ConnectionInfo>,
     opts: ConnOptions,
-    conn: ArcSwapOption<ClusterConnection>,
+    conn: Arc<ArcSwapOption<ClusterConnection>>,
     connecting: tokio::sync::Mutex<Option<Instant>>,
 }
 
@@ -87,7 +87,7 @@ impl RedisConn {
                     client,
                     nodes: infos,
                     opts,
-                    conn: ArcSwapOption::empty(),
+                    conn: Arc::new(ArcSwapOption::empty()),
                     connecting: tokio::sync::Mutex::new(None),
                 }))
             }
@@ -166,9 +166,20 @@ impl ClusterLazy {
         let cfg = ClusterConfig::new()
             .set_connection_timeout(self.opts.connect_timeout)
             .set_response_timeout(self.opts.response_timeout);
-        let c = self.client.get_async_connection_with_config(cfg).await?;
-        self.conn.store(Some(Arc::new(c.clone())));
-        Ok(c)
+        // In a task of its own: a caller's timeout (tens of milliseconds on
+        // the edge) must not cancel a connection that takes longer to set up
+        // (every node, then the slot map); the next caller finds it made.
+        let client = self.client.clone();
+        let slot = Arc::clone(&self.conn);
+        let task = tokio::spawn(async move {
+            let c = client.get_async_connection_with_config(cfg).await?;
+            slot.store(Some(Arc::new(c.clone())));
+            Ok::<_, RedisError>(c)
+        });
+        match task.await {
+            Ok(r) => r,
+            Err(e) => Err(setup_error(format!("cluster connect task: {e}"))),
+        }
     }
 }
 
