@@ -11,7 +11,7 @@
 #
 # Runs in the foreground (exec nginx, `daemon off`) unless SU_DAEMON=1; stop it
 # with lua-compat/openresty/stop.sh <prefix> (or SIGQUIT/SIGTERM to the master).
-# Knobs (environment), defaults as in conf/edge.yaml:
+# Knobs (environment), defaults as in conf/edge.yaml (SU_REDIS_MODE, SU_REDIS_MASTER_NAME above):
 #   SU_MODE=full|redis-only   redis-only: no per-worker LRU, no shared dict (Redis on every request)
 #   SU_WORKERS=1  SU_LISTEN_ADDR=127.0.0.1  SU_DEFAULT_DOMAIN=localhost  SU_CACHE_SIZE=64m
 #   SU_PAGES_CACHE_SIZE=32m  (proxy_cache max_size of the QR codes and previews)
@@ -37,7 +37,7 @@
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,36p' "$0" >&2
+  sed -n '2,37p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
