@@ -7,7 +7,7 @@
 # <redis> by SU_REDIS_MODE: single (default): host:port or redis://url;
 # cluster: the seed nodes, host:port[,host:port...]; sentinel: the
 # Sentinels, host:port[,host:port...], watching SU_REDIS_MASTER_NAME
-# (default shorturl). AUTH for cluster/sentinel nodes: SU_CONF (redis.password).
+# (default shorturl). Credentials for cluster/sentinel nodes: SU_CONF (redis.url).
 #
 # Runs in the foreground (exec nginx, `daemon off`) unless SU_DAEMON=1; stop it
 # with lua-compat/openresty/stop.sh <prefix> (or SIGQUIT/SIGTERM to the master).

@@ -14,16 +14,14 @@ local function defaults()
         default_domain = "localhost",
         redis = {
             -- single (url) | cluster (nodes: seeds) | sentinel (sentinels
-            -- + master_name), as the Pingora edge's `redis:`.
+            -- + master_name), as the Pingora edge's `redis:`. In cluster
+            -- and sentinel modes `url` gives only the credentials (and the
+            -- database, sentinel only).
             mode = "single",
             url = "redis://127.0.0.1:6379/",
             nodes = {},
             sentinels = {},
             master_name = "",
-            -- AUTH of the data nodes in cluster and sentinel modes (single:
-            -- in the url).
-            username = "",
-            password = "",
             timeout_ms = 30,
             connect_timeout_ms = 200,
             pool_size = 64,
@@ -168,20 +166,21 @@ end
 
 -- The `redis` section as a connection spec for redis.new.
 local function redis_spec(rc, hosts)
-    local spec
+    local spec, err = redis.parse_url(rc.url)
+    if not spec then
+        error("redis.url is invalid: " .. err, 0)
+    end
     if rc.mode == "single" then
-        local err
-        spec, err = redis.parse_url(rc.url)
-        if not spec then
-            error("redis.url is invalid: " .. err, 0)
+        if not spec.host then
+            error("redis.url must name the server (redis://host:port/)", 0)
         end
         spec.host = resolve_name(spec.host, hosts)
     elseif rc.mode == "cluster" or rc.mode == "sentinel" then
-        spec = {
-            user = rc.username ~= "" and rc.username or nil,
-            password = rc.password ~= "" and rc.password or nil,
-        }
+        spec.host, spec.port = nil, nil
         if rc.mode == "cluster" then
+            if spec.db and spec.db ~= 0 then
+                error("redis.url: a cluster has only database 0 (got " .. spec.db .. ")", 0)
+            end
             spec.seeds = addr_list(rc.nodes, "redis.nodes", hosts)
         else
             spec.sentinels = addr_list(rc.sentinels, "redis.sentinels", hosts)

@@ -14,7 +14,8 @@ local sub, byte = string.sub, string.byte
 
 local M = {}
 
--- Parses redis://[[user]:password@]host[:port][/db] into a table.
+-- Parses redis://[[user]:password@]host[:port][/db] into a table (host
+-- nil when empty: cluster and sentinel URLs carry only credentials).
 function M.parse_url(url)
     local rest = url:match("^redis://(.*)$")
     if not rest then
@@ -42,7 +43,7 @@ function M.parse_url(url)
     if not host then
         host, port = hostport:match("^([^:]+):?(%d*)$")
     end
-    if not host then
+    if not host and hostport ~= "" then
         return nil, "bad redis host in " .. url
     end
     return {
@@ -155,7 +156,7 @@ function M.exec(conn, node, cmds, asking, read_timeout_ms)
     end
     local req, setup = {}, 0
     if sock:getreusedtimes() == 0 then
-        req, setup = M.setup_commands(conn, conn.mode == "single")
+        req, setup = M.setup_commands(conn, conn.mode ~= "cluster")
     end
     for _, c in ipairs(cmds) do
         if asking then
