@@ -1,7 +1,7 @@
 //! The OpenResty module on a Redis Cluster (3 masters + 3 replicas) and on
 //! a Sentinel-managed master (testkit::RedisCluster, RedisSentinel). The
 //! modules' origin is a closed port, so every redirect they answer came
-//! from Redis: records on all three masters, an ASK and a MOVED during a
+//! from Redis: records and ACME tokens on all three masters, an ASK and a MOVED during a
 //! slot migration, a master killed (the module answers again after the
 //! promotion, without a restart), clicks appended to the stream on its
 //! master, invalidations received before and after the subscribed node
@@ -176,6 +176,37 @@ fn module_on_a_redis_cluster() {
     assert_eq!(a.topology("moved"), 0, "the module's slots are Redis's");
     assert_eq!(a.topology("ask"), 0);
     assert!(a.topology("slots") >= 1);
+
+    // ACME answers (the TLS store's connections, their own slot map): a
+    // token on each master.
+    let mut tokens: Vec<Option<String>> = vec![None; 3];
+    for i in 0..60 {
+        let t = format!("tok{i}");
+        let m = cluster.master_for_key(&format!("su:1:acme:challenge:{t}"));
+        let slot = masters.iter().position(|&x| x == m).unwrap();
+        tokens[slot].get_or_insert(t);
+        if tokens.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    for t in tokens.iter().flatten() {
+        cluster.cli(&[
+            "SET",
+            &format!("su:1:acme:challenge:{t}"),
+            &format!("{t}.keyauth"),
+        ]);
+        let r = http::get(
+            a.edge.port,
+            &format!("/.well-known/acme-challenge/{t}"),
+            "localhost",
+        );
+        assert_eq!(
+            (r.status, r.text()),
+            (200, format!("{t}.keyauth")),
+            "token {t}"
+        );
+    }
+    assert_eq!(a.topology("moved"), 0);
 
     // Clicks: the stream's XADD goes to the master of su:1:clicks.
     let stream_master = cluster.master_for_key("su:1:clicks");
