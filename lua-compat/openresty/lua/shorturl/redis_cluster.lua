@@ -86,7 +86,7 @@ function M.new(spec)
         last_try = -1,
         refreshing = false,
         queued = false,
-        rr = 0,
+        rr = nil, -- the subscriber's last node (a random start per worker)
     }, Cluster)
     for i, s in ipairs(spec.seeds) do
         c.seeds[i] = c:node(s.host, s.port)
@@ -147,6 +147,7 @@ function Cluster:fetch(conn)
                 if type(v) == "table" and not v.err and #v > 0 then
                     local ok, lerr = self:load(v, n)
                     if ok then
+                        self.failing = false
                         return true
                     end
                     err = lerr
@@ -156,7 +157,9 @@ function Cluster:fetch(conn)
             end
         end
     end
-    ngx.log(ngx.WARN, "shorturl: cannot fetch the redis cluster slot map: ", err)
+    -- The first failure in a row at warn, the next ones at info.
+    ngx.log(self.failing and ngx.INFO or ngx.WARN, "shorturl: cannot fetch the redis cluster slot map: ", err)
+    self.failing = true
     return false
 end
 
@@ -190,9 +193,8 @@ function Cluster:refresh_later(conn)
     end
 end
 
--- Per-worker start: the first map, and where the subscriber starts.
+-- Per-worker start: the first map.
 function Cluster:start(conn)
-    self.rr = math.random(0, math.max(#self.seeds - 1, 0))
     self:refresh_later(conn)
 end
 
@@ -275,7 +277,7 @@ function Cluster:pubsub_node()
     if #list == 0 then
         return nil, "no redis cluster node known"
     end
-    self.rr = self.rr % #list + 1
+    self.rr = (self.rr or math.random(0, #list - 1)) % #list + 1
     return list[self.rr]
 end
 

@@ -95,10 +95,12 @@ function Sentinel:current(force)
         if not (m and m.addr == got.addr) then
             ngx.log(ngx.WARN, "shorturl: redis master ", self.name, " is ", got.addr)
         end
-        self.master, self.expires = got, t + MASTER_TTL
+        self.master, self.expires, self.failing = got, t + MASTER_TTL, false
         return got
     end
-    ngx.log(ngx.WARN, "shorturl: cannot resolve redis master ", self.name, ": ", err)
+    -- The first failure in a row at warn, the next ones at info.
+    ngx.log(self.failing and ngx.INFO or ngx.WARN, "shorturl: cannot resolve redis master ", self.name, ": ", err)
+    self.failing = true
     if m then
         return m
     end
