@@ -16,6 +16,7 @@ pub mod keys;
 pub mod pages;
 pub mod record;
 pub mod redirect;
+pub mod redis;
 pub mod request_rules;
 pub mod singleflight;
 pub mod status;

@@ -121,7 +121,7 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
         tracing::warn!(error = %e, "cache metrics not exported");
     }
     let pages = PageCache::leak(&edge_cfg.pages_cache).map_err(|e| format!("metrics: {e}"))?;
-    let tls = TlsRuntime::build(&edge_cfg.tls, &edge_cfg.redis.url, &origin)?;
+    let tls = TlsRuntime::build(&edge_cfg.tls, &edge_cfg.redis, &origin)?;
     let subscriber = background_service(
         "invalidation subscriber",
         Subscriber::new(

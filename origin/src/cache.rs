@@ -3,8 +3,12 @@
 //! Redis may lose everything at any time, so every call here is bounded by a
 //! tight timeout and every failure is an ordinary miss for the caller (and a
 //! `redis.error` in the status). The client is a lazy, reconnecting
-//! `ConnectionManager`: the origin starts without Redis and recovers by
-//! itself when Redis comes back.
+//! [`RedisConn`] (single server, Cluster or Sentinel): the origin starts
+//! without Redis and recovers by itself when Redis comes back.
+//!
+//! Cluster rule (docs/protocol.md): every script and pipeline here touches
+//! one key. A creation's record and its dedup entry live in different
+//! slots, so they are two commands sent together, not one pipeline.
 //!
 //! Every write of a link record goes through one Lua script
 //! ([`CAS_SCRIPT`]): it writes only if the stored value's version is not
@@ -14,11 +18,11 @@
 
 use crate::config::RedisConfig;
 use crate::metrics::Metrics;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 use shorturl_common::inval::Invalidation;
 use shorturl_common::keys;
 use shorturl_common::record::{Lookup, Record};
+use shorturl_common::redis::{ConnOptions, RedisConn};
 use shorturl_common::time::now_unix;
 use std::future::Future;
 use std::sync::Arc;
@@ -47,7 +51,7 @@ return 1
 /// The Redis cache.
 #[derive(Clone)]
 pub struct Cache {
-    conn: ConnectionManager,
+    conn: RedisConn,
     cfg: RedisConfig,
     metrics: Arc<Metrics>,
     cas: Arc<Script>,
@@ -87,13 +91,13 @@ pub enum Publish {
 impl Cache {
     /// Creates the client without connecting (connection happens on first use).
     pub fn new(cfg: RedisConfig, metrics: Arc<Metrics>) -> Result<Cache, redis::RedisError> {
-        let client = redis::Client::open(cfg.url.as_str())?;
-        let mcfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(cfg.timeout.max(Duration::from_millis(100))))
-            .set_response_timeout(Some(cfg.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, mcfg)?;
+        let conn = RedisConn::new(
+            &cfg.topology,
+            ConnOptions {
+                connect_timeout: cfg.timeout.max(Duration::from_millis(100)),
+                response_timeout: cfg.timeout,
+            },
+        )?;
         Ok(Cache {
             conn,
             cfg,
@@ -103,7 +107,7 @@ impl Cache {
     }
 
     /// The raw connection, for the Redis issuer backend.
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConn {
         self.conn.clone()
     }
 
@@ -227,15 +231,21 @@ impl Cache {
 
     /// Caches a new link's record, announces it (an edge may hold a
     /// negative for a custom code from before it existed) and, for an issued
-    /// code, writes its dedup entry: one round trip. Best-effort.
+    /// code, writes its dedup entry. The two keys may live on different
+    /// Cluster nodes, so they are two commands sent at once (on one
+    /// server they share the connection's pipeline). Best-effort.
     pub async fn put_created(&self, code: &str, r: &Record, dedup_key: Option<&str>) {
-        let mut pipe = redis::pipe();
-        pipe.add_command(self.cas_invocation(code, &Lookup::Found(r.clone()), Publish::Yes))
-            .ignore();
-        if let Some(k) = dedup_key {
-            pipe.set_ex(k, code, self.cfg.dedup_ttl.as_secs()).ignore();
-        }
-        let _ = self.run_cas::<()>(&pipe).await;
+        let found = Lookup::Found(r.clone());
+        let record = self.write_record(code, &found, Publish::Yes);
+        let dedup = async {
+            if let Some(k) = dedup_key {
+                let mut c = self.conn.clone();
+                let ttl = self.cfg.dedup_ttl.as_secs();
+                self.bounded(async move { c.set_ex::<_, _, ()>(k, code, ttl).await })
+                    .await;
+            }
+        };
+        let _ = tokio::join!(record, dedup);
     }
 
     /// Seconds a record may live in Redis.

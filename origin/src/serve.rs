@@ -150,7 +150,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         let retention = Retention::new(
             links.store.clone(),
             cfg.clicks.clone(),
-            cfg.redis.url.clone(),
+            cfg.redis.topology.clone(),
             Arc::clone(&click_metrics),
         );
         Arc::new(
@@ -167,7 +167,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     // Every origin consumes click batches too (one consumer group).
     let clicks = cfg.clicks.consume.then(|| {
         let c = Consumer::new(
-            cfg.redis.url.clone(),
+            cfg.redis.topology.clone(),
             pool.clone(),
             cfg.clicks.clone(),
             click_metrics,

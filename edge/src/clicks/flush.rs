@@ -16,7 +16,7 @@
 
 use super::{Clicks, SendError, SEND_TIMEOUT};
 use crate::config::RedisConfig;
-use crate::redis_store::lazy_manager;
+use crate::redis_store::connect;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
@@ -38,7 +38,6 @@ pub fn last_flush_budget(graceful_shutdown_timeout: Duration) -> Duration {
 /// The background service.
 pub struct ClickFlusher {
     clicks: Arc<Clicks>,
-    client: redis::Client,
     redis: RedisConfig,
     flush_interval: Duration,
     last_budget: Duration,
@@ -53,9 +52,10 @@ impl ClickFlusher {
         flush_interval: Duration,
         last_budget: Duration,
     ) -> Result<Self, redis::RedisError> {
+        // Checks the addresses now; the connection is made in the service.
+        connect(redis, SEND_TIMEOUT)?;
         Ok(ClickFlusher {
             clicks,
-            client: redis::Client::open(redis.url.as_str())?,
             redis: redis.clone(),
             flush_interval,
             last_budget,
@@ -115,10 +115,10 @@ impl BackgroundService for ClickFlusher {
         }
         let _last = LastFlush {
             clicks: Arc::clone(&self.clicks),
-            client: self.client.clone(),
+            redis: self.redis.clone(),
             budget: self.last_budget,
         };
-        let mut conn = match lazy_manager(&self.client, self.redis.connect_timeout, SEND_TIMEOUT) {
+        let mut conn = match connect(&self.redis, SEND_TIMEOUT) {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::error!(error = %e, "click flusher: no redis client; only the last flush will try");
@@ -157,7 +157,8 @@ impl BackgroundService for ClickFlusher {
 /// shutting down, after the grace period).
 struct LastFlush {
     clicks: Arc<Clicks>,
-    client: redis::Client,
+    /// A connection of its own is made in the last flush's runtime.
+    redis: RedisConfig,
     budget: Duration,
 }
 
@@ -169,7 +170,7 @@ impl Drop for LastFlush {
             return;
         }
         let clicks = Arc::clone(&self.clicks);
-        let client = self.client.clone();
+        let redis = self.redis.clone();
         let budget = self.budget;
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         // Dropped inside a runtime that is shutting down: a runtime of its
@@ -181,7 +182,7 @@ impl Drop for LastFlush {
                     .enable_all()
                     .build();
                 match rt {
-                    Ok(rt) => rt.block_on(last_flush(&clicks, &client, budget)),
+                    Ok(rt) => rt.block_on(last_flush(&clicks, &redis, budget)),
                     Err(e) => tracing::error!(error = %e, "click last flush: no runtime"),
                 }
                 let _ = done_tx.send(());
@@ -195,10 +196,10 @@ impl Drop for LastFlush {
     }
 }
 
-async fn last_flush(clicks: &Clicks, client: &redis::Client, budget: Duration) {
+async fn last_flush(clicks: &Clicks, redis: &RedisConfig, budget: Duration) {
     let deadline = Instant::now() + budget;
     let run = async {
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        let mut conn = connect(redis, budget)?;
         loop {
             clicks.drain();
             clicks.cut();

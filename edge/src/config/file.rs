@@ -105,7 +105,21 @@ impl EdgeFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisFile {
-    pub url: String,
+    /// `single` (default), `cluster` or `sentinel`.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// single: the server; cluster/sentinel: credentials (and database) only.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// cluster: seed nodes, `host:port`.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// sentinel: the Sentinels, `host:port`.
+    #[serde(default)]
+    pub sentinels: Vec<String>,
+    /// sentinel: the monitored master's name.
+    #[serde(default)]
+    pub master_name: Option<String>,
     #[serde(default = "d_redis_timeout_ms")]
     pub timeout_ms: u64,
     #[serde(default = "d_redis_connect_timeout_ms")]
@@ -116,7 +130,11 @@ impl RedisFile {
     /// `url` with the default timeouts.
     pub fn new(url: String) -> Self {
         RedisFile {
-            url,
+            mode: None,
+            url: Some(url),
+            nodes: Vec::new(),
+            sentinels: Vec::new(),
+            master_name: None,
             timeout_ms: d_redis_timeout_ms(),
             connect_timeout_ms: d_redis_connect_timeout_ms(),
         }

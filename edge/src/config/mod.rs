@@ -10,6 +10,7 @@ use crate::net::CidrList;
 use pingora::server::configuration::ServerConf;
 use shorturl_common::host::normalize_host;
 use shorturl_common::redirect::RedirectPolicy;
+use shorturl_common::redis::{ConnOptions, RedisTopology, TopologyFields};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -83,10 +84,22 @@ pub struct FastPathConfig {
 /// Redis, the shared cache in front of the origin.
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
-    pub url: String,
+    /// Where Redis is (`redis.mode` and its addresses).
+    pub topology: RedisTopology,
     /// Budget for one `GET` inside a lookup (connection wait included).
     pub timeout: Duration,
     pub connect_timeout: Duration,
+}
+
+impl RedisConfig {
+    /// The timeouts of the lookup connection (and of every other one that
+    /// has no budget of its own).
+    pub fn options(&self) -> ConnOptions {
+        ConnOptions {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.timeout,
+        }
+    }
 }
 
 /// The origin pool.
@@ -234,10 +247,17 @@ fn edge_from_file(
             f.default_domain
         ));
     };
-    let redis_url = env(ENV_REDIS_URL).unwrap_or(f.redis.url);
-    if let Err(e) = redis::Client::open(redis_url.as_str()) {
-        return err(format!("edge.redis.url is invalid: {e}"));
-    }
+    let topology = RedisTopology::from_fields(
+        TopologyFields {
+            mode: f.redis.mode,
+            url: env(ENV_REDIS_URL).or(f.redis.url),
+            nodes: f.redis.nodes,
+            sentinels: f.redis.sentinels,
+            master_name: f.redis.master_name,
+        },
+        "edge.redis",
+    )
+    .map_err(ConfigError)?;
     let servers_raw: Vec<String> = match env(ENV_ORIGINS) {
         Some(list) => list
             .split(',')
@@ -298,7 +318,7 @@ fn edge_from_file(
         metrics_listen: f.metrics_listen,
         default_domain,
         redis: RedisConfig {
-            url: redis_url,
+            topology,
             timeout: ms(f.redis.timeout_ms, "edge.redis.timeout_ms")?,
             connect_timeout: ms(f.redis.connect_timeout_ms, "edge.redis.connect_timeout_ms")?,
         },
@@ -441,6 +461,47 @@ edge:
     }
 
     #[test]
+    fn redis_modes() {
+        let cluster = GOOD.replace(
+            r#"redis: { url: "redis://127.0.0.1:6379/" }"#,
+            r#"redis: { mode: cluster, nodes: ["127.0.0.1:7000", "127.0.0.1:7001"] }"#,
+        );
+        let l = parse(&cluster, no_env).map_err(|e| e.0);
+        assert!(
+            matches!(&l, Ok(l) if matches!(&l.edge.redis.topology,
+                RedisTopology::Cluster { nodes, url: None } if nodes.len() == 2)),
+            "{:?}",
+            l.map(|l| l.edge.redis)
+        );
+        let no_nodes = GOOD.replace(
+            r#"redis: { url: "redis://127.0.0.1:6379/" }"#,
+            "redis: { mode: cluster }",
+        );
+        let e = parse(&no_nodes, no_env).err().map(|e| e.0);
+        assert!(
+            e.as_deref()
+                .is_some_and(|e| e.starts_with("edge.redis.nodes must list")),
+            "{e:?}"
+        );
+        let sentinel = GOOD.replace(
+            r#"redis: { url: "redis://127.0.0.1:6379/" }"#,
+            r#"redis: { mode: sentinel, sentinels: ["127.0.0.1:26379"] }"#,
+        );
+        let e = parse(&sentinel, no_env).err().map(|e| e.0);
+        assert_eq!(
+            e.as_deref(),
+            Some("edge.redis.master_name is required in mode sentinel")
+        );
+        let sentinel = sentinel.replace("sentinels:", "master_name: shorturl, sentinels:");
+        let l = parse(&sentinel, no_env).map_err(|e| e.0);
+        assert!(
+            matches!(&l, Ok(l) if l.edge.redis.topology.mode() == "sentinel"),
+            "{:?}",
+            l.map(|l| l.edge.redis)
+        );
+    }
+
+    #[test]
     fn env_overrides_secrets() {
         let env = |k: &str| match k {
             ENV_REDIS_URL => Some("redis://:secret@127.0.0.1:7000/".to_owned()),
@@ -451,7 +512,12 @@ edge:
             Ok(l) => l,
             Err(e) => panic!("{e}"),
         };
-        assert_eq!(l.edge.redis.url, "redis://:secret@127.0.0.1:7000/");
+        assert_eq!(
+            l.edge.redis.topology,
+            RedisTopology::Single {
+                url: "redis://:secret@127.0.0.1:7000/".into()
+            }
+        );
         assert_eq!(l.edge.origin.servers.len(), 2);
     }
 

@@ -5,7 +5,10 @@
 //!   before Pingora starts its services, and `-d` forks), bounded by
 //!   [`CONNECT_TIMEOUT`] including the `SUBSCRIBE` confirmation. Failures
 //!   are retried with a jittered backoff from [`BACKOFF_MIN`] doubling to
-//!   [`BACKOFF_MAX`], forever.
+//!   [`BACKOFF_MAX`], forever. On a Redis Cluster any node serves (a
+//!   `PUBLISH` reaches every node), so each failed attempt moves to the
+//!   next seed node; on Sentinel each attempt subscribes to the master the
+//!   Sentinels name at that moment.
 //! * **Liveness.** A connection can die silently (a network cut sends no
 //!   FIN), so the subscriber `PING`s every [`PING_INTERVAL`]; no answer
 //!   within [`PING_TIMEOUT`] counts as a loss. The *last sign of life* is
@@ -28,9 +31,11 @@ use futures::StreamExt;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use shorturl_common::keys::INVAL_CHANNEL;
+use shorturl_common::redis::RedisConn;
 use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -69,7 +74,10 @@ pub struct Subscriber {
     resolver: Arc<Resolver>,
     pages: &'static PageStore,
     metrics: Arc<Metrics>,
-    client: redis::Client,
+    conn: RedisConn,
+    /// Consecutive failed subscription attempts: on a Cluster, the next
+    /// attempt goes to the next seed node.
+    attempts: AtomicUsize,
     tombstone_ttl: Duration,
     grace: Duration,
 }
@@ -88,7 +96,8 @@ impl Subscriber {
             resolver,
             pages,
             metrics,
-            client: redis::Client::open(redis.url.as_str())?,
+            conn: crate::redis_store::connect(redis, CONNECT_TIMEOUT)?,
+            attempts: AtomicUsize::new(0),
             tombstone_ttl: cache.tombstone_ttl,
             grace: cache.unsubscribed_grace,
         })
@@ -96,8 +105,10 @@ impl Subscriber {
 
     async fn connect(&self) -> Result<redis::aio::PubSub, SubscribeError> {
         let attempt = async {
-            let mut ps = self.client.get_async_pubsub().await?;
+            let n = self.attempts.fetch_add(1, Ordering::Relaxed);
+            let mut ps = self.conn.pubsub(n).await?;
             ps.subscribe(INVAL_CHANNEL).await?;
+            self.attempts.store(0, Ordering::Relaxed);
             Ok::<_, redis::RedisError>(ps)
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {

@@ -53,7 +53,7 @@ impl TlsRuntime {
     /// directory is loaded now, so the first handshakes have it.
     pub fn build(
         cfg: &TlsSettings,
-        redis_url: &str,
+        redis: &crate::config::RedisConfig,
         origin: &Arc<OriginPool>,
     ) -> Result<TlsRuntime, String> {
         let metrics = Arc::new(TlsMetrics::new().map_err(|e| format!("tls metrics: {e}"))?);
@@ -62,7 +62,7 @@ impl TlsRuntime {
             .as_ref()
             .map_or(std::time::Duration::from_secs(1), |t| t.redis_timeout);
         let shared =
-            SharedStore::new(redis_url, redis_timeout).map_err(|e| format!("tls: redis: {e}"))?;
+            SharedStore::new(redis, redis_timeout).map_err(|e| format!("tls: redis: {e}"))?;
         let mut rt = TlsRuntime {
             metrics: Arc::clone(&metrics),
             shared: Arc::clone(&shared),

@@ -2,15 +2,22 @@
 //! bundles every edge reads, HTTP-01 challenge answers every edge serves,
 //! the issuer lease and the ACME account.
 //!
-//! Its own connection (a `ConnectionManager`, created lazily because no
-//! Tokio runtime exists before Pingora starts), with a budget of its own
-//! (`redis.tls_timeout`): none of this is on the redirect path.
+//! Its own connection (a [`RedisConn`] in the configured mode, connected
+//! on first use because no Tokio runtime exists before Pingora starts),
+//! with a budget of its own (`tls.redis_timeout_ms`): none of this is on
+//! the redirect path.
+//!
+//! The keys live in different Cluster slots, so no write here spans two
+//! keys atomically: a certificate is written in the order bundle, name,
+//! generation, which is enough (an edge acts on a new generation, and by
+//! then the bundle and the name are there).
 
 use super::cert::{Certified, Source};
-use redis::aio::ConnectionManager;
+use crate::config::RedisConfig;
 use shorturl_common::keys;
+use shorturl_common::redis::{ConnOptions, RedisConn};
 use shorturl_common::tls::CertBundle;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Why a shared-store operation failed.
@@ -26,9 +33,8 @@ pub enum SharedError {
 
 /// Lazily connected handle on the shared store.
 pub struct SharedStore {
-    client: redis::Client,
+    conn: RedisConn,
     timeout: Duration,
-    manager: OnceLock<Result<ConnectionManager, String>>,
 }
 
 /// Renews the lease only if `KEYS[1]` still holds `ARGV[1]`.
@@ -48,36 +54,25 @@ return 0
 "#;
 
 impl SharedStore {
-    /// A store on `url`; connects on first use.
-    pub fn new(url: &str, timeout: Duration) -> Result<Arc<Self>, redis::RedisError> {
+    /// A store on the configured Redis; connects on first use.
+    pub fn new(redis: &RedisConfig, timeout: Duration) -> Result<Arc<Self>, redis::RedisError> {
+        let opts = ConnOptions {
+            connect_timeout: timeout,
+            response_timeout: timeout,
+        };
         Ok(Arc::new(SharedStore {
-            client: redis::Client::open(url)?,
+            conn: RedisConn::new(&redis.topology, opts)?,
             timeout,
-            manager: OnceLock::new(),
         }))
     }
 
-    fn conn(&self) -> Result<ConnectionManager, SharedError> {
-        let m = self.manager.get_or_init(|| {
-            crate::redis_store::lazy_manager(&self.client, self.timeout, self.timeout)
-        });
-        match m {
-            Ok(m) => Ok(m.clone()),
-            Err(e) => Err(SharedError::Setup(e.clone())),
-        }
+    fn conn(&self) -> Result<RedisConn, SharedError> {
+        Ok(self.conn.clone())
     }
 
     async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, SharedError> {
         let mut conn = self.conn()?;
         match tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut conn)).await {
-            Ok(r) => Ok(r?),
-            Err(_) => Err(SharedError::Timeout),
-        }
-    }
-
-    async fn pipe<T: redis::FromRedisValue>(&self, p: &redis::Pipeline) -> Result<T, SharedError> {
-        let mut conn = self.conn()?;
-        match tokio::time::timeout(self.timeout, p.query_async::<T>(&mut conn)).await {
             Ok(r) => Ok(r?),
             Err(_) => Err(SharedError::Timeout),
         }
@@ -121,24 +116,17 @@ impl SharedStore {
         Ok(v.and_then(|v| serde_json::from_str(&v).ok()))
     }
 
-    /// Stores a certificate for `name` and bumps the generation, in one
-    /// transaction, so every edge picks it up at its next poll.
+    /// Stores a certificate for `name` and then bumps the generation, so
+    /// every edge picks it up at its next poll. Three commands in this
+    /// order, not a transaction: the keys may live on different Cluster
+    /// nodes, and the order alone makes a new generation imply the bundle.
     pub async fn put_bundle(&self, name: &str, bundle: &CertBundle) -> Result<(), SharedError> {
         let json = serde_json::to_string(bundle).map_err(|e| SharedError::Setup(e.to_string()))?;
-        let mut p = redis::pipe();
-        p.atomic()
-            .cmd("SET")
-            .arg(keys::tls_cert_key(name))
-            .arg(json)
-            .ignore()
-            .cmd("SADD")
-            .arg(keys::TLS_NAMES)
-            .arg(name)
-            .ignore()
-            .cmd("INCR")
-            .arg(keys::TLS_GEN)
-            .ignore();
-        self.pipe::<()>(&p).await
+        self.run::<()>(redis::cmd("SET").arg(keys::tls_cert_key(name)).arg(json))
+            .await?;
+        self.run::<()>(redis::cmd("SADD").arg(keys::TLS_NAMES).arg(name))
+            .await?;
+        self.run::<()>(redis::cmd("INCR").arg(keys::TLS_GEN)).await
     }
 
     /// The key authorisation for an HTTP-01 `token`, if one is pending.

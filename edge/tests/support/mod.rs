@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod clicks;
+pub mod failover;
 pub use testkit::http;
 
 use std::path::{Path, PathBuf};
@@ -63,6 +64,7 @@ pub struct Edge {
 
 /// Knobs for the generated edge config.
 pub struct EdgeOpts<'a> {
+    /// A URL, or the address fields of `redis:` ([`redis_fields`]).
     pub redis_url: String,
     pub origins: Vec<String>,
     /// Extra lines appended inside `edge:` (indented two spaces).
@@ -116,6 +118,31 @@ pub fn edge_bin() -> PathBuf {
 }
 
 /// Writes a config for `opts` into `dir` and returns its path and ports.
+/// The `redis:` mapping's address fields: `url: "<url>"` for a URL, or the
+/// text as given (`mode: cluster, nodes: [...]`, see [`cluster_fields`]).
+pub fn redis_fields(where_: &str) -> String {
+    if where_.starts_with("redis://") || where_.starts_with("unix://") {
+        format!("url: \"{where_}\"")
+    } else {
+        where_.to_owned()
+    }
+}
+
+/// `redis:` fields for a Redis Cluster with these seed nodes.
+pub fn cluster_fields(seeds: &[String]) -> String {
+    let nodes: Vec<String> = seeds.iter().map(|s| format!("\"{s}\"")).collect();
+    format!("mode: cluster, nodes: [{}]", nodes.join(", "))
+}
+
+/// `redis:` fields for a Sentinel-managed master.
+pub fn sentinel_fields(sentinels: &[String], master_name: &str) -> String {
+    let list: Vec<String> = sentinels.iter().map(|s| format!("\"{s}\"")).collect();
+    format!(
+        "mode: sentinel, master_name: {master_name}, sentinels: [{}]",
+        list.join(", ")
+    )
+}
+
 pub fn write_edge_config(dir: &Path, opts: &EdgeOpts<'_>, port: u16, metrics_port: u16) -> PathBuf {
     let origins = opts
         .origins
@@ -135,7 +162,7 @@ edge:
   listen: ["127.0.0.1:{port}"]
   metrics_listen: 127.0.0.1:{metrics_port}
   default_domain: localhost
-  redis: {{ url: "{redis}", timeout_ms: {redis_timeout}, connect_timeout_ms: 100 }}
+  redis: {{ {redis}, timeout_ms: {redis_timeout}, connect_timeout_ms: 100 }}
   origin:
     servers: [{origins}]
     connect_timeout_ms: 100
@@ -147,7 +174,7 @@ edge:
 "#,
         threads = opts.threads,
         dir = dir.display(),
-        redis = opts.redis_url,
+        redis = redis_fields(&opts.redis_url),
         redis_timeout = opts.redis_timeout_ms,
         extra = opts.extra,
         // Off unless a test asks: tests with stand-in origins count the
@@ -303,6 +330,12 @@ impl Origin {
     /// Like [`Origin::start`], with `extra` YAML appended to its config
     /// (e.g. an `apollo:` section).
     pub fn start_with(redis: &Redis, codes: u64, extra: &str) -> Origin {
+        Self::start_on(&redis.url(), codes, extra)
+    }
+
+    /// Like [`Origin::start_with`] on any Redis: `redis` is a URL or the
+    /// fields of a `redis:` mapping ([`redis_fields`]).
+    pub fn start_on(redis: &str, codes: u64, extra: &str) -> Origin {
         let mysql = MariaDb::start();
         let db_url = mysql.create_database("shorturl");
         let dir = TempDir::new("origin");
@@ -313,13 +346,13 @@ impl Origin {
 default_domain: localhost
 public_scheme: http
 mysql: {{ url: "{db_url}" }}
-redis: {{ url: "{redis}" }}
+redis: {{ {redis} }}
 links: {{ allowed_domains: ["s.shop55.com"] }}
 apps:
   - {{ name: demo, key_sha256: "{key}" }}
 {extra}
 "#,
-            redis = redis.url(),
+            redis = redis_fields(redis),
             key = testkit::origin::sha256_hex(API_KEY),
         );
         std::fs::write(&conf, text).unwrap();

@@ -24,10 +24,10 @@ use super::ClickMetrics;
 use crate::config::ClicksConfig;
 use crate::store::DbError;
 use mysql_async::Pool;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Value};
+use redis::Value;
 use shorturl_common::clicks::{Batch, BatchError, CONSUMER_GROUP, STREAM_KEY};
 use shorturl_common::failpoint;
+use shorturl_common::redis::{ConnOptions, RedisConn, RedisTopology};
 use shorturl_common::time::now_unix;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +44,7 @@ pub enum ConsumerError {
 
 /// The consumer of one origin process.
 pub struct Consumer {
-    redis_url: String,
+    redis: RedisTopology,
     pool: Pool,
     cfg: ClicksConfig,
     metrics: Arc<ClickMetrics>,
@@ -63,7 +63,7 @@ enum Outcome {
 impl Consumer {
     /// A consumer (not started).
     pub fn new(
-        redis_url: String,
+        redis: RedisTopology,
         pool: Pool,
         cfg: ClicksConfig,
         metrics: Arc<ClickMetrics>,
@@ -74,7 +74,7 @@ impl Consumer {
             rand::random::<u32>()
         );
         Consumer {
-            redis_url,
+            redis,
             pool,
             cfg,
             metrics,
@@ -106,20 +106,20 @@ impl Consumer {
         }
     }
 
-    async fn connect(&self) -> Result<MultiplexedConnection, ConsumerError> {
-        let client = redis::Client::open(self.redis_url.as_str())?;
-        let cfg = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(self.cfg.block + Duration::from_secs(5)));
-        Ok(client
-            .get_multiplexed_async_connection_with_config(&cfg)
-            .await?)
+    /// A connection of this session's own (its `XREADGROUP` blocks, so it
+    /// shares nothing with the request path). Connects on first use.
+    async fn connect(&self) -> Result<RedisConn, ConsumerError> {
+        let opts = ConnOptions {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: self.cfg.block + Duration::from_secs(5),
+        };
+        Ok(RedisConn::new(&self.redis, opts)?)
     }
 
     /// Creates the group (and the stream) if missing. From `0`: a group
     /// created after entries were added (Redis restarted, first origin)
     /// still reads them; batch ids make any re-read harmless.
-    async fn ensure_group(&self, conn: &mut MultiplexedConnection) -> Result<(), ConsumerError> {
+    async fn ensure_group(&self, conn: &mut RedisConn) -> Result<(), ConsumerError> {
         let r: Result<Value, _> = redis::cmd("XGROUP")
             .arg("CREATE")
             .arg(STREAM_KEY)
@@ -189,7 +189,7 @@ impl Consumer {
 
     /// Takes over the entries pending longer than `claim_idle` (their
     /// reader is dead or MySQL refused them) and handles them.
-    async fn claim(&self, conn: &mut MultiplexedConnection) -> Result<(), ConsumerError> {
+    async fn claim(&self, conn: &mut RedisConn) -> Result<(), ConsumerError> {
         let mut cursor = "0-0".to_owned();
         // Bounded: a huge backlog is taken over a few rounds at a time.
         for _ in 0..16 {
@@ -236,7 +236,7 @@ impl Consumer {
         Ok(())
     }
 
-    async fn poll_pending(&self, conn: &mut MultiplexedConnection) -> Result<(), ConsumerError> {
+    async fn poll_pending(&self, conn: &mut RedisConn) -> Result<(), ConsumerError> {
         let r: Result<Value, redis::RedisError> = redis::cmd("XPENDING")
             .arg(STREAM_KEY)
             .arg(CONSUMER_GROUP)
@@ -254,7 +254,7 @@ impl Consumer {
         }
     }
 
-    async fn ack(&self, conn: &mut MultiplexedConnection, id: &str) -> Result<(), ConsumerError> {
+    async fn ack(&self, conn: &mut RedisConn, id: &str) -> Result<(), ConsumerError> {
         let _: Value = redis::cmd("XACK")
             .arg(STREAM_KEY)
             .arg(CONSUMER_GROUP)
@@ -267,11 +267,7 @@ impl Consumer {
     /// Decodes, applies and acknowledges one entry. A Redis error ends the
     /// session (the entry stays pending); a MySQL error leaves the entry
     /// pending for a later claim.
-    async fn handle(
-        &self,
-        conn: &mut MultiplexedConnection,
-        e: Entry,
-    ) -> Result<Outcome, ConsumerError> {
+    async fn handle(&self, conn: &mut RedisConn, e: Entry) -> Result<Outcome, ConsumerError> {
         let batch = decode(&e);
         let batch_id = e.field("id").unwrap_or("").to_owned();
         // Test failpoint: hold between reading and applying.

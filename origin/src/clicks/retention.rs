@@ -19,8 +19,9 @@ use super::ClickMetrics;
 use crate::config::ClicksConfig;
 use crate::store::retention::Pruned;
 use crate::store::{DbError, Store};
-use redis::{AsyncConnectionConfig, Value};
+use redis::Value;
 use shorturl_common::clicks::{CONSUMER_GROUP, STREAM_KEY};
+use shorturl_common::redis::{ConnOptions, RedisConn, RedisTopology};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,22 +51,22 @@ pub struct Removed {
 pub struct Retention {
     store: Store,
     cfg: ClicksConfig,
-    redis_url: String,
+    redis: RedisTopology,
     metrics: Arc<ClickMetrics>,
 }
 
 impl Retention {
-    /// A pruner over `store` and the Redis at `redis_url`.
+    /// A pruner over `store` and the Redis of `redis`.
     pub fn new(
         store: Store,
         cfg: ClicksConfig,
-        redis_url: String,
+        redis: RedisTopology,
         metrics: Arc<ClickMetrics>,
     ) -> Retention {
         Retention {
             store,
             cfg,
-            redis_url,
+            redis,
             metrics,
         }
     }
@@ -116,13 +117,11 @@ impl Retention {
     }
 
     async fn remove_idle_consumers(&self) -> Result<u64, RetentionError> {
-        let client = redis::Client::open(self.redis_url.as_str())?;
-        let cfg = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)));
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&cfg)
-            .await?;
+        let opts = ConnOptions {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+        };
+        let mut conn = RedisConn::new(&self.redis, opts)?;
         let r: Result<Value, redis::RedisError> = redis::cmd("XINFO")
             .arg("CONSUMERS")
             .arg(STREAM_KEY)

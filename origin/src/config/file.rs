@@ -62,7 +62,21 @@ pub struct MysqlFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisFile {
-    pub url: String,
+    /// `single` (default), `cluster` or `sentinel`.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// single: the server; cluster/sentinel: credentials (and database) only.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// cluster: seed nodes, `host:port`.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// sentinel: the Sentinels, `host:port`.
+    #[serde(default)]
+    pub sentinels: Vec<String>,
+    /// sentinel: the monitored master's name.
+    #[serde(default)]
+    pub master_name: Option<String>,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
     #[serde(default)]

@@ -22,6 +22,7 @@ use file::FileConfig;
 use shorturl_common::cidr::{CidrError, CidrList};
 use shorturl_common::host::normalize_host;
 use shorturl_common::redirect::RedirectPolicy;
+use shorturl_common::redis::{RedisTopology, TopologyFields};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -52,7 +53,8 @@ pub struct MysqlConfig {
 /// Redis settings (Redis is a cache: every timeout falls back to MySQL).
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
-    pub url: String,
+    /// Where Redis is (`redis.mode` and its addresses).
+    pub topology: RedisTopology,
     pub timeout: Duration,
     pub record_ttl: Duration,
     pub negative_ttl: Duration,
@@ -172,7 +174,7 @@ impl Config {
             f.mysql.url = v;
         }
         if let Some(v) = env("SHORTURL_REDIS_URL") {
-            f.redis.url = v;
+            f.redis.url = Some(v);
         }
         Config::from_file(f, &env)
     }
@@ -196,9 +198,22 @@ impl Config {
         if !f.mysql.url.starts_with("mysql://") {
             return err("mysql.url: must start with mysql://");
         }
-        if !(f.redis.url.starts_with("redis://") || f.redis.url.starts_with("unix://")) {
-            return err("redis.url: must start with redis:// or unix://");
+        if let Some(u) = &f.redis.url {
+            if !(u.starts_with("redis://") || u.starts_with("unix://")) {
+                return err("redis.url: must start with redis:// or unix://");
+            }
         }
+        let topology = RedisTopology::from_fields(
+            TopologyFields {
+                mode: f.redis.mode,
+                url: f.redis.url,
+                nodes: f.redis.nodes,
+                sentinels: f.redis.sentinels,
+                master_name: f.redis.master_name,
+            },
+            "redis",
+        )
+        .map_err(ConfigError::Invalid)?;
         let mysql = MysqlConfig {
             url: f.mysql.url,
             pool_max: positive(f.mysql.pool_max, 32, "mysql.pool_max")?,
@@ -207,7 +222,7 @@ impl Config {
             claim_workers: positive(f.mysql.claim_workers, 4, "mysql.claim_workers")?,
         };
         let redis = RedisConfig {
-            url: f.redis.url,
+            topology,
             timeout: Duration::from_millis(positive(f.redis.timeout_ms, 50, "redis.timeout_ms")?),
             record_ttl: Duration::from_secs(positive(
                 f.redis.record_ttl_secs,
@@ -386,6 +401,45 @@ pub(super) mod tests {
         assert_eq!(c.redirect.status, 302);
         assert_eq!(c.short_url("sho.rt", "abc123"), "https://sho.rt/abc123");
         assert_eq!(c.status_allow, CidrList::default_status_allow());
+    }
+
+    #[test]
+    fn redis_modes_are_validated() {
+        let base = MIN.replace("redis: {url: 'redis://127.0.0.1:6379/'}\n", "");
+        let c = Config::parse(
+            &format!("{base}redis: {{mode: cluster, nodes: ['127.0.0.1:7000']}}\n"),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(
+            c.redis.topology,
+            RedisTopology::Cluster {
+                nodes: vec!["127.0.0.1:7000".into()],
+                url: None
+            }
+        );
+        let e = Config::parse(&format!("{base}redis: {{mode: cluster}}\n"), |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("redis.nodes must list"), "{e}");
+        let e = Config::parse(
+            &format!("{base}redis: {{mode: sentinel, master_name: m}}\n"),
+            |_| None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("redis.sentinels must list"), "{e}");
+        let e = Config::parse(&format!("{base}redis: {{}}\n"), |_| None)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "redis.url is required in mode single");
+        let c = Config::parse(
+            &format!("{base}redis: {{mode: sentinel, master_name: m, sentinels: ['127.0.0.1:26379'], timeout_ms: 80}}\n"),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.redis.topology.mode(), "sentinel");
+        assert_eq!(c.redis.timeout, Duration::from_millis(80));
     }
 
     #[test]

@@ -5,8 +5,8 @@ use crate::store::RowState;
 use futures::future::BoxFuture;
 use mysql_async::prelude::*;
 use mysql_async::Pool;
-use redis::aio::ConnectionManager;
 use shorturl_common::keys;
+use shorturl_common::redis::RedisConn;
 
 /// Why the durable counter could not be advanced.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +68,7 @@ impl Counter for MysqlCounter {
 /// to be used, so it never walks back over issued ids. Claims check
 /// `state = free` too, so even a lower value could not issue a code twice.
 pub struct RedisCounter {
-    conn: ConnectionManager,
+    conn: RedisConn,
     key: String,
     floor: std::sync::atomic::AtomicU64,
 }
@@ -82,7 +82,7 @@ return redis.call('INCRBY', KEYS[1], ARGV[1])
 
 impl RedisCounter {
     /// Counter `su:1:issuer:<name>`; `floor` is the highest used id known now.
-    pub fn new(conn: ConnectionManager, name: &str, floor: u64) -> Self {
+    pub fn new(conn: RedisConn, name: &str, floor: u64) -> Self {
         RedisCounter {
             conn,
             key: keys::issuer_key(name),

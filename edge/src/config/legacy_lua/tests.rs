@@ -1,5 +1,6 @@
 use super::*;
 use crate::config::file::FileConfig;
+use shorturl_common::redis::RedisTopology;
 
 fn no_env(_: &str) -> Option<String> {
     None
@@ -31,7 +32,12 @@ fn the_example_maps_onto_the_edge_config() {
         Err(e) => panic!("{e}"),
     };
     assert_eq!(l.edge.default_domain, "s.example.com");
-    assert_eq!(l.edge.redis.url, "redis://:s3cr%2Ft@127.0.0.1:6379/2");
+    assert_eq!(
+        l.edge.redis.topology,
+        RedisTopology::Single {
+            url: "redis://:s3cr%2Ft@127.0.0.1:6379/2".into()
+        }
+    );
     assert_eq!(l.edge.redis.timeout.as_millis(), 30);
     assert_eq!(l.edge.origin.servers.len(), 2);
     assert_eq!(l.edge.origin.record_timeout.as_millis(), 500);
@@ -101,7 +107,12 @@ fn every_mapped_key_lands_in_its_field() {
     assert_eq!(l.server.threads, 4);
     assert_eq!(e.metrics_listen.as_deref(), Some("127.0.0.1:9100"));
     assert_eq!(e.default_domain, "a.example");
-    assert_eq!(e.redis.url, "redis://[::1]:7000/3");
+    assert_eq!(
+        e.redis.topology,
+        RedisTopology::Single {
+            url: "redis://[::1]:7000/3".into()
+        }
+    );
     assert_eq!(e.redis.connect_timeout.as_millis(), 150);
     assert_eq!(e.redis.timeout.as_millis(), 30, "default kept");
     assert_eq!(e.origin.servers.len(), 1);
