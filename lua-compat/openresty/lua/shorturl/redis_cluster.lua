@@ -31,6 +31,7 @@ local SLOTS = 16384
 local MAX_REDIRECTS = 3
 local REFRESH_MIN_INTERVAL = 0.1 -- seconds
 local MAP_MAX_AGE = 30 -- seconds
+local REFRESH_STUCK = 2 -- seconds
 
 local CLUSTER_SLOTS = redis.command("CLUSTER", "SLOTS")
 
@@ -167,10 +168,12 @@ end
 function Cluster:refresh(conn)
     update_time()
     local t = now()
-    if self.refreshing or t - self.last_try < REFRESH_MIN_INTERVAL then
+    -- A fetch whose request was aborted never clears its mark: one older
+    -- than REFRESH_STUCK no longer holds the others back.
+    if (self.refreshing and t - self.refreshing < REFRESH_STUCK) or t - self.last_try < REFRESH_MIN_INTERVAL then
         return false
     end
-    self.refreshing, self.last_try = true, t
+    self.refreshing, self.last_try = t, t
     local ok, replaced = pcall(self.fetch, self, conn)
     self.refreshing = false
     return ok and replaced
@@ -221,7 +224,12 @@ function Cluster:run(conn, key, cmds, read_timeout_ms)
     end
     local node = self.map and self.map[slot]
     if not node then
-        return nil, "redis cluster: no node known for slot " .. (slot - 1)
+        -- A map taken during a failover may lack the slot: ask again.
+        self:refresh(conn)
+        node = self.map and self.map[slot]
+        if not node then
+            return nil, "redis cluster: no node known for slot " .. (slot - 1)
+        end
     end
     local asking, retried = false, false
     for _ = 0, MAX_REDIRECTS do
