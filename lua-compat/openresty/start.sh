@@ -2,11 +2,16 @@
 # Starts the OpenResty short-link edge (Debian nginx + libnginx-mod-http-lua)
 # as a private nginx under <prefix>:
 #
-#   lua-compat/openresty/start.sh <prefix> <port> <redis host:port|redis://url> <origin host:port[,host:port...]>
+#   lua-compat/openresty/start.sh <prefix> <port> <redis> <origin host:port[,host:port...]>
+#
+# <redis> by SU_REDIS_MODE: single (default): host:port or redis://url;
+# cluster: the seed nodes, host:port[,host:port...]; sentinel: the
+# Sentinels, host:port[,host:port...], watching SU_REDIS_MASTER_NAME
+# (default shorturl). Credentials for cluster/sentinel nodes: SU_CONF (redis.url).
 #
 # Runs in the foreground (exec nginx, `daemon off`) unless SU_DAEMON=1; stop it
 # with lua-compat/openresty/stop.sh <prefix> (or SIGQUIT/SIGTERM to the master).
-# Knobs (environment), defaults as in conf/edge.yaml:
+# Knobs (environment), defaults as in conf/edge.yaml (SU_REDIS_MODE, SU_REDIS_MASTER_NAME above):
 #   SU_MODE=full|redis-only   redis-only: no per-worker LRU, no shared dict (Redis on every request)
 #   SU_WORKERS=1  SU_LISTEN_ADDR=127.0.0.1  SU_DEFAULT_DOMAIN=localhost  SU_CACHE_SIZE=64m
 #   SU_PAGES_CACHE_SIZE=32m  (proxy_cache max_size of the QR codes and previews)
@@ -32,7 +37,7 @@
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,31p' "$0" >&2
+  sed -n '2,37p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,7 +46,18 @@ prefix="$(cd "$1" && pwd)"
 port="$2"; redis="$3"; origins="$4"
 mkdir -p "$prefix/logs" "$prefix/conf"
 
-case "$redis" in redis://*) redis_url="$redis" ;; *) redis_url="redis://$redis/" ;; esac
+redis_mode="${SU_REDIS_MODE:-single}"
+master_name="${SU_REDIS_MASTER_NAME:-shorturl}"
+case "$master_name" in ''|*[!A-Za-z0-9._-]*) echo "start.sh: SU_REDIS_MASTER_NAME must be of [A-Za-z0-9._-]" >&2; exit 2 ;; esac
+redis_url="redis://127.0.0.1:6379/"; redis_nodes=""; redis_sentinels=""
+case "$redis_mode" in
+  single) case "$redis" in redis://*) redis_url="$redis" ;; *) redis_url="redis://$redis/" ;; esac ;;
+  cluster|sentinel)
+    case "$redis" in *[!A-Za-z0-9.:,_\[\]-]*) echo "start.sh: <redis> must be host:port[,host:port...] in $redis_mode mode" >&2; exit 2 ;; esac ;;&
+  cluster) redis_nodes="$redis" ;;
+  sentinel) redis_sentinels="$redis" ;;
+  *) echo "start.sh: SU_REDIS_MODE must be single, cluster or sentinel" >&2; exit 2 ;;
+esac
 lru=true; shared=true
 case "${SU_MODE:-full}" in
   full) ;;
@@ -99,7 +115,11 @@ else
 return {
   default_domain = "${SU_DEFAULT_DOMAIN:-localhost}",
   redis = {
+    mode = "$redis_mode",
     url = "$redis_url",
+    nodes = $(lua_list "$redis_nodes"),
+    sentinels = $(lua_list "$redis_sentinels"),
+    master_name = "$master_name",
     timeout_ms = ${SU_REDIS_TIMEOUT_MS:-30},
     connect_timeout_ms = ${SU_REDIS_CONNECT_TIMEOUT_MS:-200},
   },
@@ -210,7 +230,7 @@ for kv in "PREFIX=$prefix" "LUA_DIR=$here/lua" "CONF=$conf" "WORKERS=$workers" \
           "CLIENT_TIMEOUT=${SU_CLIENT_TIMEOUT_SECS:-10}" \
           "ORIGIN_CONNECT_TIMEOUT=${SU_ORIGIN_CONNECT_TIMEOUT_MS:-100}" \
           "ORIGIN_READ_TIMEOUT=${SU_ORIGIN_READ_TIMEOUT_MS:-5000}" \
-          "REDIS_URL=$redis_url" "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" \
+          "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" \
           "TLS_CACHE_SECS=$(int SU_TLS_CACHE_SECS "${SU_TLS_CACHE_SECS:-5}")"; do
   sed_args+=(-e "s|@${kv%%=*}@|$(esc "${kv#*=}")|g")
 done

@@ -12,10 +12,12 @@ mod support;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use support::http::{self, Request, Response};
 use support::{Edge, Origin};
-use testkit::Redis;
+use testkit::redis_topology::redis_cli;
+use testkit::{Redis, RedisCluster};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,9 +169,116 @@ enum Action {
     AwaitRedis,
 }
 
+/// The Redis the stack runs on: one server, or a cluster.
+enum Store {
+    Single(Redis),
+    Cluster(RedisCluster),
+}
+
+impl Store {
+    /// A command on the node serving its key (`redis-cli -c` on a cluster).
+    fn cmd(&self, args: &[&str]) {
+        match self {
+            Store::Single(r) => {
+                support::redis_cmd(&r.url(), args).unwrap();
+            }
+            Store::Cluster(c) => {
+                let out = c.cli(args);
+                assert!(!out.starts_with("ERR"), "{args:?}: {out}");
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        match self {
+            Store::Single(r) => r.stop(),
+            Store::Cluster(c) => {
+                for i in 0..c.ports().len() {
+                    c.kill(i);
+                }
+            }
+        }
+    }
+
+    fn restart(&mut self) {
+        match self {
+            Store::Single(r) => r.restart(),
+            Store::Cluster(c) => {
+                for i in 0..c.ports().len() {
+                    c.restart(i);
+                }
+                c.wait_healthy();
+            }
+        }
+    }
+
+    /// On a cluster, waits until every message published so far reached
+    /// `edge`. A message travels from the node it was published on (for
+    /// the origin's, the master of the link's slot) to the edge's
+    /// subscription node over the cluster bus, after PUBLISH returned: the
+    /// origin's API can answer before the edge has it, unlike on one
+    /// server. A barrier message published on every master comes after
+    /// every earlier message on each bus link, so once the edge applied
+    /// the barriers, it applied them all (the status counts messages as
+    /// one subscriber heard them: OpenResty's sum over workers divided by
+    /// the workers, so every worker must have had each barrier).
+    fn barrier(&self, edge: &Edge) {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let Store::Cluster(c) = self else { return };
+        let messages = || edge.status()["inval"]["messages"].as_i64().unwrap();
+        let before = messages();
+        let masters = c.masters();
+        for &m in &masters {
+            let code = format!("barrier{:05}", N.fetch_add(1, Ordering::Relaxed));
+            let port = c.ports()[m];
+            redis_cli(
+                port,
+                &[
+                    "PUBLISH",
+                    shorturl_common::keys::INVAL_CHANNEL,
+                    &format!("0 {code}"),
+                ],
+            )
+            .expect("PUBLISH on a master");
+        }
+        let want = before + masters.len() as i64;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while messages() < want {
+            assert!(
+                Instant::now() < deadline,
+                "{} did not receive the barrier messages ({before} -> want {want}): {}",
+                edge.name,
+                edge.status()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The `redis:` entries of the origin's and the Pingora edge's config.
+    fn yaml(&self) -> String {
+        match self {
+            Store::Single(r) => format!("url: \"{}\"", r.url()),
+            Store::Cluster(c) => {
+                format!("mode: cluster, nodes: [\"{}\"]", c.seeds().join("\", \""))
+            }
+        }
+    }
+
+    /// start.sh's environment and Redis argument for the OpenResty module.
+    fn openresty(&self) -> (Vec<(&'static str, String)>, String) {
+        match self {
+            Store::Single(r) => (Vec::new(), format!("127.0.0.1:{}", r.port())),
+            Store::Cluster(c) => (
+                vec![("SU_REDIS_MODE", "cluster".to_owned())],
+                c.seeds().join(","),
+            ),
+        }
+    }
+}
+
 /// Everything the two stacks share, plus per-edge state.
 struct World {
-    redis: Redis,
+    redis: Store,
     redis_up: bool,
     origin: Origin,
     codes: BTreeMap<String, String>,
@@ -376,24 +485,21 @@ fn normalise(
 }
 
 fn apply(action: &Action, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) {
-    let url = w.redis.url();
     match action {
         Action::Set(code, value) => {
             let key = format!("su:1:link:{}", expand(code, w, ctx));
             let value = expand(value, w, ctx);
-            support::redis_cmd(&url, &["SET", &key, &value]).unwrap();
+            w.redis.cmd(&["SET", &key, &value]);
         }
         Action::Del(code) => {
             let key = format!("su:1:link:{}", expand(code, w, ctx));
-            support::redis_cmd(&url, &["DEL", &key]).unwrap();
+            w.redis.cmd(&["DEL", &key]);
         }
         Action::Publish(msg) => {
             let msg = expand(msg, w, ctx);
-            support::redis_cmd(
-                &url,
-                &["PUBLISH", shorturl_common::keys::INVAL_CHANNEL, &msg],
-            )
-            .unwrap();
+            w.redis
+                .cmd(&["PUBLISH", shorturl_common::keys::INVAL_CHANNEL, &msg]);
+            w.redis.barrier(edge);
         }
         Action::Let(name, value) => {
             let v = expand(value, w, ctx);
@@ -518,6 +624,11 @@ fn run_case(case: &Case, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) -> (Outc
         )
     });
     let after = counters(edge);
+    // A change through the API publishes its message: on a cluster, let it
+    // arrive before the next request (see Store::barrier).
+    if !matches!(req.method.as_str(), "GET" | "HEAD") && w.redis_up && resp.status < 300 {
+        w.redis.barrier(edge);
+    }
     let reached = origin_up && w.origin.handled() > before_origin;
     let diff = after
         .iter()
@@ -679,6 +790,21 @@ fn check_raw_expectation(case: &RawCase, o: &RawOutcome) -> Vec<String> {
 
 #[test]
 fn both_edges_answer_every_case_identically() {
+    run_suite(Store::Single(Redis::start()));
+}
+
+/// The same table with Redis as a cluster (3 masters + 3 replicas): the
+/// origin, the Pingora edge and the OpenResty module all in cluster mode.
+#[test]
+fn both_edges_answer_every_case_identically_on_a_redis_cluster() {
+    run_suite(Store::Cluster(RedisCluster::start()));
+}
+
+fn run_suite(redis: Store) {
+    // One run at a time: the table's timing (a message applied before the
+    // next request) is what it was with one run on the machine.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
     let t0 = Instant::now();
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases.yaml");
     let suite: Suite = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap())
@@ -688,10 +814,10 @@ fn both_edges_answer_every_case_identically() {
         "the table must hold at least 40 cases"
     );
 
-    let redis = Redis::start();
-    let origin = Origin::start(&redis, 500);
-    let pingora = Edge::pingora(&redis.url(), &origin.addr());
-    let lua = Edge::openresty(&format!("127.0.0.1:{}", redis.port()), &origin.addr());
+    let origin = Origin::start_on(&redis.yaml(), 500, &[]);
+    let pingora = Edge::pingora_on(&redis.yaml(), &origin.addr(), "");
+    let (env, addr) = redis.openresty();
+    let lua = Edge::openresty_with(&addr, &origin.addr(), &env);
     eprintln!("stack up in {:?}", t0.elapsed());
 
     let mut w = World {
@@ -727,7 +853,7 @@ fn both_edges_answer_every_case_identically() {
         let v: Value = serde_json::from_slice(&resp.body).unwrap();
         let code = v["code"].as_str().unwrap().to_owned();
         if !f.keep_in_redis {
-            support::redis_cmd(&w.redis.url(), &["DEL", &format!("su:1:link:{code}")]).unwrap();
+            w.redis.cmd(&["DEL", &format!("su:1:link:{code}")]);
         }
         w.codes.insert(name.clone(), code);
     }

@@ -34,6 +34,12 @@ impl Origin {
 
     /// [`Origin::start`] with more environment for `serve` (failpoints).
     pub fn start_with(redis: &Redis, codes: u64, env: &[(&str, String)]) -> Origin {
+        Origin::start_on(&format!("url: \"{}\"", redis.url()), codes, env)
+    }
+
+    /// An origin whose `redis:` section holds `redis_yaml` (flow-mapping
+    /// entries, e.g. `mode: cluster, nodes: ["127.0.0.1:7000"]`).
+    pub fn start_on(redis_yaml: &str, codes: u64, env: &[(&str, String)]) -> Origin {
         let mysql = MariaDb::start();
         let db_url = mysql.create_database("shorturl");
         let dir = TempDir::new("conf-origin");
@@ -42,11 +48,11 @@ impl Origin {
         let text = format!(
             "listen: 127.0.0.1:{port}\ndefault_domain: localhost\npublic_scheme: http\n\
              mysql: {{ url: \"{db_url}\", timeout_ms: 3000 }}\n\
-             redis: {{ url: \"{redis}\", timeout_ms: 100 }}\n\
+             redis: {{ {redis}, timeout_ms: 100 }}\n\
              links: {{ allowed_domains: [\"s.shop55.com\"] }}\n\
              apps:\n  - {{ name: demo, key_sha256: \"{key}\", rate_per_sec: 100000, burst: 100000, scopes: [links:create, links:read, links:manage, stats:read] }}\n\
              shutdown_grace_secs: 1\n",
-            redis = redis.url(),
+            redis = redis_yaml,
             key = testkit::origin::sha256_hex(API_KEY),
         );
         std::fs::write(&conf, text).unwrap();
@@ -170,6 +176,12 @@ impl Edge {
     /// The Pingora edge with more settings of its `edge:` section (YAML
     /// lines indented by two spaces, e.g. `  clicks: {...}\n`).
     pub fn pingora_with(redis_url: &str, origin: &str, extra: &str) -> Edge {
+        Edge::pingora_on(&format!("url: \"{redis_url}\""), origin, extra)
+    }
+
+    /// The Pingora edge whose `redis:` section holds `redis_yaml`
+    /// (flow-mapping entries, as [`Origin::start_on`]).
+    pub fn pingora_on(redis_yaml: &str, origin: &str, extra: &str) -> Edge {
         let dir = TempDir::new("conf-pingora");
         let port = free_port();
         let k = &KNOBS;
@@ -184,7 +196,7 @@ impl Edge {
 edge:
   listen: ["127.0.0.1:{port}"]
   default_domain: localhost
-  redis: {{ url: "{redis_url}", timeout_ms: {rt}, connect_timeout_ms: {rt} }}
+  redis: {{ {redis_yaml}, timeout_ms: {rt}, connect_timeout_ms: {rt} }}
   origin:
     servers: ["{origin}"]
     connect_timeout_ms: 100

@@ -151,49 +151,19 @@ local function take()
     end
 end
 
--- XLEN and the XADD of batch `b` on one connection; returns whether the
--- batch was appended and the stream's length before it, or nil, err.
+-- XLEN and the XADD of batch `b` in one pipeline (on the node serving the
+-- stream's key in a cluster); returns whether the batch was appended and
+-- the stream's length before it, or nil, err.
 local function xadd(b)
-    local r = cfg.redis_conn
-    local sock = ngx.socket.tcp()
-    sock:settimeouts(r.connect_timeout_ms, SEND_TIMEOUT_MS, SEND_TIMEOUT_MS)
-    local ok, err = sock:connect(r.host, r.port, { pool = r.pool, pool_size = r.pool_size })
-    if not ok then
-        return nil, "connect: " .. tostring(err)
+    local replies, err = redis.run(cfg.redis_conn, STREAM, {
+        redis.command("XLEN", STREAM),
+        redis.command("XADD", STREAM, "MAXLEN", "~", tostring(STREAM_MAXLEN), "*", "id", b.id, "v", "1", "b",
+            b.body),
+    }, SEND_TIMEOUT_MS)
+    if not replies then
+        return nil, err
     end
-    local req, setup = {}, 0
-    if sock:getreusedtimes() == 0 then
-        req, setup = redis.setup_commands(r, true)
-    end
-    req[#req + 1] = redis.command("XLEN", STREAM)
-    req[#req + 1] = redis.command("XADD", STREAM, "MAXLEN", "~", tostring(STREAM_MAXLEN), "*", "id", b.id, "v",
-        "1", "b", b.body)
-    ok, err = sock:send(req)
-    if not ok then
-        sock:close()
-        return nil, "send: " .. tostring(err)
-    end
-    local replies = {}
-    for i = 1, setup + 2 do
-        local v, e = redis.read_reply(sock)
-        if v == nil then
-            if e and e:find("^redis: ") then
-                replies[i] = { err = e }
-            else
-                sock:close()
-                return nil, e
-            end
-        else
-            replies[i] = v
-        end
-    end
-    sock:setkeepalive(r.keepalive_ms, r.pool_size)
-    for i = 1, setup do
-        if type(replies[i]) == "table" and replies[i].err then
-            return nil, replies[i].err
-        end
-    end
-    local len, added = replies[setup + 1], replies[setup + 2]
+    local len, added = replies[1], replies[2]
     if type(added) ~= "string" then
         return nil, type(added) == "table" and added.err or "unexpected reply to XADD"
     end

@@ -13,7 +13,15 @@ local function defaults()
     return {
         default_domain = "localhost",
         redis = {
+            -- single (url) | cluster (nodes: seeds) | sentinel (sentinels
+            -- + master_name), as the Pingora edge's `redis:`. In cluster
+            -- and sentinel modes `url` gives only the credentials (and the
+            -- database, sentinel only).
+            mode = "single",
             url = "redis://127.0.0.1:6379/",
+            nodes = {},
+            sentinels = {},
+            master_name = "",
             timeout_ms = 30,
             connect_timeout_ms = 200,
             pool_size = 64,
@@ -131,6 +139,68 @@ local function resolve_name(host, hosts)
     return hosts[host:lower()] or host
 end
 
+local function positive(v, name)
+    if type(v) ~= "number" or v <= 0 then
+        error(name .. " must be > 0", 0)
+    end
+end
+
+-- A list of host:port strings as { host, port } (names from /etc/hosts).
+local function addr_list(list, name, hosts)
+    if #list == 0 then
+        error(name .. " must list at least one host:port", 0)
+    end
+    local out = {}
+    for i, s in ipairs(list) do
+        local host, port
+        if type(s) == "string" then
+            host, port = s:match("^%[?([^%]]+)%]?:(%d+)$")
+        end
+        if not host or tonumber(port) < 1 or tonumber(port) > 65535 then
+            error(name .. ": cannot read " .. tostring(s) .. " as host:port", 0)
+        end
+        out[i] = { host = resolve_name(host, hosts), port = tonumber(port) }
+    end
+    return out
+end
+
+-- The `redis` section as a connection spec for redis.new.
+local function redis_spec(rc, hosts)
+    local spec, err = redis.parse_url(rc.url)
+    if not spec then
+        error("redis.url is invalid: " .. err, 0)
+    end
+    if rc.mode == "single" then
+        if not spec.host then
+            error("redis.url must name the server (redis://host:port/)", 0)
+        end
+        spec.host = resolve_name(spec.host, hosts)
+    elseif rc.mode == "cluster" or rc.mode == "sentinel" then
+        spec.host, spec.port = nil, nil
+        if rc.mode == "cluster" then
+            if spec.db and spec.db ~= 0 then
+                error("redis.url: a cluster has only database 0 (got " .. spec.db .. ")", 0)
+            end
+            spec.seeds = addr_list(rc.nodes, "redis.nodes", hosts)
+        else
+            spec.sentinels = addr_list(rc.sentinels, "redis.sentinels", hosts)
+            if rc.master_name == "" or rc.master_name:find("%s") then
+                error("redis.master_name must name the master the Sentinels monitor", 0)
+            end
+            spec.master_name = rc.master_name
+        end
+    else
+        error("redis.mode must be single, cluster or sentinel (got " .. tostring(rc.mode) .. ")", 0)
+    end
+    spec.mode = rc.mode
+    for _, k in ipairs({ "timeout_ms", "connect_timeout_ms", "pool_size", "keepalive_ms" }) do
+        positive(rc[k], "redis." .. k)
+        spec[k] = rc[k]
+    end
+    spec.pool_prefix = "su-redis:"
+    return spec
+end
+
 -- [A-Za-z0-9._-], 1-64 bytes (a batch id's edge-name part).
 local function valid_name(s)
     return #s >= 1 and #s <= 64 and not s:find("[^A-Za-z0-9._%-]")
@@ -166,12 +236,6 @@ local function check_clicks(c, nginx)
     end
     if k.enabled and k.bots_file == "" then
         error("clicks.bots_file must name the bot list (common/data/bots.txt)", 0)
-    end
-end
-
-local function positive(v, name)
-    if type(v) ~= "number" or v <= 0 then
-        error(name .. " must be > 0", 0)
     end
 end
 
@@ -214,19 +278,8 @@ function M.load(path, nginx)
     end
     c.default_domain = dd
     local hosts = hosts_file()
-    local r, rerr = redis.parse_url(c.redis.url)
-    if not r then
-        error("redis.url is invalid: " .. rerr, 0)
-    end
-    r.host = resolve_name(r.host, hosts)
-    for _, k in ipairs({ "timeout_ms", "connect_timeout_ms", "pool_size", "keepalive_ms" }) do
-        positive(c.redis[k], "redis." .. k)
-        r[k] = c.redis[k]
-    end
-    -- One GET is bounded by timeout_ms, connection wait included.
-    r.connect_timeout_ms = math.min(r.connect_timeout_ms, r.timeout_ms)
-    r.pool = "su-redis:" .. r.host .. ":" .. r.port
-    c.redis_conn = r
+    c.redis_spec = redis_spec(c.redis, hosts)
+    c.redis_conn = redis.new(c.redis_spec)
     if #c.origin.servers == 0 then
         error("origin.servers must list at least one origin", 0)
     end

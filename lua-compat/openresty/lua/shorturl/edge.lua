@@ -47,12 +47,19 @@ function M.init(path, nginx_limits)
     clicks_stats.init(cfg)
 end
 
+-- The validated `redis` section as a connection spec (tls.lua builds its
+-- own connections from it).
+function M.redis_spec()
+    return cfg.redis_spec
+end
+
 function M.init_worker()
     if cfg.die_with_master then
         local ffi = require("ffi")
         pcall(ffi.cdef, "int prctl(int option, unsigned long arg2);")
         pcall(ffi.C.prctl, 1, 9) -- PR_SET_PDEATHSIG, SIGKILL
     end
+    require("shorturl.redis").init_worker(cfg.redis_conn)
     origins.init_worker(cfg)
     cache.init_worker(cfg)
     lookup.init_worker(cfg)

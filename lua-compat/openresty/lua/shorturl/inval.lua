@@ -34,14 +34,20 @@ local function publish_state(up)
     state:set("inval:sub:" .. ngx.worker.id(), up and 1 or 0)
 end
 
--- Connects and subscribes; returns the socket or nil, err.
+-- Connects and subscribes (single: the server; sentinel: the master as
+-- the Sentinels name it now; cluster: the next node in turn, since any
+-- node delivers every message); returns the socket or nil, err.
 local function subscribe()
     local r = cfg.redis_conn
+    local node, nerr = redis.pubsub_node(r)
+    if not node then
+        return nil, nerr
+    end
     local sock = ngx.socket.tcp()
     sock:settimeouts(cfg.redis.connect_timeout_ms, FRAME_TIMEOUT_MS, FRAME_TIMEOUT_MS)
-    local ok, err = sock:connect(r.host, r.port)
+    local ok, err = sock:connect(node.host, node.port)
     if not ok then
-        return nil, "connect: " .. tostring(err)
+        return nil, "connect " .. node.host .. ":" .. node.port .. ": " .. tostring(err)
     end
     local req, setup = redis.setup_commands(r, false)
     req[#req + 1] = redis.command("SUBSCRIBE", proto.INVAL_CHANNEL)

@@ -115,6 +115,12 @@ function M.metrics()
         out[#out + 1] = format('shorturl_edge_pages_cache_removed_total{reason="%s"} %d', r,
             counters.metric("pages_" .. r))
     end
+    out[#out + 1] = "# HELP shorturl_redis_topology_total Redis topology events: a cluster's redirections (moved, "
+        .. "ask) and slot-map fetches (slots), a Sentinel master resolution (master)."
+    out[#out + 1] = "# TYPE shorturl_redis_topology_total counter"
+    for _, e in ipairs({ "moved", "ask", "slots", "master" }) do
+        out[#out + 1] = format('shorturl_redis_topology_total{event="%s"} %d', e, counters.metric("redis_" .. e))
+    end
     clicks_stats.metrics(out)
     local body = table.concat(out, "\n") .. "\n"
     ngx.status = 200

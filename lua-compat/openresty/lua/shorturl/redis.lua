@@ -2,12 +2,20 @@
 -- GET per call, connections back to nginx's keepalive pool, so a lookup
 -- costs one round trip (AUTH/SELECT run only on fresh connections); and the
 -- reply reader the invalidation subscriber (inval.lua) uses.
+--
+-- A connection setting ("conn", built by M.new) is one of three modes:
+-- `single` (host, port: GET has its own straight path below), `cluster`
+-- (redis_cluster.lua: the slot map, MOVED/ASK) and `sentinel`
+-- (redis_sentinel.lua: the master named by the Sentinels). Every command
+-- goes through M.get or M.run with the key it touches, so the topology
+-- sends it to the node that serves that key.
 local tcp = ngx.socket.tcp
 local sub, byte = string.sub, string.byte
 
 local M = {}
 
--- Parses redis://[[user]:password@]host[:port][/db] into a table.
+-- Parses redis://[[user]:password@]host[:port][/db] into a table (host
+-- nil when empty: cluster and sentinel URLs carry only credentials).
 function M.parse_url(url)
     local rest = url:match("^redis://(.*)$")
     if not rest then
@@ -35,7 +43,7 @@ function M.parse_url(url)
     if not host then
         host, port = hostport:match("^([^:]+):?(%d*)$")
     end
-    if not host then
+    if not host and hostport ~= "" then
         return nil, "bad redis host in " .. url
     end
     return {
@@ -133,8 +141,95 @@ function M.setup_commands(cfg, with_db)
     return req, #req
 end
 
+-- Sends the commands `cmds` (each from M.command) in one pipeline to
+-- `node` ({ host, port, pool }) with the AUTH/SELECT of `conn` on a fresh
+-- connection; with `asking`, each is preceded by ASKING (a cluster's ASK
+-- redirection). Returns the replies in order, an error reply as
+-- { err = "redis: ..." }; or nil, err when the node could not be used.
+function M.exec(conn, node, cmds, asking, read_timeout_ms)
+    local sock = tcp()
+    local rt = read_timeout_ms or conn.timeout_ms
+    sock:settimeouts(conn.connect_timeout_ms, rt, rt)
+    local ok, err = sock:connect(node.host, node.port, { pool = node.pool, pool_size = conn.pool_size })
+    if not ok then
+        return nil, "connect " .. node.host .. ":" .. node.port .. ": " .. tostring(err)
+    end
+    local req, setup = {}, 0
+    if sock:getreusedtimes() == 0 then
+        req, setup = M.setup_commands(conn, conn.mode ~= "cluster")
+    end
+    for _, c in ipairs(cmds) do
+        if asking then
+            req[#req + 1] = command("ASKING")
+        end
+        req[#req + 1] = c
+    end
+    ok, err = sock:send(req)
+    if not ok then
+        sock:close()
+        return nil, "send: " .. tostring(err)
+    end
+    for _ = 1, setup do
+        local v, e = read_reply(sock)
+        if v == nil then
+            sock:close()
+            return nil, e
+        end
+    end
+    local replies = {}
+    for i = 1, #cmds do
+        if asking then
+            local a, e = read_reply(sock)
+            if a == nil and not (e and e:find("^redis: ")) then
+                sock:close()
+                return nil, e
+            end
+        end
+        local v, e = read_reply(sock)
+        if v == nil then
+            -- A protocol error leaves the stream usable, a transport error does not.
+            if not (e and e:find("^redis: ")) then
+                sock:close()
+                return nil, e
+            end
+            v = { err = e }
+        end
+        replies[i] = v
+    end
+    sock:setkeepalive(conn.keepalive_ms, conn.pool_size)
+    return replies
+end
+
+-- The pipeline `cmds`, all on `key` (one slot), on the node serving it;
+-- replies as M.exec.
+function M.run(conn, key, cmds, read_timeout_ms)
+    local topo = conn.topo
+    if topo then
+        return topo:run(conn, key, cmds, read_timeout_ms)
+    end
+    return M.exec(conn, conn, cmds, false, read_timeout_ms)
+end
+
+-- GET through the topology (cluster, sentinel).
+local function routed_get(conn, key)
+    local replies, err = conn.topo:run(conn, key, { command("GET", key) })
+    if not replies then
+        return nil, err
+    end
+    local v = replies[1]
+    if type(v) == "table" then
+        return nil, v.err or "unexpected reply type"
+    elseif type(v) == "number" then
+        return nil, "unexpected reply type"
+    end
+    return v
+end
+
 -- GET key within cfg.timeout_ms. Returns value, or false on a miss, or nil, err.
 function M.get(cfg, key)
+    if cfg.topo then
+        return routed_get(cfg, key)
+    end
     local sock = tcp()
     sock:settimeouts(cfg.connect_timeout_ms, cfg.timeout_ms, cfg.timeout_ms)
     local ok, err = sock:connect(cfg.host, cfg.port, { pool = cfg.pool, pool_size = cfg.pool_size })
@@ -174,6 +269,45 @@ function M.get(cfg, key)
         return nil, "unexpected reply type"
     end
     return v
+end
+
+-- Where the invalidation subscriber (inval.lua) subscribes next: the
+-- server (single), the current master (sentinel), or the next node of the
+-- cluster (PUBLISH reaches every node). Returns { host, port } or nil, err.
+function M.pubsub_node(conn)
+    if conn.topo then
+        return conn.topo:pubsub_node(conn)
+    end
+    return conn
+end
+
+-- Per-worker start (init_worker): a cluster fetches its slot map.
+function M.init_worker(conn)
+    if conn.topo then
+        conn.topo:start(conn)
+    end
+end
+
+-- A connection setting from a validated spec: `mode`; single: host, port,
+-- db; cluster: `seeds`, sentinel: `sentinels` (lists of { host, port }) and
+-- `master_name`; always user, password, timeout_ms, connect_timeout_ms,
+-- pool_size, keepalive_ms and `pool_prefix` (keepalive pools are per node
+-- and per prefix).
+function M.new(spec)
+    local conn = {}
+    for k, v in pairs(spec) do
+        conn[k] = v
+    end
+    -- One GET is bounded by timeout_ms, connection wait included.
+    conn.connect_timeout_ms = math.min(conn.connect_timeout_ms, conn.timeout_ms)
+    if spec.mode == "cluster" then
+        conn.topo = require("shorturl.redis_cluster").new(spec)
+    elseif spec.mode == "sentinel" then
+        conn.topo = require("shorturl.redis_sentinel").new(spec)
+    else
+        conn.pool = spec.pool_prefix .. spec.host .. ":" .. spec.port
+    end
+    return conn
 end
 
 return M

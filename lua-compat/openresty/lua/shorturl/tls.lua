@@ -22,17 +22,18 @@ local M = {}
 local opts -- { redis = conn cfg, cert_dir = path or nil, cache_secs = n }
 local cache
 
--- `o`: { redis_url = "...", cert_dir = "...", cache_secs = 5 }. Called on
--- every edge: challenge answers need the shared store even without TLS.
+-- `o`: { redis = the module's Redis spec (config.lua: any mode),
+-- cert_dir = "...", cache_secs = 5 }. Called on every edge: challenge
+-- answers need the shared store even without TLS.
 function M.init(o)
-    local r, err = redis.parse_url(o.redis_url)
-    if not r then
-        error("tls: " .. err, 0)
+    local spec = {}
+    for k, v in pairs(o.redis) do
+        spec[k] = v
     end
-    r.timeout_ms, r.connect_timeout_ms = 1000, 1000
-    r.pool_size, r.keepalive_ms = 16, 60000
-    r.pool = "su-tls:" .. r.host .. ":" .. r.port
-    opts = { redis = r, cert_dir = o.cert_dir ~= "" and o.cert_dir or nil, cache_secs = o.cache_secs or 5 }
+    spec.timeout_ms, spec.connect_timeout_ms = 1000, 1000
+    spec.pool_size, spec.keepalive_ms = 16, 60000
+    spec.pool_prefix = "su-tls:"
+    opts = { redis = redis.new(spec), cert_dir = o.cert_dir ~= "" and o.cert_dir or nil, cache_secs = o.cache_secs or 5 }
 end
 
 -- The Redis connection settings of the shared store (nil before init).
