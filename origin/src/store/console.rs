@@ -168,8 +168,12 @@ impl Store {
     /// Outbox rows of `code` still waiting to reach Redis and the edges,
     /// and the oldest one's creation (ms).
     pub async fn outbox_pending(&self, code: &str) -> Result<(u64, Option<u64>), DbError> {
-        self.bounded(async {
-            let mut c = self.pool.get_conn().await?;
+        let here = match self.shard_of_code(code).await? {
+            Some(i) => self.on(i),
+            None => return Ok((0, None)),
+        };
+        here.bounded(async {
+            let mut c = here.pool.get_conn().await?;
             let r: Option<(u64, Option<u64>)> = c
                 .exec_first(
                     "SELECT COUNT(*), MIN(created_at_ms) FROM outbox WHERE code = ?",
