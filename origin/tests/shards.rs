@@ -209,6 +209,30 @@ async fn creations_cross_the_boundary_and_every_change_goes_to_the_links_shard()
         assert_eq!(loc.unwrap(), format!("https://shard.example/custom/{code}"));
     }
 
+    // Search fans out and merges by (created_at, id): keyset pages over
+    // both shards return every link exactly once.
+    let mut seen = HashSet::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/api/v1/links?limit=37&cursor={c}"),
+            None => "/api/v1/links?limit=37".to_owned(),
+        };
+        let (st, v, _) = origin
+            .call(reqwest::Method::GET, &path, KEY, None, &[])
+            .await;
+        assert_eq!(st, 200, "{v}");
+        for l in v["links"].as_array().unwrap() {
+            let code = l["code"].as_str().unwrap().to_owned();
+            assert!(seen.insert(code.clone()), "{code} on two pages");
+        }
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 402);
+
     // Edit and delete on both shards: each change is one transaction on the
     // link's shard (audit + outbox there), applied to Redis before 200.
     let on_a = &links.iter().find(|(c, _)| a.holds(c)).unwrap().0;

@@ -16,6 +16,12 @@ use mysql_async::prelude::*;
 use mysql_async::Pool;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// Where shard `i`'s custom-code ids start: 2^40 + i * 2^34 (each shard
+/// has 2^34 of them; shards are only ever appended, so `i` is stable).
+pub fn custom_base(i: usize) -> u64 {
+    crate::db::CUSTOM_ID_BASE + ((i as u64) << 34)
+}
+
 /// One id range and the database holding it.
 pub struct Shard {
     pub name: String,
@@ -265,8 +271,20 @@ impl ShardMap {
         if !self.sharded {
             return;
         }
-        for s in &self.shards {
-            if let Err(e) = crate::db::migrate(&s.pool).await {
+        for (i, s) in self.shards.iter().enumerate() {
+            let r = async {
+                crate::db::migrate(&s.pool).await?;
+                // Custom codes' ids come from each shard's own counter: each
+                // shard numbers from its own base, so ids stay unique across
+                // shards (search merges pages by `(created_at, id)`).
+                let mut conn = s.pool.get_conn().await?;
+                conn.exec_drop(
+                    "UPDATE counter SET value = GREATEST(value, ?) WHERE name = 'custom'",
+                    (custom_base(i),),
+                )
+                .await
+            };
+            if let Err(e) = r.await {
                 tracing::error!(shard = %s.name, error = %e, "could not migrate a shard");
             }
         }
