@@ -15,6 +15,7 @@ mod batch;
 pub mod console;
 mod custom;
 pub mod error;
+mod fanout;
 mod lease;
 pub mod lifecycle;
 mod modify;
