@@ -65,7 +65,9 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         let attempt = async {
             db::migrate(&pool).await?;
             let perm = db::load_permutation(&pool).await?;
-            let shards = ShardMap::open(&cfg.mysql, &pool, perm)?;
+            let counter =
+                (cfg.issuer.backend == CounterBackend::Mysql).then(|| cfg.issuer.name.clone());
+            let shards = ShardMap::open(&cfg.mysql, &pool, perm, counter)?;
             shards.migrate().await;
             let capacity = shards.capacity().await?;
             Ok::<_, mysql_async::Error>((shards, db::load_cursor_key(&pool).await?, capacity))

@@ -461,3 +461,62 @@ async fn a_shard_added_with_a_rolling_restart_while_creations_run() {
         0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resolution_reads_the_replica_and_falls_back_to_the_primary_for_a_fresh_id() {
+    let primary = MariaDb::start_primary();
+    let replica = MariaDb::start_replica_of(&primary);
+    let s2 = MariaDb::start();
+    let a = Db::new("a", &primary);
+    let b = Db::new("b", &s2);
+    let on_replica = Db {
+        name: "a",
+        server: &replica,
+        db: a.db.clone(),
+    };
+    let redis = Redis::start();
+    let mut yaml = shards_yaml(&[(&a, 1, 1000), (&b, 1001, 2000)], false);
+    yaml = yaml.replacen(
+        &format!("url: '{}'}}", a.url()),
+        &format!("url: '{}', replicas: ['{}']}}", a.url(), replica.url(&a.db)),
+        1,
+    );
+    let o = opts(&a, &redis, yaml);
+    pregen(&o, &[]);
+    let origin = Origin::start(o);
+    let links = create_many(&origin, "r", 5, 1).await;
+    replica.wait_caught_up(&primary);
+    replica.pause_replication();
+
+    // A miss reads the replica: a row changed there alone is what answers.
+    let (code, _) = &links[0];
+    on_replica.sql(&format!(
+        "UPDATE short_code SET long_url = 'https://replica.example/' WHERE code = '{code}'"
+    ));
+    flush(&redis).await;
+    assert_eq!(
+        origin.follow("sho.rt", code).await,
+        (302, Some("https://replica.example/".to_owned()))
+    );
+
+    // A link created while the replica lags: the replica has no active row
+    // for its (issued) id, so the primary answers.
+    let fresh = create_many(&origin, "fresh", 1, 1).await;
+    let (fresh, target) = &fresh[0];
+    assert!(!on_replica.holds(fresh), "replication is paused");
+    flush(&redis).await;
+    assert_eq!(
+        origin.follow("sho.rt", fresh).await,
+        (302, Some(target.clone()))
+    );
+
+    // An id never issued answers 404 from the replica: the primary is not
+    // asked (a row made active there by hand stays unseen).
+    let never = perm_of(&a).code_for_id(900).unwrap();
+    a.sql(&format!(
+        "UPDATE short_code SET state = 1, long_url = 'https://primary.example/', domain = 'sho.rt', \
+         created_at = 1, expires_at = 4102444800, version = 1 WHERE code = '{never}'"
+    ));
+    flush(&redis).await;
+    assert_eq!(origin.follow("sho.rt", &never).await.0, 404);
+}

@@ -263,14 +263,22 @@ impl Store {
     }
 
     /// [`Store::lookup_here`] on shard `i`, through its replica when it has
-    /// one; a replica's miss is asked again on the primary (the replica may
-    /// not have the row of a link created a moment ago yet).
+    /// one; a replica's miss on an id that may have been issued is asked
+    /// again on the primary (the replica may not have the row of a link
+    /// created a moment ago yet); a replica that fails is skipped.
     async fn lookup_on_shard(&self, i: usize, code: &str) -> Result<Option<LookupCols>, DbError> {
         if let Some(replica) = self.shards.shards.get(i).and_then(|s| s.replica.clone()) {
-            if let Ok(Some(row)) = self.lookup_here(code, Some(&replica)).await {
-                if row.0 != RowState::Free.code() {
-                    return Ok(Some(row));
+            match self.lookup_here(code, Some(&replica)).await {
+                Ok(Some(row)) if row.0 != RowState::Free.code() => return Ok(Some(row)),
+                // Free or absent there: the replica's answer stands for an id
+                // never issued; an issued one may not have reached it yet.
+                Ok(row) => {
+                    let id = self.shards.id_of_code(code).unwrap_or(u64::MAX);
+                    if !self.shards.maybe_issued(id, &self.meta).await {
+                        return Ok(row);
+                    }
                 }
+                Err(_) => {}
             }
         }
         self.lookup_here(code, None).await

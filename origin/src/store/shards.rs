@@ -14,7 +14,7 @@ use crate::config::MysqlConfig;
 use crate::permutation::Permutation;
 use mysql_async::prelude::*;
 use mysql_async::Pool;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Where shard `i`'s custom-code ids start: 2^40 + i * 2^34 (each shard
 /// has 2^34 of them; shards are only ever appended, so `i` is stable).
@@ -43,6 +43,11 @@ pub struct ShardMap {
     /// The shard the last claim batch wrote to: where custom codes with no
     /// home range go.
     issuing: AtomicUsize,
+    /// The issuer's MySQL counter row (in meta), when it is the backend:
+    /// ids above its value were never issued.
+    counter: Option<String>,
+    /// The counter's value as last read: every id up to it may be issued.
+    high_water: AtomicU64,
 }
 
 impl ShardMap {
@@ -60,15 +65,19 @@ impl ShardMap {
             skip_dead: false,
             perm: None,
             issuing: AtomicUsize::new(0),
+            counter: None,
+            high_water: AtomicU64::new(0),
         }
     }
 
     /// Opens a pool per shard (and replica). Unsharded, `meta` is the one
     /// shard's pool.
+    /// `counter` is the issuer's MySQL counter row, if MySQL is its backend.
     pub fn open(
         cfg: &MysqlConfig,
         meta: &Pool,
         perm: Permutation,
+        counter: Option<String>,
     ) -> Result<Self, mysql_async::Error> {
         if !cfg.shards.sharded {
             return Ok(ShardMap::single(meta.clone()));
@@ -93,6 +102,8 @@ impl ShardMap {
             skip_dead: cfg.shards.skip_dead_shards,
             perm: Some(perm),
             issuing: AtomicUsize::new(0),
+            counter,
+            high_water: AtomicU64::new(0),
         })
     }
 
@@ -106,6 +117,36 @@ impl ShardMap {
     /// The shard named `name`.
     pub fn index_of_name(&self, name: &str) -> Option<usize> {
         self.shards.iter().position(|s| s.name == name)
+    }
+
+    /// Whether `id` may have been issued: at most the issuer counter's
+    /// value (re-read from meta when `id` is above the value last seen).
+    /// Unknown (a Redis counter, or meta not answering): `true`.
+    pub async fn maybe_issued(&self, id: u64, meta: &Pool) -> bool {
+        if id <= self.high_water.load(Ordering::Relaxed) {
+            return true;
+        }
+        let Some(name) = &self.counter else {
+            return true;
+        };
+        let read = async {
+            let mut conn = meta.get_conn().await?;
+            conn.exec_first::<u64, _, _>("SELECT value FROM counter WHERE name = ?", (name,))
+                .await
+        };
+        match read.await {
+            Ok(v) => {
+                let v = v.unwrap_or(0);
+                self.high_water.fetch_max(v, Ordering::Relaxed);
+                id <= v
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// The id `code` stands for under the keyed permutation, if any.
+    pub fn id_of_code(&self, code: &str) -> Option<u64> {
+        self.perm.as_ref()?.id_for_code(code)
     }
 
     /// The shard whose range holds `code`'s inverse-permutation id (its
