@@ -520,3 +520,31 @@ async fn resolution_reads_the_replica_and_falls_back_to_the_primary_for_a_fresh_
     flush(&redis).await;
     assert_eq!(origin.follow("sho.rt", &never).await.0, 404);
 }
+
+#[test]
+fn the_sharded_example_config_validates_and_bad_ranges_name_the_field() {
+    let out = std::process::Command::new(support::origin_bin())
+        .args(["-c", "../conf/origin.sharded.yaml", "check"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "conf/origin.sharded.yaml must validate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = TempDir::new("shardconf");
+    let text = std::fs::read_to_string("../conf/origin.sharded.yaml")
+        .unwrap()
+        .replace("first_id: 100000001", "first_id: 100000002");
+    let p = dir.path().join("bad.yaml");
+    std::fs::write(&p, text).unwrap();
+    let out = std::process::Command::new(support::origin_bin())
+        .arg("-c")
+        .arg(&p)
+        .arg("check")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mysql.shards[1].first_id"), "{err}");
+}
