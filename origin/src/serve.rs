@@ -79,6 +79,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
+    shards.find_issuing().await;
     let shards = Arc::new(shards);
     if capacity == 0 {
         tracing::warn!(

@@ -159,6 +159,19 @@ impl ShardMap {
         self.index_of_id(id)
     }
 
+    /// Starts [`ShardMap::issuing`] at the shard of the highest id issued
+    /// so far (custom codes created before the first claim go there).
+    pub async fn find_issuing(&self) {
+        if !self.sharded {
+            return;
+        }
+        if let Ok(high) = self.highest_used_id().await {
+            if let Some(i) = self.index_of_id(high) {
+                self.note_issuing(i);
+            }
+        }
+    }
+
     /// Records that ids of shard `i` are being issued.
     pub fn note_issuing(&self, i: usize) {
         self.issuing.store(i, Ordering::Relaxed);
