@@ -180,7 +180,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let clicks = cfg.clicks.consume.then(|| {
         let c = Consumer::new(
             cfg.redis.url.clone(),
-            pool.clone(),
+            links.store.clone(),
             cfg.clicks.clone(),
             click_metrics,
         );

@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{eventually, fresh_db, write_config, Origin, OriginOpts, KEY};
+use support::{clicks, eventually, fresh_db, write_config, Origin, OriginOpts, KEY};
 use testkit::{MariaDb, Redis, TempDir};
 
 /// One shard of a test: its server and database.
@@ -128,6 +128,28 @@ async fn create_many(o: &Origin, tag: &str, n: usize, conc: usize) -> Vec<(Strin
     all
 }
 
+/// `XADD`s `b` to the click stream as an edge does.
+async fn xadd(redis: &Redis, b: &shorturl_common::clicks::Batch) {
+    use shorturl_common::clicks::{BATCH_VERSION, STREAM_KEY};
+    let mut c = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(STREAM_KEY)
+        .arg("*")
+        .arg("id")
+        .arg(&b.id)
+        .arg("v")
+        .arg(BATCH_VERSION)
+        .arg("b")
+        .arg(b.encode_body())
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
+
 fn perm_of(meta: &Db<'_>) -> Permutation {
     let hex = meta.sql("SELECT value FROM meta WHERE name = 'perm_key'");
     Permutation::from_hex(hex.trim()).unwrap()
@@ -139,11 +161,16 @@ async fn creations_cross_the_boundary_and_every_change_goes_to_the_links_shard()
     let a = Db::new("a", &s1);
     let b = Db::new("b", &s2);
     let redis = Redis::start();
-    let o = opts(
+    let mut o = opts(
         &a,
         &redis,
         shards_yaml(&[(&a, 1, 300), (&b, 301, 2000)], false),
     );
+    o.apps_yaml.push_str(&format!(
+        "  - {{name: ops, key_sha256: {}, scopes: [admin]}}\n",
+        support::sha256_hex(clicks::ADMIN)
+    ));
+    o.extra_yaml.push_str(clicks::FAST_CLAIM);
     let out = pregen(&o, &[]);
     assert!(out.contains("shard a: pregen: ids 1..=300"), "{out}");
     assert!(out.contains("shard b: pregen: ids 301..=2000"), "{out}");
@@ -233,10 +260,59 @@ async fn creations_cross_the_boundary_and_every_change_goes_to_the_links_shard()
     }
     assert_eq!(seen.len(), 402);
 
-    // Edit and delete on both shards: each change is one transaction on the
-    // link's shard (audit + outbox there), applied to Redis before 200.
+    // Click rollups: one batch with lines for a link on each shard is split
+    // and each part applied on its link's shard with the batch id; the same
+    // batch delivered again adds nothing. Counts are exact per link and in
+    // the tenant's totals (summed over the shards).
     let on_a = &links.iter().find(|(c, _)| a.holds(c)).unwrap().0;
     let on_b = &links.iter().find(|(c, _)| b.holds(c)).unwrap().0;
+    let batch = clicks::hours_batch(
+        "e1:shards:1",
+        &[
+            (on_a, clicks::DAY + 3600, 7, 2),
+            (on_b, clicks::DAY + 7200, 5, 1),
+            ("Custom77", clicks::DAY + 3600, 3, 0),
+        ],
+    );
+    for _ in 0..2 {
+        xadd(&redis, &batch).await;
+    }
+    clicks::wait_totals(&origin, on_a, (7, 2)).await;
+    clicks::wait_totals(&origin, on_b, (5, 1)).await;
+    clicks::wait_totals(&origin, "Custom77", (3, 0)).await;
+    eventually(
+        "the redelivery is seen as a duplicate",
+        Duration::from_secs(30),
+        || async { clicks::batches(&origin, "duplicate").await == 1 },
+    )
+    .await;
+    for (d, code, want) in [
+        (&a, on_a.as_str(), 7),
+        (&b, on_b.as_str(), 5),
+        (&b, "Custom77", 3),
+    ] {
+        let sql = format!("SELECT COALESCE(SUM(human), 0) FROM click_hour WHERE code = '{code}'");
+        assert_eq!(d.count(&sql), want, "{code}");
+    }
+    assert_eq!(
+        a.count("SELECT COUNT(*) FROM click_batches WHERE id = 'e1:shards:1'"),
+        1
+    );
+    assert_eq!(
+        b.count("SELECT COUNT(*) FROM click_batches WHERE id = 'e1:shards:1'"),
+        1
+    );
+    let (st, v) = clicks::tenant_stats(
+        &origin,
+        clicks::ADMIN,
+        &format!("app=demo&{}", clicks::range()),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(clicks::totals(&v), (15, 3), "{v}");
+
+    // Edit and delete on both shards: each change is one transaction on the
+    // link's shard (audit + outbox there), applied to Redis before 200.
     for code in [on_a, on_b, &"Custom77".to_owned()] {
         let (st, v) = origin
             .patch(

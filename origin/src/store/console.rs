@@ -115,7 +115,7 @@ impl Store {
     }
 
     /// Clicks per day in `[from, to)` (day starts): `(day, human, bot)`.
-    pub async fn clicks_per_day(&self, from: u64, to: u64) -> Result<DayRows, DbError> {
+    pub(super) async fn clicks_per_day_here(&self, from: u64, to: u64) -> Result<DayRows, DbError> {
         self.bounded(async {
             let mut c = self.pool.get_conn().await?;
             Ok(c.exec(

@@ -3,6 +3,7 @@
 //! shard and each is the plain statement.
 
 use super::console::DayRows;
+use super::retention::Pruned;
 use super::{DbError, Store};
 use std::collections::BTreeMap;
 
@@ -100,5 +101,36 @@ impl Store {
             })
             .await?;
         Ok(v.into_iter().sum())
+    }
+
+    /// Clicks per day in `[from, to)` (day starts): `(day, human, bot)`,
+    /// over every shard's rollups.
+    pub async fn clicks_per_day(&self, from: u64, to: u64) -> Result<DayRows, DbError> {
+        let v = self
+            .each_shard("clicks per day", |s| async move {
+                s.clicks_per_day_here(from, to).await
+            })
+            .await?;
+        let mut days: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for (d, h, b) in v.into_iter().flatten() {
+            let e = days.entry(d).or_default();
+            e.0 += h;
+            e.1 += b;
+        }
+        Ok(days.into_iter().map(|(d, (h, b))| (d, h, b)).collect())
+    }
+
+    /// Deletes at most `limit` rollup rows of `what` older than `before`,
+    /// shard after shard; returns how many.
+    pub async fn prune(&self, what: Pruned, before: u64, limit: usize) -> Result<u64, DbError> {
+        let mut done = 0u64;
+        for s in self.every_shard() {
+            let left = limit.saturating_sub(usize::try_from(done).unwrap_or(usize::MAX));
+            if left == 0 {
+                break;
+            }
+            done += s.prune_here(what, before, left).await?;
+        }
+        Ok(done)
     }
 }
