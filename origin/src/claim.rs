@@ -81,6 +81,21 @@ impl Claimer {
 /// Commits one batch and answers its callers; a batch that may have failed
 /// because of one item is retried item by item.
 async fn commit(store: &Store, claims: Vec<Claim>) {
+    // Sharded, each shard's claims commit (or fail) on their own.
+    let first = claims.first().and_then(|c| store.shard_of_id(c.id));
+    if claims.iter().all(|c| store.shard_of_id(c.id) == first) {
+        return commit_one_shard(store, claims).await;
+    }
+    let mut groups: std::collections::BTreeMap<Option<usize>, Vec<Claim>> = Default::default();
+    for c in claims {
+        groups.entry(store.shard_of_id(c.id)).or_default().push(c);
+    }
+    for (_, group) in groups {
+        commit_one_shard(store, group).await;
+    }
+}
+
+async fn commit_one_shard(store: &Store, claims: Vec<Claim>) {
     let items: Vec<ClaimItem> = claims.iter().map(|c| (c.id, Arc::clone(&c.data))).collect();
     match store.claim_batch(&items).await {
         Ok(claimed) => {

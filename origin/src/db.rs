@@ -36,6 +36,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../migrations/0007_click_retention.sql"),
     ),
     (8, "admin", include_str!("../migrations/0008_admin.sql")),
+    (
+        9,
+        "shard_directory",
+        include_str!("../migrations/0009_shard_directory.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):
@@ -47,8 +52,14 @@ pub const CUSTOM_ID_BASE: u64 = 1 << 40;
 
 /// Opens the pool (connections are made on demand).
 pub fn pool(cfg: &MysqlConfig) -> Result<Pool, mysql_async::Error> {
-    let opts = Opts::from_url(&cfg.url)?;
-    let constraints = PoolConstraints::new(cfg.pool_max.min(8), cfg.pool_max).unwrap_or_default();
+    pool_for(&cfg.url, cfg.pool_max)
+}
+
+/// Opens a pool of at most `pool_max` connections to `url` (a shard, a
+/// replica or the meta database).
+pub fn pool_for(url: &str, pool_max: usize) -> Result<Pool, mysql_async::Error> {
+    let opts = Opts::from_url(url)?;
+    let constraints = PoolConstraints::new(pool_max.min(8), pool_max).unwrap_or_default();
     // No reset on return to the pool: a reset costs a round trip and throws
     // away the connection's prepared statements, so every statement would be
     // prepared again. The origin never leaves session state behind.

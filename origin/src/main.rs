@@ -30,9 +30,15 @@ enum Cmd {
     /// Apply pending schema migrations and exit.
     Migrate,
     /// Extend the pre-generated code table to COUNT codes (resumable).
+    /// With `mysql.shards`: fill the shard named by --shard, or every
+    /// shard's range, each up to its last id (or COUNT, if lower).
     Pregen {
+        /// Ids 1..=COUNT (required unless `mysql.shards` is configured).
         #[arg(long)]
-        count: u64,
+        count: Option<u64>,
+        /// Only this shard (`mysql.shards[].name`).
+        #[arg(long)]
+        shard: Option<String>,
         /// Rows per INSERT/commit.
         #[arg(long, default_value_t = 20_000)]
         chunk: u64,
@@ -112,25 +118,10 @@ fn main() -> ExitCode {
             }
             Cmd::Pregen {
                 count,
+                shard,
                 chunk,
                 quiet,
-            } => {
-                let pool = db::pool(&cfg.mysql)?;
-                db::migrate(&pool).await?;
-                let perm = db::load_permutation(&pool).await?;
-                let r = pregen::run(&pool, &perm, count, chunk.max(1), !quiet).await?;
-                if r.to == r.from {
-                    println!("short_code already holds {} codes; nothing to do", r.to);
-                } else {
-                    println!(
-                        "pregen: ids {}..={} written, {:.0} rows/s",
-                        r.from + 1,
-                        r.to,
-                        r.rows_per_sec
-                    );
-                }
-                Ok(())
-            }
+            } => pregen::cli(&cfg.mysql, count, shard.as_deref(), chunk.max(1), !quiet).await,
             Cmd::Reap { rate, quiet } => {
                 let r = lifecycle::cli::run(&cfg, rate, !quiet).await?;
                 println!(

@@ -47,9 +47,10 @@ impl Outbox {
         })
     }
 
-    /// Applies rows selected by `take`; counts what was applied and what failed.
-    async fn apply(&self, take: Take) -> Option<Pass> {
-        let r = self.store.outbox_apply(take, self).await;
+    /// Applies rows of one shard's outbox (`store` is that shard's view)
+    /// selected by `take`; counts what was applied and what failed.
+    async fn apply(&self, store: &Store, take: Take) -> Option<Pass> {
+        let r = store.outbox_apply(take, self).await;
         match r {
             Ok(pass) => {
                 self.metrics.outbox_applied.inc_by(pass.applied as u64);
@@ -66,8 +67,12 @@ impl Outbox {
     /// Applies the row a request just committed, before the request answers,
     /// so that when the API says 200 the change is in Redis and announced.
     /// A failure leaves the row to the drainer (the change itself stands).
-    pub async fn apply_now(&self, outbox_id: u64) {
-        if let Some(p) = self.apply(Take::One(outbox_id)).await {
+    /// `shard` is the shard whose outbox holds the row.
+    pub async fn apply_now(&self, shard: usize, outbox_id: u64) {
+        if let Some(p) = self
+            .apply(&self.store.on(shard), Take::One(outbox_id))
+            .await
+        {
             if p.failed {
                 tracing::warn!(
                     outbox_id,
@@ -79,28 +84,41 @@ impl Outbox {
 
     /// One drainer step: refresh the backlog figures, then apply the oldest
     /// pending rows. Returns whether a full batch was applied (more may wait).
+    ///
+    /// Every shard has its own outbox: the figures are their sums, and each
+    /// shard with pending rows gets a pass (a shard that is down is skipped).
     pub async fn drain_once(&self) -> bool {
-        match self.store.outbox_backlog().await {
-            Ok(b) => {
-                self.metrics.outbox_pending.set(b.pending as i64);
-                let age_ms = b.oldest_ms.map_or(0, |t| now_unix_ms().saturating_sub(t));
-                self.metrics.outbox_oldest_age.set(age_ms as f64 / 1000.0);
-                if b.pending == 0 {
-                    return false;
+        let mut pending = 0u64;
+        let mut oldest: Option<u64> = None;
+        let mut busy = Vec::new();
+        for shard in self.store.every_shard() {
+            match shard.outbox_backlog().await {
+                Ok(b) => {
+                    pending += b.pending;
+                    oldest = match (oldest, b.oldest_ms) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    if b.pending > 0 {
+                        busy.push(shard);
+                    }
                 }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "outbox: backlog query failed");
-                return false;
+                Err(e) => tracing::debug!(error = %e, "outbox: backlog query failed"),
             }
         }
-        if held() {
+        self.metrics.outbox_pending.set(pending as i64);
+        let age_ms = oldest.map_or(0, |t| now_unix_ms().saturating_sub(t));
+        self.metrics.outbox_oldest_age.set(age_ms as f64 / 1000.0);
+        if busy.is_empty() || held() {
             return false;
         }
-        match self.apply(Take::Oldest(DRAIN_BATCH)).await {
-            Some(p) => !p.failed && p.applied == DRAIN_BATCH,
-            None => false,
+        let mut more = false;
+        for shard in &busy {
+            if let Some(p) = self.apply(shard, Take::Oldest(DRAIN_BATCH)).await {
+                more |= !p.failed && p.applied == DRAIN_BATCH;
+            }
         }
+        more
     }
 
     /// Applies pending rows, oldest first, until none is left or Redis
@@ -109,10 +127,12 @@ impl Outbox {
     /// (a million rows) that count would cost more than the batch.
     pub async fn drain_all(&self) -> u64 {
         let mut total = 0u64;
-        while let Some(p) = self.apply(Take::Oldest(DRAIN_BATCH)).await {
-            total += p.applied as u64;
-            if p.failed || p.applied < DRAIN_BATCH {
-                break;
+        for shard in self.store.every_shard() {
+            while let Some(p) = self.apply(&shard, Take::Oldest(DRAIN_BATCH)).await {
+                total += p.applied as u64;
+                if p.failed || p.applied < DRAIN_BATCH {
+                    break;
+                }
             }
         }
         total

@@ -18,6 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use mysql_async::prelude::*;
 use mysql_async::{Pool, TxOpts};
 use shorturl_common::code::CODE_SPACE;
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -29,19 +30,51 @@ pub struct PregenReport {
     pub rows_per_sec: f64,
 }
 
-fn chunk_sql(perm: &Permutation, start: u64, end: u64) -> String {
-    let mut sql = String::with_capacity(((end - start + 1) * 22 + 64) as usize);
+fn chunk_codes(perm: &Permutation, start: u64, end: u64) -> Vec<String> {
+    (start..=end)
+        .map(|id| perm.code_for_id(id).unwrap_or_default())
+        .collect()
+}
+
+/// The insert of ids `start..` with `codes` (in id order), leaving out the
+/// codes in `skip` (custom codes already filed on another shard).
+fn chunk_sql(start: u64, codes: &[String], skip: &HashSet<String>) -> Option<String> {
+    let mut sql = String::with_capacity(codes.len() * 22 + 64);
     // `state` is left to the column default, `RowState::Free` (checked by a test).
     sql.push_str("INSERT IGNORE INTO short_code (id, code) VALUES ");
-    for id in start..=end {
-        if id != start {
+    let mut any = false;
+    for (id, code) in (start..).zip(codes) {
+        if skip.contains(code) {
+            continue;
+        }
+        if any {
             sql.push(',');
         }
+        any = true;
         // Codes are base62 and ids integers: nothing here needs escaping.
-        let code = perm.code_for_id(id).unwrap_or_default();
         let _ = write!(sql, "({id},'{code}')");
     }
-    sql
+    any.then_some(sql)
+}
+
+/// The codes of `codes` filed in the meta database's `custom_code_dir`.
+async fn filed(dir: Option<&Pool>, codes: &[String]) -> Result<HashSet<String>, PregenError> {
+    let Some(dir) = dir else {
+        return Ok(HashSet::new());
+    };
+    let mut out = HashSet::new();
+    let mut conn = dir.get_conn().await?;
+    for part in codes.chunks(10_000) {
+        let marks = vec!["?"; part.len()].join(",");
+        let got: Vec<String> = conn
+            .exec(
+                format!("SELECT code FROM custom_code_dir WHERE code IN ({marks})"),
+                part.to_vec(),
+            )
+            .await?;
+        out.extend(got);
+    }
+    Ok(out)
 }
 
 /// Why pre-generation stopped.
@@ -65,10 +98,35 @@ pub async fn run(
     chunk: u64,
     progress: bool,
 ) -> Result<PregenReport, PregenError> {
+    run_range(pool, None, perm, 1, count, chunk, progress).await
+}
+
+/// Fills one shard's table (`pool`) with ids `first..=count`, leaving out
+/// the custom codes filed in `dir`'s directory: a code created before its
+/// range had a shard lives on the shard the directory names, and must not
+/// appear twice.
+pub async fn run_range(
+    pool: &Pool,
+    dir: Option<&Pool>,
+    perm: &Permutation,
+    first: u64,
+    count: u64,
+    chunk: u64,
+    progress: bool,
+) -> Result<PregenReport, PregenError> {
     if count > CODE_SPACE {
         return Err(PregenError::TooMany(count));
     }
     let mut conn = pool.get_conn().await?;
+    // A shard's table starts at its range: its mark starts before it.
+    let floor = first.saturating_sub(1);
+    if floor > 0 {
+        conn.exec_drop(
+            "UPDATE meta SET value = ? WHERE name = 'pregen_done' AND CAST(value AS UNSIGNED) < ?",
+            (floor.to_string(), floor),
+        )
+        .await?;
+    }
     let from = read_mark(&mut conn).await?;
     if from >= count {
         return Ok(PregenReport {
@@ -91,7 +149,7 @@ pub async fn run(
     // Recycling appends rows at the end too (under the same `meta` row
     // lock): when the mark moved under a run, it continues from there.
     while done < count {
-        match extend(&mut conn, perm, done, count, chunk, &bar).await? {
+        match extend(&mut conn, dir, perm, done, count, chunk, &bar).await? {
             Extended::Done => done = count,
             Extended::Moved => {
                 done = read_mark(&mut conn).await?;
@@ -127,20 +185,21 @@ enum Extended {
 /// Commits chunks `done + 1 ..= count`, each with the mark.
 async fn extend(
     conn: &mut mysql_async::Conn,
+    dir: Option<&Pool>,
     perm: &Permutation,
     done: u64,
     count: u64,
     chunk: u64,
     bar: &ProgressBar,
 ) -> Result<Extended, PregenError> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, u64, String)>(2);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, u64, Vec<String>)>(2);
     let perm = perm.clone();
     let producer = std::thread::spawn(move || {
         let mut start = done + 1;
         while start <= count {
             let end = (start + chunk - 1).min(count);
             if tx
-                .blocking_send((start, end, chunk_sql(&perm, start, end)))
+                .blocking_send((start, end, chunk_codes(&perm, start, end)))
                 .is_err()
             {
                 return;
@@ -149,7 +208,9 @@ async fn extend(
         }
     });
     let mut result = Extended::Done;
-    while let Some((start, end, sql)) = rx.recv().await {
+    while let Some((start, end, codes)) = rx.recv().await {
+        let skip = filed(dir, &codes).await?;
+        let sql = chunk_sql(start, &codes, &skip);
         let mut t = conn.start_transaction(TxOpts::default()).await?;
         // The mark first, locked: the rows after it are this chunk's alone
         // (recycling takes the same lock before appending).
@@ -161,7 +222,9 @@ async fn extend(
             result = Extended::Moved;
             break;
         }
-        t.query_drop(sql).await?;
+        if let Some(sql) = sql {
+            t.query_drop(sql).await?;
+        }
         t.exec_drop(
             "UPDATE meta SET value = ? WHERE name = 'pregen_done' AND value = ?",
             (end.to_string(), (start - 1).to_string()),
@@ -176,4 +239,72 @@ async fn extend(
     drop(rx);
     let _ = producer.join();
     Ok(result)
+}
+
+/// Why `shorturl-origin pregen` refused its arguments.
+#[derive(Debug, thiserror::Error)]
+pub enum PregenArgsError {
+    #[error("--count is required (no mysql.shards configured)")]
+    CountRequired,
+    #[error("--shard {0:?}: no shard of that name in mysql.shards")]
+    NoSuchShard(String),
+    #[error("--shard needs mysql.shards in the configuration")]
+    NotSharded,
+}
+
+/// `shorturl-origin pregen`: one table up to `--count`, or with shards the
+/// ranges of `--shard` (or of every shard), each to its last id or `--count`.
+pub async fn cli(
+    cfg: &crate::config::MysqlConfig,
+    count: Option<u64>,
+    shard: Option<&str>,
+    chunk: u64,
+    progress: bool,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let meta = crate::db::pool(cfg)?;
+    crate::db::migrate(&meta).await?;
+    let perm = crate::db::load_permutation(&meta).await?;
+    let report = |name: &str, r: PregenReport| {
+        if r.to == r.from {
+            println!(
+                "{name}short_code already holds ids up to {}; nothing to do",
+                r.to
+            );
+        } else {
+            println!(
+                "{name}pregen: ids {}..={} written, {:.0} rows/s",
+                r.from + 1,
+                r.to,
+                r.rows_per_sec
+            );
+        }
+    };
+    if !cfg.shards.sharded {
+        if shard.is_some() {
+            return Err(PregenArgsError::NotSharded.into());
+        }
+        let count = count.ok_or(PregenArgsError::CountRequired)?;
+        report("", run(&meta, &perm, count, chunk, progress).await?);
+        return Ok(());
+    }
+    if let Some(name) = shard {
+        if !cfg.shards.shards.iter().any(|s| s.name == name) {
+            return Err(PregenArgsError::NoSuchShard(name.to_owned()).into());
+        }
+    }
+    for s in &cfg.shards.shards {
+        if shard.is_some_and(|n| n != s.name) {
+            continue;
+        }
+        let to = count.map_or(s.last_id, |c| c.min(s.last_id));
+        if to < s.first_id {
+            continue;
+        }
+        let pool = crate::db::pool_for(&s.url, 4)?;
+        crate::db::migrate(&pool).await?;
+        let r = run_range(&pool, Some(&meta), &perm, s.first_id, to, chunk, progress).await?;
+        report(&format!("shard {}: ", s.name), r);
+        pool.disconnect().await?;
+    }
+    Ok(())
 }

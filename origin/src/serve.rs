@@ -11,12 +11,12 @@ use crate::clicks::retention::Retention;
 use crate::clicks::{ClickMetrics, Consumer};
 use crate::config::{Config, CounterBackend};
 use crate::http::{router, AppState};
-use crate::issuer::counter::{highest_used_id, Counter, MysqlCounter, RedisCounter};
+use crate::issuer::counter::{Counter, MysqlCounter, RedisCounter};
 use crate::issuer::Issuer;
 use crate::lifecycle::{holder_id, Reaper};
 use crate::links::{Links, Parts};
 use crate::metrics::Metrics;
-use crate::store::{is_permanent, Store};
+use crate::store::{is_permanent, ShardMap, Store};
 use crate::whitelist::Whitelist;
 use crate::{apollo, db};
 use std::net::SocketAddr;
@@ -61,14 +61,16 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     // issued; wait for MySQL at start rather than serve errors.
     // The permutation key is only checked here (a missing one means
     // `migrate` did not finish): claims read each row's code.
-    let (_perm, cursor, capacity) = loop {
+    let (shards, cursor, capacity) = loop {
         let attempt = async {
             db::migrate(&pool).await?;
-            Ok::<_, mysql_async::Error>((
-                db::load_permutation(&pool).await?,
-                db::load_cursor_key(&pool).await?,
-                db::capacity(&pool).await?,
-            ))
+            let perm = db::load_permutation(&pool).await?;
+            let counter =
+                (cfg.issuer.backend == CounterBackend::Mysql).then(|| cfg.issuer.name.clone());
+            let shards = ShardMap::open(&cfg.mysql, &pool, perm, counter)?;
+            shards.migrate().await;
+            let capacity = shards.capacity().await?;
+            Ok::<_, mysql_async::Error>((shards, db::load_cursor_key(&pool).await?, capacity))
         };
         match tokio::time::timeout(Duration::from_secs(10), attempt).await {
             Ok(Ok(v)) => break v,
@@ -77,6 +79,8 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
+    shards.find_issuing().await;
+    let shards = Arc::new(shards);
     if capacity == 0 {
         tracing::warn!(
             "no pre-generated codes: run `shorturl-origin pregen --count N`; creations answer 503"
@@ -88,7 +92,8 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let counter: Box<dyn Counter> = match cfg.issuer.backend {
         CounterBackend::Mysql => Box::new(MysqlCounter::new(pool.clone(), cfg.issuer.name.clone())),
         CounterBackend::Redis => {
-            let floor = highest_used_id(&pool)
+            let floor = shards
+                .highest_used_id()
                 .await
                 .map_err(ServeError::IssuerFloor)?;
             Box::new(RedisCounter::new(
@@ -98,14 +103,20 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
             ))
         }
     };
-    let issuer = Issuer::new(
+    let issuer = Issuer::with_boundaries(
         counter,
         cfg.issuer.block,
         cfg.issuer.low_water,
         capacity,
+        shards.boundaries(),
         Arc::clone(&metrics),
     );
-    let store = Store::new(pool.clone(), cfg.mysql.timeout, Arc::clone(&metrics));
+    let store = Store::sharded(
+        pool.clone(),
+        Arc::clone(&shards),
+        cfg.mysql.timeout,
+        Arc::clone(&metrics),
+    );
     let claimer = Claimer::start(
         store.clone(),
         cfg.mysql.claim_workers,
@@ -135,6 +146,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     });
     spawn_capacity_refresh(
         pool.clone(),
+        Arc::clone(&shards),
         Arc::clone(&issuer),
         Arc::clone(&links.metrics),
     );
@@ -169,7 +181,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     let clicks = cfg.clicks.consume.then(|| {
         let c = Consumer::new(
             cfg.redis.topology.clone(),
-            pool.clone(),
+            links.store.clone(),
             cfg.clicks.clone(),
             click_metrics,
         );
@@ -281,13 +293,18 @@ async fn finish(
 
 /// Re-reads the pool every few seconds, so `pregen` and recycling extend a
 /// running system, and the `pool` status and metrics follow.
-fn spawn_capacity_refresh(pool: mysql_async::Pool, issuer: Arc<Issuer>, metrics: Arc<Metrics>) {
+fn spawn_capacity_refresh(
+    pool: mysql_async::Pool,
+    shards: Arc<ShardMap>,
+    issuer: Arc<Issuer>,
+    metrics: Arc<Metrics>,
+) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
             tick.tick().await;
             if let Ok(Ok(p)) =
-                tokio::time::timeout(Duration::from_secs(2), db::pool_stats(&pool)).await
+                tokio::time::timeout(Duration::from_secs(2), shards.pool_stats(&pool)).await
             {
                 issuer.set_capacity(p.size);
                 let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);

@@ -124,6 +124,9 @@ pub struct MariaDb {
     port: u16,
     dir: TempDir,
     proc: Option<Proc>,
+    /// Replication role: `None` for a plain server (no binary log), else
+    /// its `server-id` (a primary logs binary changes, a replica follows one).
+    server_id: Option<u32>,
 }
 
 fn template_dir() -> PathBuf {
@@ -166,6 +169,46 @@ fn ensure_template() -> PathBuf {
 impl MariaDb {
     /// Starts a server with a fresh datadir and waits until it is ready.
     pub fn start() -> MariaDb {
+        MariaDb::start_with_id(None)
+    }
+
+    /// A replication primary: binary log on, `server-id` 1.
+    pub fn start_primary() -> MariaDb {
+        MariaDb::start_with_id(Some(1))
+    }
+
+    /// A replica of `primary` (`server-id` 2), replicating everything the
+    /// primary logged since it started (`CHANGE MASTER TO` + `START SLAVE`).
+    pub fn start_replica_of(primary: &MariaDb) -> MariaDb {
+        let r = MariaDb::start_with_id(Some(2));
+        r.sql(&format!(
+            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='root', \
+             MASTER_PASSWORD=''; START SLAVE",
+            primary.port
+        ));
+        r
+    }
+
+    /// Waits until this replica has applied everything `primary` has logged
+    /// so far (`MASTER_POS_WAIT` on the primary's current binlog position).
+    pub fn wait_caught_up(&self, primary: &MariaDb) {
+        let status = primary.sql("SHOW MASTER STATUS");
+        let mut cols = status.split('\t');
+        let (file, pos) = (cols.next().unwrap_or(""), cols.next().unwrap_or("0").trim());
+        let got = self.sql(&format!("SELECT MASTER_POS_WAIT('{file}', {pos}, 30)"));
+        assert_eq!(
+            got.trim(),
+            "0",
+            "replica did not catch up with {file}:{pos}"
+        );
+    }
+
+    /// Stops applying the primary's changes (`STOP SLAVE`).
+    pub fn pause_replication(&self) {
+        self.sql("STOP SLAVE");
+    }
+
+    fn start_with_id(server_id: Option<u32>) -> MariaDb {
         require("mariadbd");
         let tpl = ensure_template();
         let dir = TempDir::new("mariadb");
@@ -180,6 +223,7 @@ impl MariaDb {
             port: free_port(),
             dir,
             proc: None,
+            server_id,
         };
         m.restart();
         m
@@ -259,8 +303,17 @@ impl MariaDb {
                 "--skip-name-resolve",
                 "--innodb-buffer-pool-size=64M",
                 "--max-connections=500",
-                "--skip-log-bin",
             ]);
+        match self.server_id {
+            None => {
+                cmd.arg("--skip-log-bin");
+            }
+            Some(id) => {
+                cmd.arg(format!("--server-id={id}"))
+                    .arg(format!("--log-bin={}", d.join("binlog").display()))
+                    .arg("--binlog-format=ROW");
+            }
+        }
         let log = d.join("mariadb.log");
         let _ = std::fs::remove_file(&log);
         let proc = spawn("mariadbd", cmd, &log);

@@ -18,12 +18,11 @@
 //! (the stream has no persistence of its own here); the group is created
 //! again on the first `NOGROUP`.
 
-use super::apply::{apply, Applied};
+use super::shard::apply_sharded;
 use super::stream::{self, Entry};
 use super::ClickMetrics;
 use crate::config::ClicksConfig;
-use crate::store::DbError;
-use mysql_async::Pool;
+use crate::store::{DbError, Store};
 use redis::Value;
 use shorturl_common::clicks::{Batch, BatchError, CONSUMER_GROUP, STREAM_KEY};
 use shorturl_common::failpoint;
@@ -45,7 +44,8 @@ pub enum ConsumerError {
 /// The consumer of one origin process.
 pub struct Consumer {
     redis: RedisTopology,
-    pool: Pool,
+    /// Where batches are applied (each shard's part on its shard).
+    store: Store,
     cfg: ClicksConfig,
     metrics: Arc<ClickMetrics>,
     /// `origin-<pid>-<random>`: a restarted origin is a new consumer, and
@@ -64,7 +64,7 @@ impl Consumer {
     /// A consumer (not started).
     pub fn new(
         redis: RedisTopology,
-        pool: Pool,
+        store: Store,
         cfg: ClicksConfig,
         metrics: Arc<ClickMetrics>,
     ) -> Consumer {
@@ -75,7 +75,7 @@ impl Consumer {
         );
         Consumer {
             redis,
-            pool,
+            store,
             cfg,
             metrics,
             name,
@@ -280,9 +280,9 @@ impl Consumer {
                 tracing::warn!(entry = %e.id, batch = %batch_id, error = %err,
                     "click consumer: malformed batch rejected whole (acknowledged, nothing applied)");
             }
-            Ok(b) => match apply(&self.pool, &b, now_unix()).await {
-                Ok(Applied::Applied) => {
-                    let (human, bot) = b.totals();
+            Ok(b) => match apply_sharded(&self.store, &b, now_unix()).await {
+                Ok(Some(added)) => {
+                    let (human, bot) = added.totals();
                     self.metrics.applied.inc();
                     self.metrics
                         .clicks
@@ -290,7 +290,7 @@ impl Consumer {
                         .inc_by(human);
                     self.metrics.clicks.with_label_values(&["bot"]).inc_by(bot);
                 }
-                Ok(Applied::Duplicate) => {
+                Ok(None) => {
                     self.metrics.duplicate.inc();
                     tracing::info!(entry = %e.id, batch = %b.id,
                         "click consumer: batch already applied; acknowledging only");

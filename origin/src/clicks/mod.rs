@@ -12,6 +12,7 @@
 pub mod apply;
 pub mod consumer;
 pub mod retention;
+pub mod shard;
 pub mod stats;
 pub mod stream;
 

@@ -212,10 +212,14 @@ impl Links {
             Interval::Hour => range.from.max(hour_start(since)),
             Interval::Day => range.from.max(day_start(since)),
         };
-        let (hours, refs, devs): Rows = self
-            .store
+        // The rollups are on the link's shard.
+        let here = match self.store.shard_of_code(code).await? {
+            Some(i) => self.store.on(i),
+            None => self.store.clone(),
+        };
+        let (hours, refs, devs): Rows = here
             .bounded(async {
-                let mut c = self.store.pool.get_conn().await?;
+                let mut c = here.pool.get_conn().await?;
                 // Hourly rows are pruned after `clicks.retention_hours_days`;
                 // daily series come from the daily device rows, which are
                 // kept (their `bot` class is exactly the bot clicks).
@@ -337,16 +341,27 @@ impl Links {
             "SELECT h.code, {DAY_HUMAN} AS hu, {DAY_BOT} AS bo \
              {from} GROUP BY h.code ORDER BY hu DESC, bo DESC, h.code LIMIT {limit}"
         );
-        let (totals, top): TenantRows = self
-            .store
-            .bounded(async {
-                let mut c = self.store.pool.get_conn().await?;
-                let totals = c.exec_first(totals_sql, p.clone()).await?;
-                let top = c.exec(top_sql, p).await?;
-                Ok::<_, DbError>((totals, top))
-            })
-            .await?;
-        let (human, bot) = totals.unwrap_or((0, 0));
+        // Every shard's totals and top links (the rollups are next to their
+        // links): totals add up, the top `limit` of the union is the top of
+        // the shards' tops (a link is on one shard).
+        let (mut human, mut bot) = (0, 0);
+        let mut top: Vec<(String, u64, u64)> = Vec::new();
+        for shard in self.store.every_shard() {
+            let (totals, part): TenantRows = shard
+                .bounded(async {
+                    let mut c = shard.pool.get_conn().await?;
+                    let totals = c.exec_first(totals_sql.as_str(), p.clone()).await?;
+                    let top = c.exec(top_sql.as_str(), p.clone()).await?;
+                    Ok::<_, DbError>((totals, top))
+                })
+                .await?;
+            let (h, b) = totals.unwrap_or((0, 0));
+            human += h;
+            bot += b;
+            top.extend(part);
+        }
+        top.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+        top.truncate(limit as usize);
         out.totals = Totals { human, bot };
         out.links = top
             .into_iter()
@@ -367,14 +382,18 @@ impl Links {
             vec!["?"; codes.len()].join(", ")
         );
         let params: Vec<Value> = codes.iter().map(|c| c.as_str().into()).collect();
-        let rows: Vec<(String, u64)> = self
-            .store
-            .bounded(async {
-                let mut c = self.store.pool.get_conn().await?;
-                Ok::<_, DbError>(c.exec(sql, params).await?)
-            })
-            .await?;
-        Ok(rows.into_iter().collect())
+        // Each shard counts the codes it holds.
+        let mut out = HashMap::new();
+        for shard in self.store.every_shard() {
+            let rows: Vec<(String, u64)> = shard
+                .bounded(async {
+                    let mut c = shard.pool.get_conn().await?;
+                    Ok::<_, DbError>(c.exec(sql.as_str(), params.clone()).await?)
+                })
+                .await?;
+            out.extend(rows);
+        }
+        Ok(out)
     }
 }
 

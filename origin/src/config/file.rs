@@ -57,6 +57,23 @@ pub struct MysqlFile {
     pub claim_batch: Option<usize>,
     #[serde(default)]
     pub claim_workers: Option<usize>,
+    /// Shards by id range (config/shards.rs); absent: `url` holds every id.
+    #[serde(default)]
+    pub shards: Option<Vec<ShardFile>>,
+    #[serde(default)]
+    pub skip_dead_shards: Option<bool>,
+}
+
+/// One entry of `mysql.shards`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardFile {
+    pub name: String,
+    pub first_id: u64,
+    pub last_id: u64,
+    pub url: String,
+    #[serde(default)]
+    pub replicas: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]

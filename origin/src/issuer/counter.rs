@@ -28,6 +28,17 @@ pub trait Counter: Send + Sync + 'static {
     fn advance(&self, n: u64) -> BoxFuture<'_, Result<u64, CounterError>>;
     /// Backend name for logs and status.
     fn kind(&self) -> &'static str;
+    /// Raises the counter to at least `v` (never lowers it): issuing
+    /// continues after `v` (a shard that is down is skipped).
+    fn raise_to(&self, v: u64) -> BoxFuture<'_, Result<(), CounterError>> {
+        Box::pin(async move {
+            let now = self.advance(0).await?;
+            if now < v {
+                self.advance(v - now).await?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// One row of the `counter` table; `LAST_INSERT_ID(expr)` returns the value
@@ -60,6 +71,19 @@ impl Counter for MysqlCounter {
 
     fn kind(&self) -> &'static str {
         "mysql"
+    }
+
+    fn raise_to(&self, v: u64) -> BoxFuture<'_, Result<(), CounterError>> {
+        Box::pin(async move {
+            let mut conn = self.pool.get_conn().await?;
+            conn.exec_drop(
+                "INSERT INTO counter (name, value) VALUES (?, ?) \
+                 ON DUPLICATE KEY UPDATE value = GREATEST(value, VALUES(value))",
+                (&self.name, v),
+            )
+            .await?;
+            Ok(())
+        })
     }
 }
 

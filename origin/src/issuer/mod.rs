@@ -50,6 +50,11 @@ pub struct Issuer {
     prefetching: AtomicBool,
     capacity: AtomicU64,
     highest: AtomicU64,
+    /// Last ids of shard ranges (all but the last): no block crosses one.
+    boundaries: Vec<u64>,
+    /// The part of a fetched block past a boundary, handed out by the next
+    /// fetch (only touched under `spare`'s lock, which every fetch holds).
+    rest: std::sync::Mutex<Option<(u64, u64)>>,
     metrics: Arc<Metrics>,
 }
 
@@ -77,8 +82,56 @@ impl Issuer {
             prefetching: AtomicBool::new(false),
             capacity: AtomicU64::new(capacity),
             highest: AtomicU64::new(0),
+            boundaries: Vec::new(),
+            rest: std::sync::Mutex::new(None),
             metrics,
         })
+    }
+
+    /// Like [`Issuer::new`], over shard ranges that end at `boundaries`
+    /// (ascending): a block that would cross one is split there (the part
+    /// past it is the next block), so every block is on one shard.
+    pub fn with_boundaries(
+        counter: Box<dyn Counter>,
+        block: u64,
+        low_water: u64,
+        capacity: u64,
+        boundaries: Vec<u64>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        let mut me = Issuer::new(counter, block, low_water, capacity, metrics);
+        if let Some(m) = Arc::get_mut(&mut me) {
+            m.boundaries = boundaries;
+        }
+        me
+    }
+
+    /// Moves issuing past `last_id` (the end of a shard that is down): the
+    /// durable counter is raised to it, so every origin's next block starts
+    /// after it, and this origin drops its current and prefetched blocks.
+    /// The ids skipped stay unused.
+    pub async fn skip_past(self: &Arc<Self>, last_id: u64) -> Result<(), IssueError> {
+        let mut spare = self.spare.lock().await;
+        if let Err(e) = self.counter.raise_to(last_id).await {
+            self.metrics.issuer_error.inc();
+            return Err(IssueError::Counter(Arc::new(e)));
+        }
+        *spare = None;
+        if let Ok(mut rest) = self.rest.lock() {
+            *rest = None;
+        }
+        let cur = self.current.load_full();
+        if cur.next.load(Ordering::Acquire) <= last_id {
+            self.current.store(Arc::new(Block {
+                next: AtomicU64::new(1),
+                end: 0,
+            }));
+        }
+        tracing::warn!(
+            last_id,
+            "issuer: skipped past the end of a shard that is down"
+        );
+        Ok(())
     }
 
     /// Updates the table size (after `pregen` extended it).
@@ -187,9 +240,14 @@ impl Issuer {
         });
     }
 
+    /// The next block: the rest of a split one, else a new one from the
+    /// counter (split at a range boundary it crosses).
     async fn fetch(&self) -> Result<(u64, u64), IssueError> {
+        if let Some(r) = self.rest.lock().ok().and_then(|mut r| r.take()) {
+            return Ok(self.split(r));
+        }
         let r = match self.counter.advance(self.block).await {
-            Ok(end) if end >= self.block => return Ok((end - self.block + 1, end)),
+            Ok(end) if end >= self.block => return Ok(self.split((end - self.block + 1, end))),
             Ok(got) => CounterError::BelowBlock {
                 got,
                 block: self.block,
@@ -199,6 +257,20 @@ impl Issuer {
         self.metrics.issuer_error.inc();
         tracing::error!(backend = self.counter.kind(), error = %r, "id counter failed");
         Err(IssueError::Counter(Arc::new(r)))
+    }
+
+    /// `(start, end)` up to the first range boundary in it; the part after
+    /// is kept for the next fetch.
+    fn split(&self, (start, end): (u64, u64)) -> (u64, u64) {
+        match self.boundaries.iter().find(|&&b| start <= b && b < end) {
+            Some(&b) => {
+                if let Ok(mut rest) = self.rest.lock() {
+                    *rest = Some((b + 1, end));
+                }
+                (start, b)
+            }
+            None => (start, end),
+        }
     }
 
     /// The `issuer` status dimension.
@@ -270,6 +342,25 @@ mod tests {
         assert_eq!(all.len(), 20_000);
         let calls = c.1.load(Ordering::Relaxed);
         assert!((200..=202).contains(&calls), "counter calls {calls}");
+    }
+
+    #[tokio::test]
+    async fn blocks_split_at_shard_boundaries_and_skip_moves_past_a_range() {
+        let m = Arc::new(Metrics::new().unwrap());
+        let iss = Issuer::with_boundaries(
+            Box::new(LocalCounter(AtomicU64::new(0), AtomicU64::new(0))),
+            10,
+            2,
+            100,
+            vec![15, 40],
+            m,
+        );
+        // Every id in order, none lost at the boundary.
+        for want in 1..=20 {
+            assert_eq!(iss.next_id().await.unwrap(), want);
+        }
+        iss.skip_past(40).await.unwrap();
+        assert_eq!(iss.next_id().await.unwrap(), 41);
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::db;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
-use crate::store::Store;
+use crate::store::{ShardMap, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 use shorturl_common::time::now_unix;
 use std::sync::Arc;
@@ -54,7 +54,16 @@ pub async fn run(
     let pool = db::pool(&cfg.mysql)?;
     db::migrate(&pool).await?;
     let metrics = Arc::new(Metrics::new()?);
-    let store = Store::new(pool.clone(), cfg.mysql.timeout, Arc::clone(&metrics));
+    // With `mysql.shards` the pass sweeps every shard (one outbox each).
+    let perm = db::load_permutation(&pool).await?;
+    let shards = ShardMap::open(&cfg.mysql, &pool, perm, None)?;
+    shards.migrate().await;
+    let store = Store::sharded(
+        pool.clone(),
+        Arc::new(shards),
+        cfg.mysql.timeout,
+        Arc::clone(&metrics),
+    );
     let cache =
         Cache::new(cfg.redis.clone(), Arc::clone(&metrics)).map_err(ReapRunError::RedisUrl)?;
     let outbox = Outbox::new(store.clone(), cache, Arc::clone(&metrics));

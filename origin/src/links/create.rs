@@ -1,7 +1,7 @@
 //! Creation: the tenancy rules, deduplication, custom codes and issued codes.
 
 use super::{LinkError, LinkView, Links};
-use crate::store::{CustomClaim, LinkData, LinkRow, RowState};
+use crate::store::{CustomClaim, DbError, LinkData, LinkRow, RowState};
 use crate::tenancy::{Caller, Scope};
 use crate::validate::CreateRequest;
 use crate::whitelist::Denied;
@@ -120,8 +120,17 @@ impl Links {
             })?;
             // The row's code is P(id) for a pre-generated id, or the code
             // recycling appended at this id: the claim reads it.
-            if let Some(c) = self.claimer.claim(id, Arc::clone(&data)).await? {
-                break c;
+            match self.claimer.claim(id, Arc::clone(&data)).await {
+                Ok(Some(c)) => break c,
+                Ok(None) => {}
+                Err(e) => {
+                    // `mysql.skip_dead_shards`: a shard that does not answer
+                    // is skipped; issuing moves on to the next range.
+                    let Some(end) = self.dead_shard_end(id, &e) else {
+                        return Err(e.into());
+                    };
+                    self.issuer.skip_past(end).await?;
+                }
             }
             self.metrics.issuer_skipped.inc();
             skips += 1;
@@ -144,6 +153,17 @@ impl Links {
         Ok(Creation::New(
             self.view(&data.row(&claimed.code, claimed.version), now),
         ))
+    }
+
+    /// The last id of `id`'s shard when `e` says that shard is down (not
+    /// a refused statement), skipping is configured and a later range exists.
+    fn dead_shard_end(&self, id: u64, e: &DbError) -> Option<u64> {
+        let shards = &self.store.shards;
+        if !shards.skip_dead || e.may_be_item_specific() {
+            return None;
+        }
+        let i = shards.index_of_id(id)?;
+        (i + 1 < shards.shards.len()).then(|| shards.shards[i].last_id)
     }
 
     /// The link of a recent identical creation (same app, merchant, domain,

@@ -109,8 +109,12 @@ impl Links {
         match modified {
             Modified::Missing => Err(LinkError::NotFound),
             Modified::Unchanged(row) => Ok(row),
-            Modified::Changed { after, outbox_id } => {
-                self.outbox.apply_now(outbox_id).await;
+            Modified::Changed {
+                after,
+                outbox_id,
+                shard,
+            } => {
+                self.outbox.apply_now(shard, outbox_id).await;
                 Ok(after)
             }
         }

@@ -110,7 +110,15 @@ impl Store {
     /// The changes of `code`'s current life, newest first (at most
     /// [`HISTORY_LIMIT`]): the rows after its last `recycle` row, so the
     /// owner of a recycled code never sees the old link's history.
+    /// Read on the shard that holds the link (none: no history).
     pub async fn history(&self, code: &str) -> Result<Vec<AuditEntry>, DbError> {
+        match self.shard_of_code(code).await? {
+            Some(i) => self.on(i).history_here(code).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn history_here(&self, code: &str) -> Result<Vec<AuditEntry>, DbError> {
         self.metrics.mysql_select.inc();
         let rows: Vec<AuditCols> = self
             .bounded(async {

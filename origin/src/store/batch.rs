@@ -27,7 +27,38 @@ impl Store {
     /// link's for a recycled one), so no record of an earlier life of the
     /// code can win a compare-and-set against the new link's. On error
     /// nothing of the batch is written.
+    ///
+    /// Sharded, each shard's items are claimed in that shard's own
+    /// transaction (an id in no range is not free); the first failure fails
+    /// the call, so callers group items by shard first ([`Store::shard_of_id`]).
     pub async fn claim_batch(&self, items: &[ClaimItem]) -> Result<Vec<Option<Claimed>>, DbError> {
+        if !self.shards.sharded {
+            return self.claim_batch_here(items).await;
+        }
+        let mut groups: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for (k, (id, _)) in items.iter().enumerate() {
+            if let Some(i) = self.shards.index_of_id(*id) {
+                groups.entry(i).or_default().push(k);
+            }
+        }
+        let mut out = vec![None; items.len()];
+        for (i, idx) in groups {
+            let part: Vec<ClaimItem> = idx.iter().map(|&k| items[k].clone()).collect();
+            let got = self.on(i).claim_batch_here(&part).await?;
+            self.shards.note_issuing(i);
+            for (k, c) in idx.into_iter().zip(got) {
+                out[k] = c;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The shard whose range holds `id` (0 unsharded).
+    pub fn shard_of_id(&self, id: u64) -> Option<usize> {
+        self.shards.index_of_id(id)
+    }
+
+    async fn claim_batch_here(&self, items: &[ClaimItem]) -> Result<Vec<Option<Claimed>>, DbError> {
         self.metrics.mysql_update.inc_by(items.len() as u64);
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;

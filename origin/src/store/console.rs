@@ -97,7 +97,11 @@ impl Store {
     }
 
     /// Links created per day in `[from, to)` (day starts): `(day, n, 0)`.
-    pub async fn created_per_day(&self, from: u64, to: u64) -> Result<DayRows, DbError> {
+    pub(super) async fn created_per_day_here(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<DayRows, DbError> {
         self.bounded(async {
             let mut c = self.pool.get_conn().await?;
             Ok(c.exec(
@@ -111,7 +115,7 @@ impl Store {
     }
 
     /// Clicks per day in `[from, to)` (day starts): `(day, human, bot)`.
-    pub async fn clicks_per_day(&self, from: u64, to: u64) -> Result<DayRows, DbError> {
+    pub(super) async fn clicks_per_day_here(&self, from: u64, to: u64) -> Result<DayRows, DbError> {
         self.bounded(async {
             let mut c = self.pool.get_conn().await?;
             Ok(c.exec(
@@ -126,7 +130,11 @@ impl Store {
     }
 
     /// Links created since `from` (Unix seconds), optionally of one app.
-    pub async fn created_since(&self, from: u64, app: Option<&str>) -> Result<u64, DbError> {
+    pub(super) async fn created_since_here(
+        &self,
+        from: u64,
+        app: Option<&str>,
+    ) -> Result<u64, DbError> {
         self.bounded(async {
             let mut c = self.pool.get_conn().await?;
             let n: Option<u64> = match app {
@@ -151,7 +159,7 @@ impl Store {
     }
 
     /// Links of merchant `kdt_id` (any state but free).
-    pub async fn merchant_links(&self, kdt_id: u64) -> Result<u64, DbError> {
+    pub(super) async fn merchant_links_here(&self, kdt_id: u64) -> Result<u64, DbError> {
         self.bounded(async {
             let mut c = self.pool.get_conn().await?;
             let n: Option<u64> = c
@@ -168,8 +176,12 @@ impl Store {
     /// Outbox rows of `code` still waiting to reach Redis and the edges,
     /// and the oldest one's creation (ms).
     pub async fn outbox_pending(&self, code: &str) -> Result<(u64, Option<u64>), DbError> {
-        self.bounded(async {
-            let mut c = self.pool.get_conn().await?;
+        let here = match self.shard_of_code(code).await? {
+            Some(i) => self.on(i),
+            None => return Ok((0, None)),
+        };
+        here.bounded(async {
+            let mut c = here.pool.get_conn().await?;
             let r: Option<(u64, Option<u64>)> = c
                 .exec_first(
                     "SELECT COUNT(*), MIN(created_at_ms) FROM outbox WHERE code = ?",

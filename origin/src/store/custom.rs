@@ -39,7 +39,28 @@ impl Store {
     /// Creates a link with a caller-chosen code. A pre-generated code that is
     /// still free becomes this link (and so is never issued); one in any
     /// other state, or an existing custom code, is taken.
+    ///
+    /// Sharded, a code whose inverse-permutation id is in a configured range
+    /// is claimed on that range's shard (where `uk_code` decides a race with
+    /// the pre-generated row); any other code is filed in the directory
+    /// first (under the shard now issuing, unless already filed) and claimed
+    /// on the shard it names.
     pub async fn claim_custom(&self, code: &str, d: &LinkData) -> Result<CustomClaim, DbError> {
+        if !self.shards.sharded {
+            return self.claim_custom_here(code, d).await;
+        }
+        // A code filed before its home range had a shard stays where it is.
+        let i = match self.directory(code).await? {
+            Some(j) => j,
+            None => match self.shards.home_of_code(code) {
+                Some(i) => i,
+                None => self.directory_file(code, d.created_at).await?,
+            },
+        };
+        self.on(i).claim_custom_here(code, d).await
+    }
+
+    async fn claim_custom_here(&self, code: &str, d: &LinkData) -> Result<CustomClaim, DbError> {
         self.metrics.mysql_update.inc();
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;

@@ -53,7 +53,7 @@ impl Store {
     /// transaction; returns how many. Rows another transaction holds (an
     /// owner's edit in flight) are skipped, not waited for: the next batch
     /// sees them as they are then.
-    pub async fn reap_batch(&self, now: u64, limit: usize) -> Result<usize, DbError> {
+    pub(super) async fn reap_batch_here(&self, now: u64, limit: usize) -> Result<usize, DbError> {
         self.quiet(async {
             let mut conn = self.pool.get_conn().await?;
             let mut opts = TxOpts::default();
@@ -114,7 +114,7 @@ impl Store {
 
     /// Links past their expiry at `now` not reaped yet (a count over the
     /// same index range the reaper reads: its cost follows the backlog).
-    pub async fn reap_backlog(&self, now: u64) -> Result<u64, DbError> {
+    pub(super) async fn reap_backlog_here(&self, now: u64) -> Result<u64, DbError> {
         self.quiet(async {
             let mut conn = self.pool.get_conn().await?;
             let n: Option<u64> = conn

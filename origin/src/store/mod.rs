@@ -15,6 +15,7 @@ mod batch;
 pub mod console;
 mod custom;
 pub mod error;
+mod fanout;
 mod lease;
 pub mod lifecycle;
 mod modify;
@@ -23,6 +24,7 @@ pub mod recycle;
 pub mod retention;
 mod row;
 pub mod search;
+pub mod shards;
 pub mod state;
 
 pub use audit::{AuditAction, AuditEntry};
@@ -31,6 +33,7 @@ pub use custom::CustomClaim;
 pub use error::DbError;
 pub use modify::{is_permanent, Change, Modified};
 pub use row::LinkRow;
+pub use shards::{Shard, ShardMap};
 pub use state::RowState;
 
 use crate::metrics::Metrics;
@@ -128,9 +131,17 @@ impl LinkData {
 }
 
 /// Link statements with timeouts and status counters.
+///
+/// `pool` is where this store's statements go: the meta database (which is
+/// the one shard when unsharded), or one shard in a view made by
+/// [`Store::on`]. Link reads and changes route themselves by code
+/// ([`shards`]); global tables (leases, sessions, the directory) use `meta`.
 #[derive(Clone)]
 pub struct Store {
     pub pool: Pool,
+    /// The meta database (`mysql.url`).
+    pub meta: Pool,
+    pub shards: Arc<ShardMap>,
     timeout: Duration,
     metrics: Arc<Metrics>,
 }
@@ -157,10 +168,23 @@ fn lookup_of(row: Option<LookupCols>, now: u64) -> Lookup {
 }
 
 impl Store {
-    /// Wraps the pool.
+    /// Wraps the pool (unsharded: it holds every link).
     pub fn new(pool: Pool, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+        let shards = Arc::new(ShardMap::single(pool.clone()));
+        Store::sharded(pool, shards, timeout, metrics)
+    }
+
+    /// Over the meta database `meta` and the shards of `shards`.
+    pub fn sharded(
+        meta: Pool,
+        shards: Arc<ShardMap>,
+        timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Store {
-            pool,
+            pool: meta.clone(),
+            meta,
+            shards,
             timeout,
             metrics,
         }
@@ -188,8 +212,22 @@ impl Store {
         r
     }
 
-    /// Reads a link by code.
+    /// Reads a link by code, on the shard that holds it.
     pub async fn find(&self, code: &str) -> Result<Option<LinkRow>, DbError> {
+        if let Some(i) = self.shards.home_of_code(code) {
+            let row = self.on(i).find_here(code).await?;
+            if row.as_ref().is_some_and(|r| r.state != RowState::Free) || !self.shards.sharded {
+                return Ok(row);
+            }
+        }
+        match self.directory(code).await? {
+            Some(i) => self.on(i).find_here(code).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Reads a link by code on this store's own database.
+    async fn find_here(&self, code: &str) -> Result<Option<LinkRow>, DbError> {
         self.metrics.mysql_select.inc();
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;
@@ -206,11 +244,57 @@ impl Store {
 
     /// What MySQL says `code` resolves to (negative unless active and
     /// unexpired), with the row's version (0 for a code with no row).
+    /// Sharded: the home shard first (its replica if it has one), then the
+    /// directory (see [`shards`]).
     pub async fn lookup(&self, code: &str, now: u64) -> Result<Lookup, DbError> {
+        if !self.shards.sharded {
+            return Ok(lookup_of(self.lookup_here(code, None).await?, now));
+        }
+        if let Some(i) = self.shards.home_of_code(code) {
+            let row = self.on(i).lookup_on_shard(i, code).await?;
+            if row.as_ref().is_some_and(|r| r.0 != RowState::Free.code()) {
+                return Ok(lookup_of(row, now));
+            }
+        }
+        match self.directory(code).await? {
+            Some(i) => Ok(lookup_of(self.on(i).lookup_here(code, None).await?, now)),
+            None => Ok(Lookup::Negative(0)),
+        }
+    }
+
+    /// [`Store::lookup_here`] on shard `i`, through its replica when it has
+    /// one; a replica's miss on an id that may have been issued is asked
+    /// again on the primary (the replica may not have the row of a link
+    /// created a moment ago yet); a replica that fails is skipped.
+    async fn lookup_on_shard(&self, i: usize, code: &str) -> Result<Option<LookupCols>, DbError> {
+        if let Some(replica) = self.shards.shards.get(i).and_then(|s| s.replica.clone()) {
+            match self.lookup_here(code, Some(&replica)).await {
+                Ok(Some(row)) if row.0 != RowState::Free.code() => return Ok(Some(row)),
+                // Free or absent there: the replica's answer stands for an id
+                // never issued; an issued one may not have reached it yet.
+                Ok(row) => {
+                    let id = self.shards.id_of_code(code).unwrap_or(u64::MAX);
+                    if !self.shards.maybe_issued(id, &self.meta).await {
+                        return Ok(row);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        self.lookup_here(code, None).await
+    }
+
+    /// `code`'s [`LookupCols`] on `replica`, or on this store's database.
+    async fn lookup_here(
+        &self,
+        code: &str,
+        replica: Option<&Pool>,
+    ) -> Result<Option<LookupCols>, DbError> {
         self.metrics.mysql_select.inc();
+        let pool = replica.unwrap_or(&self.pool);
         let row: Option<LookupCols> = self
             .bounded(async {
-                let mut conn = self.pool.get_conn().await?;
+                let mut conn = pool.get_conn().await?;
                 Ok(conn
                     .exec_first(
                         "SELECT state, long_url, domain, expires_at, version FROM short_code WHERE code = ?",
@@ -219,7 +303,7 @@ impl Store {
                     .await?)
             })
             .await?;
-        Ok(lookup_of(row, now))
+        Ok(row)
     }
 
     /// Cheap liveness probe.

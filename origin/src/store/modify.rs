@@ -26,8 +26,13 @@ pub enum Modified {
     Missing,
     /// The domain decided that nothing changes (no version bump, no audit).
     Unchanged(LinkRow),
-    /// Committed: the row as it now is, its audit row and outbox row `outbox_id`.
-    Changed { after: LinkRow, outbox_id: u64 },
+    /// Committed: the row as it now is, its audit row and outbox row
+    /// `outbox_id` on shard `shard` (each shard has its own outbox).
+    Changed {
+        after: LinkRow,
+        outbox_id: u64,
+        shard: usize,
+    },
 }
 
 /// Whether a link in `state` has ended (never resolves again unless renewed).
@@ -58,8 +63,28 @@ impl Store {
     /// `Err`. `serving` is the redirect status the link is served with from
     /// now on (the origin's policy): a permanent one is recorded for good,
     /// an unknown (NULL) record stays unknown.
+    ///
+    /// The transaction runs on the shard that holds the link.
     pub async fn modify<E>(
         &self,
+        code: &str,
+        actor: &str,
+        serving: u16,
+        decide: impl FnOnce(&LinkRow) -> Result<Option<Change>, E>,
+    ) -> Result<Result<Modified, E>, DbError> {
+        match self.shard_of_code(code).await? {
+            Some(i) => {
+                self.on(i)
+                    .modify_here(i, code, actor, serving, decide)
+                    .await
+            }
+            None => Ok(Ok(Modified::Missing)),
+        }
+    }
+
+    async fn modify_here<E>(
+        &self,
+        shard: usize,
         code: &str,
         actor: &str,
         serving: u16,
@@ -140,7 +165,11 @@ impl Store {
             .await?;
             let outbox_id = outbox::insert(&mut tx, code, after.version, now_ms).await?;
             tx.commit().await?;
-            Ok(Ok(Modified::Changed { after, outbox_id }))
+            Ok(Ok(Modified::Changed {
+                after,
+                outbox_id,
+                shard,
+            }))
         })
         .await
     }

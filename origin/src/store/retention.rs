@@ -36,7 +36,12 @@ impl Pruned {
 impl Store {
     /// Deletes at most `limit` rows of `what` older than `before` (Unix
     /// seconds); returns how many went.
-    pub async fn prune(&self, what: Pruned, before: u64, limit: usize) -> Result<u64, DbError> {
+    pub(super) async fn prune_here(
+        &self,
+        what: Pruned,
+        before: u64,
+        limit: usize,
+    ) -> Result<u64, DbError> {
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;
             conn.exec_drop(what.statement(), (before, limit)).await?;

@@ -184,6 +184,14 @@ impl Origin {
         self.wait_healthy();
     }
 
+    /// Stops `serve` gracefully (SIGTERM: in-flight requests finish) and
+    /// starts it again with the config file as it now is (a rolling restart).
+    pub fn restart_graceful(&mut self) {
+        self.proc.terminate(Duration::from_secs(10));
+        self.proc = Origin::spawn_serve(&self.dir, &self.config, &self.opts);
+        self.wait_healthy();
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }

@@ -262,7 +262,31 @@ pub fn statement(q: &SearchQuery<'_>) -> (String, Vec<Value>) {
 
 impl Store {
     /// Runs a search: `(id, link)` newest first, at most `q.limit`.
+    ///
+    /// Sharded, every shard answers the same query (at most `q.limit` rows
+    /// after the same cursor) and the pages are merged by the same key,
+    /// `(created_at, id)` descending (ids are unique across shards), so the
+    /// keyset pages stay exact. A shard that does not answer fails the search.
     pub async fn search(&self, q: &SearchQuery<'_>) -> Result<Vec<(u64, LinkRow)>, DbError> {
+        if !self.shards.sharded {
+            return self.search_here(q).await;
+        }
+        let pages = futures::future::join_all(
+            self.every_shard()
+                .into_iter()
+                .map(|s| async move { s.search_here(q).await }),
+        )
+        .await;
+        let mut all = Vec::new();
+        for p in pages {
+            all.extend(p?);
+        }
+        all.sort_by(|(ia, a), (ib, b)| (b.created_at, ib).cmp(&(a.created_at, ia)));
+        all.truncate(usize::try_from(q.limit).unwrap_or(usize::MAX));
+        Ok(all)
+    }
+
+    async fn search_here(&self, q: &SearchQuery<'_>) -> Result<Vec<(u64, LinkRow)>, DbError> {
         self.metrics.mysql_select.inc();
         let (sql, params) = statement(q);
         self.bounded(async {

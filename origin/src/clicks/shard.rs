@@ -1,0 +1,120 @@
+//! Click rollups sharded like the links (issue 16): a batch is split by the
+//! shard of each line's link, and each part is applied on that shard in one
+//! transaction with the batch id (so a redelivered batch is a duplicate on
+//! every shard that applied its part, and applied where it was not yet:
+//! each shard's counts stay exact across crashes and redelivery). The
+//! rollups sit next to `short_code`, which the statistics join.
+
+use super::apply::{apply, Applied};
+use crate::store::{DbError, Store};
+use mysql_async::prelude::*;
+use shorturl_common::clicks::Batch;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The shard of every code of `codes`: the directory's answer if it has
+/// one (one read for all), else the code's home range; 0 for neither.
+async fn shards_of(
+    store: &Store,
+    codes: &BTreeSet<&str>,
+) -> Result<HashMap<String, usize>, DbError> {
+    let marks = vec!["?"; codes.len()].join(",");
+    let params: Vec<mysql_async::Value> = codes.iter().map(|c| (*c).into()).collect();
+    let filed: Vec<(String, String)> = store
+        .bounded(async {
+            let mut conn = store.meta.get_conn().await?;
+            Ok(conn
+                .exec(
+                    format!("SELECT code, shard FROM custom_code_dir WHERE code IN ({marks})"),
+                    params,
+                )
+                .await?)
+        })
+        .await?;
+    let filed: HashMap<String, usize> = filed
+        .into_iter()
+        .filter_map(|(c, s)| Some((c, store.shards.index_of_name(&s)?)))
+        .collect();
+    Ok(codes
+        .iter()
+        .map(|c| {
+            let i = filed
+                .get(*c)
+                .copied()
+                .or_else(|| store.shards.home_of_code(c))
+                .unwrap_or(0);
+            ((*c).to_owned(), i)
+        })
+        .collect())
+}
+
+/// `batch` split into one part per shard, each with the batch's id.
+async fn split(store: &Store, batch: &Batch) -> Result<BTreeMap<usize, Batch>, DbError> {
+    let codes: BTreeSet<&str> = batch
+        .hours
+        .iter()
+        .map(|l| l.code.as_str())
+        .chain(batch.referrers.iter().map(|l| l.code.as_str()))
+        .chain(batch.devices.iter().map(|l| l.code.as_str()))
+        .collect();
+    let mut parts: BTreeMap<usize, Batch> = BTreeMap::new();
+    if codes.is_empty() {
+        parts.insert(0, batch.clone());
+        return Ok(parts);
+    }
+    let of = shards_of(store, &codes).await?;
+    let shard = |code: &str| of.get(code).copied().unwrap_or(0);
+    let new = || Batch::new(batch.id.clone());
+    for l in &batch.hours {
+        parts
+            .entry(shard(&l.code))
+            .or_insert_with(new)
+            .hours
+            .push(l.clone());
+    }
+    for l in &batch.referrers {
+        parts
+            .entry(shard(&l.code))
+            .or_insert_with(new)
+            .referrers
+            .push(l.clone());
+    }
+    for l in &batch.devices {
+        parts
+            .entry(shard(&l.code))
+            .or_insert_with(new)
+            .devices
+            .push(l.clone());
+    }
+    Ok(parts)
+}
+
+/// Applies `batch` at `now`: unsharded as one transaction; sharded, each
+/// shard's part on its shard. `Applied` with the part that was added
+/// (`None`: every part was already there); the first failure stops and
+/// fails the batch (it stays pending and is redelivered whole: parts
+/// already applied are then duplicates).
+pub async fn apply_sharded(
+    store: &Store,
+    batch: &Batch,
+    now: u64,
+) -> Result<Option<Batch>, DbError> {
+    if !store.shards.sharded {
+        return Ok(match apply(&store.pool, batch, now).await? {
+            Applied::Applied => Some(batch.clone()),
+            Applied::Duplicate => None,
+        });
+    }
+    let mut added: Option<Batch> = None;
+    for (i, part) in split(store, batch).await? {
+        let Some(shard) = store.shards.shards.get(i) else {
+            continue;
+        };
+        if apply(&shard.pool, &part, now).await? == Applied::Applied {
+            let a = added.get_or_insert_with(|| Batch::new(batch.id.clone()));
+            a.hours.extend(part.hours);
+            a.referrers.extend(part.referrers);
+            a.devices.extend(part.devices);
+        }
+    }
+    Ok(added)
+}
