@@ -43,6 +43,23 @@ pub struct Totals {
 
 /// Creates `n` links through the edge and reads each once, so the edge
 /// holds them in memory. Returns (code, url).
+impl Totals {
+    /// What a failover must not break: no error for links in the edge's
+    /// memory, for creations (MySQL is the truth) or for misses (they fall
+    /// back to the origin), and each kind of traffic really ran.
+    pub fn assert_no_errors(&self) {
+        assert_eq!(self.hot.err, 0, "links in the edge's memory never fail");
+        assert!(self.hot.ok > 100, "{:?}", self.hot);
+        assert_eq!(
+            self.creations.err, 0,
+            "creations never fail (MySQL is the truth)"
+        );
+        assert!(self.creations.ok > 5, "{:?}", self.creations);
+        assert_eq!(self.misses.err, 0, "misses fall back to the origin");
+        assert!(self.misses.ok > 10, "{:?}", self.misses);
+    }
+}
+
 pub fn warm_links(edge: &Edge, n: usize, tag: &str) -> Vec<(String, String)> {
     (0..n)
         .map(|i| {
