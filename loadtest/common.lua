@@ -46,14 +46,15 @@ end
 -- the bottleneck, so request() only indexes a table (no formatting per call).
 -- LOADTEST_CLOSE=1 adds `Connection: close`: a new connection (and, over
 -- https, a full TLS handshake) for every request.
-function M.get_requests(codes, host)
+-- `suffix` (optional) follows the code: ".png?size=256" for QR codes.
+function M.get_requests(codes, host, suffix)
   local reqs = {}
   local headers = { ["Host"] = host }
   if os.getenv("LOADTEST_CLOSE") == "1" then
     headers["Connection"] = "close"
   end
   for i, c in ipairs(codes) do
-    reqs[i] = wrk.format("GET", "/" .. c, headers)
+    reqs[i] = wrk.format("GET", "/" .. c .. (suffix or ""), headers)
   end
   return reqs
 end

@@ -19,10 +19,7 @@ end
 
 function init(args)
   common.thread_seed()
-  reqs = {}
-  for _, code in ipairs(common.read_lines(file)) do
-    reqs[#reqs + 1] = wrk.format("GET", "/" .. code .. ".png?size=256", { Host = host })
-  end
+  reqs = common.get_requests(common.read_lines(file), host, ".png?size=256")
   n = #reqs
 end
 

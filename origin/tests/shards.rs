@@ -128,28 +128,6 @@ async fn create_many(o: &Origin, tag: &str, n: usize, conc: usize) -> Vec<(Strin
     all
 }
 
-/// `XADD`s `b` to the click stream as an edge does.
-async fn xadd(redis: &Redis, b: &shorturl_common::clicks::Batch) {
-    use shorturl_common::clicks::{BATCH_VERSION, STREAM_KEY};
-    let mut c = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: String = redis::cmd("XADD")
-        .arg(STREAM_KEY)
-        .arg("*")
-        .arg("id")
-        .arg(&b.id)
-        .arg("v")
-        .arg(BATCH_VERSION)
-        .arg("b")
-        .arg(b.encode_body())
-        .query_async(&mut c)
-        .await
-        .unwrap();
-}
-
 fn perm_of(meta: &Db<'_>) -> Permutation {
     let hex = meta.sql("SELECT value FROM meta WHERE name = 'perm_key'");
     Permutation::from_hex(hex.trim()).unwrap()
@@ -275,7 +253,7 @@ async fn creations_cross_the_boundary_and_every_change_goes_to_the_links_shard()
         ],
     );
     for _ in 0..2 {
-        xadd(&redis, &batch).await;
+        clicks::xadd_to(&redis.url(), &batch).await;
     }
     clicks::wait_totals(&origin, on_a, (7, 2)).await;
     clicks::wait_totals(&origin, on_b, (5, 1)).await;

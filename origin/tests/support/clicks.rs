@@ -62,9 +62,26 @@ pub async fn xadd(s: &Setup, b: &Batch) {
     .await;
 }
 
+/// [`xadd`] to the Redis at `url` (a test with a stack of its own).
+pub async fn xadd_to(url: &str, b: &Batch) {
+    let mut c = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    xadd_on(
+        &mut c,
+        &[("id", &b.id), ("v", BATCH_VERSION), ("b", &b.encode_body())],
+    )
+    .await;
+}
+
 /// An entry with exactly these fields.
 pub async fn xadd_fields(s: &Setup, fields: &[(&str, &str)]) {
-    let mut c = s.redis_conn().await;
+    xadd_on(&mut s.redis_conn().await, fields).await;
+}
+
+async fn xadd_on(c: &mut redis::aio::MultiplexedConnection, fields: &[(&str, &str)]) {
     let mut cmd = redis::cmd("XADD");
     cmd.arg(STREAM_KEY)
         .arg("MAXLEN")
@@ -74,7 +91,7 @@ pub async fn xadd_fields(s: &Setup, fields: &[(&str, &str)]) {
     for (k, v) in fields {
         cmd.arg(*k).arg(*v);
     }
-    let _: String = cmd.query_async(&mut c).await.unwrap();
+    let _: String = cmd.query_async(c).await.unwrap();
 }
 
 /// Entries of the group read and not acknowledged (0 without a group).
