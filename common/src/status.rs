@@ -192,6 +192,9 @@ pub struct FastPathDim {
     pub hit: u64,
     /// 404s answered from a cached negative entry.
     pub negative: u64,
+    /// Misses it looked up itself and answered (redirect, 404 or 503).
+    #[serde(default)]
+    pub resolved: u64,
     /// Requests handed to the proxy.
     pub handover: u64,
 }

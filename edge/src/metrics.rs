@@ -50,6 +50,9 @@ pub struct FastPathMetrics {
     pub hit: IntCounter,
     /// 404s answered from a cached negative entry (`result="negative"`).
     pub negative: IntCounter,
+    /// Misses it looked up itself (Redis, then the origin) and answered:
+    /// a redirect, a 404 or a 503 (`result="resolved"`).
+    pub resolved: IntCounter,
     /// Requests handed to the proxy (`result="handover"`).
     pub handover: IntCounter,
 }
@@ -156,7 +159,7 @@ impl Metrics {
         let fast_path = IntCounterVec::new(
             Opts::new(
                 "shorturl_edge_fast_path_total",
-                "Requests the fast path answered (hit, negative) or handed to the proxy (handover).",
+                "Requests the fast path answered (hit, negative, resolved) or handed to the proxy (handover).",
             ),
             &["result"],
         )?;
@@ -217,6 +220,7 @@ impl Metrics {
             fast_path: FastPathMetrics {
                 hit: fast_path.with_label_values(&["hit"]),
                 negative: fast_path.with_label_values(&["negative"]),
+                resolved: fast_path.with_label_values(&["resolved"]),
                 handover: fast_path.with_label_values(&["handover"]),
             },
         })

@@ -48,9 +48,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Seconds clients are told to wait after a 503 or 429.
-const RETRY_AFTER_SECS: u64 = 1;
-
 /// Shared state of the edge application.
 pub struct Edge {
     pub resolver: Arc<Resolver>,
@@ -174,16 +171,7 @@ impl Edge {
                 self.clicks.record(session.req_header(), code, now);
                 respond::redirect(session, &self.cfg.redirect, rec.url, self.hsts(ctx)).await?;
             }
-            AnswerRef::Unavailable => {
-                respond::error(
-                    session,
-                    503,
-                    "unavailable",
-                    "link lookup temporarily unavailable",
-                    Some(RETRY_AFTER_SECS),
-                )
-                .await?;
-            }
+            AnswerRef::Unavailable => respond::unavailable(session).await?,
             _ => {
                 if let Some(key) = self.client_key(ctx) {
                     self.limits.count_unknown(key);
@@ -240,7 +228,7 @@ impl Edge {
                     503,
                     "unavailable",
                     "challenge store unavailable",
-                    Some(RETRY_AFTER_SECS),
+                    Some(respond::RETRY_AFTER_SECS),
                 )
                 .await?;
             }
@@ -266,7 +254,7 @@ impl Edge {
             429,
             "rate_limited",
             why.message(),
-            Some(RETRY_AFTER_SECS),
+            Some(respond::RETRY_AFTER_SECS),
         )
         .await?;
         Ok(true)
@@ -319,7 +307,7 @@ impl Edge {
                 503,
                 "unavailable",
                 "no origin available",
-                Some(RETRY_AFTER_SECS),
+                Some(respond::RETRY_AFTER_SECS),
             )
             .await?;
             return Ok(true);
@@ -443,6 +431,7 @@ impl ProxyHttp for Edge {
                     enabled: self.cfg.fast_path.enabled,
                     hit: fast.hit.get(),
                     negative: fast.negative.get(),
+                    resolved: fast.resolved.get(),
                     handover: fast.handover.get(),
                 });
                 let body = serde_json::to_vec(&doc).unwrap_or_else(|_| b"{}".to_vec());
@@ -639,7 +628,7 @@ impl ProxyHttp for Edge {
                 502 => ("bad_gateway", "origin failed to answer"),
                 _ => ("internal", "internal error"),
             };
-            let retry = (code == 502 || code == 503).then_some(RETRY_AFTER_SECS);
+            let retry = (code == 502 || code == 503).then_some(respond::RETRY_AFTER_SECS);
             if let Err(err) = respond::error(session, code, kind, msg, retry).await {
                 tracing::debug!(error = %err, "cannot send error response");
             }

@@ -101,6 +101,21 @@ pub async fn error(
     json(session, status, body, "no-store", retry_after).await
 }
 
+/// Seconds clients are told to wait after a 503 or 429 the edge answers.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// The body of the 503 for a link lookup that failed (Redis and origin
+/// both unavailable).
+pub fn unavailable_body() -> Vec<u8> {
+    ErrorBody::new("unavailable", "link lookup temporarily unavailable").to_json()
+}
+
+/// The 503 for a link lookup that failed.
+pub async fn unavailable(session: &mut Session) -> Result<()> {
+    let body = Bytes::from(unavailable_body());
+    json(session, 503, body, "no-store", Some(RETRY_AFTER_SECS)).await
+}
+
 /// Writes a JSON answer with `Content-Length`; HEAD gets the headers only.
 pub async fn json(
     session: &mut Session,
@@ -109,14 +124,25 @@ pub async fn json(
     cache_control: &str,
     retry_after: Option<u64>,
 ) -> Result<()> {
+    let h = json_header(status, body.len(), cache_control, retry_after)?;
+    write(session, h, body).await
+}
+
+/// The head of a JSON answer of `len` bytes (also the fast path's).
+pub fn json_header(
+    status: u16,
+    len: usize,
+    cache_control: &str,
+    retry_after: Option<u64>,
+) -> Result<ResponseHeader> {
     let mut h = ResponseHeader::build(status, Some(5))?;
     h.insert_header("Content-Type", "application/json")?;
-    h.insert_header("Content-Length", body.len().to_string())?;
+    h.insert_header("Content-Length", len.to_string())?;
     h.insert_header("Cache-Control", cache_control)?;
     if let Some(secs) = retry_after {
         h.insert_header("Retry-After", secs.to_string())?;
     }
-    write(session, h, body).await
+    Ok(h)
 }
 
 /// Writes `h` and `body`; HEAD and empty bodies get the headers only.

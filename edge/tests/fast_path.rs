@@ -1,6 +1,7 @@
 //! The redirect fast path (issue 17) on a real edge in front of a real
 //! Redis (the origin is a closed port): a hot hit is answered by the fast
-//! path (`shorturl_edge_fast_path_total{result="hit"}`), every other kind
+//! path (`shorturl_edge_fast_path_total{result="hit"}`), a miss is looked
+//! up and answered by it too (`result="resolved"`), every other kind
 //! of request is handed to the proxy and still gets the proxy's answer,
 //! kept-alive connections move between the two, a partial head is closed
 //! at the head deadline, and the answer bytes are the proxy's own.
@@ -26,17 +27,23 @@ fn edge(redis: &Redis, extra: &'static str) -> Edge {
     start_edge(opts)
 }
 
-/// `(hit, negative, handover)` of `shorturl_edge_fast_path_total`, read
-/// from the metrics listener (which the fast path never sees).
-fn fast(e: &Edge) -> (u64, u64, u64) {
+/// `(hit, negative, resolved, handover)` of
+/// `shorturl_edge_fast_path_total`, read from the metrics listener (which
+/// the fast path never sees).
+fn fast(e: &Edge) -> (u64, u64, u64, u64) {
     let m = |r: &str| e.metric(&format!("shorturl_edge_fast_path_total{{result=\"{r}\"}}")) as u64;
-    (m("hit"), m("negative"), m("handover"))
+    (m("hit"), m("negative"), m("resolved"), m("handover"))
 }
 
 /// Counter movements since `base` (the readiness probes are handovers).
-fn since(e: &Edge, base: (u64, u64, u64)) -> (u64, u64, u64) {
+fn since(e: &Edge, base: (u64, u64, u64, u64)) -> (u64, u64, u64, u64) {
     let now = fast(e);
-    (now.0 - base.0, now.1 - base.1, now.2 - base.2)
+    (
+        now.0 - base.0,
+        now.1 - base.1,
+        now.2 - base.2,
+        now.3 - base.3,
+    )
 }
 
 /// Sends `bytes` on a new connection and reads one answer.
@@ -56,6 +63,7 @@ fn links(redis: &Redis) {
         &record_line(DOMAIN, "https://example.com/f1?x=1", 3600),
     );
     redis_set(redis, "su:1:link:gone01", "- 1");
+    redis_set(redis, "su:1:link:gone02", "- 1");
 }
 
 #[test]
@@ -69,10 +77,11 @@ fn hot_hits_take_the_fast_path_and_every_other_kind_goes_to_the_proxy() {
         "User-Agent",
         "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0",
     )];
-    // First request: a miss (the proxy looks it up); then hits.
+    // First request: a miss, looked up by the fast path; then hits.
     let r = c.send("GET", "/fast01", Some(DOMAIN), &ua, b"").unwrap();
     assert_eq!(r.status, 302);
-    assert_eq!(since(&e, base), (0, 0, 1));
+    assert_eq!(r.header("location"), Some("https://example.com/f1?x=1"));
+    assert_eq!(since(&e, base), (0, 0, 1, 0));
     let r = c
         .send("GET", "/fast01?utm=a", Some(DOMAIN), &ua, b"")
         .unwrap();
@@ -82,20 +91,27 @@ fn hot_hits_take_the_fast_path_and_every_other_kind_goes_to_the_proxy() {
     assert_eq!(r.header("cache-control"), Some("private, max-age=60"));
     assert_eq!(r.header("connection"), Some("keep-alive"));
     assert!(r.header("date").is_some_and(|d| d.ends_with(" GMT")));
-    assert_eq!(since(&e, base), (1, 0, 1));
+    assert_eq!(since(&e, base), (1, 0, 1, 0));
     // HEAD too (a bot click), same headers, no body.
     let r = c.send("HEAD", "/fast01", Some(DOMAIN), &[], b"").unwrap();
     assert_eq!((r.status, r.header("content-length")), (302, Some("0")));
-    assert_eq!(since(&e, base), (2, 0, 1));
-    // A known-absent code: the proxy's 404 first, then the fast path's.
+    assert_eq!(since(&e, base), (2, 0, 1, 0));
+    // A known-absent code: looked up first, then from memory.
     let first = c.get("/gone01", DOMAIN).unwrap();
     let second = c.get("/gone01", DOMAIN).unwrap();
     assert_eq!((first.status, second.status), (404, 404));
     assert_eq!(first.body, second.body);
     assert_eq!(second.json()["error"], "not_found");
-    assert_eq!(since(&e, base), (2, 1, 2));
-    // The clicks of the fast hits are counted like the proxy's: 3
-    // redirects (one through the proxy), the HEAD one a bot.
+    assert_eq!(since(&e, base), (2, 1, 2, 0));
+    // A code neither Redis nor the (closed) origin knows: the lookup
+    // fails, the fast path answers the proxy's 503.
+    let r = c.get("/unkn01", DOMAIN).unwrap();
+    assert_eq!((r.status, r.header("retry-after")), (503, Some("1")));
+    assert_eq!(r.json()["error"], "unavailable");
+    assert_eq!(r.header("connection"), Some("keep-alive"));
+    assert_eq!(since(&e, base), (2, 1, 3, 0));
+    // The clicks of the fast answers are counted like the proxy's: 3
+    // redirects (one looked up), the HEAD one a bot.
     wait_for("3 clicks counted", TIMEOUT, || {
         e.metric("shorturl_edge_clicks_total{kind=\"human\"}") as u64 == 2
             && e.metric("shorturl_edge_clicks_total{kind=\"bot\"}") as u64 == 1
@@ -103,10 +119,14 @@ fn hot_hits_take_the_fast_path_and_every_other_kind_goes_to_the_proxy() {
     assert_eq!(
         e.counter("local", "hit"),
         3,
-        "fast answers are local hits in the status"
+        "fast answers from memory are local hits in the status"
     );
+    assert_eq!(e.counter("local", "miss"), 3, "looked-up ones local misses");
     let st = e.typed_status().fast_path.unwrap();
-    assert_eq!((st.enabled, st.hit, st.negative), (true, 2, 1));
+    assert_eq!(
+        (st.enabled, st.hit, st.negative, st.resolved),
+        (true, 2, 1, 3)
+    );
 
     // Every other kind is the proxy's, with the proxy's answer.
     let pipelined = [
@@ -115,7 +135,7 @@ fn hot_hits_take_the_fast_path_and_every_other_kind_goes_to_the_proxy() {
     ]
     .concat();
     let cases: Vec<(&str, Vec<u8>, bool, u16)> = vec![
-        ("miss", b"GET /unkn01 HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n".to_vec(), false, 503),
+        ("a browser's 404 (looked up, then the proxy's)", b"GET /gone02 HTTP/1.1\r\nHost: s.shop55.com\r\nAccept: text/html\r\n\r\n".to_vec(), false, 404),
         ("API", b"GET /api/v1/links/fast01 HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n".to_vec(), false, 503),
         ("page path", b"GET /fast01/x HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n".to_vec(), false, 404),
         ("status", b"GET /shorturl_status HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n".to_vec(), false, 200),
@@ -132,10 +152,10 @@ fn hot_hits_take_the_fast_path_and_every_other_kind_goes_to_the_proxy() {
         ("pipelined", pipelined, false, 302),
     ];
     for (what, bytes, head, want) in cases {
-        let (hit, neg, handover) = fast(&e);
+        let (hit, neg, resolved, handover) = fast(&e);
         let r = raw(e.port, &bytes, head);
         assert_eq!(r.status, want, "{what}: {}", r.text());
-        assert_eq!(fast(&e), (hit, neg, handover + 1), "{what}");
+        assert_eq!(fast(&e), (hit, neg, resolved, handover + 1), "{what}");
     }
 }
 
@@ -166,12 +186,12 @@ fn one_connection_goes_fast_slow_fast() {
     })
     .collect();
     assert_eq!(statuses, [302, 200, 302, 404, 404, 405, 302]);
-    let after = fast(&e);
     assert_eq!(
-        (after.0 - before.0, after.1 - before.1, after.2 - before.2),
-        (3, 1, 3),
+        since(&e, before),
+        (3, 1, 0, 3),
         "three fast hits, one fast 404, three requests for the proxy, one connection"
     );
+    let after = fast(&e);
     // HTTP/1.0 and `Connection: close`: answered, then closed.
     for (version, headers) in [("1.0", &[][..]), ("1.1", &[("Connection", "close")][..])] {
         let mut c = Conn::open(e.port).unwrap();
@@ -305,6 +325,48 @@ fn answers_are_byte_for_byte_the_proxys() {
         "the fast edge answered them all itself"
     );
     assert_eq!(*slow_counts, (0, 0), "the slow edge never did");
+
+    // Misses: each code new to both edges' memory, looked up once by each
+    // (the fast edge's fast path, the slow edge's proxy), same bytes.
+    redis_set(
+        &redis,
+        "su:1:link:fresh1",
+        &record_line(DOMAIN, "https://example.com/fresh?1", 3600),
+    );
+    redis_set(
+        &redis,
+        "su:1:link:fresh2",
+        &record_line("other.example", "https://example.com/other", 3600),
+    );
+    redis_set(&redis, "su:1:link:gone03", "- 4");
+    let misses: [(&[u8], bool); 5] = [
+        (b"GET /fresh1 HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n", false),
+        (b"GET /fresh2 HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n", false),
+        (b"HEAD /gone03 HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n", true),
+        (b"GET /unkn02 HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n", false),
+        (b"HEAD /unkn03 HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n", true),
+    ];
+    let mut got = Vec::new();
+    for e in [&fast_edge, &slow_edge] {
+        let before = fast(e);
+        let answers: Vec<String> = misses
+            .iter()
+            .map(|(req, head)| {
+                let mut s = TcpStream::connect(("127.0.0.1", e.port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                s.write_all(req).unwrap();
+                without_date(&read_answer(&mut s, *head))
+            })
+            .collect();
+        got.push((answers, since(e, before)));
+    }
+    for (i, (f, s)) in got[0].0.iter().zip(&got[1].0).enumerate() {
+        assert_eq!(f, s, "miss {i}: {:?}", String::from_utf8_lossy(misses[i].0));
+    }
+    let statuses: Vec<&str> = got[0].0.iter().map(|a| &a[9..12]).collect();
+    assert_eq!(statuses, ["307", "404", "404", "503", "503"]);
+    assert_eq!(got[0].1, (0, 0, 5, 0), "the fast edge looked them all up");
+    assert_eq!(got[1].1, (0, 0, 0, 0));
     let st = slow_edge.typed_status().fast_path.unwrap();
     assert_eq!((st.enabled, st.hit, st.handover), (false, 0, 0));
 }
@@ -357,7 +419,7 @@ fn negative_answers_count_against_the_unknown_code_limit() {
         statuses.iter().all(|s| matches!(s, 404 | 429)),
         "{statuses:?}"
     );
-    let (_, negative, _) = fast(&e);
+    let (_, negative, _, _) = fast(&e);
     let n404 = statuses.iter().filter(|s| **s == 404).count() as u64;
     assert!(
         negative >= 1 && negative < n404,
@@ -416,14 +478,14 @@ fn http11_over_tls_takes_the_fast_path_and_http2_does_not() {
     let r2 = c.get("/gone01", DOMAIN).unwrap();
     assert_eq!((r.status, r2.status), (404, 404));
     assert_eq!(r2.header("strict-transport-security"), Some("max-age=300"));
-    assert_eq!(since(&e, base), (2, 1, 2));
+    assert_eq!(since(&e, base), (2, 1, 2, 0));
     // Plain HTTP: the fast path, no HSTS.
     let r = support::http::get(e.port, "/fast01", DOMAIN);
     assert_eq!(
         (r.status, r.header("strict-transport-security")),
         (302, None)
     );
-    assert_eq!(since(&e, base), (3, 1, 2));
+    assert_eq!(since(&e, base), (3, 1, 2, 0));
     // HTTP/2 (ALPN h2): the whole connection is the proxy's.
     let ca_file = certs.path().join("ca.pem");
     std::fs::write(&ca_file, &pem).unwrap();
@@ -440,7 +502,7 @@ fn http11_over_tls_takes_the_fast_path_and_http2_does_not() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "2 302\n2 404\n");
     assert_eq!(
         since(&e, base),
-        (3, 1, 2),
+        (3, 1, 2, 0),
         "h2 requests never touch the fast path"
     );
 }

@@ -58,6 +58,9 @@ pub struct Answers {
     /// `Strict-Transport-Security: ...\r\n` for redirects over TLS (empty
     /// when not configured).
     hsts_line: Vec<u8>,
+    /// The 503 of a failed lookup: head and body.
+    unavailable: Vec<u8>,
+    unavailable_body: Vec<u8>,
 }
 
 impl Answers {
@@ -69,10 +72,19 @@ impl Answers {
         let plain = serialise(&respond::redirect_header(policy, "/", None)?);
         let with = serialise(&respond::redirect_header(policy, "/", hsts)?);
         let hsts_line = with.get(plain.len()..).unwrap_or_default().to_vec();
+        let unavailable_body = respond::unavailable_body();
+        let unavailable = serialise(&respond::json_header(
+            503,
+            unavailable_body.len(),
+            "no-store",
+            Some(respond::RETRY_AFTER_SECS),
+        )?);
         Ok(Answers {
             not_found,
             not_found_tls,
             hsts_line,
+            unavailable,
+            unavailable_body,
         })
     }
 
@@ -96,6 +108,16 @@ impl Answers {
         end.append(out);
         if !head {
             out.extend_from_slice(NOT_FOUND_BODY);
+        }
+    }
+
+    /// Appends the 503 of a failed lookup (its body unless `head`), as the
+    /// proxy writes it (no HSTS).
+    pub fn unavailable(&self, out: &mut Vec<u8>, head: bool, end: &End) {
+        out.extend_from_slice(&self.unavailable);
+        end.append(out);
+        if !head {
+            out.extend_from_slice(&self.unavailable_body);
         }
     }
 }

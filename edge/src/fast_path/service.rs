@@ -4,7 +4,7 @@
 use super::answer::{Answers, End};
 use super::parse::{parse, Parsed, Request};
 use crate::access_log::{AccessLog, LogLine};
-use crate::cache::AnswerRef;
+use crate::cache::{AnswerRef, Serialiser};
 use crate::clicks::record::ClickParts;
 use crate::clicks::Clicks;
 use crate::config::EdgeConfig;
@@ -14,7 +14,7 @@ use crate::metrics::Metrics;
 use crate::net::{client_of_values, ClientKey};
 use crate::outcome::Outcome;
 use crate::proxy::Edge;
-use crate::route::{route_path, Route};
+use crate::route::{route_path, CodeBuf, Route};
 use crate::tls::TlsView;
 use async_trait::async_trait;
 use bytes::BytesMut;
@@ -53,6 +53,8 @@ pub struct FastPath {
     proxy: Arc<HttpProxy<Edge>>,
     s: Shared,
     answers: Answers,
+    /// Makes a redirect's head when a lookup's answer was not cached.
+    serialiser: Arc<Serialiser>,
     keepalive: Duration,
     /// Set when the service stops: idle connections close, answers say
     /// `Connection: close`.
@@ -64,6 +66,16 @@ pub struct FastPath {
 struct Conn {
     peer: Option<IpAddr>,
     tls: bool,
+}
+
+/// What the fast path makes of a plain request before any I/O.
+enum Decision {
+    /// Answered into the output buffer: status, outcome, start.
+    Answered(u16, Outcome, Instant),
+    /// The code is not in memory: looked up here (`answer_miss`).
+    Miss(CodeBuf, Instant),
+    /// The proxy's.
+    HandOver,
 }
 
 /// How one request went.
@@ -80,12 +92,12 @@ impl FastPath {
     /// carry their answer bytes.
     pub fn new(proxy: Arc<HttpProxy<Edge>>, s: Shared) -> Result<Self, super::AnswerError> {
         let answers = Answers::new(&s.cfg.redirect, s.tls.https.hsts.as_ref())?;
+        let serialiser = super::redirect_serialiser(s.cfg.redirect.clone());
         if s.cfg.fast_path.enabled {
-            s.resolver
-                .cache
-                .set_serialiser(super::redirect_serialiser(s.cfg.redirect.clone()));
+            s.resolver.cache.set_serialiser(Arc::clone(&serialiser));
         }
         Ok(FastPath {
+            serialiser,
             keepalive: Duration::from_secs(s.cfg.limits.keepalive_timeout_secs),
             proxy,
             s,
@@ -133,7 +145,17 @@ impl FastPath {
                     Parsed::Partial if buf.len() < HEAD_BUF => continue,
                     Parsed::Plain(req) => {
                         out.clear();
-                        break match self.answer(&req, &conn, &mut out) {
+                        let answered = match self.answer(&req, &conn, &mut out) {
+                            Decision::Answered(status, outcome, start) => {
+                                Some((status, outcome, start))
+                            }
+                            Decision::Miss(code, start) => {
+                                self.answer_miss(&req, &conn, code.as_str(), start, &mut out)
+                                    .await
+                            }
+                            Decision::HandOver => None,
+                        };
+                        break match answered {
                             Some((status, outcome, start)) => {
                                 let keepalive = req.keepalive && !self.closing();
                                 if stream.write_all(&out).await.is_err()
@@ -214,74 +236,151 @@ impl FastPath {
         }
     }
 
-    /// Writes the answer for `req` into `out`, or `None` when the proxy
-    /// must answer it. Returns the status, the outcome and when the
-    /// request started (after parsing, as the proxy's context does).
-    fn answer(
-        &self,
-        req: &Request<'_>,
-        conn: &Conn,
-        out: &mut Vec<u8>,
-    ) -> Option<(u16, Outcome, Instant)> {
+    /// Writes the answer for `req` into `out` from the in-process cache,
+    /// or says it is a miss or the proxy's. The start is taken after
+    /// parsing, as the proxy's context takes it.
+    fn answer(&self, req: &Request<'_>, conn: &Conn, out: &mut Vec<u8>) -> Decision {
         let s = &self.s;
         let limits = &s.cfg.limits;
         if req.uri_len > limits.max_uri_bytes || req.header_bytes > limits.max_header_bytes {
-            return None;
+            return Decision::HandOver;
         }
         let Route::Code(code) = route_path(true, req.path) else {
-            return None;
+            return Decision::HandOver;
         };
         let https = &s.tls.https;
         if !conn.tls && https.may_upgrade() && req.host.is_some_and(|h| https.upgrades(h)) {
-            return None;
+            return Decision::HandOver;
         }
         let start = Instant::now();
-        let entry = s.resolver.cache.get(code.as_str(), start)?;
-        let hsts = conn.tls;
+        let Some(entry) = s.resolver.cache.get(code.as_str(), start) else {
+            return Decision::Miss(code, start);
+        };
         match entry.answer() {
             AnswerRef::Found(rec) => {
                 let now = now_unix();
-                let bound = req.host.is_some_and(|h| h.eq_ignore_ascii_case(rec.domain));
-                if rec.is_expired_at(now) || !bound {
-                    return None;
+                if rec.is_expired_at(now) || !bound(req, rec.domain) {
+                    return Decision::HandOver;
                 }
-                let response = entry.response()?;
-                s.metrics.local_hit.inc();
-                let parts = ClickParts {
-                    head: req.head,
-                    user_agent: req.user_agent,
-                    referer: req.referer,
+                let Some(response) = entry.response() else {
+                    return Decision::HandOver;
                 };
-                // Counted before the answer is written (see `proxy.rs`).
-                s.clicks.record_parts(parts, code.as_str(), now);
-                let end = self.end(req);
-                self.answers.redirect(out, response, hsts, &end);
+                s.metrics.local_hit.inc();
+                self.redirect(req, conn, code.as_str(), now, response, out);
                 s.metrics.fast_path.hit.inc();
-                Some((s.cfg.redirect.status, Outcome::Hit, start))
+                Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
             AnswerRef::Negative(_) => {
                 // A browser's 404 is the origin's page: the proxy fetches it.
-                let accept = req.accept.and_then(|a| std::str::from_utf8(a).ok());
-                if shorturl_common::accept::prefers_html(accept) {
-                    return None;
+                if prefers_html(req) {
+                    return Decision::HandOver;
                 }
-                let key = self
-                    .client(req, conn)
-                    .map(|ip| ClientKey::new(ip, limits.ipv6_prefix_len));
+                let key = self.client_key(req, conn);
                 if key.is_some_and(|k| s.limits.unknown_exceeded(&k)) {
-                    return None; // the proxy answers the 429
+                    return Decision::HandOver; // the proxy answers the 429
                 }
                 s.metrics.local_hit.inc();
-                if let Some(k) = key {
-                    s.limits.count_unknown(k);
-                }
-                let end = self.end(req);
-                self.answers.not_found(out, hsts, req.head, &end);
+                self.not_found(req, conn, key, out);
                 s.metrics.fast_path.negative.inc();
-                Some((404, Outcome::Neg, start))
+                Decision::Answered(404, Outcome::Neg, start)
             }
-            AnswerRef::Unavailable => None,
+            AnswerRef::Unavailable => Decision::HandOver,
         }
+    }
+
+    /// A code not in memory: looked up here as the proxy would (Redis, then
+    /// the origin, joined with concurrent lookups of the code; the answer
+    /// stored in the cache) and answered the proxy's way — a redirect, the
+    /// 404 (expired, another domain's, unknown) or the 503 (lookup failed).
+    /// Handed over (`None`): a client over its unknown-code limit (the
+    /// 429), and a browser's 404 (the origin's page; the proxy then finds
+    /// the answer stored by this lookup).
+    async fn answer_miss(
+        &self,
+        req: &Request<'_>,
+        conn: &Conn,
+        code: &str,
+        start: Instant,
+        out: &mut Vec<u8>,
+    ) -> Option<(u16, Outcome, Instant)> {
+        let s = &self.s;
+        let key = self.client_key(req, conn);
+        if key.is_some_and(|k| s.limits.unknown_exceeded(&k)) {
+            return None;
+        }
+        let resolved = s.resolver.resolve(code).await;
+        let now = now_unix();
+        let status = match resolved.answer.view() {
+            AnswerRef::Found(rec) if !rec.is_expired_at(now) && bound(req, rec.domain) => {
+                // The bytes the lookup just cached, else made here (the
+                // cache may not have kept them).
+                let made;
+                let cached = s.resolver.cache.get(code, Instant::now()).filter(
+                    |e| matches!(e.answer(), AnswerRef::Found(r) if r.version == rec.version),
+                );
+                let response = match cached.as_ref().and_then(|e| e.response()) {
+                    Some(r) => r,
+                    None => {
+                        made = (self.serialiser)(rec.url)?;
+                        &made.0[..]
+                    }
+                };
+                s.metrics.local_miss.inc();
+                self.redirect(req, conn, code, now, response, out);
+                s.cfg.redirect.status
+            }
+            AnswerRef::Unavailable => {
+                s.metrics.local_miss.inc();
+                self.answers.unavailable(out, req.head, &self.end(req));
+                503
+            }
+            _ => {
+                if prefers_html(req) {
+                    return None;
+                }
+                s.metrics.local_miss.inc();
+                self.not_found(req, conn, key, out);
+                404
+            }
+        };
+        s.metrics.fast_path.resolved.inc();
+        Some((status, resolved.source, start))
+    }
+
+    /// Counts the click and appends the redirect (`response`: the record's
+    /// pre-serialised head).
+    fn redirect(
+        &self,
+        req: &Request<'_>,
+        conn: &Conn,
+        code: &str,
+        now: u64,
+        response: &[u8],
+        out: &mut Vec<u8>,
+    ) {
+        let parts = ClickParts {
+            head: req.head,
+            user_agent: req.user_agent,
+            referer: req.referer,
+        };
+        // Counted before the answer is written (see `proxy.rs`).
+        self.s.clicks.record_parts(parts, code, now);
+        self.answers
+            .redirect(out, response, conn.tls, &self.end(req));
+    }
+
+    /// Counts the unknown code against the client and appends the 404.
+    fn not_found(&self, req: &Request<'_>, conn: &Conn, key: Option<ClientKey>, out: &mut Vec<u8>) {
+        if let Some(k) = key {
+            self.s.limits.count_unknown(k);
+        }
+        self.answers
+            .not_found(out, conn.tls, req.head, &self.end(req));
+    }
+
+    fn client_key(&self, req: &Request<'_>, conn: &Conn) -> Option<ClientKey> {
+        self.client(req, conn)
+            .map(|ip| ClientKey::new(ip, self.s.cfg.limits.ipv6_prefix_len))
     }
 
     fn end(&self, req: &Request<'_>) -> End {
@@ -309,6 +408,17 @@ impl FastPath {
             took,
         });
     }
+}
+
+/// Whether the request's Host is the record's domain (protocol 2.1).
+fn bound(req: &Request<'_>, domain: &str) -> bool {
+    req.host.is_some_and(|h| h.eq_ignore_ascii_case(domain))
+}
+
+/// Whether the client asked for HTML (a browser: its 404 is a page).
+fn prefers_html(req: &Request<'_>) -> bool {
+    let accept = req.accept.and_then(|a| std::str::from_utf8(a).ok());
+    shorturl_common::accept::prefers_html(accept)
 }
 
 #[async_trait]
