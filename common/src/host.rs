@@ -40,8 +40,9 @@ pub fn host_part(raw: &str) -> Option<&str> {
         }
         return Some(&raw[..end + 2]);
     } else {
-        match raw.rsplit_once(':') {
-            Some((h, port)) if valid_port(port) => h,
+        // memrchr rather than `rsplit_once(':')`: every request runs this.
+        match memchr::memrchr(b':', raw.as_bytes()) {
+            Some(i) if valid_port(&raw[i + 1..]) => &raw[..i],
             Some(_) => return None,
             None => raw,
         }

@@ -171,7 +171,9 @@ pub fn check<'a>(head: &Head<'a>) -> Result<Accepted<'a>, Refusal> {
     // Every byte is 0x21-0x7E (checked above): ASCII, so a `str`.
     let target = ascii_str(target).ok_or(Refusal::TargetByte)?;
     let (authority, rest) = split_target(target)?;
-    let path = rest.split_once('?').map_or(rest, |(p, _)| p);
+    // memchr: `split_once('?')` cost ~90 instructions per request here
+    // (callgrind, the edge's fast path).
+    let path = memchr::memchr(b'?', rest.as_bytes()).map_or(rest, |i| &rest[..i]);
     let path = if path.is_empty() { "/" } else { path };
     check_path(path)?;
     finish(head, authority, path)

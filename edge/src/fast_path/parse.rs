@@ -176,7 +176,8 @@ pub fn parse(buf: &[u8]) -> Parsed<'_> {
     let Ok(accepted) = check(&rules) else {
         return Parsed::HandOver; // the proxy refuses it with its 400/405/431
     };
-    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    // memchr: `split_once('?')` cost ~90 instructions here (callgrind).
+    let path = memchr::memchr(b'?', target.as_bytes()).map_or(target, |i| &target[..i]);
     Parsed::Plain(Request {
         head,
         method,

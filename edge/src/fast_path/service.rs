@@ -410,9 +410,12 @@ impl FastPath {
     }
 }
 
-/// Whether the request's Host is the record's domain (protocol 2.1).
+/// Whether the request's Host is the record's domain (protocol 2.1). The
+/// domain is normalised (lower case) and so is nearly every Host: bytes
+/// compared first, a case-blind comparison only when they differ.
 fn bound(req: &Request<'_>, domain: &str) -> bool {
-    req.host.is_some_and(|h| h.eq_ignore_ascii_case(domain))
+    req.host
+        .is_some_and(|h| h.as_bytes() == domain.as_bytes() || h.eq_ignore_ascii_case(domain))
 }
 
 /// Whether the client asked for HTML (a browser: its 404 is a page).
