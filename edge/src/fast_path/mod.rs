@@ -17,7 +17,13 @@
 //!   from the bytes pre-serialised in the cache entry (`answer`), and the
 //!   click counted (`clicks`, same queue and classification);
 //! * a negative entry, and the client is under its unknown-code limit: the
-//!   protocol 404, counted against that limit.
+//!   protocol 404, counted against that limit;
+//!
+//! and when the cache holds nothing for the code (a miss) and the client is
+//! under its unknown-code limit, it looks the code up itself through the
+//! proxy's [`Resolver`](crate::lookup::Resolver) (Redis, then the origin,
+//! coalesced, stored) and answers as the proxy would: the redirect, the
+//! 404 (unknown, expired, another domain's) or the 503 of a failed lookup.
 //!
 //! `Date` comes from a once-per-second clock (`clock`), `Connection` from
 //! the same keep-alive rules as Pingora's; the head is written with one
@@ -26,8 +32,9 @@
 //! request as the proxy would have counted it, plus
 //! `shorturl_edge_fast_path_total{result}`.
 //!
-//! **It hands over** everything else — a miss, a stale, unbound, expired
-//! or failed entry, a client over its limit, the API, pages, status,
+//! **It hands over** everything else — an unbound, expired or failed
+//! cached entry, a client over its limit, a browser's 404 (the origin's
+//! page; after a miss the proxy finds the stored answer), the API, pages, status,
 //! health and ACME paths, another method, a malformed or unusual head,
 //! pipelined bytes, a head longer than its buffer — to the proxy, with the
 //! bytes already read as the session's first bytes (Pingora's pipelined
