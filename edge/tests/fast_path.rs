@@ -281,7 +281,7 @@ fn answers_are_byte_for_byte_the_proxys() {
     ];
     let mut answers = Vec::new();
     for e in [&fast_edge, &slow_edge] {
-        // Warm: one request of each code through the proxy first.
+        // Warm: one request of each code first (each a lookup).
         assert_eq!(support::http::get(e.port, "/fast01", DOMAIN).status, 307);
         assert_eq!(support::http::get(e.port, "/gone01", DOMAIN).status, 404);
         let before = fast(e);
