@@ -184,11 +184,19 @@ impl LocalCache {
     /// retired generation are treated as absent. Lock-free and
     /// allocation-free.
     pub fn get(&self, code: &str, now: Instant) -> Option<Arc<Entry>> {
-        let hash = self.hash(code);
-        let h = self.horizon(now);
-        let e = self.shard(hash).table.get(hash, code, |e| h.admits(e))?;
+        let e = self.peek(code, now)?;
         e.touch();
         Some(e)
+    }
+
+    /// [`LocalCache::get`] without counting a use: for the request whose
+    /// own lookup just stored the entry (it reads the entry's bytes). A
+    /// touch there would make every looked-up code look used twice, and
+    /// the eviction policy would keep one-hit codes as if they were hot.
+    pub fn peek(&self, code: &str, now: Instant) -> Option<Arc<Entry>> {
+        let hash = self.hash(code);
+        let h = self.horizon(now);
+        self.shard(hash).table.get(hash, code, |e| h.admits(e))
     }
 
     /// Stores `answer` for `code` for `ttl` in the current generation (see

@@ -549,3 +549,15 @@ fn retired_generations_read_as_absent_and_go_first() {
     c.set_subscribed(Some(after));
     assert!(c.is_subscribed_in(after) && !c.is_subscribed_in(before));
 }
+
+#[test]
+fn peek_reads_without_counting_a_use() {
+    let c = LocalCache::new(1 << 20);
+    c.put("peek00", rec("https://p.example/"), Duration::from_secs(60));
+    let now = Instant::now();
+    let e = c.peek("peek00", now).expect("stored");
+    assert_eq!(e.freq(), 0);
+    assert!(c.peek("absent", now).is_none());
+    let e = c.get("peek00", now).expect("stored");
+    assert_eq!(e.freq(), 1);
+}

@@ -315,7 +315,7 @@ impl FastPath {
                 // The bytes the lookup just cached, else made here (the
                 // cache may not have kept them).
                 let made;
-                let cached = s.resolver.cache.get(code, Instant::now()).filter(
+                let cached = s.resolver.cache.peek(code, Instant::now()).filter(
                     |e| matches!(e.answer(), AnswerRef::Found(r) if r.version == rec.version),
                 );
                 let response = match cached.as_ref().and_then(|e| e.response()) {
