@@ -6,38 +6,19 @@
 
 mod support;
 
-use support::http::{request, Conn};
-use support::{create_link, start_edge, EdgeOpts, Origin, TIMEOUT};
+use support::http::Conn;
+use support::{create_link, start_edge, stats_app, EdgeOpts, Origin, TIMEOUT};
 use testkit::{wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
-const STATS_KEY: &str = "edge-stats-key";
 const CHROME: &str = "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Safari/605.1.15";
 const ANDROID: &str = "Mozilla/5.0 (Linux; Android 14; SM-S918B) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.6099.144 Mobile Safari/537.36";
-
-fn stats(origin: &Origin, code: &str) -> serde_json::Value {
-    let auth = format!("Bearer {STATS_KEY}");
-    let r = request(
-        origin.port,
-        "GET",
-        &format!("/api/v1/links/{code}/stats"),
-        "localhost",
-        &[("Authorization", &auth)],
-        b"",
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
-}
 
 #[test]
 fn the_stats_api_shows_exactly_the_clicks_the_edge_answered() {
     let redis = Redis::start();
     // A second key (appended to the origin's `apps:` list) that may read stats.
-    let extra = format!(
-        "  - {{ name: stats, key_sha256: \"{}\", scopes: [\"links:read\", \"stats:read\", \"admin\"] }}",
-        testkit::origin::sha256_hex(STATS_KEY)
-    );
-    let origin = Origin::start_with(&redis, 500, &extra);
+    let origin = Origin::start_with(&redis, 500, &stats_app());
     let mut opts = EdgeOpts::new(redis.url(), vec![origin.addr()]);
     opts.extra = "  clicks: { flush_interval_ms: 200 }";
     let edge = start_edge(opts);
@@ -69,10 +50,10 @@ fn the_stats_api_shows_exactly_the_clicks_the_edge_answered() {
     assert_eq!(r.status, 404);
 
     wait_for("the stats API to show 10 clicks", TIMEOUT, || {
-        let v = stats(&origin, &code);
+        let v = origin.stats(&code);
         v["totals"]["human"].as_u64().unwrap_or(0) + v["totals"]["bot"].as_u64().unwrap_or(0) >= 10
     });
-    let v = stats(&origin, &code);
+    let v = origin.stats(&code);
     assert_eq!(
         v["totals"],
         serde_json::json!({"human": 7, "bot": 3}),

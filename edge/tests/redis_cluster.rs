@@ -10,11 +10,11 @@ mod support;
 use serde_json::json;
 use std::time::Instant;
 use support::failover::{self, DOMAIN, EDGE_EXTRA};
-use support::http::{get, request};
-use support::{cluster_fields, create_link, delete_link, patch_link, start_edge, EdgeOpts, Origin};
+use support::http::get;
+use support::{
+    cluster_fields, create_link, delete_link, patch_link, start_edge, stats_app, EdgeOpts, Origin,
+};
 use testkit::{wait_for, RedisCluster};
-
-const STATS_KEY: &str = "edge-stats-key";
 
 fn cluster_get(cluster: &RedisCluster, key: &str) -> Option<String> {
     let v = cluster.cli(&["GET", key]);
@@ -26,12 +26,8 @@ fn cluster_get(cluster: &RedisCluster, key: &str) -> Option<String> {
 fn creation_redirect_edit_delete_and_exact_clicks_on_a_cluster() {
     let cluster = RedisCluster::start();
     let fields = cluster_fields(&cluster.seeds());
-    let extra = format!(
-        "  - {{ name: stats, key_sha256: \"{}\", scopes: [\"links:read\", \"stats:read\", \"admin\"] }}",
-        testkit::origin::sha256_hex(STATS_KEY)
-    );
     // The Redis issuer backend too: its counter script on the cluster.
-    let extra = format!("{extra}\nissuer: {{ backend: redis }}");
+    let extra = format!("{}\nissuer: {{ backend: redis }}", stats_app());
     let origin = Origin::start_on(&fields, 500, &extra);
     let extra = format!("{EDGE_EXTRA}\n  clicks: {{ flush_interval_ms: 200 }}");
     let mut opts = EdgeOpts::new(fields.clone(), vec![origin.addr()]);
@@ -93,18 +89,8 @@ fn creation_redirect_edit_delete_and_exact_clicks_on_a_cluster() {
 
     // Clicks: the stream (one key, one master) → the origin's consumer →
     // MariaDB, exactly once each.
-    let auth = format!("Bearer {STATS_KEY}");
     let stats = || {
-        let r = request(
-            origin.port,
-            "GET",
-            &format!("/api/v1/links/{code}/stats"),
-            "localhost",
-            &[("Authorization", &auth)],
-            b"",
-        );
-        assert_eq!(r.status, 200, "{}", r.text());
-        let v = r.json();
+        let v = origin.stats(&code);
         v["totals"]["human"].as_u64().unwrap_or(0) + v["totals"]["bot"].as_u64().unwrap_or(0)
     };
     wait_for(

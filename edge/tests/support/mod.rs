@@ -17,6 +17,18 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// The bearer key the test origin accepts.
 pub const API_KEY: &str = "edge-test-key";
 
+/// A second key, allowed to read stats once [`stats_app`] is appended to
+/// the origin's `apps:` list.
+pub const STATS_KEY: &str = "edge-stats-key";
+
+/// The `apps:` entry for [`STATS_KEY`].
+pub fn stats_app() -> String {
+    format!(
+        "  - {{ name: stats, key_sha256: \"{}\", scopes: [\"links:read\", \"stats:read\", \"admin\"] }}",
+        testkit::origin::sha256_hex(STATS_KEY)
+    )
+}
+
 /// Writes `value` at `key` in Redis (`SET`, optional TTL in seconds).
 pub fn redis_set(redis: &Redis, key: &str, value: &str) {
     let client = redis::Client::open(redis.url()).unwrap();
@@ -367,6 +379,21 @@ apps:
         };
         o.restart();
         o
+    }
+
+    /// `GET /api/v1/links/{code}/stats` with [`STATS_KEY`] (must be 200).
+    pub fn stats(&self, code: &str) -> serde_json::Value {
+        let auth = format!("Bearer {STATS_KEY}");
+        let r = http::request(
+            self.port,
+            "GET",
+            &format!("/api/v1/links/{code}/stats"),
+            "localhost",
+            &[("Authorization", &auth)],
+            b"",
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
     }
 
     pub fn addr(&self) -> String {
