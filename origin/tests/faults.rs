@@ -207,19 +207,11 @@ async fn invalid_config_is_refused_at_start_with_the_field_named() {
     let dir = testkit::TempDir::new("badcfg");
     let p = dir.path().join("bad.yaml");
     std::fs::write(&p, "listen: 127.0.0.1:1\ndefault_domain: x.com\nmysql: {url: 'mysql://r@h/d'}\nredis: {url: 'redis://h/'}\nredirect: {status: 200}\n").unwrap();
-    let out = std::process::Command::new(support::origin_bin())
-        .arg("-c")
-        .arg(&p)
-        .arg("check")
-        .output()
-        .unwrap();
+    let out = support::check_config(&p);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("redirect.status"));
     for example in ["origin.yaml", "origin.cluster.yaml", "origin.sentinel.yaml"] {
-        let out = std::process::Command::new(support::origin_bin())
-            .args(["-c", &format!("../conf/{example}"), "check"])
-            .output()
-            .unwrap();
+        let out = support::check_config(format!("../conf/{example}"));
         assert!(
             out.status.success(),
             "conf/{example} must validate: {}",

@@ -18,7 +18,7 @@ use shorturl_common::time::{now_unix, rfc3339};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{count, eventually, origin_bin, Origin, OriginOpts, Setup, KEY};
+use support::{check_config, count, eventually, Origin, OriginOpts, Setup, KEY};
 use tokio::sync::Barrier;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -719,12 +719,7 @@ fn a_quarantine_not_longer_than_every_cache_ttl_is_refused() {
     ] {
         let p = dir.path().join("origin.yaml");
         std::fs::write(&p, format!("{base}{extra}")).unwrap();
-        let out = std::process::Command::new(origin_bin())
-            .arg("-c")
-            .arg(&p)
-            .arg("check")
-            .output()
-            .unwrap();
+        let out = check_config(&p);
         let text = String::from_utf8_lossy(&out.stderr).into_owned()
             + &String::from_utf8_lossy(&out.stdout);
         assert!(!out.status.success(), "{extra}: accepted");
@@ -742,12 +737,7 @@ fn a_quarantine_not_longer_than_every_cache_ttl_is_refused() {
         ),
     )
     .unwrap();
-    let out = std::process::Command::new(origin_bin())
-        .arg("-c")
-        .arg(&p)
-        .arg("check")
-        .output()
-        .unwrap();
+    let out = check_config(&p);
     assert!(
         out.status.success(),
         "{}",

@@ -596,10 +596,7 @@ async fn resolution_reads_the_replica_and_falls_back_to_the_primary_for_a_fresh_
 
 #[test]
 fn the_sharded_example_config_validates_and_bad_ranges_name_the_field() {
-    let out = std::process::Command::new(support::origin_bin())
-        .args(["-c", "../conf/origin.sharded.yaml", "check"])
-        .output()
-        .unwrap();
+    let out = support::check_config("../conf/origin.sharded.yaml");
     assert!(
         out.status.success(),
         "conf/origin.sharded.yaml must validate: {}",
@@ -611,12 +608,7 @@ fn the_sharded_example_config_validates_and_bad_ranges_name_the_field() {
         .replace("first_id: 100000001", "first_id: 100000002");
     let p = dir.path().join("bad.yaml");
     std::fs::write(&p, text).unwrap();
-    let out = std::process::Command::new(support::origin_bin())
-        .arg("-c")
-        .arg(&p)
-        .arg("check")
-        .output()
-        .unwrap();
+    let out = support::check_config(&p);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("mysql.shards[1].first_id"), "{err}");

@@ -92,6 +92,16 @@ pub fn origin_bin() -> PathBuf {
     workspace_bin("shorturl-origin")
 }
 
+/// `shorturl-origin -c <config> check`: its exit status and output.
+pub fn check_config(config: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
+    std::process::Command::new(origin_bin())
+        .arg("-c")
+        .arg(config)
+        .arg("check")
+        .output()
+        .unwrap()
+}
+
 pub fn write_config(dir: &TempDir, o: &OriginOpts) -> PathBuf {
     let yaml = format!(
         "listen: 127.0.0.1:{port}\ndefault_domain: sho.rt\npublic_scheme: http\n\
