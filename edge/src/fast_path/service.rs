@@ -325,12 +325,10 @@ impl FastPath {
                         &made.0[..]
                     }
                 };
-                s.metrics.local_miss.inc();
                 self.redirect(req, conn, code, now, response, out);
                 s.cfg.redirect.status
             }
             AnswerRef::Unavailable => {
-                s.metrics.local_miss.inc();
                 self.answers.unavailable(out, req.head, &self.end(req));
                 503
             }
@@ -338,11 +336,11 @@ impl FastPath {
                 if prefers_html(req) {
                     return None;
                 }
-                s.metrics.local_miss.inc();
                 self.not_found(req, conn, key, out);
                 404
             }
         };
+        s.metrics.local_miss.inc();
         s.metrics.fast_path.resolved.inc();
         Some((status, resolved.source, start))
     }
