@@ -8,6 +8,7 @@ pub mod accept;
 pub mod cidr;
 pub mod clicks;
 pub mod code;
+pub mod conn_caps;
 pub mod error;
 pub mod failpoint;
 pub mod host;

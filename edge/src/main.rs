@@ -15,7 +15,7 @@ use shorturl_edge::access_log::{AccessLog, AccessLogWriter};
 use shorturl_edge::clicks::flush::{last_flush_budget, ClickFlusher};
 use shorturl_edge::clicks::{boot_nonce, Clicks, ClicksMetrics};
 use shorturl_edge::config;
-use shorturl_edge::conn::{ConnCaps, ConnMetrics, Guarded};
+use shorturl_edge::conn::{caps_config, ConnCaps, ConnMetrics, Guarded};
 use shorturl_edge::fast_path::{FastPath, Shared};
 use shorturl_edge::inval::subscriber::Subscriber;
 use shorturl_edge::limits::Limits;
@@ -183,8 +183,7 @@ fn run(cli: Cli, loaded: config::Loaded) -> Result<(), String> {
     );
 
     let caps = ConnCaps::new(
-        &edge_cfg.limits,
-        edge_cfg.trusted_proxies.clone(),
+        caps_config(&edge_cfg.limits, edge_cfg.trusted_proxies.clone()),
         metrics.conn_open.clone(),
     );
     let conn_metrics = ConnMetrics::from(&metrics);

@@ -6,25 +6,10 @@
 //! materialised for requests that are proxied to the origin.
 
 use http::HeaderMap;
-use shorturl_common::cidr::truncate;
 pub use shorturl_common::cidr::{Cidr, CidrError, CidrList};
 use std::net::{IpAddr, SocketAddr};
 
-/// What per-client limits count under: an IPv4 address, or an IPv6 address
-/// cut to its prefix (one subscriber usually holds a whole /64, so counting
-/// single IPv6 addresses would let one client be 2^64 clients).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ClientKey(IpAddr);
-
-impl ClientKey {
-    /// The key of `ip` with IPv6 cut to `v6_prefix` bits.
-    pub fn new(ip: IpAddr, v6_prefix: u8) -> ClientKey {
-        match ip.to_canonical() {
-            v4 @ IpAddr::V4(_) => ClientKey(v4),
-            v6 => ClientKey(truncate(v6, v6_prefix)),
-        }
-    }
-}
+pub use shorturl_common::conn_caps::ClientKey;
 
 /// One `X-Forwarded-For` hop as an address: `1.2.3.4`, `::1`, and the
 /// `1.2.3.4:5678` / `[::1]:5678` forms some proxies write.
@@ -185,27 +170,6 @@ mod tests {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }
         assert!(!CidrList::default().contains(ip("127.0.0.1")));
-    }
-
-    #[test]
-    fn client_keys_group_ipv6_by_prefix() {
-        let a = ClientKey::new(ip("2001:db8:1:2:aaaa::1"), 64);
-        let b = ClientKey::new(ip("2001:db8:1:2:bbbb::9"), 64);
-        let c = ClientKey::new(ip("2001:db8:1:3::1"), 64);
-        assert_eq!(a, b);
-        assert_ne!(a, c);
-        assert_ne!(
-            ClientKey::new(ip("2001:db8:1:2:aaaa::1"), 128),
-            ClientKey::new(ip("2001:db8:1:2:bbbb::9"), 128)
-        );
-        assert_eq!(
-            ClientKey::new(ip("::ffff:1.2.3.4"), 64),
-            ClientKey::new(ip("1.2.3.4"), 64)
-        );
-        assert_ne!(
-            ClientKey::new(ip("1.2.3.4"), 64),
-            ClientKey::new(ip("1.2.3.5"), 64)
-        );
     }
 
     #[test]

@@ -243,7 +243,7 @@ fn whitelisted_domains_get_certificates_served_by_every_edge_renewed_and_retried
     let root_file = state.path().join("pebble-root.pem");
     std::fs::write(&root_file, &root).unwrap();
     let auth = format!("Authorization: Bearer {API_KEY}");
-    let body = r#"{"url":"https://example.com/h2","domain":"a.shop55.com","kdt_id":55}"#;
+    let body = r#"{"url":"https://example.com/h2","domain":"a.shop55.com"}"#;
     let created = curl_h2(
         a.tls_port,
         "a.shop55.com",

@@ -2,6 +2,7 @@
 //! to a [`Caller`] (the app, its scopes and merchant binding), and a
 //! per-app token-bucket creation limit.
 
+use crate::bucket::{Bucket, Rate};
 use crate::config::AppConfig;
 use crate::error::ApiError;
 use crate::tenancy::{Caller, Scope};
@@ -11,15 +12,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
 struct App {
     caller: Arc<Caller>,
-    rate: f64,
-    burst: f64,
+    rate: Rate,
     bucket: Mutex<Bucket>,
 }
 
@@ -35,18 +30,21 @@ impl Auth {
         let by_hash = apps
             .iter()
             .map(|a| {
-                let app = App {
-                    caller: Arc::new(Caller::new(
-                        a.name.clone(),
-                        a.scopes.iter().copied(),
-                        a.merchants.iter().copied(),
-                    )),
-                    rate: a.rate_per_sec,
+                let rate = Rate {
+                    per_sec: a.rate_per_sec,
                     burst: a.burst,
-                    bucket: Mutex::new(Bucket {
-                        tokens: a.burst,
-                        at: now,
-                    }),
+                };
+                let app = App {
+                    caller: Arc::new(
+                        Caller::new(
+                            a.name.clone(),
+                            a.scopes.iter().copied(),
+                            a.merchants.iter().copied(),
+                        )
+                        .with_short_domain_targets(a.allow_short_domain_targets),
+                    ),
+                    rate,
+                    bucket: Mutex::new(Bucket::full(rate, now)),
                 };
                 (a.key_hash, app)
             })
@@ -114,24 +112,23 @@ impl App {
             .lock()
             .map_err(|_| ApiError::unavailable("rate limiter poisoned"))?;
         let now = Instant::now();
-        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * self.rate).min(self.burst);
-        b.at = now;
-        let need = f64::from(min);
-        if b.tokens < need {
-            let wait = ((need - b.tokens) / self.rate).ceil() as u64;
+        if let Err(wait) = b.take(self.rate, f64::from(min), now) {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 format!(
                     "app {} is over its creation rate limit of {}/s",
-                    self.caller.app, self.rate
+                    self.caller.app, self.rate.per_sec
                 ),
             )
-            .retry_after(wait));
+            .retry_after(wait.as_secs_f64().ceil() as u64));
         }
-        let got = b.tokens.floor().min(f64::from(max)) as u32;
-        b.tokens -= f64::from(got);
-        Ok(got)
+        // `min` are taken; take what else is there, up to `max`.
+        let extra = b
+            .available(self.rate, now)
+            .min(f64::from(max - min.min(max)));
+        let _ = b.take(self.rate, extra, now);
+        Ok(min + extra as u32)
     }
 }
 
@@ -149,6 +146,7 @@ mod tests {
             burst,
             scopes: scopes.iter().copied().collect(),
             merchants: [55].into_iter().collect(),
+            allow_short_domain_targets: false,
         }])
     }
 

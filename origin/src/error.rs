@@ -75,8 +75,15 @@ impl From<LinkError> for ApiError {
             LinkError::LinkExpired => {
                 ApiError::new(StatusCode::CONFLICT, "link_expired", e.to_string())
             }
-            LinkError::CodeTaken(_) => {
-                ApiError::new(StatusCode::CONFLICT, "code_taken", e.to_string())
+            LinkError::CodeUnavailable(_) => {
+                ApiError::new(StatusCode::CONFLICT, "code_unavailable", e.to_string())
+            }
+            LinkError::CustomCodesLimited { retry_after_secs } => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", e.to_string())
+                    .retry_after(retry_after_secs)
+            }
+            LinkError::TargetIsShortDomain(_) => {
+                ApiError::bad_request("url_is_short_link", e.to_string())
             }
             LinkError::DomainNotAllowed(_) => forbidden("domain_not_allowed", &e),
             LinkError::MerchantMismatch { .. } => forbidden("merchant_domain_mismatch", &e),

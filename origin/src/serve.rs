@@ -1,8 +1,11 @@
 //! `shorturl-origin serve`: wires the components and runs the HTTP server
-//! until SIGTERM/SIGINT, then drains in-flight requests for at most
-//! `shutdown_grace` (the whole shutdown, closing MySQL included, fits in
-//! it): a request still running then is cut off, so a stuck client or a
-//! stuck dependency cannot hold a deploy.
+//! until SIGTERM/SIGINT. Then it **drains** for `drain_secs`: it keeps
+//! accepting and serving while `/healthz` says `draining` (edges stop
+//! choosing it within a health-check interval, so nothing is sent to a
+//! closed socket during a rolling restart); then it stops accepting and
+//! finishes in-flight requests for at most `shutdown_grace` (closing MySQL
+//! included): a request still running then is cut off, so a stuck client or
+//! a stuck dependency cannot hold a deploy.
 
 use crate::auth::Auth;
 use crate::cache::Cache;
@@ -10,6 +13,7 @@ use crate::claim::Claimer;
 use crate::clicks::retention::Retention;
 use crate::clicks::{ClickMetrics, Consumer};
 use crate::config::{Config, CounterBackend};
+use crate::conn::{ConnMetrics, Drain, Listener};
 use crate::http::{router, AppState};
 use crate::issuer::counter::{Counter, MysqlCounter, RedisCounter};
 use crate::issuer::Issuer;
@@ -19,7 +23,6 @@ use crate::metrics::Metrics;
 use crate::store::{is_permanent, ShardMap, Store};
 use crate::whitelist::Whitelist;
 use crate::{apollo, db};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -37,12 +40,10 @@ pub enum ServeError {
     IssuerFloor(#[source] mysql_async::Error),
     #[error("listen {addr}: {source}")]
     Listen {
-        addr: SocketAddr,
+        addr: std::net::SocketAddr,
         #[source]
         source: std::io::Error,
     },
-    #[error("server: {0}")]
-    Server(#[source] std::io::Error),
     #[error("the compiled-in docs/openapi.yaml does not parse: {0}")]
     OpenApi(#[source] serde_yaml::Error),
 }
@@ -212,46 +213,38 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
             source,
         })?;
     tracing::info!(listen = %cfg.listen, capacity, backend = ?cfg.issuer.backend, "origin serving");
+    if cfg.internal.token_sha256.is_none() {
+        tracing::warn!(
+            "internal.token_sha256 is not set: /internal/* and /metrics answer loopback peers only"
+        );
+    }
+    let conn_metrics = ConnMetrics::register(&links.metrics.registry)?;
+    let drain = Arc::new(Drain::default());
     let app = router(AppState {
         links,
         auth: Arc::new(Auth::new(&cfg.apps)),
         openapi: crate::http::openapi::json().map_err(ServeError::OpenApi)?,
         admin,
+        drain: Arc::clone(&drain),
     });
-    // The peer address is needed for `status_allow`.
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
-        let _ = stop_rx.await;
-    });
-    let mut server = tokio::spawn(async move { server.await });
-    let deadline = tokio::select! {
-        r = &mut server => {
-            // The server stopped by itself (an accept error).
-            stop_background();
-            stop_reaper(reaper_task, reaper).await;
-            return finish(r, apollo_task, pool, Instant::now() + cfg.shutdown_grace).await;
-        }
-        () = shutdown_signal(term) => Instant::now() + cfg.shutdown_grace,
-    };
-    let _ = stop_tx.send(());
+    let server = Listener::start(listener, app, &cfg.limits, conn_metrics, Arc::clone(&drain));
+    shutdown_signal(term).await;
+    // Drain: keep serving while the edges' health checks see `draining`
+    // and stop choosing this origin; only then stop accepting.
+    drain.start();
+    tracing::info!(drain = ?cfg.drain, "draining: /healthz says draining; still serving");
+    tokio::time::sleep(cfg.drain).await;
+    let deadline = Instant::now() + cfg.shutdown_grace;
+    tracing::info!("stopped accepting; finishing the requests in flight");
     // Rows it leaves are applied by another origin or after the restart.
     stop_background();
     // The lease is given up so another origin takes over at once.
     stop_reaper(reaper_task, reaper).await;
-    let r = match tokio::time::timeout_at(deadline, &mut server).await {
-        Ok(r) => r,
-        Err(_) => {
-            tracing::warn!(grace = ?cfg.shutdown_grace,
-                "shutdown grace elapsed; closing the requests still in flight");
-            server.abort();
-            Ok(Ok(()))
-        }
-    };
-    finish(r, apollo_task, pool, deadline).await
+    if !server.close(deadline).await {
+        tracing::warn!(grace = ?cfg.shutdown_grace,
+            "shutdown grace elapsed; closing the requests still in flight");
+    }
+    finish(apollo_task, pool, deadline).await
 }
 
 /// Stops the reaper and releases its lease (bounded: a MySQL that does not
@@ -267,7 +260,6 @@ async fn stop_reaper(task: Option<tokio::task::JoinHandle<()>>, reaper: Option<A
 
 /// Stops the background work and closes MySQL within what is left of the grace.
 async fn finish(
-    served: Result<std::io::Result<()>, tokio::task::JoinError>,
     apollo_task: Option<tokio::task::JoinHandle<()>>,
     pool: mysql_async::Pool,
     deadline: Instant,
@@ -281,14 +273,7 @@ async fn finish(
     {
         tracing::warn!("shutdown grace elapsed while closing MySQL connections");
     }
-    match served {
-        Ok(r) => r.map_err(ServeError::Server),
-        // The server task panicked or was aborted: nothing left to serve.
-        Err(e) => {
-            tracing::error!(error = %e, "server task ended abnormally");
-            Ok(())
-        }
-    }
+    Ok(())
 }
 
 /// Re-reads the pool every few seconds, so `pregen` and recycling extend a
@@ -362,5 +347,5 @@ async fn shutdown_signal(term: Option<tokio::signal::unix::Signal>) {
         _ = term => {},
         _ = tokio::signal::ctrl_c() => {},
     }
-    tracing::info!("shutting down: draining in-flight requests");
+    tracing::info!("shutting down");
 }

@@ -69,6 +69,8 @@ pub struct Caller {
     scopes: BTreeSet<Scope>,
     /// The merchants this key is bound to (empty: not bound).
     merchants: BTreeSet<u64>,
+    /// May create links that point at a domain this fleet serves.
+    short_domain_targets: bool,
 }
 
 /// A caller lacks the scope an operation needs.
@@ -86,7 +88,22 @@ impl Caller {
             app: app.into(),
             scopes: scopes.into_iter().collect(),
             merchants: merchants.into_iter().collect(),
+            short_domain_targets: false,
         }
+    }
+
+    /// Allows (or not) targets on the fleet's own domains
+    /// (`apps[].allow_short_domain_targets`).
+    pub fn with_short_domain_targets(mut self, allowed: bool) -> Caller {
+        self.short_domain_targets = allowed;
+        self
+    }
+
+    /// Whether this key may create links whose target is one of the
+    /// fleet's own domains (otherwise refused: a loop or a chain that
+    /// counts every hop as a click).
+    pub fn may_target_short_domains(&self) -> bool {
+        self.short_domain_targets
     }
 
     /// Whether the key is allowed `s` (`admin` allows everything).
@@ -106,6 +123,13 @@ impl Caller {
     /// Whether the key acts on every tenant's links.
     pub fn is_admin(&self) -> bool {
         self.scopes.contains(&Scope::Admin)
+    }
+
+    /// Whether the key is bound to no merchant and is not admin: it may not
+    /// name a merchant at all (links it made would appear as that
+    /// merchant's), so it cannot create on merchant domains.
+    pub fn is_unbound(&self) -> bool {
+        !self.is_admin() && self.merchants.is_empty()
     }
 
     /// The merchants this key is restricted to; `None` for an admin key or

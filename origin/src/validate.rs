@@ -207,9 +207,11 @@ fn opt_label(obj: &Map<String, Value>, key: &str, max: usize) -> Result<Option<S
     }
 }
 
-/// Checks a long URL and returns the form to store (ASCII: non-ASCII
-/// characters are percent-encoded / punycoded, so records stay one line of
-/// ASCII that Lua can parse).
+/// Checks a long URL and returns the form to store: its WHATWG
+/// serialisation (the `url` crate), which is ASCII (non-ASCII characters
+/// percent-encoded / punycoded, so records stay one line of ASCII that Lua
+/// can parse) and unambiguous (backslashes, case and dot segments resolved
+/// as a browser resolves them).
 pub fn validate_url(raw: &str, max_bytes: usize) -> Result<String, ApiError> {
     if raw.len() > max_bytes {
         return Err(ApiError::bad_request(
@@ -241,11 +243,10 @@ pub fn validate_url(raw: &str, max_bytes: usize) -> Result<String, ApiError> {
             "url must not carry credentials",
         ));
     }
-    let stored = if raw.is_ascii() {
-        raw.to_owned()
-    } else {
-        parsed.as_str().to_owned()
-    };
+    // The WHATWG serialisation, always: it is what a browser will go to,
+    // so what is stored, shown and redirected to is never read two ways
+    // (`https://evil.example\\@good.example/` is `https://evil.example/@good.example/`).
+    let stored = parsed.as_str().to_owned();
     if stored.len() > max_bytes {
         return Err(ApiError::bad_request(
             "url_too_long",
@@ -270,6 +271,7 @@ pub(crate) mod tests {
             max_batch_body_bytes: 1 << 21,
             allowed_domains: BTreeSet::new(),
             merchant_domains: Default::default(),
+            custom_code_refusals_per_min: 10,
         }
     }
 

@@ -264,7 +264,10 @@ async fn pages_assets_csv_tenancy_and_bad_input() {
     let c = start();
     let (st, v) =
         c.s.origin
-            .create(serde_json::json!({"url": "https://a.example/55", "kdt_id": 55}))
+            .create_with_key(
+                support::ADMIN_KEY,
+                serde_json::json!({"url": "https://a.example/55", "kdt_id": 55}),
+            )
             .await;
     assert_eq!(st, 201, "{v}");
     let code55 = v["code"].as_str().unwrap().to_owned();

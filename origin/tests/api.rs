@@ -311,7 +311,10 @@ async fn custom_codes_conflict_and_reserve_pregenerated_rows() {
     let (st, v) = o
         .create(json!({"url": "https://b.example/", "code": "promo-2026"}))
         .await;
-    assert_eq!((st, v["error"].as_str().unwrap()), (409, "code_taken"));
+    assert_eq!(
+        (st, v["error"].as_str().unwrap()),
+        (409, "code_unavailable")
+    );
     assert_eq!(
         o.follow("sho.rt", "promo-2026").await.1.as_deref(),
         Some("https://a.example/")
@@ -651,4 +654,141 @@ async fn internal_record_endpoint_and_redis_write_back() {
     }
     assert!(metrics.contains("shorturl_request_duration_seconds_bucket{route=\"record\""));
     assert!(!metrics.contains("shorturl_origin_"), "{metrics}");
+}
+
+/// A link whose target is a domain this fleet serves would redirect back
+/// into the fleet: a loop when it names itself, a chain that counts every
+/// hop as a click otherwise (issue 23, item 5: a merchant's link to
+/// `http://s.shop55.com:8080/loopzz1` under the code `loopzz1` gave 30
+/// redirects). Refused on creation, in batches and on edits, unless the
+/// app is allowed (`apps[].allow_short_domain_targets`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_on_the_fleets_own_domains_are_refused() {
+    const CHAINER: &str = "test-key-chainer";
+    let s = Setup::start_with(|o| {
+        o.links_yaml =
+            "  allowed_domains: [go.brand91.cn]\n  merchant_domains: {'55': [s.shop55.com]}\n"
+                .into();
+        o.apps_yaml.push_str(&format!(
+            "  - {{name: chainer, key_sha256: {}, allow_short_domain_targets: true}}\n",
+            support::sha256_hex(CHAINER)
+        ));
+    });
+    let o = &s.origin;
+    for url in [
+        "http://s.shop55.com:8080/loopzz1",
+        "https://SHO.RT./abc123",
+        "https://go.brand91.cn/x?y=1",
+        "http://sho.rt/",
+    ] {
+        let (st, v) = o.create(json!({"url": url, "code": "loopzz1"})).await;
+        assert_eq!(
+            (st, v["error"].as_str()),
+            (400, Some("url_is_short_link")),
+            "{url}: {v}"
+        );
+        let (st, v, _) = o
+            .call(
+                reqwest::Method::POST,
+                "/api/v1/links/batch",
+                KEY,
+                Some(json!({"links": [{"url": url}, {"url": format!("https://fine.example/{url}")}]})),
+                &[],
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["results"][0]["status"], 400, "{v}");
+        assert_eq!(
+            v["results"][0]["error"]["error"], "url_is_short_link",
+            "{v}"
+        );
+        assert_eq!(v["results"][1]["status"], 201, "{v}");
+    }
+    assert_eq!(
+        o.follow("sho.rt", "loopzz1").await.0,
+        404,
+        "nothing was created"
+    );
+    // Other hosts that merely contain a fleet domain are fine.
+    for url in [
+        "https://sho.rt.example/",
+        "https://notsho.rt/",
+        "https://example.com/sho.rt",
+    ] {
+        let (st, v) = o.create(json!({"url": url})).await;
+        assert_eq!(st, 201, "{url}: {v}");
+    }
+    // An edit cannot point an existing link back into the fleet either.
+    let code = o.create_ok(json!({"url": "https://before.example/"})).await;
+    let (st, v) = o
+        .patch(KEY, &code, json!({"url": "https://s.shop55.com/x"}))
+        .await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (400, Some("url_is_short_link")),
+        "{v}"
+    );
+    assert_eq!(
+        o.follow("sho.rt", &code).await.1.as_deref(),
+        Some("https://before.example/")
+    );
+    // An app allowed to chain may.
+    let (st, v) = o
+        .create_with_key(CHAINER, json!({"url": "https://go.brand91.cn/next"}))
+        .await;
+    assert_eq!(st, 201, "{v}");
+}
+
+/// A target is stored, shown and served as a browser reads it (WHATWG):
+/// `https://evil.example\@good.example/` goes to evil.example, so that is
+/// what the link and its preview say (issue 23, item 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_are_stored_as_browsers_read_them() {
+    let s = Setup::start();
+    let o = &s.origin;
+    for (given, stored) in [
+        (
+            r"https://evil.example\@good.example/",
+            "https://evil.example/@good.example/",
+        ),
+        ("HTTPS://Example.COM", "https://example.com/"),
+        ("https://example.com/a/../b/./c", "https://example.com/b/c"),
+        ("https://example.com:443/x", "https://example.com/x"),
+        (
+            "https://例え.jp/パス",
+            "https://xn--r8jz45g.jp/%E3%83%91%E3%82%B9",
+        ),
+    ] {
+        let (st, v) = o.create(json!({"url": given})).await;
+        assert_eq!((st, v["url"].as_str()), (201, Some(stored)), "{given}: {v}");
+        let code = v["code"].as_str().unwrap();
+        assert_eq!(
+            o.follow("sho.rt", code).await.1.as_deref(),
+            Some(stored),
+            "{given}"
+        );
+    }
+    let (_, v) = o
+        .create(json!({"url": r"https://evil.example\@good.example/"}))
+        .await;
+    let code = v["code"].as_str().unwrap();
+    let (st, page) = o.get_text(&format!("/{code}+"), "sho.rt").await;
+    assert_eq!(st, 200);
+    assert!(
+        page.contains("the site <strong>evil.example</strong>"),
+        "{page}"
+    );
+    // A look-alike host shows its punycode next to it.
+    let v = o
+        .create(json!({"url": "https://xn--pple-43d.com/login"}))
+        .await
+        .1;
+    let code = v["code"].as_str().unwrap();
+    let (_, page) = o.get_text(&format!("/{code}+"), "sho.rt").await;
+    assert!(
+        page.contains(
+            "<strong>\u{430}pple.com</strong> (<span class=\"ascii\">xn--pple-43d.com</span>)"
+        ),
+        "{page}"
+    );
 }

@@ -94,7 +94,7 @@ async fn each_item_is_answered_in_order_as_its_own_creation_would_be() {
             (400, "invalid_url".into()),
             // Deduplicated against a link created before the batch...
             (200, earlier.clone()),
-            (409, "code_taken".into()),
+            (409, "code_unavailable".into()),
             (201, "fresh-1".into()),
             // ...and against an earlier item of the same batch.
             (200, first.clone()),

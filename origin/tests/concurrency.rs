@@ -85,7 +85,11 @@ async fn fifty_creations_of_one_custom_code_have_exactly_one_winner() {
     assert_eq!(winners.len(), 1, "{answers:?}");
     for (st, v) in &answers {
         if *st != 201 {
-            assert_eq!((*st, v["error"].as_str()), (409, Some("code_taken")), "{v}");
+            assert_eq!(
+                (*st, v["error"].as_str()),
+                (409, Some("code_unavailable")),
+                "{v}"
+            );
         }
     }
     let winner = format!("https://race.example/{}", winners[0]);

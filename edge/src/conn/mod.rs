@@ -32,122 +32,26 @@ pub use head::HeadDeadline;
 
 use crate::config::LimitsConfig;
 use crate::metrics::Metrics;
-use crate::net::{CidrList, ClientKey};
+use crate::net::CidrList;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::protocols::{Stream, ALPN};
 use pingora::server::ShutdownWatch;
-use pingora_prometheus::prometheus::{IntCounter, IntGauge};
-use std::collections::HashMap;
-use std::hash::BuildHasher;
+use pingora_prometheus::prometheus::IntCounter;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
-const SHARDS: usize = 16;
+pub use shorturl_common::conn_caps::{CapsConfig, ConnCaps, Refused, Slot};
 
-/// Why a connection was closed on arrival.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// `max_connections` reached.
-    Total,
-    /// `max_connections_per_ip` reached for this client.
-    PerClient,
-}
-
-/// Counts of open connections, in total and per client key.
-pub struct ConnCaps {
-    max_total: usize,
-    max_per_client: u32,
-    v6_prefix: u8,
-    trusted: CidrList,
-    open: AtomicUsize,
-    per_client: Box<[Mutex<HashMap<ClientKey, u32>>]>,
-    hasher: std::hash::RandomState,
-    gauge: IntGauge,
-}
-
-/// One admitted connection; dropping it gives the place back.
-pub struct Slot {
-    caps: Arc<ConnCaps>,
-    key: Option<ClientKey>,
-    admitted: bool,
-}
-
-impl ConnCaps {
-    /// Caps from the limits; `gauge` shows the connections open.
-    pub fn new(cfg: &LimitsConfig, trusted: CidrList, gauge: IntGauge) -> Arc<Self> {
-        Arc::new(ConnCaps {
-            max_total: cfg.max_connections,
-            max_per_client: cfg.max_connections_per_ip,
-            v6_prefix: cfg.ipv6_prefix_len,
-            trusted,
-            open: AtomicUsize::new(0),
-            per_client: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: std::hash::RandomState::new(),
-            gauge,
-        })
-    }
-
-    fn shard(&self, key: &ClientKey) -> MutexGuard<'_, HashMap<ClientKey, u32>> {
-        let m = &self.per_client[(self.hasher.hash_one(key) as usize) % SHARDS];
-        match m.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
-    }
-
-    /// Connections open now.
-    pub fn open(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
-    }
-
-    /// Admits a connection from `peer`, or says which cap it hit.
-    pub fn admit(self: &Arc<Self>, peer: Option<IpAddr>) -> Result<Slot, Refused> {
-        let n = self.open.fetch_add(1, Ordering::AcqRel) + 1;
-        // From here on, dropping `slot` undoes the count.
-        let mut slot = Slot {
-            caps: Arc::clone(self),
-            key: None,
-            admitted: false,
-        };
-        if self.max_total > 0 && n > self.max_total {
-            return Err(Refused::Total);
-        }
-        if self.max_per_client > 0 {
-            if let Some(ip) = peer.filter(|ip| !self.trusted.contains(*ip)) {
-                let key = ClientKey::new(ip, self.v6_prefix);
-                let mut shard = self.shard(&key);
-                let count = shard.entry(key).or_insert(0);
-                if *count >= self.max_per_client {
-                    return Err(Refused::PerClient);
-                }
-                *count += 1;
-                slot.key = Some(key);
-            }
-        }
-        slot.admitted = true;
-        self.gauge.inc();
-        Ok(slot)
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            let mut shard = self.caps.shard(&key);
-            if let Some(c) = shard.get_mut(&key) {
-                *c = c.saturating_sub(1);
-                if *c == 0 {
-                    shard.remove(&key);
-                }
-            }
-        }
-        if self.admitted {
-            self.caps.gauge.dec();
-        }
-        self.caps.open.fetch_sub(1, Ordering::AcqRel);
+/// The caps of `limits`; peers in `trusted_proxies` are exempt from the
+/// per-client cap (a load balancer carries many clients).
+pub fn caps_config(limits: &LimitsConfig, trusted_proxies: CidrList) -> CapsConfig {
+    CapsConfig {
+        max_total: limits.max_connections,
+        max_per_client: limits.max_connections_per_ip,
+        v6_prefix: limits.ipv6_prefix_len,
+        exempt: trusted_proxies,
     }
 }
 
@@ -271,80 +175,5 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for Guarded<A> {
 
     async fn cleanup(&self) {
         self.app.cleanup().await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration as D;
-
-    fn caps(total: usize, per: u32, trusted: &[&str]) -> Arc<ConnCaps> {
-        let cfg = LimitsConfig {
-            unknown_per_ip_per_sec: 0,
-            creations_per_ip_per_sec: 0,
-            refused_creations_per_ip_per_min: 0,
-            clients_tracked: 1,
-            ipv6_prefix_len: 64,
-            max_uri_bytes: 4096,
-            max_header_bytes: 16384,
-            client_timeout: D::from_secs(1),
-            keepalive_timeout_secs: 1,
-            header_timeout: D::from_secs(1),
-            max_connections: total,
-            max_connections_per_ip: per,
-        };
-        let gauge = IntGauge::new("test_open", "test").unwrap_or_else(|e| panic!("{e}"));
-        let t = CidrList::parse(trusted).unwrap_or_else(|e| panic!("{e}"));
-        ConnCaps::new(&cfg, t, gauge)
-    }
-
-    fn ip(s: &str) -> Option<IpAddr> {
-        s.parse().ok()
-    }
-
-    #[test]
-    fn per_client_and_total_caps_with_release() {
-        let c = caps(5, 2, &["10.0.0.0/8"]);
-        let a1 = c.admit(ip("1.1.1.1")).ok();
-        let a2 = c.admit(ip("1.1.1.1")).ok();
-        assert!(a1.is_some() && a2.is_some());
-        assert_eq!(c.admit(ip("1.1.1.1")).err(), Some(Refused::PerClient));
-        // IPv6: one /64 is one client.
-        let v1 = c.admit(ip("2001:db8::1")).ok();
-        let v2 = c.admit(ip("2001:db8::2")).ok();
-        assert!(v1.is_some() && v2.is_some());
-        assert_eq!(c.admit(ip("2001:db8::3")).err(), Some(Refused::PerClient));
-        // A trusted proxy is not capped per client, only in total.
-        let p = c.admit(ip("10.0.0.1")).ok();
-        assert!(p.is_some());
-        assert_eq!(c.admit(ip("10.0.0.1")).err(), Some(Refused::Total));
-        assert_eq!(c.admit(ip("2.2.2.2")).err(), Some(Refused::Total));
-        assert_eq!(c.open(), 5, "refusals give their place back");
-        drop(a1);
-        assert_eq!(c.open(), 4);
-        assert!(
-            c.admit(ip("1.1.1.1")).is_ok(),
-            "a closed connection frees its place"
-        );
-        drop((a2, v1, v2, p));
-        assert_eq!(c.open(), 0);
-        assert!(c
-            .per_client
-            .iter()
-            .all(|s| s.lock().map(|m| m.is_empty()).unwrap_or(false)));
-        assert_eq!(c.gauge.get(), 0);
-    }
-
-    #[test]
-    fn zero_caps_are_off() {
-        let c = caps(0, 0, &[]);
-        let slots: Vec<_> = (0..1000)
-            .filter_map(|_| c.admit(ip("1.1.1.1")).ok())
-            .collect();
-        assert_eq!(slots.len(), 1000);
-        assert_eq!(c.gauge.get(), 1000);
-        drop(slots);
-        assert_eq!((c.open(), c.gauge.get()), (0, 0));
     }
 }

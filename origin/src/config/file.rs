@@ -39,6 +39,39 @@ pub struct FileConfig {
     /// The admin console (`/admin/`); see `super::admin::AdminConfig`.
     #[serde(default)]
     pub admin: Option<AdminFile>,
+    /// Connection limits of the listener (`super::serving`).
+    #[serde(default)]
+    pub limits: ServeLimitsFile,
+    /// Who may call `/internal/*` and `/metrics` (`super::serving`).
+    #[serde(default)]
+    pub internal: Option<InternalFile>,
+    /// After SIGTERM, keep serving this long while `/healthz` says draining.
+    #[serde(default)]
+    pub drain_secs: Option<u64>,
+}
+
+/// `limits:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeLimitsFile {
+    #[serde(default)]
+    pub header_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    #[serde(default)]
+    pub max_connections_per_ip: Option<u32>,
+    #[serde(default)]
+    pub ipv6_prefix_len: Option<u8>,
+}
+
+/// `internal:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InternalFile {
+    #[serde(default)]
+    pub allow: Option<Vec<String>>,
+    #[serde(default)]
+    pub token_sha256: Option<String>,
 }
 
 fn default_scheme() -> String {
@@ -135,6 +168,9 @@ pub struct LinksFile {
     /// kdt_id (as a string or an integer key) → that merchant's domains.
     #[serde(default)]
     pub merchant_domains: std::collections::BTreeMap<String, Vec<String>>,
+    /// Custom codes an app may be refused per minute (0 = no limit).
+    #[serde(default)]
+    pub custom_code_refusals_per_min: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -153,6 +189,9 @@ pub struct AppFile {
     /// kdt_ids this key is bound to (absent or empty: none).
     #[serde(default)]
     pub merchants: Vec<u64>,
+    /// May create links whose target is a domain this fleet serves.
+    #[serde(default)]
+    pub allow_short_domain_targets: bool,
 }
 
 /// `lifecycle:` (the reaper; absent keys take the defaults of

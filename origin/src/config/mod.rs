@@ -10,6 +10,7 @@ mod clicks;
 pub mod file;
 mod lifecycle;
 mod pages;
+mod serving;
 mod shards;
 mod tenancy;
 
@@ -17,6 +18,7 @@ pub use admin::{AdminConfig, AdminUser, Role};
 pub use clicks::ClicksConfig;
 pub use lifecycle::LifecycleConfig;
 pub use pages::{PagesConfig, Theme};
+pub use serving::{InternalConfig, ServeLimits};
 pub use shards::{ShardConfig, ShardsConfig};
 pub use tenancy::AppConfig;
 
@@ -91,6 +93,9 @@ pub struct LinksConfig {
     /// Static merchant domains: kdt_id → its domains (normalised), merged
     /// with Apollo's map. A domain with owners needs an owning `kdt_id`.
     pub merchant_domains: BTreeMap<u64, BTreeSet<String>>,
+    /// Custom codes one app may be refused per minute (0 = no limit): a
+    /// refused code says the code exists somewhere, so probing is metered.
+    pub custom_code_refusals_per_min: u32,
 }
 
 /// The whole validated configuration.
@@ -119,6 +124,12 @@ pub struct Config {
     pub pages: PagesConfig,
     /// The admin console's users and sessions.
     pub admin: AdminConfig,
+    /// The listener's head deadline and connection caps.
+    pub limits: ServeLimits,
+    /// Who may call `/internal/*` and `/metrics`.
+    pub internal: InternalConfig,
+    /// After SIGTERM: serve on this long with `/healthz` draining, then stop.
+    pub drain: Duration,
 }
 
 /// A configuration problem, naming the field.
@@ -308,6 +319,7 @@ impl Config {
             )?,
             allowed_domains: allowed,
             merchant_domains,
+            custom_code_refusals_per_min: f.links.custom_code_refusals_per_min.unwrap_or(10),
         };
         f.redirect.validate()?;
         let apps = tenancy::apps(f.apps)?;
@@ -331,6 +343,8 @@ impl Config {
         }
         let pages = pages::pages(f.pages)?;
         let admin = admin::admin(f.admin)?;
+        let limits = serving::limits(f.limits)?;
+        let internal = serving::internal(f.internal, env)?;
         let redirect_max_age = lifecycle::cache_control_max_age(&f.redirect.cache_control)
             .unwrap_or(0)
             .max(
@@ -371,6 +385,9 @@ impl Config {
             lifecycle,
             pages,
             admin,
+            limits,
+            internal,
+            drain: Duration::from_secs(f.drain_secs.unwrap_or(3)),
         })
     }
 

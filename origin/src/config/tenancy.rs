@@ -19,6 +19,8 @@ pub struct AppConfig {
     pub scopes: BTreeSet<Scope>,
     /// Merchants the key is bound to (empty: not bound).
     pub merchants: BTreeSet<u64>,
+    /// May target a domain this fleet serves (a deliberate chain of short links).
+    pub allow_short_domain_targets: bool,
 }
 
 /// `apps:` validated.
@@ -73,6 +75,7 @@ pub fn apps(list: Vec<AppFile>) -> Result<Vec<AppConfig>, ConfigError> {
             burst,
             scopes,
             merchants: a.merchants.into_iter().collect(),
+            allow_short_domain_targets: a.allow_short_domain_targets,
         });
     }
     Ok(apps)

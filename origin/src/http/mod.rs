@@ -10,6 +10,7 @@
 
 mod api;
 mod batch;
+mod internal;
 pub mod openapi;
 mod pages;
 mod resolve;
@@ -23,7 +24,6 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use http::{header, HeaderValue, Method, StatusCode};
-use serde_json::json;
 use shorturl_common::status::OriginStatus;
 use shorturl_common::PROTOCOL_VERSION;
 use std::net::SocketAddr;
@@ -39,6 +39,8 @@ pub struct AppState {
     pub openapi: bytes::Bytes,
     /// The admin console (`/admin/`) and the edges' heartbeats.
     pub admin: Arc<crate::admin::Admin>,
+    /// Set after SIGTERM: `/healthz` says draining.
+    pub drain: Arc<crate::conn::Drain>,
 }
 
 pub(crate) use api::read_body_max;
@@ -108,6 +110,11 @@ async fn route(s: &AppState, req: Request, host: Option<String>) -> (&'static st
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0);
     let is_read = method == Method::GET || method == Method::HEAD;
+    if path == "/metrics" || path.starts_with("/internal/") {
+        if let Err(refused) = internal::admit(&s.links.cfg.internal, peer, headers) {
+            return ("other", refused.answer(s, &path));
+        }
+    }
     match path.as_str() {
         // Only to `status_allow`; anyone else gets the unknown-code 404.
         "/shorturl_status" if is_read && !status_allowed(s, peer) => ("other", not_found(s)),
@@ -251,21 +258,40 @@ fn status(s: &AppState) -> Response {
     ok(StatusCode::OK, &body)
 }
 
+/// `/healthz`: 200 `ok`, 503 `degraded` (MySQL down; the origin still
+/// serves what Redis holds) or, after SIGTERM, 503 `draining`. The
+/// `Shorturl-Health` header says the same for health checks that read only
+/// the head: edges stop choosing an origin that says `draining`.
 async fn healthz(s: &AppState) -> Response {
-    // The failure itself is logged by the store; the answer only says what.
-    match s.links.store.ping().await {
-        Ok(()) => ok(StatusCode::OK, &json!({"status": "ok"})),
-        Err(_) => {
-            let mut r = json_response(
+    let (status, state, body): (_, _, &[u8]) = if s.drain.is_draining() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            br#"{"status":"draining"}"#,
+        )
+    } else {
+        // The failure itself is logged by the store; the answer only says what.
+        match s.links.store.ping().await {
+            Ok(()) => (StatusCode::OK, "ok", br#"{"status":"ok"}"#),
+            Err(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                br#"{"status":"degraded","mysql":"unavailable"}"#.to_vec(),
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(2u32));
-            r
+                "degraded",
+                br#"{"status":"degraded","mysql":"unavailable"}"#,
+            ),
         }
+    };
+    let mut r = json_response(status, body.to_vec());
+    let h = r.headers_mut();
+    h.insert(HEALTH_HEADER, HeaderValue::from_static(state));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if status != StatusCode::OK {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(2u32));
     }
+    r
 }
+
+/// The health state header (protocol, "Health and drain").
+pub const HEALTH_HEADER: &str = "shorturl-health";
 
 fn not_found(s: &AppState) -> Response {
     let mut r = ApiError::not_found().into_response();

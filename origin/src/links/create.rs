@@ -24,13 +24,21 @@ pub enum Creation {
 impl Links {
     /// The merchant a creation is for, after the caller's binding: a
     /// merchant-bound key may only name its own merchants (one of them by
-    /// default when it has exactly one) and only their domains.
+    /// default when it has exactly one) and only their domains; a key bound
+    /// to none may name no merchant (so it cannot create on a merchant's
+    /// domain, nor file links under a merchant); an admin key may name any.
     fn creation_merchant(
         &self,
         caller: &Caller,
         domain: &str,
         kdt_id: Option<u64>,
     ) -> Result<Option<u64>, LinkError> {
+        if caller.is_unbound() {
+            return match kdt_id {
+                Some(k) => Err(LinkError::ForbiddenMerchant(k)),
+                None => Ok(None),
+            };
+        }
         let Some(bound) = caller.merchant_binding() else {
             return Ok(kdt_id);
         };
@@ -55,6 +63,7 @@ impl Links {
         req: CreateRequest,
     ) -> Result<Creation, LinkError> {
         caller.require(Scope::LinksCreate)?;
+        self.check_target(caller, &req.url)?;
         let domain = req
             .domain
             .clone()
@@ -82,7 +91,14 @@ impl Links {
         });
 
         if let Some(code) = req.code {
-            return match self.store.claim_custom(&code, &data).await? {
+            // Taken before the claim, so concurrent attempts cannot all
+            // probe; given back when the code was free.
+            self.take_custom_attempt(&caller.app)?;
+            let claim = self.store.claim_custom(&code, &data).await;
+            if matches!(claim, Ok(CustomClaim::Created { .. })) {
+                self.custom_refusals.give(&caller.app);
+            }
+            return match claim? {
                 CustomClaim::Created { version } => {
                     self.metrics.creations.with_label_values(&["custom"]).inc();
                     self.cache
@@ -95,7 +111,7 @@ impl Links {
                         .creations
                         .with_label_values(&["conflict"])
                         .inc();
-                    Err(LinkError::CodeTaken(code))
+                    Err(LinkError::CodeUnavailable(code))
                 }
             };
         }
@@ -153,6 +169,39 @@ impl Links {
         Ok(Creation::New(
             self.view(&data.row(&claimed.code, claimed.version), now),
         ))
+    }
+
+    /// Refuses a target on a domain this fleet serves (default, static and
+    /// merchant domains, Apollo's included), unless the app may: following
+    /// it would come back here, a loop at worst and a chain that counts
+    /// every hop as a click at best.
+    pub(super) fn check_target(&self, caller: &Caller, url: &str) -> Result<(), LinkError> {
+        if caller.may_target_short_domains() {
+            return Ok(());
+        }
+        let host = url::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().and_then(shorturl_common::host::normalize_host));
+        match host {
+            Some(h) if self.whitelist.is_listed(&h) => Err(LinkError::TargetIsShortDomain(h)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes one of the app's custom-code attempts (`links.custom_code_refusals_per_min`).
+    fn take_custom_attempt(&self, app: &str) -> Result<(), LinkError> {
+        if self.cfg.links.custom_code_refusals_per_min == 0 {
+            return Ok(());
+        }
+        self.custom_refusals.take(&app.to_owned()).map_err(|wait| {
+            self.metrics
+                .creations
+                .with_label_values(&["custom_limited"])
+                .inc();
+            LinkError::CustomCodesLimited {
+                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+            }
+        })
     }
 
     /// The last id of `id`'s shard when `e` says that shard is down (not

@@ -17,9 +17,16 @@ pub enum LinkError {
     /// The API key lacks the scope the operation needs.
     #[error("this API key lacks the {0} scope")]
     InsufficientScope(Scope),
-    /// The custom code exists, as a link or as an issued code.
-    #[error("code {0} is already taken")]
-    CodeTaken(String),
+    /// The custom code exists, as a link or as an issued code: answered
+    /// the same whoever owns it.
+    #[error("code {0} is not available; choose another")]
+    CodeUnavailable(String),
+    /// The app was refused too many custom codes lately (probing).
+    #[error("too many refused custom codes; retry in {retry_after_secs} s")]
+    CustomCodesLimited { retry_after_secs: u64 },
+    /// The target is on a domain this fleet serves (a loop or a chain).
+    #[error("url points at {0}, a short-link domain of this service")]
+    TargetIsShortDomain(String),
     /// The domain is on no whitelist, or not one of the caller's merchants'.
     #[error("domain {0} is not allowed for short links")]
     DomainNotAllowed(String),

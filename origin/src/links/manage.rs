@@ -131,6 +131,10 @@ impl Links {
         patch: &Patch,
         if_match: Option<u64>,
     ) -> Result<LinkView, LinkError> {
+        if let Some(url) = &patch.url {
+            caller.require(Scope::LinksManage)?;
+            self.check_target(caller, url)?;
+        }
         let row = self
             .change(caller, code, |row| {
                 if row.state == RowState::Deleted {

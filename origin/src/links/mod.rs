@@ -27,6 +27,7 @@ pub use view::{CreatedView, DeletedView, HistoryEntry, HistoryView, LinkView};
 pub(crate) use manage::visible;
 pub(crate) use search::tenant;
 
+use crate::bucket::{Keyed, Rate};
 use crate::cache::Cache;
 use crate::claim::Claimer;
 use crate::config::Config;
@@ -36,6 +37,9 @@ use crate::outbox::Outbox;
 use crate::store::Store;
 use crate::whitelist::Whitelist;
 use std::sync::Arc;
+
+/// Apps the custom-code meter remembers (apps are configured, so few).
+const MAX_CUSTOM_CODE_APPS: usize = 10_000;
 
 /// Everything a link operation needs.
 pub struct Links {
@@ -50,6 +54,9 @@ pub struct Links {
     /// Signs and verifies search cursors.
     pub cursor: CursorKey,
     flight: Arc<resolve::Flight>,
+    /// Custom-code attempts per app (refusals are metered: each says the
+    /// code exists somewhere).
+    custom_refusals: Keyed<String>,
 }
 
 /// The parts [`Links`] is assembled from.
@@ -67,6 +74,10 @@ pub struct Parts {
 impl Links {
     /// Assembles the service (and the outbox applier over the same store and cache).
     pub fn new(p: Parts) -> Arc<Links> {
+        let custom_refusals = Keyed::new(
+            Rate::per_minute(p.cfg.links.custom_code_refusals_per_min),
+            MAX_CUSTOM_CODE_APPS,
+        );
         let outbox = Outbox::new(p.store.clone(), p.cache.clone(), Arc::clone(&p.metrics));
         Arc::new(Links {
             cfg: p.cfg,
@@ -79,6 +90,7 @@ impl Links {
             outbox,
             cursor: p.cursor,
             flight: resolve::flight(),
+            custom_refusals,
         })
     }
 }

@@ -111,10 +111,31 @@ fn is_web_url(url: &str) -> bool {
     lower.starts_with("https://") || lower.starts_with("http://")
 }
 
-/// The preview page: the destination as text, the domain, the creation
-/// date, the QR code, and a plain link to continue.
+/// The destination's host as a person reads it: in Unicode, followed by
+/// its ASCII (punycode) form when the two differ, so a look-alike name
+/// (`xn--pple-43d.com`, shown as `аpple.com`) is visible for what it is.
+fn destination_host(url: &str) -> Option<String> {
+    let parsed = url::Url::parse(url).ok()?;
+    let ascii = parsed.host_str()?;
+    let (unicode, _) = idna::domain_to_unicode(ascii);
+    Some(if unicode == ascii {
+        format!("<strong>{}</strong>", escape(ascii))
+    } else {
+        format!(
+            "<strong>{}</strong> (<span class=\"ascii\">{}</span>)",
+            escape(&unicode),
+            escape(ascii)
+        )
+    })
+}
+
+/// The preview page: the destination as text and its real host, the
+/// domain, the creation date, the QR code, and a plain link to continue.
 pub fn preview(theme: &Theme, p: &Preview<'_>) -> Page {
     let url = escape(p.url);
+    let host = destination_host(p.url)
+        .map(|h| format!("<p>It goes to the site {h}.</p>"))
+        .unwrap_or_default();
     let button = if is_web_url(p.url) {
         format!(
             "<a class=\"button\" href=\"{url}\" rel=\"noopener noreferrer nofollow\">Continue</a>"
@@ -123,7 +144,7 @@ pub fn preview(theme: &Theme, p: &Preview<'_>) -> Page {
         String::new()
     };
     let main = format!(
-        "<p>This short link leads to:</p><code>{url}</code>\
+        "<p>This short link leads to:</p><code>{url}</code>{host}\
          <p>Short link on <strong>{domain}</strong>, created {created}.</p>{button}\
          <img src=\"/{code}.svg?size=160\" width=\"160\" height=\"160\" alt=\"QR code of this short link\">",
         domain = escape(p.domain),
@@ -175,6 +196,32 @@ mod tests {
             "{body}"
         );
         assert!(p.csp.contains("default-src 'none'") && !p.csp.contains("script-src"));
+    }
+
+    #[test]
+    fn preview_names_the_real_host_in_unicode_and_punycode() {
+        let page = |url| {
+            let p = Preview {
+                code: "abc123",
+                domain: "sho.rt",
+                url,
+                created: "2026-01-02",
+            };
+            String::from_utf8(preview(&Theme::default(), &p).body).unwrap()
+        };
+        // A backslash authority, stored as the browser reads it.
+        let body = page("https://evil.example/@good.example/");
+        assert!(
+            body.contains("the site <strong>evil.example</strong>"),
+            "{body}"
+        );
+        let body = page("https://xn--pple-43d.com/");
+        assert!(
+            body.contains(
+                "<strong>\u{430}pple.com</strong> (<span class=\"ascii\">xn--pple-43d.com</span>)"
+            ),
+            "{body}"
+        );
     }
 
     #[test]

@@ -16,6 +16,9 @@ use testkit::{free_port, wait_for, workspace_bin, MariaDb, Proc, Redis, TempDir}
 
 pub const KEY: &str = "test-key-demo";
 pub const OTHER_KEY: &str = "test-key-other";
+/// An `admin`-scoped key (app `support-admin`): the only kind of key bound
+/// to no merchant that may name a `kdt_id`.
+pub const ADMIN_KEY: &str = "test-key-support-admin";
 
 /// One MariaDB per test binary; each origin gets its own database in it.
 pub fn shared_mariadb() -> &'static MariaDb {
@@ -108,7 +111,7 @@ pub fn write_config(dir: &TempDir, o: &OriginOpts) -> PathBuf {
          mysql:\n  url: '{mysql}'\n  timeout_ms: 1500\n{mysql_extra}\
          redis:\n  url: '{redis}'\n  timeout_ms: 1000\n\
          links:\n{links}\
-         apps:\n  - {{name: demo, key_sha256: {k1}, rate_per_sec: 100000, burst: 100000}}\n  - {{name: other, key_sha256: {k2}, rate_per_sec: 2, burst: 3}}\n{apps}\
+         apps:\n  - {{name: demo, key_sha256: {k1}, rate_per_sec: 100000, burst: 100000}}\n  - {{name: other, key_sha256: {k2}, rate_per_sec: 2, burst: 3}}\n  - {{name: support-admin, key_sha256: {k3}, scopes: [admin]}}\n{apps}\
          shutdown_grace_secs: 2\n{extra}",
         port = o.port,
         mysql = o.mysql_url,
@@ -117,6 +120,7 @@ pub fn write_config(dir: &TempDir, o: &OriginOpts) -> PathBuf {
         links = o.links_yaml,
         k1 = sha256_hex(KEY),
         k2 = sha256_hex(OTHER_KEY),
+        k3 = sha256_hex(ADMIN_KEY),
         apps = o.apps_yaml,
         extra = o.extra_yaml,
     );
