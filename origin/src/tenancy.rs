@@ -125,9 +125,8 @@ impl Caller {
         self.scopes.contains(&Scope::Admin)
     }
 
-    /// Whether the key is bound to no merchant and is not admin: it may not
-    /// name a merchant at all (links it made would appear as that
-    /// merchant's), so it cannot create on merchant domains.
+    /// Whether the key is bound to no merchant and is not admin: it cannot
+    /// create on a merchant's domain.
     pub fn is_unbound(&self) -> bool {
         !self.is_admin() && self.merchants.is_empty()
     }

@@ -127,6 +127,12 @@ impl Whitelist {
                     .is_some_and(|o| o.contains(&kdt_id)))
     }
 
+    /// Whether `domain` has owners (a merchant domain, static or Apollo's).
+    pub fn is_merchant_domain(&self, domain: &str) -> bool {
+        self.static_owners.contains_key(domain)
+            || self.dynamic.load().by_domain.contains_key(domain)
+    }
+
     /// Whether `domain` is on any list (default, static, merchant domains),
     /// whoever would use it.
     pub fn is_listed(&self, domain: &str) -> bool {

@@ -1,6 +1,7 @@
 //! Creation: the tenancy rules, deduplication, custom codes and issued codes.
 
 use super::{LinkError, LinkView, Links};
+use crate::bucket::Reservation;
 use crate::store::{CustomClaim, DbError, LinkData, LinkRow, RowState};
 use crate::tenancy::{Caller, Scope};
 use crate::validate::CreateRequest;
@@ -25,8 +26,9 @@ impl Links {
     /// The merchant a creation is for, after the caller's binding: a
     /// merchant-bound key may only name its own merchants (one of them by
     /// default when it has exactly one) and only their domains; a key bound
-    /// to none may name no merchant (so it cannot create on a merchant's
-    /// domain, nor file links under a merchant); an admin key may name any.
+    /// to none may name a merchant only on a shared domain (internal apps
+    /// create links for merchants there), never on a merchant's own domain;
+    /// an admin key may name any.
     fn creation_merchant(
         &self,
         caller: &Caller,
@@ -35,8 +37,10 @@ impl Links {
     ) -> Result<Option<u64>, LinkError> {
         if caller.is_unbound() {
             return match kdt_id {
-                Some(k) => Err(LinkError::ForbiddenMerchant(k)),
-                None => Ok(None),
+                Some(k) if self.whitelist.is_merchant_domain(domain) => {
+                    Err(LinkError::ForbiddenMerchant(k))
+                }
+                k => Ok(k),
             };
         }
         let Some(bound) = caller.merchant_binding() else {
@@ -91,12 +95,14 @@ impl Links {
         });
 
         if let Some(code) = req.code {
-            // Taken before the claim, so concurrent attempts cannot all
-            // probe; given back when the code was free.
-            self.take_custom_attempt(&caller.app)?;
+            // Reserved before the claim, so concurrent attempts cannot
+            // overspend the budget; spent only when the code was refused.
+            let attempt = self.reserve_custom_attempt(&caller.app).await?;
             let claim = self.store.claim_custom(&code, &data).await;
-            if matches!(claim, Ok(CustomClaim::Created { .. })) {
-                self.custom_refusals.give(&caller.app);
+            if matches!(claim, Ok(CustomClaim::Taken)) {
+                if let Some(a) = attempt {
+                    a.spend();
+                }
             }
             return match claim? {
                 CustomClaim::Created { version } => {
@@ -188,20 +194,27 @@ impl Links {
         }
     }
 
-    /// Takes one of the app's custom-code attempts (`links.custom_code_refusals_per_min`).
-    fn take_custom_attempt(&self, app: &str) -> Result<(), LinkError> {
+    /// Reserves one of the app's custom-code refusals
+    /// (`links.custom_code_refusals_per_min`; `None` when off).
+    async fn reserve_custom_attempt(
+        &self,
+        app: &str,
+    ) -> Result<Option<Reservation<'_, String>>, LinkError> {
         if self.cfg.links.custom_code_refusals_per_min == 0 {
-            return Ok(());
+            return Ok(None);
         }
-        self.custom_refusals.take(&app.to_owned()).map_err(|wait| {
-            self.metrics
-                .creations
-                .with_label_values(&["custom_limited"])
-                .inc();
-            LinkError::CustomCodesLimited {
-                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+        match self.custom_refusals.reserve(&app.to_owned()).await {
+            Ok(r) => Ok(Some(r)),
+            Err(wait) => {
+                self.metrics
+                    .creations
+                    .with_label_values(&["custom_limited"])
+                    .inc();
+                Err(LinkError::CustomCodesLimited {
+                    retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+                })
             }
-        })
+        }
     }
 
     /// The last id of `id`'s shard when `e` says that shard is down (not

@@ -27,7 +27,7 @@ pub use view::{CreatedView, DeletedView, HistoryEntry, HistoryView, LinkView};
 pub(crate) use manage::visible;
 pub(crate) use search::tenant;
 
-use crate::bucket::{Keyed, Rate};
+use crate::bucket::{Rate, Refusals};
 use crate::cache::Cache;
 use crate::claim::Claimer;
 use crate::config::Config;
@@ -56,7 +56,7 @@ pub struct Links {
     flight: Arc<resolve::Flight>,
     /// Custom-code attempts per app (refusals are metered: each says the
     /// code exists somewhere).
-    custom_refusals: Keyed<String>,
+    custom_refusals: Refusals<String>,
 }
 
 /// The parts [`Links`] is assembled from.
@@ -74,7 +74,7 @@ pub struct Parts {
 impl Links {
     /// Assembles the service (and the outbox applier over the same store and cache).
     pub fn new(p: Parts) -> Arc<Links> {
-        let custom_refusals = Keyed::new(
+        let custom_refusals = Refusals::new(
             Rate::per_minute(p.cfg.links.custom_code_refusals_per_min),
             MAX_CUSTOM_CODE_APPS,
         );
