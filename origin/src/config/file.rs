@@ -249,6 +249,12 @@ pub struct AdminFile {
     pub signin_burst: Option<u32>,
     #[serde(default)]
     pub signin_refill_per_min: Option<u32>,
+    #[serde(default)]
+    pub signin_address_burst: Option<u32>,
+    #[serde(default)]
+    pub signin_address_refill_per_min: Option<u32>,
+    #[serde(default)]
+    pub max_concurrent_signins: Option<u32>,
 }
 
 /// One console user.
