@@ -200,6 +200,10 @@ pub struct ClicksFile {
     pub batch_ids_retention_days: Option<u64>,
     #[serde(default)]
     pub consumer_idle_secs: Option<u64>,
+    #[serde(default)]
+    pub referrers_per_day: Option<usize>,
+    #[serde(default)]
+    pub retention_referrers_days: Option<u64>,
 }
 
 /// `pages:` (QR codes, the preview page and HTML 404 pages; see
