@@ -30,6 +30,9 @@
 //!   while `<path>` exists ([`hold`]): a test kills it there.
 //! * `origin.clicks.ack.hold=<batch-id>@<path>`: the same, after the batch's
 //!   transaction committed and before its `XACK`.
+//! * `origin.admin.check.hold=<user>@<path>`: a console sign-in's password
+//!   check for user name `<user>` pauses, holding its permit of
+//!   `admin.max_concurrent_signins`, while `<path>` exists ([`hold`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};

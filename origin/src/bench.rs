@@ -170,6 +170,7 @@ pub async fn run(
         }
         "rollups" => {
             let now = shorturl_common::time::now_unix();
+            let top = cfg.clicks.referrers_per_day;
             let n = Arc::new(AtomicU64::new(0));
             let t0 = Instant::now();
             let mut tasks = Vec::new();
@@ -181,7 +182,7 @@ pub async fn run(
                         let id = format!("bench:{task}-{now}:{seq}");
                         let batch = rollup_batch(id, seq * 104_729 + task as u64, now);
                         seq += 1;
-                        crate::clicks::apply::apply(&pool, &batch, now).await?;
+                        crate::clicks::apply::apply(&pool, &batch, now, top).await?;
                         n.fetch_add((ROLLUP_LINKS * ROWS_PER_LINK) as u64, Ordering::Relaxed);
                     }
                     Ok::<(), BenchError>(())

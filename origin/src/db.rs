@@ -41,6 +41,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "shard_directory",
         include_str!("../migrations/0009_shard_directory.sql"),
     ),
+    (
+        10,
+        "referrer_retention",
+        include_str!("../migrations/0010_referrer_retention.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

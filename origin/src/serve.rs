@@ -191,7 +191,11 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     });
     // Aborting loses nothing: an entry read and not acknowledged is
     // claimed by another origin (or by this one after its restart).
-    let admin = Arc::new(crate::admin::Admin::new(cfg.admin.clone()));
+    let admin = Arc::new(crate::admin::Admin::new(
+        cfg.admin.clone(),
+        links.cursor.derive("admin sign-in form"),
+        &links.metrics.registry,
+    )?);
     // The console's overview keeps past days in memory (admin/days.rs):
     // only when someone can sign in to see it.
     let past_days = (!cfg.admin.users.is_empty())

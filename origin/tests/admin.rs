@@ -1,9 +1,12 @@
 //! The admin console over plain HTTP (the browser test, in
 //! `edge/tests/admin_browser.rs`, covers the pages in Chromium): cookies and
 //! their attributes, sessions stored as hashes and ended by sign-out, idle
-//! and absolute timeouts, CSRF on sign-in and sign-out, the sign-in rate
-//! limit, security headers, assets, CSV, merchant-bound users, bad input
-//! answered with 4xx pages, and the edges' heartbeat endpoint.
+//! and absolute timeouts, CSRF on sign-in (a server-signed token) and
+//! sign-out, the sign-in limits (budget per user and address taken before
+//! the check, concurrent checks bounded, the real user never locked out
+//! from another address), security headers, assets, CSV, merchant-bound
+//! users, bad input answered with 4xx pages, and the edges' heartbeat
+//! endpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -28,7 +31,32 @@ fn pair(set_cookie: &str) -> String {
 
 fn csrf_of(html: &str) -> String {
     let at = html.find("name=\"csrf\" value=\"").unwrap() + 19;
-    html[at..at + 64].to_owned()
+    let len = html[at..].find('"').unwrap();
+    html[at..at + len].to_owned()
+}
+
+/// A client whose connections come from `local` (any 127/8 address is
+/// this host's: a second "address" for the limits).
+fn client_from(local: &str) -> Client {
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(local.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// `VmRSS` and `VmHWM` (peak) of process `pid`, in MiB.
+fn rss_mib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap()
+    };
+    (kib("VmRSS:") / 1024, kib("VmHWM:") / 1024)
 }
 
 struct Console {
@@ -63,15 +91,57 @@ impl Console {
 
     /// Signs in; returns the response of the form's POST.
     async fn sign_in(&self, user: &str, password: &str, headers: &[(&str, &str)]) -> Response {
-        let mut req = self.http.get(self.url("/admin/login"));
+        self.sign_in_with(&self.http, user, password, headers).await
+    }
+
+    /// The sign-in form fetched: its cookie pair and hidden token.
+    async fn login_form(&self) -> (String, String) {
+        let r = self.get("/admin/login", "").await;
+        let login = pair(&set_cookie(&r, "shorturl_admin_login").unwrap());
+        (login, csrf_of(&r.text().await.unwrap()))
+    }
+
+    /// `POST /admin/login` with the form's cookie and token as given.
+    async fn post_login(
+        &self,
+        http: &Client,
+        cookie: &str,
+        token: &str,
+        user: &str,
+        password: &str,
+    ) -> Response {
+        http.post(self.url("/admin/login"))
+            .header("Cookie", cookie)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(format!("csrf={token}&user={user}&password={password}"))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A `shorturl_admin_*` metric of the origin (0 when absent).
+    async fn metric(&self, series: &str) -> u64 {
+        support::metric_value(&self.s.origin, series)
+            .await
+            .map_or(0, |v| v as u64)
+    }
+
+    /// [`Console::sign_in`] through `http`.
+    async fn sign_in_with(
+        &self,
+        http: &Client,
+        user: &str,
+        password: &str,
+        headers: &[(&str, &str)],
+    ) -> Response {
+        let mut req = http.get(self.url("/admin/login"));
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
         let r = req.send().await.unwrap();
         let login = pair(&set_cookie(&r, "shorturl_admin_login").unwrap());
         let token = csrf_of(&r.text().await.unwrap());
-        let mut req = self
-            .http
+        let mut req = http
             .post(self.url("/admin/login"))
             .header("Cookie", &login)
             .header("Content-Type", "application/x-www-form-urlencoded")
@@ -91,13 +161,20 @@ impl Console {
 }
 
 fn start() -> Console {
+    start_with(|_| {})
+}
+
+fn start_with(f: impl FnOnce(&mut support::OriginOpts)) -> Console {
     let yaml = format!(
         "admin:\n  users:\n    - {{name: root, password_hash: '{}', role: admin}}\n    - {{name: m55, password_hash: '{}', role: viewer, merchants: [55]}}\n    - {{name: locked, password_hash: '{}', role: viewer}}\n  signin_burst: 3\n  signin_refill_per_min: 1\n  trusted_proxies: [127.0.0.1/32]\n",
         testkit::origin::hash_password("root-pw"),
         testkit::origin::hash_password("m55-pw"),
         testkit::origin::hash_password("locked-pw"),
     );
-    let s = Setup::start_with(|o| o.extra_yaml = yaml);
+    let s = Setup::start_with(|o| {
+        o.extra_yaml = yaml;
+        f(o);
+    });
     Console {
         s,
         http: Client::builder()
@@ -247,7 +324,9 @@ async fn sessions_cookies_csrf_and_timeouts() {
         );
     }
 
-    // Failed sign-ins: 3 allowed, then refused even with the right password.
+    // Failed sign-ins: 3 allowed from this address, then refused even with
+    // the right password, from this address only: the real user signs in
+    // from another one.
     for _ in 0..3 {
         assert_eq!(
             c.sign_in("locked", "wrong", &[]).await.status().as_u16(),
@@ -257,6 +336,180 @@ async fn sessions_cookies_csrf_and_timeouts() {
     let r = c.sign_in("locked", "locked-pw", &[]).await;
     assert_eq!(r.status().as_u16(), 429);
     assert!(set_cookie(&r, "shorturl_admin").is_none());
+    let r = c
+        .sign_in_with(&client_from("127.0.0.2"), "locked", "locked-pw", &[])
+        .await;
+    assert_eq!(r.status().as_u16(), 303);
+    // Behind a trusted proxy, X-Forwarded-For names the address.
+    let r = c
+        .sign_in("locked", "locked-pw", &[("X-Forwarded-For", "192.0.2.7")])
+        .await;
+    assert_eq!(r.status().as_u16(), 303);
+}
+
+#[tokio::test]
+async fn the_signin_token_is_signed_by_the_server() {
+    let c = start();
+    // The reproduction's attacker-chosen pair: refused before any check.
+    let r = c
+        .post_login(&c.http, "shorturl_admin_login=x", "x", "root", "root-pw")
+        .await;
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(set_cookie(&r, "shorturl_admin").is_none());
+    // A well-formed token the server did not sign (64 hex digits, the old
+    // format, or a served token with another tag).
+    let (_, real) = c.login_form().await;
+    let (body, _) = real.rsplit_once('.').unwrap();
+    for forged in ["a".repeat(64), format!("{body}.{}", "0".repeat(64))] {
+        let cookie = format!("shorturl_admin_login={forged}");
+        let r = c
+            .post_login(&c.http, &cookie, &forged, "root", "root-pw")
+            .await;
+        assert_eq!(r.status().as_u16(), 403, "{forged}");
+    }
+    // Two valid tokens that differ: not double-submitted.
+    let (cookie, _) = c.login_form().await;
+    let (_, token) = c.login_form().await;
+    let r = c
+        .post_login(&c.http, &cookie, &token, "root", "root-pw")
+        .await;
+    assert_eq!(r.status().as_u16(), 403);
+    assert_eq!(
+        c.metric("shorturl_admin_signins_total{result=\"bad_token\"}")
+            .await,
+        4
+    );
+    assert_eq!(c.metric("shorturl_admin_password_checks_total").await, 0);
+    // The served pair signs in.
+    let (cookie, token) = c.login_form().await;
+    let r = c
+        .post_login(&c.http, &cookie, &token, "root", "root-pw")
+        .await;
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(
+        c.metric("shorturl_admin_signins_total{result=\"ok\"}")
+            .await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_wrong_signins_cost_at_most_the_burst() {
+    let c = start();
+    let pid = c.s.origin.proc.pid();
+    let before = rss_mib(pid);
+    // Issue 23's attack: 64 wrong passwords for the admin at once, all
+    // with one (valid) form token, from one address.
+    let (cookie, token) = c.login_form().await;
+    let answers = futures::future::join_all((0..64).map(|i| {
+        let (c, cookie, token) = (&c, &cookie, &token);
+        async move {
+            c.post_login(&c.http, cookie, token, "root", &format!("guess{i}"))
+                .await
+                .status()
+                .as_u16()
+        }
+    }))
+    .await;
+    let after = rss_mib(pid);
+    eprintln!("origin RSS MiB (now, peak): before {before:?}, after 64 concurrent wrong sign-ins {after:?}");
+    let n = |code: u16| answers.iter().filter(|s| **s == code).count() as u64;
+    assert_eq!(n(401) + n(429), 64, "{answers:?}");
+    // The budget (signin_burst: 3) was taken before each check: at most 3
+    // passwords were checked, every check is one 401, every other attempt
+    // a 429 counted as limited or busy.
+    let checks = c.metric("shorturl_admin_password_checks_total").await;
+    assert!((1..=3).contains(&checks), "{checks} checks");
+    assert_eq!(n(401), checks, "{answers:?}");
+    assert_eq!(
+        c.metric("shorturl_admin_signins_total{result=\"wrong\"}")
+            .await,
+        checks
+    );
+    assert_eq!(
+        c.metric("shorturl_admin_signins_total{result=\"limited\"}")
+            .await
+            + c.metric("shorturl_admin_signins_total{result=\"busy\"}")
+                .await,
+        n(429)
+    );
+    // Right after, the real admin signs in from another address.
+    let r = c
+        .sign_in_with(&client_from("127.0.0.2"), "root", "root-pw", &[])
+        .await;
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(
+        c.metric("shorturl_admin_password_checks_total").await,
+        checks + 1
+    );
+}
+
+#[tokio::test]
+async fn password_checks_beyond_the_bound_are_refused_at_once() {
+    let hold = testkit::TempDir::new("hold");
+    let path = hold.path().join("hold");
+    std::fs::write(&path, b"").unwrap();
+    let c = start_with(|o| {
+        o.env.push((
+            shorturl_common::failpoint::ENV.into(),
+            format!("origin.admin.check.hold=*@{}", path.display()),
+        ));
+    });
+    // Two checks held (the default admin.max_concurrent_signins), each from
+    // its own address so no budget is in the way.
+    let held: Vec<_> = ["127.0.0.3", "127.0.0.4"]
+        .into_iter()
+        .map(|ip| {
+            let (base, http) = (c.url(""), client_from(ip));
+            tokio::spawn(async move {
+                let r = http
+                    .get(format!("{base}/admin/login"))
+                    .send()
+                    .await
+                    .unwrap();
+                let cookie = pair(&set_cookie(&r, "shorturl_admin_login").unwrap());
+                let token = csrf_of(&r.text().await.unwrap());
+                http.post(format!("{base}/admin/login"))
+                    .header("Cookie", cookie)
+                    .header("Content-Type", "application/x-www-form-urlencoded")
+                    .body(format!("csrf={token}&user=root&password=root-pw"))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        })
+        .collect();
+    support::eventually(
+        "two checks running",
+        std::time::Duration::from_secs(30),
+        || async { c.metric("shorturl_admin_password_checks_total").await == 2 },
+    )
+    .await;
+    // A third is answered 429 at once, and costs its budget nothing.
+    let r = c.sign_in("root", "root-pw", &[]).await;
+    assert_eq!(r.status().as_u16(), 429);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("too many sign-ins at this moment"));
+    assert_eq!(
+        c.metric("shorturl_admin_signins_total{result=\"busy\"}")
+            .await,
+        1
+    );
+    assert_eq!(c.metric("shorturl_admin_password_checks_total").await, 2);
+    std::fs::remove_file(&path).unwrap();
+    for h in held {
+        assert_eq!(h.await.unwrap(), 303);
+    }
+    // Permits back: the same address signs in.
+    assert_eq!(
+        c.sign_in("root", "root-pw", &[]).await.status().as_u16(),
+        303
+    );
 }
 
 #[tokio::test]

@@ -36,7 +36,8 @@ fn set_cookie(r: &reqwest::Response, name: &str) -> String {
 
 fn csrf_of(html: &str) -> String {
     let at = html.find("name=\"csrf\" value=\"").unwrap() + 19;
-    html[at..at + 64].to_owned()
+    let len = html[at..].find('"').unwrap();
+    html[at..at + len].to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,9 @@
 //! Click analytics, origin side, against real Redis and MariaDB: batches an
 //! edge would XADD are applied exactly once (redelivered, claimed from a
 //! consumer killed with SIGKILL, across a Redis restart), malformed ones
-//! are rejected whole, and the stats API reports exactly what was sent,
-//! (the stats API and its tenancy: `clicks_api.rs`).
+//! are rejected whole, the stats API reports exactly what was sent, and
+//! rotating referrer hosts cannot grow a link-day past its bound (the stats
+//! API and its tenancy: `clicks_api.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -11,8 +12,8 @@ use serde_json::json;
 use shorturl_common::clicks::{is_bot, Accumulator, Batch, BatchIds, Click};
 use std::collections::BTreeMap;
 use support::clicks::{
-    batches, create, hours_batch, link_stats, pending, range, setup_with, tenant_stats, totals,
-    wait_totals, xadd, xadd_fields, ADMIN, DAY, SHOP, WAIT,
+    batches, create, hours_batch, link_stats, pending, range, setup_clicks, setup_with,
+    tenant_stats, totals, wait_totals, xadd, xadd_fields, ADMIN, DAY, SHOP, WAIT,
 };
 use support::{count, eventually, Origin, OriginOpts, KEY};
 
@@ -284,4 +285,104 @@ async fn a_redis_restart_loses_nothing_acknowledged_and_the_consumer_recovers() 
     let (st, v) = tenant_stats(&s.origin, SHOP, &format!("app=shop&{}", range())).await;
     assert_eq!((st, totals(&v)), (200, want), "{v}");
     assert_eq!(v["links"][0]["code"], a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotating_referrer_hosts_keep_a_link_day_bounded() {
+    // At most 5 named hosts (and `~other`) per link-day.
+    let s = setup_clicks(
+        None,
+        "clicks: {claim_idle_ms: 500, block_ms: 200, referrers_per_day: 5}\n",
+    );
+    // Two origins apply the batches concurrently.
+    let b = Origin::start(another(&s.origin.opts));
+    let code = create(&s, SHOP, json!({"url": "https://a.example/spam"})).await;
+    // The real referrers: no Referer and four sites, every batch.
+    let real: [(&str, u64); 5] = [
+        ("", 9),
+        ("https://news.example.cn/a", 8),
+        ("http://t.co/x", 7),
+        ("https://weibo.com/p", 6),
+        ("https://mail.example/inbox", 5),
+    ];
+    // Three edges, four flushes each; every flush also carries 30 hosts
+    // never seen before, one click each (the edge names 15 of them and
+    // folds the rest into `~other`).
+    let mut all = Vec::new();
+    for edge in ["edge-1", "edge-2", "edge-3"] {
+        let ids = BatchIds::new(edge, "boot1").unwrap();
+        let mut acc = Accumulator::new();
+        for flush in 0..4 {
+            let mut click = |referer: Option<&str>, i: u64| {
+                assert!(acc.add(&Click {
+                    code: &code,
+                    at_unix: DAY + 3600 + i,
+                    head: false,
+                    user_agent: Some(UAS[0]),
+                    referer,
+                }));
+            };
+            for (r, n) in real {
+                for i in 0..n {
+                    click((!r.is_empty()).then_some(r), i);
+                }
+            }
+            for i in 0..30 {
+                click(
+                    Some(&format!("https://spam-{edge}-{flush}-{i}.example/")),
+                    i,
+                );
+            }
+            all.extend(acc.take_batches(&ids, 1000));
+        }
+    }
+    assert_eq!(all.len(), 12);
+    for batch in &all {
+        xadd(&s, batch).await;
+    }
+    let per_batch: u64 = real.iter().map(|(_, n)| n).sum::<u64>() + 30;
+    let clicks = per_batch * 12;
+    wait_totals(&s.origin, &code, (clicks, 0)).await;
+    eventually("nothing pending", WAIT, || async { pending(&s).await == 0 }).await;
+    // Every batch applied once, none failed on a lock race.
+    assert_eq!(
+        batches(&s.origin, "applied").await + batches(&b, "applied").await,
+        12
+    );
+    assert_eq!(
+        batches(&s.origin, "failed").await + batches(&b, "failed").await,
+        0
+    );
+
+    // The table: exactly the five real hosts and `~other`, counts exact.
+    let rows = s.sql(&format!(
+        "SELECT host, n FROM click_day_referrer WHERE code = '{code}' AND day = {DAY} ORDER BY host"
+    ));
+    let want = format!(
+        "-\t108\nmail.example\t60\nnews.example.cn\t96\nt.co\t84\nweibo.com\t72\n~other\t{}",
+        30 * 12
+    );
+    assert_eq!(rows.trim(), want);
+
+    // The stats API: the same, and the referrers sum to the day's clicks.
+    let (st, v) = link_stats(&s.origin, ADMIN, &code, &range()).await;
+    assert_eq!(st, 200, "{v}");
+    let refs: Vec<(&str, u64)> = v["referrers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["host"].as_str().unwrap(), r["n"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        refs,
+        [
+            ("-", 108),
+            ("news.example.cn", 96),
+            ("t.co", 84),
+            ("weibo.com", 72),
+            ("mail.example", 60),
+            ("~other", 360),
+        ]
+    );
+    assert_eq!(refs.iter().map(|(_, n)| n).sum::<u64>(), clicks);
 }

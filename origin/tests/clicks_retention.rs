@@ -1,6 +1,6 @@
 //! Click retention under the reaper's lease, against real Redis and
-//! MariaDB: hourly rows and batch ids past their retention are deleted
-//! (newer ones and the daily rows stay), and idle consumers of the group
+//! MariaDB: hourly rows, referrer rows and batch ids past their retention
+//! are deleted (newer ones and the daily device rows stay), and idle consumers of the group
 //! are removed once nothing is pending on them — a dead consumer's pending
 //! batch is first claimed and applied exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -48,7 +48,7 @@ async fn old_rows_and_idle_consumers_are_pruned() {
         o.pregen = 0;
         o.extra_yaml.push_str(
             "clicks: {claim_idle_ms: 500, block_ms: 200, retention_hours_days: 1, \
-             batch_ids_retention_days: 2, consumer_idle_secs: 3}\n\
+             batch_ids_retention_days: 2, retention_referrers_days: 3, consumer_idle_secs: 3}\n\
              lifecycle: {reap_interval_secs: 1, lease_ttl_secs: 3}\n",
         );
     });
@@ -60,15 +60,19 @@ async fn old_rows_and_idle_consumers_are_pruned() {
     let now = now_unix();
     let (old, kept) = (hour_start(now - DAY - 3600), hour_start(now - 3600));
     // Two hourly rows past the retention, one inside it; daily rows of the
-    // old day; batch ids applied 3 days and 1 day ago.
+    // old day; referrer rows of a day past their retention (3 days);
+    // batch ids applied 3 days and 1 day ago.
     s.sql(&format!(
         "INSERT INTO click_hour (code, hour, human, bot) VALUES \
          ('Ret001', {old}, 5, 1), ('Ret001', {o2}, 2, 0), ('Ret001', {kept}, 7, 3); \
-         INSERT INTO click_day_referrer (code, day, host, n) VALUES ('Ret001', {day}, '-', 8); \
-         INSERT INTO click_day_device (code, day, class, n) VALUES ('Ret001', {day}, 'desktop', 8); \
+         INSERT INTO click_day_referrer (code, day, host, n) VALUES ('Ret001', {day}, '-', 8), \
+         ('Ret001', {day5}, 'old.example', 4), ('Ret003', {day5}, '-', 1); \
+         INSERT INTO click_day_device (code, day, class, n) VALUES ('Ret001', {day}, 'desktop', 8), \
+         ('Ret001', {day5}, 'desktop', 4); \
          INSERT INTO click_batches (id, applied_at) VALUES ('e:old:1', {b1}), ('e:new:1', {b2});",
         o2 = old - 3600,
         day = old - old % DAY,
+        day5 = (now - 5 * DAY) - (now - 5 * DAY) % DAY,
         b1 = now - 3 * DAY,
         b2 = now - DAY,
     ));
@@ -110,12 +114,24 @@ async fn old_rows_and_idle_consumers_are_pruned() {
         count(&s, "SELECT hour FROM click_hour WHERE code = 'Ret001'"),
         kept
     );
-    // Daily rows stay.
+    // Referrer rows of days past their retention go; newer ones and the
+    // device rows (the daily series) stay.
+    eventually("referrer rows past the retention pruned", WAIT, || async {
+        count(
+            &s,
+            "SELECT COUNT(*) FROM click_day_referrer WHERE code IN ('Ret001', 'Ret003')",
+        ) == 1
+    })
+    .await;
     assert_eq!(
         count(
             &s,
-            "SELECT COUNT(*) FROM click_day_referrer WHERE code = 'Ret001'"
-        ) + count(
+            "SELECT COUNT(*) FROM click_day_referrer WHERE code = 'Ret001' AND host = '-'"
+        ),
+        1
+    );
+    assert_eq!(
+        count(
             &s,
             "SELECT COUNT(*) FROM click_day_device WHERE code = 'Ret001'"
         ),
@@ -168,6 +184,14 @@ async fn old_rows_and_idle_consumers_are_pruned() {
         )
         .await,
         1
+    );
+    assert_eq!(
+        metric(
+            o,
+            "shorturl_clicks_pruned_rows_total{table=\"click_day_referrer\"}"
+        )
+        .await,
+        2
     );
     assert_eq!(
         metric(o, "shorturl_clicks_consumers_removed_total").await,

@@ -3,12 +3,15 @@
 //! history, stats), called in-process. See `docs/admin.md`.
 //!
 //! [`session`] signs users in and out, [`users`] checks passwords and
-//! limits failed sign-ins, [`csrf`] guards every form, [`views`] renders
-//! the pages, [`charts`] draws their SVG charts, [`edges`] keeps the edges'
-//! heartbeats, [`assets`] serves the stylesheet and script.
+//! limits sign-ins (per user and address, per address, and concurrent
+//! checks), [`client`] finds the address they count under, [`csrf`] guards
+//! every form, [`views`] renders the pages, [`charts`] draws their SVG
+//! charts, [`edges`] keeps the edges' heartbeats, [`assets`] serves the
+//! stylesheet and script.
 
 mod assets;
 pub mod charts;
+pub mod client;
 pub mod csrf;
 pub mod days;
 pub mod edges;
@@ -27,20 +30,38 @@ use axum::response::Response;
 use edges::Edges;
 use http::request::Parts;
 use http::{Method, StatusCode};
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use session::Session;
 use shorturl_common::time::now_unix;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use users::SigninLimiter;
+use users::{Checks, SigninLimiter};
 
 /// Largest form body the console reads.
 const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// Sign-in attempts by outcome (`shorturl_admin_signins_total{result}`).
+pub struct SigninCounts {
+    /// Signed in.
+    pub ok: IntCounter,
+    /// Wrong user name or password (401).
+    pub wrong: IntCounter,
+    /// The user-and-address or address budget was spent (429).
+    pub limited: IntCounter,
+    /// `admin.max_concurrent_signins` checks were running (429).
+    pub busy: IntCounter,
+    /// The form's signed token was missing, forged or expired (403).
+    pub bad_token: IntCounter,
+}
 
 /// The console's own state (the links service is shared with the API).
 pub struct Admin {
     pub cfg: AdminConfig,
     users: Arc<Vec<AdminUser>>,
     limiter: SigninLimiter,
+    checks: Checks,
+    form_tokens: csrf::FormTokens,
+    signins: SigninCounts,
     /// The edges' heartbeats.
     pub edges: Edges,
     /// The overview's past days, kept by a background task.
@@ -48,15 +69,44 @@ pub struct Admin {
 }
 
 impl Admin {
-    /// From `admin:`.
-    pub fn new(cfg: AdminConfig) -> Admin {
-        Admin {
+    /// From `admin:`; `form_key` signs the sign-in form's tokens (the same
+    /// on every origin of the installation); the sign-in metrics are
+    /// registered in `reg`.
+    pub fn new(
+        cfg: AdminConfig,
+        form_key: [u8; 32],
+        reg: &Registry,
+    ) -> Result<Admin, prometheus::Error> {
+        let signins = IntCounterVec::new(
+            Opts::new(
+                "admin_signins_total",
+                "Console sign-in attempts by result (ok, wrong, limited, busy, bad_token)",
+            ),
+            &["result"],
+        )?;
+        reg.register(Box::new(signins.clone()))?;
+        let checks = IntCounter::new(
+            "admin_password_checks_total",
+            "Console password checks run (argon2id)",
+        )?;
+        reg.register(Box::new(checks.clone()))?;
+        let result = |r: &str| signins.with_label_values(&[r]);
+        Ok(Admin {
             users: Arc::new(cfg.users.clone()),
             limiter: SigninLimiter::new(&cfg),
+            checks: Checks::new(cfg.max_concurrent_signins, checks),
+            form_tokens: csrf::FormTokens::new(form_key),
+            signins: SigninCounts {
+                ok: result("ok"),
+                wrong: result("wrong"),
+                limited: result("limited"),
+                busy: result("busy"),
+                bad_token: result("bad_token"),
+            },
             edges: Edges::default(),
             past_days: Arc::default(),
             cfg,
-        }
+        })
     }
 }
 
@@ -128,7 +178,7 @@ pub async fn handle(links: &Links, admin: &Admin, req: Req, body: Body) -> Respo
     }
     if req.path == "/admin/login" {
         return match req.method {
-            Method::GET | Method::HEAD => views::login::form(admin, &req, None),
+            Method::GET | Method::HEAD => views::login::form(admin, &req, now, None),
             Method::POST => views::login::submit(links, admin, &req, body, now).await,
             _ => html::error(None, StatusCode::METHOD_NOT_ALLOWED, "use GET or POST"),
         };

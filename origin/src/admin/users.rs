@@ -1,16 +1,31 @@
-//! Console users: argon2id password checks (off the async threads) and the
-//! sign-in rate limits (in-memory token buckets per user name and per
-//! address: each origin limits on its own, so with N origins an attacker
-//! gets at most N times the configured rate).
-
+//! Console users: argon2id password checks and the sign-in limits.
+//!
+//! An attempt passes three gates before its password is checked, in this
+//! order, each answered at once when closed (no queue):
+//! 1. a token of the failure budget per (user name, address) and of the
+//!    one per address ([`SigninLimiter::take`]), taken *before* the check so
+//!    concurrent attempts cannot all pass; a success gives it back;
+//! 2. a permit of the bound on concurrent checks ([`Checks`]): argon2id
+//!    holds ~19 MiB for tens of milliseconds, so unbounded concurrent checks
+//!    are a memory exhaustion;
+//! 3. the check itself, on a blocking thread, holding the permit until it
+//!    returns (a client that hangs up does not free it early).
+//!
+//! No budget is keyed on the user name alone: a stranger spending a user's
+//! budget from their address cannot lock the real user out of theirs.
+//! Everything is in memory, per origin: with N origins an attacker gets at
+//! most N times the configured rates.
 use crate::config::{AdminConfig, AdminUser};
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHasher, SaltString};
 use argon2::{Argon2, PasswordHash, PasswordVerifier};
+use prometheus::IntCounter;
+use shorturl_common::failpoint;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Why a password could not be hashed.
 #[derive(Debug, thiserror::Error)]
@@ -47,98 +62,192 @@ fn decoy() -> &'static str {
     })
 }
 
-/// The configured user `name` whose password is `password`, checked on a
-/// blocking thread (argon2 takes tens of milliseconds by design).
-pub async fn check(
-    users: Arc<Vec<AdminUser>>,
-    name: String,
-    password: String,
-) -> Option<AdminUser> {
-    tokio::task::spawn_blocking(move || {
-        let user = users.iter().find(|u| u.name == name).cloned();
-        let phc = user
-            .as_ref()
-            .map_or_else(|| decoy().to_owned(), |u| u.password_hash.clone());
-        let ok = verify(&phc, &password);
-        user.filter(|_| ok)
-    })
-    .await
-    .ok()
-    .flatten()
+/// The concurrent password checks of this origin and their counter.
+pub struct Checks {
+    permits: Arc<Semaphore>,
+    /// Password checks started (`shorturl_admin_password_checks_total`).
+    pub done: IntCounter,
 }
 
+impl Checks {
+    /// At most `max` checks at once; `done` counts them.
+    pub fn new(max: u32, done: IntCounter) -> Checks {
+        Checks {
+            permits: Arc::new(Semaphore::new(max as usize)),
+            done,
+        }
+    }
+
+    /// A permit for one check, or `None` when `max` are running.
+    pub fn try_start(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.permits).try_acquire_owned().ok()
+    }
+
+    /// The configured user `name` whose password is `password`, checked on
+    /// a blocking thread (argon2 takes tens of milliseconds by design)
+    /// that holds `permit` until the check ends, even if this future is
+    /// dropped. Counted when it starts.
+    pub async fn check(
+        &self,
+        permit: OwnedSemaphorePermit,
+        users: Arc<Vec<AdminUser>>,
+        name: String,
+        password: String,
+    ) -> Option<AdminUser> {
+        self.done.inc();
+        // Tests hold a check here, with its permit, to fill the bound.
+        if let Some(path) = failpoint::hold_path("origin.admin.check.hold", &name) {
+            failpoint::hold(path).await;
+        }
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let user = users.iter().find(|u| u.name == name).cloned();
+            let phc = user
+                .as_ref()
+                .map_or_else(|| decoy().to_owned(), |u| u.password_hash.clone());
+            let ok = verify(&phc, &password);
+            user.filter(|_| ok)
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+}
+
+#[derive(Clone, Copy)]
 struct Bucket {
     tokens: f64,
     at: Instant,
 }
 
-/// Most keys the limiter remembers; past it, full buckets are forgotten.
-const MAX_KEYS: usize = 10_000;
-
-/// Failed sign-ins per user name and per address.
-pub struct SigninLimiter {
+/// One kind of token bucket: its burst and refill.
+#[derive(Clone, Copy)]
+struct Rate {
     burst: f64,
     per_sec: f64,
-    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl Rate {
+    fn new(burst: u32, per_min: u32) -> Rate {
+        Rate {
+            burst: f64::from(burst),
+            per_sec: f64::from(per_min) / 60.0,
+        }
+    }
+
+    /// `b`'s tokens at `now`.
+    fn level(self, b: &Bucket, now: Instant) -> f64 {
+        (b.tokens + now.duration_since(b.at).as_secs_f64() * self.per_sec).min(self.burst)
+    }
+}
+
+/// What a bucket is kept for.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Key {
+    /// One user name from one address.
+    UserAt(String, Option<IpAddr>),
+    /// One address, every user name.
+    Address(Option<IpAddr>),
+}
+
+/// Most buckets remembered; past it, full ones are forgotten, then the
+/// least recently used half (a forgotten bucket starts full again: an
+/// attacker with that many addresses has that much budget anyway).
+const MAX_KEYS: usize = 10_000;
+
+/// Sign-in budgets per (user name, address) and per address.
+pub struct SigninLimiter {
+    user_at: Rate,
+    address: Rate,
+    buckets: Mutex<HashMap<Key, Bucket>>,
 }
 
 impl SigninLimiter {
-    /// From `admin.signin_burst` and `admin.signin_refill_per_min`.
+    /// From `admin.signin_burst`, `admin.signin_refill_per_min`,
+    /// `admin.signin_address_burst` and `admin.signin_address_refill_per_min`.
     pub fn new(cfg: &AdminConfig) -> SigninLimiter {
         SigninLimiter {
-            burst: f64::from(cfg.signin_burst),
-            per_sec: f64::from(cfg.signin_refill_per_min) / 60.0,
+            user_at: Rate::new(cfg.signin_burst, cfg.signin_refill_per_min),
+            address: Rate::new(cfg.signin_address_burst, cfg.signin_address_refill_per_min),
             buckets: Mutex::new(HashMap::new()),
         }
     }
 
-    fn keys(user: &str, addr: Option<IpAddr>) -> [String; 2] {
+    fn rated(&self, user: &str, addr: Option<IpAddr>) -> [(Key, Rate); 2] {
         [
-            format!("u:{user}"),
-            format!("a:{}", addr.map(|a| a.to_string()).unwrap_or_default()),
+            (Key::UserAt(user.to_owned(), addr), self.user_at),
+            (Key::Address(addr), self.address),
         ]
     }
 
-    fn refill(&self, b: &mut Bucket, now: Instant) {
-        b.tokens =
-            (b.tokens + now.duration_since(b.at).as_secs_f64() * self.per_sec).min(self.burst);
-        b.at = now;
-    }
-
-    /// Whether another attempt for `user` from `addr` may be checked now
-    /// (both buckets hold a token); `false` when either is empty.
-    pub fn allows(&self, user: &str, addr: Option<IpAddr>) -> bool {
+    /// Takes a token from both budgets of `user` at `addr` when both hold
+    /// one (`true`); takes nothing otherwise (`false`: refuse the attempt).
+    pub fn take(&self, user: &str, addr: Option<IpAddr>) -> bool {
         let Ok(mut m) = self.buckets.lock() else {
             return false;
         };
         let now = Instant::now();
-        Self::keys(user, addr).iter().all(|k| match m.get_mut(k) {
-            Some(b) => {
-                self.refill(b, now);
-                b.tokens >= 1.0
-            }
-            None => true,
-        })
+        let keys = self.rated(user, addr);
+        let levels = keys
+            .each_ref()
+            .map(|(k, rate)| m.get(k).map_or(rate.burst, |b| rate.level(b, now)));
+        if levels.iter().any(|l| *l < 1.0) {
+            return false;
+        }
+        if m.len() + keys.len() > MAX_KEYS {
+            self.forget(&mut m, now);
+        }
+        for ((k, _), level) in keys.into_iter().zip(levels) {
+            m.insert(
+                k,
+                Bucket {
+                    tokens: level - 1.0,
+                    at: now,
+                },
+            );
+        }
+        true
     }
 
-    /// Takes a token from both buckets after a failed attempt.
-    pub fn failed(&self, user: &str, addr: Option<IpAddr>) {
+    /// Gives back the token [`take`](Self::take) took (the attempt
+    /// succeeded, or was refused before its password was checked).
+    pub fn give_back(&self, user: &str, addr: Option<IpAddr>) {
         let Ok(mut m) = self.buckets.lock() else {
             return;
         };
         let now = Instant::now();
-        if m.len() >= MAX_KEYS {
-            let (burst, per_sec) = (self.burst, self.per_sec);
-            m.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * per_sec < burst);
+        for (k, rate) in self.rated(user, addr) {
+            if let Some(b) = m.get_mut(&k) {
+                *b = Bucket {
+                    tokens: (rate.level(b, now) + 1.0).min(rate.burst),
+                    at: now,
+                };
+            }
         }
-        for k in Self::keys(user, addr) {
-            let b = m.entry(k).or_insert(Bucket {
-                tokens: self.burst,
-                at: now,
-            });
-            self.refill(b, now);
-            b.tokens = (b.tokens - 1.0).max(0.0);
+    }
+
+    /// Makes room: drops full buckets, then the older half.
+    fn forget(&self, m: &mut HashMap<Key, Bucket>, now: Instant) {
+        let (user_at, address) = (self.user_at, self.address);
+        m.retain(|k, b| {
+            let rate = match k {
+                Key::UserAt(..) => user_at,
+                Key::Address(_) => address,
+            };
+            rate.level(b, now) < rate.burst
+        });
+        if m.len() >= MAX_KEYS / 2 {
+            let mut ats: Vec<Instant> = m.values().map(|b| b.at).collect();
+            let mid = ats.len() / 2;
+            let (_, median, _) = ats.select_nth_unstable(mid);
+            let median = *median;
+            m.retain(|_, b| b.at > median);
         }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.buckets.lock().map(|m| m.len()).unwrap_or(0)
     }
 }
 
@@ -155,23 +264,86 @@ mod tests {
         assert!(!verify("not a hash", "x"));
     }
 
-    #[test]
-    fn failures_are_limited_per_user_and_per_address() {
-        let cfg = AdminConfig {
-            signin_burst: 2,
+    fn limiter(burst: u32, address_burst: u32) -> SigninLimiter {
+        SigninLimiter::new(&AdminConfig {
+            signin_burst: burst,
             signin_refill_per_min: 1,
+            signin_address_burst: address_burst,
+            signin_address_refill_per_min: 1,
             ..AdminConfig::default()
-        };
-        let l = SigninLimiter::new(&cfg);
+        })
+    }
+
+    #[test]
+    fn budgets_are_per_user_and_address_and_per_address_never_per_user() {
+        let l = limiter(2, 3);
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
-        assert!(l.allows("ops", Some(a)));
-        l.failed("ops", Some(a));
-        l.failed("ops", Some(a));
-        assert!(!l.allows("ops", Some(a)));
-        // The user is locked from every address; the address for every user.
-        assert!(!l.allows("ops", Some(b)));
-        assert!(!l.allows("other", Some(a)));
-        assert!(l.allows("other", Some(b)));
+        assert!(l.take("ops", Some(a)));
+        assert!(l.take("ops", Some(a)));
+        assert!(!l.take("ops", Some(a)), "ops at a: spent");
+        // The real user from another address is not locked out.
+        assert!(l.take("ops", Some(b)));
+        // The address's own budget (3) covers every user name.
+        assert!(l.take("other", Some(a)));
+        assert!(!l.take("third", Some(a)), "address a: spent");
+        assert!(l.take("third", Some(b)));
+        // A refused attempt took nothing: b still has one for "ops".
+        assert!(l.take("ops", Some(b)));
+        assert!(!l.take("ops", Some(b)));
+    }
+
+    #[test]
+    fn tokens_come_back_on_success() {
+        let l = limiter(1, 5);
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        for _ in 0..10 {
+            assert!(l.take("ops", Some(a)));
+            l.give_back("ops", Some(a));
+        }
+        assert!(l.take("ops", Some(a)));
+        assert!(!l.take("ops", Some(a)));
+        // Never above the burst.
+        l.give_back("ops", Some(a));
+        l.give_back("ops", Some(a));
+        assert!(l.take("ops", Some(a)));
+        assert!(!l.take("ops", Some(a)));
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let l = limiter(5, 20);
+        for i in 0..(3 * MAX_KEYS as u32) {
+            let ip = IpAddr::from(std::net::Ipv4Addr::from(i));
+            assert!(l.take("ops", Some(ip)));
+        }
+        assert!(l.len() <= MAX_KEYS, "{}", l.len());
+    }
+
+    #[tokio::test]
+    async fn concurrent_checks_are_bounded_and_counted() {
+        let h = hash_password("pw").unwrap();
+        let users = Arc::new(vec![AdminUser {
+            name: "ops".into(),
+            password_hash: h,
+            role: crate::config::Role::Admin,
+            merchants: Default::default(),
+        }]);
+        let checks = Checks::new(2, IntCounter::new("c", "c").unwrap());
+        let p1 = checks.try_start().unwrap();
+        let p2 = checks.try_start().unwrap();
+        assert!(checks.try_start().is_none(), "a third waits for nobody");
+        drop(p2);
+        let ok = checks
+            .check(p1, Arc::clone(&users), "ops".into(), "pw".into())
+            .await;
+        assert_eq!(ok.map(|u| u.name), Some("ops".to_owned()));
+        let p = checks.try_start().unwrap();
+        assert!(checks
+            .check(p, users, "nobody".into(), "pw".into())
+            .await
+            .is_none());
+        assert_eq!(checks.done.get(), 2);
+        assert!(checks.try_start().is_some(), "permits released");
     }
 }

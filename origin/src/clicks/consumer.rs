@@ -274,13 +274,14 @@ impl Consumer {
         if let Some(path) = failpoint::hold_path("origin.clicks.read.hold", &batch_id) {
             failpoint::hold(path).await;
         }
+        let top = self.cfg.referrers_per_day;
         match batch {
             Err(err) => {
                 self.metrics.malformed.inc();
                 tracing::warn!(entry = %e.id, batch = %batch_id, error = %err,
                     "click consumer: malformed batch rejected whole (acknowledged, nothing applied)");
             }
-            Ok(b) => match apply_sharded(&self.store, &b, now_unix()).await {
+            Ok(b) => match apply_sharded(&self.store, &b, now_unix(), top).await {
                 Ok(Some(added)) => {
                     let (human, bot) = added.totals();
                     self.metrics.applied.inc();

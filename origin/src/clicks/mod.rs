@@ -4,13 +4,15 @@
 //!
 //! [`consumer`] reads the Redis Stream as consumer group `origins`
 //! ([`stream`] parses its replies), [`apply`] applies one batch in one
-//! transaction with its id, [`stats`] answers the stats API, [`retention`]
-//! prunes old hourly rows, batch ids and idle consumers. The batch
+//! transaction with its id, [`referrers`] bounds the referrer rows of a
+//! link-day, [`stats`] answers the stats API, [`retention`] prunes old
+//! hourly and referrer rows, batch ids and idle consumers. The batch
 //! format and the user-agent rules are shared with the edges in
 //! `shorturl_common::clicks`.
 
 pub mod apply;
 pub mod consumer;
+pub mod referrers;
 pub mod retention;
 pub mod shard;
 pub mod stats;
@@ -76,7 +78,7 @@ impl ClickMetrics {
         let pruned = IntCounterVec::new(
             Opts::new(
                 "clicks_pruned_rows_total",
-                "Click rows removed by the retention, by table (click_hour, click_batches)",
+                "Click rows removed by the retention, by table (click_hour, click_day_referrer, click_batches)",
             ),
             &["table"],
         )?;

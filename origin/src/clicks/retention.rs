@@ -2,7 +2,9 @@
 //! after each reap pass (one origin at a time, so MySQL sees one pruner):
 //!
 //! * hourly rows (`click_hour`) older than `clicks.retention_hours_days`
-//!   are deleted; the daily rows (referrers, devices) stay for ever;
+//!   are deleted, and referrer rows (`click_day_referrer`) of days older
+//!   than `clicks.retention_referrers_days`; the device rows, which hold
+//!   the daily series, stay for ever;
 //! * applied batch ids (`click_batches`) older than
 //!   `clicks.batch_ids_retention_days` are deleted: a batch older than
 //!   that can no longer be redelivered (the stream is bounded and an
@@ -43,6 +45,7 @@ pub enum RetentionError {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Removed {
     pub hour_rows: u64,
+    pub referrer_rows: u64,
     pub batch_ids: u64,
     pub consumers: u64,
 }
@@ -79,6 +82,13 @@ impl Retention {
         match self.prune(Pruned::ClickHour, hours_before).await {
             Ok(n) => removed.hour_rows = n,
             Err(e) => tracing::warn!(error = %e, "click retention: pruning click_hour failed"),
+        }
+        let days_before = now.saturating_sub(self.cfg.retention_referrers.as_secs());
+        match self.prune(Pruned::ClickDayReferrer, days_before).await {
+            Ok(n) => removed.referrer_rows = n,
+            Err(e) => {
+                tracing::warn!(error = %e, "click retention: pruning click_day_referrer failed")
+            }
         }
         let ids_before = now.saturating_sub(self.cfg.batch_ids_retention.as_secs());
         match self.prune(Pruned::ClickBatches, ids_before).await {

@@ -97,19 +97,22 @@ pub async fn apply_sharded(
     store: &Store,
     batch: &Batch,
     now: u64,
+    referrers_per_day: usize,
 ) -> Result<Option<Batch>, DbError> {
     if !store.shards.sharded {
-        return Ok(match apply(&store.pool, batch, now).await? {
-            Applied::Applied => Some(batch.clone()),
-            Applied::Duplicate => None,
-        });
+        return Ok(
+            match apply(&store.pool, batch, now, referrers_per_day).await? {
+                Applied::Applied => Some(batch.clone()),
+                Applied::Duplicate => None,
+            },
+        );
     }
     let mut added: Option<Batch> = None;
     for (i, part) in split(store, batch).await? {
         let Some(shard) = store.shards.shards.get(i) else {
             continue;
         };
-        if apply(&shard.pool, &part, now).await? == Applied::Applied {
+        if apply(&shard.pool, &part, now, referrers_per_day).await? == Applied::Applied {
             let a = added.get_or_insert_with(|| Batch::new(batch.id.clone()));
             a.hours.extend(part.hours);
             a.referrers.extend(part.referrers);

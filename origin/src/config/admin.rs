@@ -1,9 +1,9 @@
 //! `admin:`: the console's users (argon2id hashes and roles), session
-//! timeouts, the proxies whose `X-Forwarded-Proto` is believed, and the
-//! sign-in rate limits.
+//! timeouts, the proxies whose `X-Forwarded-Proto` and `X-Forwarded-For`
+//! are believed, and the sign-in limits.
 
 use super::file::{AdminFile, AdminUserFile};
-use super::{err, ConfigError};
+use super::{err, positive, ConfigError};
 use shorturl_common::cidr::CidrList;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -63,12 +63,21 @@ pub struct AdminConfig {
     /// A session is over this long after sign-in, used or not.
     pub absolute_timeout: Duration,
     /// Peers whose `X-Forwarded-Proto: https` marks the request as TLS
-    /// (the cookie then gets `Secure`). Empty: never believed.
+    /// (the cookie then gets `Secure`) and whose `X-Forwarded-For` names
+    /// the client the sign-in limits count. Empty: never believed.
     pub trusted_proxies: CidrList,
-    /// Failed sign-ins allowed per user name in a burst, refilled at
-    /// `signin_refill_per_min` per minute (the same for each address).
+    /// Sign-in attempts allowed per user name *and* address in a burst,
+    /// refilled at `signin_refill_per_min` per minute (a success gives its
+    /// attempt back). Never per user name alone: a stranger must not be
+    /// able to lock the real user out from elsewhere.
     pub signin_burst: u32,
     pub signin_refill_per_min: u32,
+    /// Sign-in attempts allowed per address over every user name.
+    pub signin_address_burst: u32,
+    pub signin_address_refill_per_min: u32,
+    /// Password checks (argon2id, ~19 MiB each) running at once on this
+    /// origin; an attempt beyond them is answered 429 at once.
+    pub max_concurrent_signins: u32,
 }
 
 impl Default for AdminConfig {
@@ -80,6 +89,9 @@ impl Default for AdminConfig {
             trusted_proxies: CidrList::default(),
             signin_burst: 5,
             signin_refill_per_min: 5,
+            signin_address_burst: 20,
+            signin_address_refill_per_min: 20,
+            max_concurrent_signins: 2,
         }
     }
 }
@@ -165,20 +177,32 @@ pub fn admin(f: Option<AdminFile>) -> Result<AdminConfig, ConfigError> {
             field: "admin.trusted_proxies",
             source,
         })?;
-    let signin_burst = f.signin_burst.unwrap_or(d.signin_burst);
-    let signin_refill_per_min = f.signin_refill_per_min.unwrap_or(d.signin_refill_per_min);
-    if signin_burst == 0 || signin_refill_per_min == 0 {
-        return err(
-            "admin.signin_burst and admin.signin_refill_per_min: must be greater than zero",
-        );
-    }
     Ok(AdminConfig {
         users,
         idle_timeout,
         absolute_timeout,
         trusted_proxies,
-        signin_burst,
-        signin_refill_per_min,
+        signin_burst: positive(f.signin_burst, d.signin_burst, "admin.signin_burst")?,
+        signin_refill_per_min: positive(
+            f.signin_refill_per_min,
+            d.signin_refill_per_min,
+            "admin.signin_refill_per_min",
+        )?,
+        signin_address_burst: positive(
+            f.signin_address_burst,
+            d.signin_address_burst,
+            "admin.signin_address_burst",
+        )?,
+        signin_address_refill_per_min: positive(
+            f.signin_address_refill_per_min,
+            d.signin_address_refill_per_min,
+            "admin.signin_address_refill_per_min",
+        )?,
+        max_concurrent_signins: positive(
+            f.max_concurrent_signins,
+            d.max_concurrent_signins,
+            "admin.max_concurrent_signins",
+        )?,
     })
 }
 
@@ -204,6 +228,7 @@ mod tests {
         assert_eq!(c.admin.idle_timeout, Duration::from_secs(1800));
         assert!(Role::Operator.can_change() && !Role::Viewer.can_change());
         assert!(Config::parse(MIN, |_| None).unwrap().admin.users.is_empty());
+        assert_eq!(c.admin.max_concurrent_signins, 2);
     }
 
     #[test]
@@ -215,6 +240,9 @@ mod tests {
             (format!("admin: {{users: [{{name: a, password_hash: '{HASH}', role: admin, merchants: [5]}}]}}"), "admin.users.a.merchants"),
             ("admin: {idle_timeout_secs: 100, absolute_timeout_secs: 10}".to_owned(), "admin.idle_timeout_secs"),
             ("admin: {trusted_proxies: [nope]}".to_owned(), "admin.trusted_proxies"),
+            ("admin: {signin_burst: 0}".to_owned(), "admin.signin_burst"),
+            ("admin: {signin_address_refill_per_min: 0}".to_owned(), "admin.signin_address_refill_per_min"),
+            ("admin: {max_concurrent_signins: 0}".to_owned(), "admin.max_concurrent_signins"),
         ];
         for (text, field) in cases {
             let e = Config::parse(&format!("{MIN}{text}\n"), |_| None)

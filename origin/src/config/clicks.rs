@@ -24,6 +24,12 @@ pub struct ClicksConfig {
     pub max_day_points: u64,
     /// Hourly rows older than this are pruned (the daily rows stay).
     pub retention_hours: Duration,
+    /// Referrer rows (`click_day_referrer`) of days older than this are
+    /// pruned (the device rows, which hold the daily series, stay).
+    pub retention_referrers: Duration,
+    /// Named referrer hosts kept per link-day; the rest are summed into
+    /// `~other`, so a link-day holds at most this many rows plus one.
+    pub referrers_per_day: usize,
     /// Applied batch ids older than this are pruned: far longer than a
     /// batch can wait in the stream or in an edge's buffer, so a pruned id
     /// can no longer be redelivered.
@@ -43,11 +49,17 @@ impl Default for ClicksConfig {
             max_hour_points: 24 * 31,
             max_day_points: 366,
             retention_hours: Duration::from_secs(90 * 86_400),
+            retention_referrers: Duration::from_secs(400 * 86_400),
+            referrers_per_day: 20,
             batch_ids_retention: Duration::from_secs(30 * 86_400),
             consumer_idle: Duration::from_secs(3600),
         }
     }
 }
+
+/// Largest `clicks.referrers_per_day` (each applied batch reads a
+/// link-day's rows under lock: keep them few).
+const MAX_REFERRERS_PER_DAY: usize = 1000;
 
 /// `clicks:` validated.
 pub fn clicks(f: ClicksFile) -> Result<ClicksConfig, ConfigError> {
@@ -71,6 +83,21 @@ pub fn clicks(f: ClicksFile) -> Result<ClicksConfig, ConfigError> {
         d.retention_hours,
         "clicks.retention_hours_days",
     )?;
+    let retention_referrers = days(
+        f.retention_referrers_days,
+        d.retention_referrers,
+        "clicks.retention_referrers_days",
+    )?;
+    let referrers_per_day = positive(
+        f.referrers_per_day,
+        d.referrers_per_day,
+        "clicks.referrers_per_day",
+    )?;
+    if referrers_per_day > MAX_REFERRERS_PER_DAY {
+        return err(format!(
+            "clicks.referrers_per_day: at most {MAX_REFERRERS_PER_DAY}"
+        ));
+    }
     let batch_ids_retention = days(
         f.batch_ids_retention_days,
         d.batch_ids_retention,
@@ -86,6 +113,8 @@ pub fn clicks(f: ClicksFile) -> Result<ClicksConfig, ConfigError> {
     }
     Ok(ClicksConfig {
         retention_hours,
+        retention_referrers,
+        referrers_per_day,
         batch_ids_retention,
         consumer_idle,
         consume: f.consume.unwrap_or(d.consume),
@@ -122,10 +151,15 @@ mod tests {
         assert_eq!(c.clicks.claim_idle, Duration::from_millis(500));
         assert_eq!(c.clicks.block, Duration::from_millis(100));
         let c = Config::parse(
-            &format!("{MIN}clicks: {{retention_hours_days: 7, batch_ids_retention_days: 2}}\n"),
+            &format!("{MIN}clicks: {{retention_hours_days: 7, batch_ids_retention_days: 2, retention_referrers_days: 30, referrers_per_day: 5}}\n"),
             |_| None,
         )
         .unwrap();
+        assert_eq!(
+            c.clicks.retention_referrers,
+            Duration::from_secs(30 * 86_400)
+        );
+        assert_eq!(c.clicks.referrers_per_day, 5);
         assert_eq!(c.clicks.retention_hours, Duration::from_secs(7 * 86_400));
         assert_eq!(
             c.clicks.batch_ids_retention,
@@ -136,6 +170,9 @@ mod tests {
             "{block_ms: 60001}",
             "{read_count: 0}",
             "{retention_hours_days: 0}",
+            "{retention_referrers_days: 0}",
+            "{referrers_per_day: 0}",
+            "{referrers_per_day: 1001}",
             "{batch_ids_retention_days: 0}",
             "{consumer_idle_secs: 10, claim_idle_ms: 20000}",
             "{nope: 1}",

@@ -239,6 +239,10 @@ pub struct ClicksFile {
     pub batch_ids_retention_days: Option<u64>,
     #[serde(default)]
     pub consumer_idle_secs: Option<u64>,
+    #[serde(default)]
+    pub referrers_per_day: Option<usize>,
+    #[serde(default)]
+    pub retention_referrers_days: Option<u64>,
 }
 
 /// `pages:` (QR codes, the preview page and HTML 404 pages; see
@@ -288,6 +292,12 @@ pub struct AdminFile {
     pub signin_burst: Option<u32>,
     #[serde(default)]
     pub signin_refill_per_min: Option<u32>,
+    #[serde(default)]
+    pub signin_address_burst: Option<u32>,
+    #[serde(default)]
+    pub signin_address_refill_per_min: Option<u32>,
+    #[serde(default)]
+    pub max_concurrent_signins: Option<u32>,
 }
 
 /// One console user.

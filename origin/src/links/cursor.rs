@@ -50,6 +50,17 @@ impl CursorKey {
         Some(CursorKey(v.try_into().ok()?))
     }
 
+    /// A key for another purpose, derived from this one (HMAC of
+    /// `purpose`): other signed tokens get the same distribution to every
+    /// origin (`meta`), and a tag of one kind is never valid as another.
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        m.update(b"derive\0");
+        m.update(purpose.as_bytes());
+        m.finalize().into_bytes().into()
+    }
+
     fn mac(&self, binding: &str, created_at: u64, id: u64) -> Hmac<Sha256> {
         // A key of any length is accepted by HMAC; this cannot fail.
         let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
@@ -128,5 +139,14 @@ mod tests {
         }
         assert!(CursorKey::from_hex(&"ab".repeat(32)).is_some());
         assert!(CursorKey::from_hex("abcd").is_none());
+    }
+
+    #[test]
+    fn derived_keys_differ_by_purpose_and_installation() {
+        let k = CursorKey::new([7; 32]);
+        assert_eq!(k.derive("a"), k.derive("a"));
+        assert_ne!(k.derive("a"), k.derive("b"));
+        assert_ne!(k.derive("a"), CursorKey::new([8; 32]).derive("a"));
+        assert_ne!(k.derive("a"), [7; 32]);
     }
 }

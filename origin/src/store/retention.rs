@@ -1,6 +1,7 @@
-//! Retention of the click rollups: the oldest hourly rows and applied batch
-//! ids are deleted in bounded batches (each statement walks its time
-//! index, `0007_click_retention.sql`), so pruning never holds many locks.
+//! Retention of the click rollups: the oldest hourly rows, referrer rows
+//! and applied batch ids are deleted in bounded batches (each statement
+//! walks its time index, `0007_click_retention.sql`,
+//! `0010_referrer_retention.sql`), so pruning never holds many locks.
 
 use super::{DbError, Store};
 use mysql_async::prelude::*;
@@ -10,6 +11,8 @@ use mysql_async::prelude::*;
 pub enum Pruned {
     /// `click_hour` by `hour` (the daily rows stay).
     ClickHour,
+    /// `click_day_referrer` by `day` (the device rows stay).
+    ClickDayReferrer,
     /// `click_batches` by `applied_at`.
     ClickBatches,
 }
@@ -19,6 +22,7 @@ impl Pruned {
     pub fn table(self) -> &'static str {
         match self {
             Pruned::ClickHour => "click_hour",
+            Pruned::ClickDayReferrer => "click_day_referrer",
             Pruned::ClickBatches => "click_batches",
         }
     }
@@ -26,6 +30,9 @@ impl Pruned {
     fn statement(self) -> &'static str {
         match self {
             Pruned::ClickHour => "DELETE FROM click_hour WHERE hour < ? ORDER BY hour LIMIT ?",
+            Pruned::ClickDayReferrer => {
+                "DELETE FROM click_day_referrer WHERE day < ? ORDER BY day LIMIT ?"
+            }
             Pruned::ClickBatches => {
                 "DELETE FROM click_batches WHERE applied_at < ? ORDER BY applied_at LIMIT ?"
             }

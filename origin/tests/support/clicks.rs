@@ -180,6 +180,12 @@ pub fn range() -> String {
 /// A setup with the keys `ADMIN`, `SHOP` (its own links) and `M55`
 /// (merchant 55), a fast-claiming consumer and optional failpoints.
 pub fn setup_with(failpoints: Option<&str>) -> Setup {
+    setup_clicks(failpoints, FAST_CLAIM)
+}
+
+/// [`setup_with`] with `clicks_yaml` (a whole `clicks:` line) instead of
+/// [`FAST_CLAIM`].
+pub fn setup_clicks(failpoints: Option<&str>, clicks_yaml: &str) -> Setup {
     Setup::start_with(|o| {
         for (name, key, extra) in [
             ("ops", ADMIN, "scopes: [admin]"),
@@ -199,7 +205,7 @@ pub fn setup_with(failpoints: Option<&str>) -> Setup {
                 sha256_hex(key)
             ));
         }
-        o.extra_yaml.push_str(FAST_CLAIM);
+        o.extra_yaml.push_str(clicks_yaml);
         if let Some(f) = failpoints {
             o.env
                 .push((shorturl_common::failpoint::ENV.into(), f.into()));

@@ -1,20 +1,24 @@
-//! Sign-in and sign-out. The sign-in form is guarded by a double-submitted
-//! token (a cookie and a hidden field that must match), failed attempts
-//! are rate-limited per user name and per address, and success starts a
-//! fresh session (never one the browser brought).
+//! Sign-in and sign-out. The sign-in form is guarded by a double-submitted,
+//! server-signed token (a cookie and a hidden field that must be equal and
+//! verify, `csrf::FormTokens`); then an attempt must get a token of its
+//! user-and-address and address budgets and a permit of the bound on
+//! concurrent password checks (`users`), each refused at once with 429,
+//! before its password is checked; success starts a fresh session (never
+//! one the browser brought).
 
 use super::super::form::Form;
 use super::super::html::{self, esc, Nav};
 use super::super::session::{self, Session, COOKIE, LOGIN_COOKIE};
-use super::super::{csrf, users, Admin, Req, MAX_FORM_BYTES};
+use super::super::{client, csrf, Admin, Req, MAX_FORM_BYTES};
 use crate::links::Links;
 use axum::body::Body;
 use axum::response::Response;
 use http::{header, HeaderValue, StatusCode};
 
-/// The sign-in page (with `problem` shown above the form).
-pub fn form(admin: &Admin, req: &Req, problem: Option<(StatusCode, &str)>) -> Response {
-    let token = csrf::token();
+/// The sign-in page (with `problem` shown above the form), with a fresh
+/// signed token in its hidden field and cookie.
+pub fn form(admin: &Admin, req: &Req, now: u64, problem: Option<(StatusCode, &str)>) -> Response {
+    let token = admin.form_tokens.issue(now);
     let secure = session::is_tls(&admin.cfg, &req.headers, req.peer);
     let msg = problem
         .map(|(_, m)| format!("<p class=\"msg error\" id=\"error\">{}</p>", esc(m)))
@@ -28,10 +32,27 @@ pub fn form(admin: &Admin, req: &Req, problem: Option<(StatusCode, &str)>) -> Re
     );
     let status = problem.map_or(StatusCode::OK, |(s, _)| s);
     let mut r = html::respond(status, html::page(None, Nav::None, "Sign in", &main));
-    if let Ok(v) = HeaderValue::from_str(&session::set_cookie(LOGIN_COOKIE, &token, 3600, secure)) {
+    let cookie = session::set_cookie(LOGIN_COOKIE, &token, csrf::FORM_TOKEN_MAX_AGE_SECS, secure);
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
         r.headers_mut().append(header::SET_COOKIE, v);
     }
     r
+}
+
+/// What the limits key an attempt's user name under: the name itself when
+/// it could be a user's (1-32 of `[A-Za-z0-9_.-]`), else one shared key, so
+/// a long made-up name costs the limiter no more memory than a real one.
+fn limit_key(name: &str) -> &str {
+    let plausible = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if plausible {
+        name
+    } else {
+        "\u{0}"
+    }
 }
 
 /// `POST /admin/login`.
@@ -40,8 +61,12 @@ pub async fn submit(links: &Links, admin: &Admin, req: &Req, body: Body, now: u6
         Ok(f) => f,
         Err(e) => return html::error(None, e.status, &e.message),
     };
-    let expected = session::cookie(&req.headers, LOGIN_COOKIE).unwrap_or("");
-    if !csrf::matches(expected, f.get("csrf")) {
+    let cookie = session::cookie(&req.headers, LOGIN_COOKIE);
+    if !admin
+        .form_tokens
+        .double_submitted(cookie, f.get("csrf"), now)
+    {
+        admin.signins.bad_token.inc();
         return html::error(
             None,
             StatusCode::FORBIDDEN,
@@ -50,27 +75,53 @@ pub async fn submit(links: &Links, admin: &Admin, req: &Req, body: Body, now: u6
     }
     let name = f.get("user").unwrap_or("").trim().to_owned();
     let password = f.get("password").unwrap_or("").to_owned();
-    let addr = req.peer.map(|p| p.ip());
-    if !admin.limiter.allows(&name, addr) {
-        tracing::warn!(user = %name, ?addr, "admin sign-in refused: too many failures");
+    let addr = client::address(&admin.cfg.trusted_proxies, &req.headers, req.peer);
+    let key = limit_key(&name);
+    // The attempt's token is taken before the check, so concurrent
+    // attempts cannot all pass a budget that has room for one.
+    if !admin.limiter.take(key, addr) {
+        admin.signins.limited.inc();
+        tracing::warn!(user = ?key, ?addr, "admin sign-in refused: too many failures");
         return form(
             admin,
             req,
+            now,
             Some((
                 StatusCode::TOO_MANY_REQUESTS,
-                "too many failed sign-ins for this user or address: wait a minute",
+                "too many failed sign-ins for this user from this address: wait a minute",
             )),
         );
     }
-    let Some(user) = users::check(admin.users.clone(), name.clone(), password).await else {
-        admin.limiter.failed(&name, addr);
-        tracing::warn!(user = %name, ?addr, "admin sign-in failed");
+    let Some(permit) = admin.checks.try_start() else {
+        // Nothing was checked: the attempt costs its budget nothing.
+        admin.limiter.give_back(key, addr);
+        admin.signins.busy.inc();
+        tracing::warn!(user = ?key, ?addr, "admin sign-in refused: too many password checks at once");
         return form(
             admin,
             req,
+            now,
+            Some((
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many sign-ins at this moment: try again in a few seconds",
+            )),
+        );
+    };
+    let checked = admin
+        .checks
+        .check(permit, admin.users.clone(), name.clone(), password)
+        .await;
+    let Some(user) = checked else {
+        admin.signins.wrong.inc();
+        tracing::warn!(user = ?key, ?addr, "admin sign-in failed");
+        return form(
+            admin,
+            req,
+            now,
             Some((StatusCode::UNAUTHORIZED, "wrong user name or password")),
         );
     };
+    admin.limiter.give_back(key, addr);
     let id = match session::start(&links.store, &user, now).await {
         Ok(id) => id,
         Err(e) => {
@@ -82,6 +133,7 @@ pub async fn submit(links: &Links, admin: &Admin, req: &Req, body: Body, now: u6
             );
         }
     };
+    admin.signins.ok.inc();
     tracing::info!(user = %user.name, role = user.role.as_str(), ?addr, "admin signed in");
     let secure = session::is_tls(&admin.cfg, &req.headers, req.peer);
     let mut r = html::see_other(
