@@ -1,5 +1,5 @@
-//! Token buckets: one ([`Bucket`]) and one per key ([`Keyed`], bounded in
-//! memory). A limit takes its token *before* the work it meters, so
+//! Token buckets ([`Bucket`]), and a budget of refusals per key
+//! ([`Refusals`]). A limit takes its token *before* the work it meters, so
 //! concurrent requests cannot all pass a check that only one of them should.
 
 use std::collections::HashMap;
@@ -46,6 +46,11 @@ impl Bucket {
         self.at = now;
     }
 
+    /// When the bucket was last taken from or refilled.
+    pub fn used_at(&self) -> Instant {
+        self.at
+    }
+
     /// Whole tokens available now.
     pub fn available(&mut self, rate: Rate, now: Instant) -> f64 {
         self.refill(rate, now);
@@ -70,52 +75,6 @@ impl Bucket {
     /// Gives `n` tokens back (work that turned out not to count).
     pub fn give(&mut self, rate: Rate, n: f64) {
         self.tokens = (self.tokens + n).min(rate.burst);
-    }
-}
-
-/// A bucket per key, at most `max_keys` of them: past that, buckets that
-/// are full again are forgotten (a forgotten key starts full, which is
-/// what it would be anyway).
-pub struct Keyed<K> {
-    rate: Rate,
-    max_keys: usize,
-    map: Mutex<HashMap<K, Bucket>>,
-}
-
-impl<K: Hash + Eq + Clone> Keyed<K> {
-    /// Buckets of `rate`, at most `max_keys` remembered.
-    pub fn new(rate: Rate, max_keys: usize) -> Self {
-        Keyed {
-            rate,
-            max_keys,
-            map: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn with<R>(&self, key: &K, f: impl FnOnce(&mut Bucket, Rate, Instant) -> R) -> R {
-        let mut m = match self.map.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        let now = Instant::now();
-        if m.len() >= self.max_keys && !m.contains_key(key) {
-            let rate = self.rate;
-            m.retain(|_, b| b.available(rate, now) < rate.burst);
-        }
-        let b = m
-            .entry(key.clone())
-            .or_insert_with(|| Bucket::full(self.rate, now));
-        f(b, self.rate, now)
-    }
-
-    /// Takes a token for `key`, or says how long until there is one.
-    pub fn take(&self, key: &K) -> Result<(), Duration> {
-        self.with(key, |b, rate, now| b.take(rate, 1.0, now))
-    }
-
-    /// Gives `key`'s token back.
-    pub fn give(&self, key: &K) {
-        self.with(key, |b, rate, _| b.give(rate, 1.0));
     }
 }
 
@@ -245,27 +204,6 @@ mod tests {
         assert!(b.take(rate, 1.0, t0 + Duration::from_millis(1000)).is_ok());
         b.give(rate, 5.0);
         assert_eq!(b.available(rate, t0 + Duration::from_millis(1000)), 2.0);
-    }
-
-    #[test]
-    fn keyed_buckets_are_separate_and_bounded() {
-        let k = Keyed::new(Rate::per_minute(2), 3);
-        assert!(k.take(&"a").is_ok() && k.take(&"a").is_ok());
-        assert!(k.take(&"a").is_err());
-        assert!(k.take(&"b").is_ok(), "another key has its own budget");
-        k.give(&"a");
-        assert!(k.take(&"a").is_ok());
-        // "c" is full again after its token came back: the first to go.
-        assert!(k.take(&"c").is_ok());
-        k.give(&"c");
-        assert!(k.take(&"d").is_ok());
-        let keys = k.map.lock().map(|m| {
-            let mut v: Vec<_> = m.keys().copied().collect();
-            v.sort_unstable();
-            v
-        });
-        assert_eq!(keys.ok(), Some(vec!["a", "b", "d"]));
-        assert!(k.take(&"a").is_err(), "a used bucket is never forgotten");
     }
 
     #[tokio::test]

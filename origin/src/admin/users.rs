@@ -15,6 +15,7 @@
 //! budget from their address cannot lock the real user out of theirs.
 //! Everything is in memory, per origin: with N origins an attacker gets at
 //! most N times the configured rates.
+use crate::bucket::{Bucket, Rate};
 use crate::config::{AdminConfig, AdminUser};
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHasher, SaltString};
@@ -114,30 +115,11 @@ impl Checks {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-/// One kind of token bucket: its burst and refill.
-#[derive(Clone, Copy)]
-struct Rate {
-    burst: f64,
-    per_sec: f64,
-}
-
-impl Rate {
-    fn new(burst: u32, per_min: u32) -> Rate {
-        Rate {
-            burst: f64::from(burst),
-            per_sec: f64::from(per_min) / 60.0,
-        }
-    }
-
-    /// `b`'s tokens at `now`.
-    fn level(self, b: &Bucket, now: Instant) -> f64 {
-        (b.tokens + now.duration_since(b.at).as_secs_f64() * self.per_sec).min(self.burst)
+/// A sign-in budget: `burst` attempts, `per_min` more a minute.
+fn rate(burst: u32, per_min: u32) -> Rate {
+    Rate {
+        burst: f64::from(burst),
+        per_sec: f64::from(per_min) / 60.0,
     }
 }
 
@@ -167,8 +149,8 @@ impl SigninLimiter {
     /// `admin.signin_address_burst` and `admin.signin_address_refill_per_min`.
     pub fn new(cfg: &AdminConfig) -> SigninLimiter {
         SigninLimiter {
-            user_at: Rate::new(cfg.signin_burst, cfg.signin_refill_per_min),
-            address: Rate::new(cfg.signin_address_burst, cfg.signin_address_refill_per_min),
+            user_at: rate(cfg.signin_burst, cfg.signin_refill_per_min),
+            address: rate(cfg.signin_address_burst, cfg.signin_address_refill_per_min),
             buckets: Mutex::new(HashMap::new()),
         }
     }
@@ -187,24 +169,20 @@ impl SigninLimiter {
             return false;
         };
         let now = Instant::now();
-        let keys = self.rated(user, addr);
-        let levels = keys
-            .each_ref()
-            .map(|(k, rate)| m.get(k).map_or(rate.burst, |b| rate.level(b, now)));
-        if levels.iter().any(|l| *l < 1.0) {
-            return false;
-        }
-        if m.len() + keys.len() > MAX_KEYS {
+        if m.len() + 2 > MAX_KEYS {
             self.forget(&mut m, now);
         }
-        for ((k, _), level) in keys.into_iter().zip(levels) {
-            m.insert(
-                k,
-                Bucket {
-                    tokens: level - 1.0,
-                    at: now,
-                },
-            );
+        let keys = self.rated(user, addr);
+        // Both budgets or neither.
+        let both = keys
+            .iter()
+            .all(|(k, rate)| m.get_mut(k).is_none_or(|b| b.available(*rate, now) >= 1.0));
+        if !both {
+            return false;
+        }
+        for (k, rate) in keys {
+            let b = m.entry(k).or_insert_with(|| Bucket::full(rate, now));
+            let _ = b.take(rate, 1.0, now);
         }
         true
     }
@@ -215,13 +193,9 @@ impl SigninLimiter {
         let Ok(mut m) = self.buckets.lock() else {
             return;
         };
-        let now = Instant::now();
         for (k, rate) in self.rated(user, addr) {
             if let Some(b) = m.get_mut(&k) {
-                *b = Bucket {
-                    tokens: (rate.level(b, now) + 1.0).min(rate.burst),
-                    at: now,
-                };
+                b.give(rate, 1.0);
             }
         }
     }
@@ -234,14 +208,14 @@ impl SigninLimiter {
                 Key::UserAt(..) => user_at,
                 Key::Address(_) => address,
             };
-            rate.level(b, now) < rate.burst
+            b.available(rate, now) < rate.burst
         });
         if m.len() >= MAX_KEYS / 2 {
-            let mut ats: Vec<Instant> = m.values().map(|b| b.at).collect();
+            let mut ats: Vec<Instant> = m.values().map(Bucket::used_at).collect();
             let mid = ats.len() / 2;
             let (_, median, _) = ats.select_nth_unstable(mid);
             let median = *median;
-            m.retain(|_, b| b.at > median);
+            m.retain(|_, b| b.used_at() > median);
         }
     }
 
