@@ -154,9 +154,10 @@ Create a link:
        -H 'Content-Type: application/json' -d '{"url":"https://example.com/hello"}'
 Follow it (use the code from the answer):
   curl -i -H 'Host: localhost' http://127.0.0.1:$PORT/<code>
-Its QR code and preview page (rendered by the origin on :8081 for now):
-  curl -s -H 'Host: localhost' 'http://127.0.0.1:8081/<code>.png?size=512' -o qr.png
-  curl -s -H 'Host: localhost' 'http://127.0.0.1:8081/<code>+'
+Its QR code and preview page (rendered by the origin, served by the edge
+from its page cache):
+  curl -s -H 'Host: localhost' 'http://127.0.0.1:8080/<code>.png?size=512' -o qr.png
+  curl -s -H 'Host: localhost' 'http://127.0.0.1:8080/<code>+'
 Over HTTPS (HTTP/2), trusting the development CA:
   curl -i --cacert var/tls/ca.pem https://localhost:8443/<code>
   curl -i --cacert var/tls/ca.pem --resolve s.shop55.com:8443:127.0.0.1 https://s.shop55.com:8443/<code>
