@@ -156,8 +156,8 @@ Follow it (use the code from the answer):
   curl -i -H 'Host: localhost' http://127.0.0.1:$PORT/<code>
 Its QR code and preview page (rendered by the origin, served by the edge
 from its page cache):
-  curl -s -H 'Host: localhost' 'http://127.0.0.1:8080/<code>.png?size=512' -o qr.png
-  curl -s -H 'Host: localhost' 'http://127.0.0.1:8080/<code>+'
+  curl -s -H 'Host: localhost' 'http://127.0.0.1:$PORT/<code>.png?size=512' -o qr.png
+  curl -s -H 'Host: localhost' 'http://127.0.0.1:$PORT/<code>+'
 Over HTTPS (HTTP/2), trusting the development CA:
   curl -i --cacert var/tls/ca.pem https://localhost:8443/<code>
   curl -i --cacert var/tls/ca.pem --resolve s.shop55.com:8443:127.0.0.1 https://s.shop55.com:8443/<code>
