@@ -201,6 +201,25 @@ function Cluster:start(conn)
     self:refresh_later(conn)
 end
 
+-- Phases where a request may wait (ngx.sleep yields).
+local CAN_WAIT = { rewrite = true, access = true, content = true, timer = true, ssl_cert = true }
+
+-- The first map, when a fetch is already under way (the worker's start
+-- timer, or another request's): wait for it rather than fail. A request
+-- that arrived while a new worker was fetching its map used to fail at once
+-- ("no node known"), and fell back to the origin.
+function Cluster:await_map(timeout_ms)
+    if self.map or not CAN_WAIT[ngx.get_phase()] then
+        return
+    end
+    update_time()
+    local deadline = now() + timeout_ms / 1000
+    while not self.map and self.refreshing and now() < deadline do
+        ngx.sleep(0.002)
+        update_time()
+    end
+end
+
 -- "MOVED"/"ASK" and the target's host and port of the first redirection
 -- among `replies`, else nil.
 local function redirection(replies)
@@ -219,6 +238,7 @@ function Cluster:run(conn, key, cmds, read_timeout_ms)
     local slot = M.slot(key) + 1
     if not self.map then
         self:refresh(conn)
+        self:await_map(read_timeout_ms or conn.timeout_ms or 1000)
     elseif now() - self.fetched > MAP_MAX_AGE then
         self:refresh_later(conn)
     end
