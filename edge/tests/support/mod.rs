@@ -110,7 +110,14 @@ impl<'a> EdgeOpts<'a> {
 /// on the upgrade socket), start a new process with `-u` on the same config
 /// (it takes them), wait until the old one exited. Returns the new process.
 pub fn upgrade(old: &mut Edge) -> Proc {
-    old.proc.signal(libc::SIGQUIT);
+    // Pingora's sequence: the new process first; once it listens on the
+    // upgrade socket (waiting up to 5 s for the sockets), SIGQUIT the old
+    // one, which hands them over at once. The other way round the old
+    // process gives up after 5 retries a second apart, and a new process
+    // slower than that to start (a debug build on a loaded machine) found
+    // no sockets: the listeners were closed and requests refused.
+    let sock = old.dir.path().join("upgrade.sock");
+    let _ = std::fs::remove_file(&sock);
     let mut cmd = Command::new(edge_bin());
     cmd.arg("-u")
         .arg("-c")
@@ -121,6 +128,8 @@ pub fn upgrade(old: &mut Edge) -> Proc {
         cmd,
         &old.dir.path().join("edge-new.log"),
     );
+    wait_for("the new edge's upgrade socket", TIMEOUT, || sock.exists());
+    old.proc.signal(libc::SIGQUIT);
     wait_for("old edge to exit", TIMEOUT, || !old.proc.is_running());
     new
 }
