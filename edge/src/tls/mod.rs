@@ -61,8 +61,9 @@ impl TlsRuntime {
             .tls
             .as_ref()
             .map_or(std::time::Duration::from_secs(1), |t| t.redis_timeout);
-        let shared =
-            SharedStore::new(redis, redis_timeout).map_err(|e| format!("tls: redis: {e}"))?;
+        let keys = cfg.tls.as_ref().and_then(|t| t.store_keys.clone());
+        let shared = SharedStore::new(redis, redis_timeout, keys, Arc::clone(&metrics))
+            .map_err(|e| format!("tls: redis: {e}"))?;
         let mut rt = TlsRuntime {
             metrics: Arc::clone(&metrics),
             shared: Arc::clone(&shared),
