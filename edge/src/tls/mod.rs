@@ -8,7 +8,7 @@
 //! | `config` | `edge.tls_listen`, `edge.tls`, `edge.https`, `edge.acme` |
 //! | `cert` | one decoded certificate (leaf, chain, key, dates) |
 //! | `select` | SNI selection: exact, wildcard one label up, default |
-//! | `dir`, `shared`, `store` | the two sources and the merged, swapped store |
+//! | `dir`, `shared`, `store` | the two sources and the merged, swapped store; `shared` seals and opens key material |
 //! | `handshake` | the acceptor (TLS 1.2/1.3, ALPN, resumption) and the handshake |
 //! | `https` | 308 to HTTPS and HSTS |
 //! | `challenge` | HTTP-01 answers |
