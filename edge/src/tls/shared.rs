@@ -153,12 +153,13 @@ impl SharedStore {
         Ok(keys.seal(redis_key, plain.as_bytes())?)
     }
 
-    /// A stored bundle with its key opened, and how the key was stored.
-    fn open_bundle(&self, name: &str, json: &str) -> Result<(CertBundle, KeyUse), String> {
-        let mut b: CertBundle = serde_json::from_str(json).map_err(|e| e.to_string())?;
+    /// A stored bundle with its key opened, and how the key was stored;
+    /// `Err(None)` when the key was refused (already logged and counted).
+    fn open_bundle(&self, name: &str, json: &str) -> Result<(CertBundle, KeyUse), Option<String>> {
+        let mut b: CertBundle = serde_json::from_str(json).map_err(|e| Some(e.to_string()))?;
         let (key, used) = self
             .open(&keys::tls_cert_key(name), &b.key)
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| None)?;
         b.key = key;
         Ok((b, used))
     }
@@ -199,11 +200,12 @@ impl SharedStore {
             let Some(v) = value else { continue };
             let decoded = self.open_bundle(&name, &v).and_then(|(b, _)| {
                 Certified::from_pem(b.cert.as_bytes(), b.key.as_bytes(), Source::Shared)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| Some(e.to_string()))
             });
             match decoded {
                 Ok(c) => out.push((name, Arc::new(c))),
-                Err(e) => tracing::warn!(%name, error = %e, "shared certificate skipped"),
+                Err(Some(e)) => tracing::warn!(%name, error = %e, "shared certificate skipped"),
+                Err(None) => {}
             }
         }
         Ok(out)
