@@ -18,7 +18,7 @@
 //! (counted, logged with its key id) and a plaintext one from before
 //! sealing is used and counted, until the issuer re-seals it ([`SharedStore::reseal`]).
 
-use super::cert::{Certified, Source};
+use super::cert::{CertError, Certified, Source};
 use super::metrics::TlsMetrics;
 use crate::config::RedisConfig;
 use shorturl_common::keys;
@@ -44,6 +44,18 @@ pub enum SharedError {
     /// A stored value that does not open with this edge's keys.
     #[error("{0}")]
     Refused(OpenError),
+}
+
+/// Why a stored bundle is not used.
+#[derive(Debug, thiserror::Error)]
+enum BundleError {
+    /// Its private key did not open (logged and counted by [`SharedStore::open`]).
+    #[error("{0}")]
+    Refused(OpenError),
+    #[error("not a bundle: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Cert(#[from] CertError),
 }
 
 /// Lazily connected handle on the shared store.
@@ -153,13 +165,12 @@ impl SharedStore {
         Ok(keys.seal(redis_key, plain.as_bytes())?)
     }
 
-    /// A stored bundle with its key opened, and how the key was stored;
-    /// `Err(None)` when the key was refused (already logged and counted).
-    fn open_bundle(&self, name: &str, json: &str) -> Result<(CertBundle, KeyUse), Option<String>> {
-        let mut b: CertBundle = serde_json::from_str(json).map_err(|e| Some(e.to_string()))?;
+    /// A stored bundle with its key opened, and how the key was stored.
+    fn open_bundle(&self, name: &str, json: &str) -> Result<(CertBundle, KeyUse), BundleError> {
+        let mut b: CertBundle = serde_json::from_str(json)?;
         let (key, used) = self
             .open(&keys::tls_cert_key(name), &b.key)
-            .map_err(|_| None)?;
+            .map_err(BundleError::Refused)?;
         b.key = key;
         Ok((b, used))
     }
@@ -199,13 +210,17 @@ impl SharedStore {
         for (name, value) in names.into_iter().zip(values) {
             let Some(v) = value else { continue };
             let decoded = self.open_bundle(&name, &v).and_then(|(b, _)| {
-                Certified::from_pem(b.cert.as_bytes(), b.key.as_bytes(), Source::Shared)
-                    .map_err(|e| Some(e.to_string()))
+                Ok(Certified::from_pem(
+                    b.cert.as_bytes(),
+                    b.key.as_bytes(),
+                    Source::Shared,
+                )?)
             });
             match decoded {
                 Ok(c) => out.push((name, Arc::new(c))),
-                Err(Some(e)) => tracing::warn!(%name, error = %e, "shared certificate skipped"),
-                Err(None) => {}
+                // Logged and counted where it was refused.
+                Err(BundleError::Refused(_)) => {}
+                Err(e) => tracing::warn!(%name, error = %e, "shared certificate skipped"),
             }
         }
         Ok(out)
