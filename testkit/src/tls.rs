@@ -46,14 +46,10 @@ pub struct Issued {
 }
 
 impl Issued {
-    /// Writes `<dir>/<stem>.crt` and `<dir>/<stem>.key` (the key 0600,
-    /// as every private key the project writes).
+    /// Writes `<dir>/<stem>.crt` and `<dir>/<stem>.key`.
     pub fn write(&self, dir: &Path, stem: &str) {
-        use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(dir).unwrap();
-        let key = dir.join(format!("{stem}.key"));
-        std::fs::write(&key, &self.key_pem).unwrap();
-        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(dir.join(format!("{stem}.key")), &self.key_pem).unwrap();
         std::fs::write(dir.join(format!("{stem}.crt")), &self.cert_pem).unwrap();
     }
 }
