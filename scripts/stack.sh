@@ -51,10 +51,14 @@ start_mariadb() {
   mariadb -h127.0.0.1 -P"$MYSQL_PORT" -uroot -e "CREATE DATABASE IF NOT EXISTS shorturl"
 }
 
+# Secrets (var/dev-*, var/origin.yaml, private keys) are the user's only:
+# written under umask 077, and chmod 600 on every run (older runs left
+# some 0644).
 new_key() { # file: a random key, kept across runs
   if [ ! -s "$1" ]; then
-    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1"
+    (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1")
   fi
+  chmod 600 "$1"
   tr -d '\n' <"$1" | sha256sum | cut -d' ' -f1
 }
 
@@ -64,13 +68,19 @@ dev_config() {
   merchant=$(new_key "$VAR/dev-merchant-key")    # app "merchant55": merchant 55 only
   # The console's user `admin` (role admin): a random password, kept across runs.
   if [ ! -s "$VAR/dev-admin-password" ]; then
-    head -c 18 /dev/urandom | base64 | tr -d '/+=\n' >"$VAR/dev-admin-password"
-    chmod 600 "$VAR/dev-admin-password"
+    (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=\n' >"$VAR/dev-admin-password")
   fi
+  # The edge's shared TLS store key (edge.tls.store_key, given to the edge
+  # as SHORTURL_EDGE_TLS_STORE_KEY): seals the private keys in Redis.
+  if [ ! -s "$VAR/dev-tls-store-key" ]; then
+    (umask 077; head -c 32 /dev/urandom | base64 >"$VAR/dev-tls-store-key")
+  fi
+  chmod 600 "$VAR/dev-admin-password" "$VAR/dev-tls-store-key"
   local phc
   phc=$("$BIN/shorturl-origin" hash-password <"$VAR/dev-admin-password")
-  sed -e "s/__DEV_KEY_SHA256__/$admin/" -e "s/__MERCHANT_KEY_SHA256__/$merchant/" \
-    -e "s|__ADMIN_PASSWORD_HASH__|$phc|" conf/origin.dev.yaml >"$VAR/origin.yaml"
+  rm -f "$VAR/origin.yaml"
+  (umask 077; sed -e "s/__DEV_KEY_SHA256__/$admin/" -e "s/__MERCHANT_KEY_SHA256__/$merchant/" \
+    -e "s|__ADMIN_PASSWORD_HASH__|$phc|" conf/origin.dev.yaml >"$VAR/origin.yaml")
 }
 
 # A development CA (var/tls/ca.pem: trust it in curl with --cacert) and
@@ -81,10 +91,11 @@ dev_tls() {
   local d=$VAR/tls
   mkdir -p "$d/certs"
   if [ ! -s "$d/ca.pem" ]; then
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
-      -subj "/CN=shorturl development CA" -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null
-    chmod 600 "$d/ca.key"
+    (umask 077; openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+      -subj "/CN=shorturl development CA" -keyout "$d/ca.key" -out "$d/ca.pem" 2>/dev/null)
+    chmod 644 "$d/ca.pem"
   fi
+  chmod 600 "$d/ca.key"
   local n
   for n in $DEV_TLS_NAMES; do
     [ -s "$d/certs/$n.crt" ] && continue
@@ -95,6 +106,7 @@ dev_tls() {
       -days 825 -sha256 -extfile "$d/certs/$n.ext" -out "$d/certs/$n.crt" 2>/dev/null
     rm -f "$d/certs/$n.csr" "$d/certs/$n.ext"
   done
+  chmod 600 "$d"/certs/*.key
 }
 
 start_origin() {
@@ -108,7 +120,8 @@ start_origin() {
 start_edge() {
   [ -x "$BIN/shorturl-edge" ] || return 0
   alive "$VAR/edge.pid" && return 0
-  nohup "$BIN/shorturl-edge" -c conf/edge.dev.yaml >"$VAR/edge.log" 2>&1 &
+  SHORTURL_EDGE_TLS_STORE_KEY=$(cat "$VAR/dev-tls-store-key") \
+    nohup "$BIN/shorturl-edge" -c conf/edge.dev.yaml >"$VAR/edge.log" 2>&1 &
   echo $! >"$VAR/edge.pid"
   wait_tcp "$EDGE_PORT" edge
 }
@@ -144,7 +157,8 @@ case "${1:-}" in
     cat <<MSG
 
 Stack is up: origin 127.0.0.1:$ORIGIN_PORT, Redis 127.0.0.1:$REDIS_PORT, MariaDB 127.0.0.1:$MYSQL_PORT$([ -x "$BIN/shorturl-edge" ] && echo ", edge 127.0.0.1:$EDGE_PORT").
-API keys: var/dev-api-key (admin), var/dev-merchant-key (merchant 55, domain s.shop55.com).
+API keys: var/dev-api-key (admin), var/dev-merchant-key (merchant 55, domain s.shop55.com); secrets in var/ are mode 0600.
+TLS store key (seals private keys in Redis): var/dev-tls-store-key, given to the edge as SHORTURL_EDGE_TLS_STORE_KEY.
 Admin console: http://127.0.0.1:$ORIGIN_PORT/admin/ (user admin, password in var/dev-admin-password; docs/admin.md)
 Logs: var/*.log. Stop with: make down
 

@@ -59,8 +59,8 @@ pub fn acme_challenge_key(token: &str) -> String {
 /// The fleet-wide ACME issuer lease (value: the holder's node id).
 pub const ACME_LEASE: &str = "su:1:acme:lease";
 
-/// The ACME account credentials (JSON, as the ACME client serialises them),
-/// per directory URL: `su:1:acme:account:{sha256(directory url) hex, 16 bytes}`.
+/// The ACME account credentials (JSON, as the ACME client serialises them,
+/// sealed like a bundle's private key: protocol 3.3), per directory URL: `su:1:acme:account:{sha256(directory url) hex, 16 bytes}`.
 pub fn acme_account_key(directory_url: &str) -> String {
     let digest = Sha256::digest(directory_url.as_bytes());
     format!("{PREFIX}acme:account:{}", hex::encode(&digest[..16]))

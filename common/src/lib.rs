@@ -23,6 +23,8 @@ pub mod singleflight;
 pub mod status;
 pub mod time;
 pub mod tls;
+#[cfg(feature = "tls-seal")]
+pub mod tls_seal;
 
 /// Version of the wire contract (record format, invalidation channel, HTTP
 /// API, status JSON). 2: versioned records and invalidation messages.

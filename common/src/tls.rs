@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 pub struct CertBundle {
     /// PEM: the leaf first, then the intermediates.
     pub cert: String,
-    /// PEM private key of the leaf.
+    /// PEM private key of the leaf; in Redis, sealed with the store key
+    /// (`crate::tls_seal`, feature `tls-seal`), which the edges open.
     pub key: String,
     /// The leaf's `notAfter`, Unix seconds.
     pub not_after: i64,

@@ -15,10 +15,14 @@
 mod support;
 
 use shorturl_common::status::AcmeDim;
+use shorturl_common::tls::CertBundle;
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
-use support::{create_link, start_edge, EdgeOpts, Origin, API_KEY};
+use support::{
+    create_link, redis_get, redis_set, start_edge, store_key_id, store_keys, EdgeOpts, Origin,
+    API_KEY, STORE_KEY, STORE_KEY_2,
+};
 use testkit::apollo::ApolloServer;
 use testkit::pebble::Pebble;
 use testkit::tls::{connect, Ca, ClientOpts};
@@ -41,6 +45,7 @@ fn start_acme_edge(
     port: Option<u16>,
     state: &TempDir,
     name: &str,
+    store_keys: &str,
 ) -> AcmeEdge {
     let certs = state.path().join(format!("certs-{name}"));
     Ca::new("fallback ca")
@@ -49,7 +54,7 @@ fn start_acme_edge(
     let tls_port = free_port();
     let extra: &'static str = Box::leak(
         format!(
-            "  tls_listen: [\"127.0.0.1:{tls_port}\"]\n  tls: {{ cert_dir: \"{certs}\", default_cert: localhost, reload_interval_ms: 300 }}\n  acme:\n    enabled: true\n    directory_url: \"{dir}\"\n    ca_roots: \"{roots}\"\n    contact: [\"mailto:ops@example.com\"]\n    state_dir: \"{state}/acme-{name}\"\n    check_interval_secs: 1\n    whitelist_interval_secs: 1\n    lease_ttl_secs: 3\n    retry_min_secs: 1\n    retry_max_secs: 2\n    order_timeout_secs: 20\n",
+            "  tls_listen: [\"127.0.0.1:{tls_port}\"]\n  tls: {{ cert_dir: \"{certs}\", default_cert: localhost, reload_interval_ms: 300, {store_keys} }}\n  acme:\n    enabled: true\n    directory_url: \"{dir}\"\n    ca_roots: \"{roots}\"\n    contact: [\"mailto:ops@example.com\"]\n    state_dir: \"{state}/acme-{name}\"\n    check_interval_secs: 1\n    whitelist_interval_secs: 1\n    lease_ttl_secs: 3\n    retry_min_secs: 1\n    retry_max_secs: 2\n    order_timeout_secs: 20\n",
             certs = certs.display(),
             dir = pebble.directory_url(),
             roots = pebble.ca_pem_path().display(),
@@ -121,6 +126,25 @@ fn set_lease(redis: &Redis, holder: &str, ms: u64) {
         .unwrap();
 }
 
+/// Every file and directory under `dir` (itself included) with its mode bits.
+fn private_modes(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = vec![(
+        dir.to_owned(),
+        std::fs::metadata(dir).unwrap().permissions().mode() & 0o777,
+    )];
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(private_modes(&path));
+        } else {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            out.push((path, mode));
+        }
+    }
+    out
+}
+
 fn set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|s| s.to_string()).collect()
 }
@@ -170,8 +194,26 @@ fn whitelisted_domains_get_certificates_served_by_every_edge_renewed_and_retried
     let port_a = free_port();
     let mut pebble = Pebble::start(port_a, VALIDITY_SECS);
     set_lease(&redis, "test-holder", 600_000);
-    let a = start_acme_edge(&redis, &origin, &pebble, Some(port_a), &state, "a");
-    let mut b = start_acme_edge(&redis, &origin, &pebble, None, &state, "b");
+    // A already opens the key the fleet rotates to in phase 2 (the first
+    // step of a rotation, docs/architecture.md "TLS").
+    let a = start_acme_edge(
+        &redis,
+        &origin,
+        &pebble,
+        Some(port_a),
+        &state,
+        "a",
+        &format!("store_key: \"{STORE_KEY}\", store_old_keys: [\"{STORE_KEY_2}\"]"),
+    );
+    let mut b = start_acme_edge(
+        &redis,
+        &origin,
+        &pebble,
+        None,
+        &state,
+        "b",
+        &format!("store_key: \"{STORE_KEY}\""),
+    );
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     set_lease(
         &redis,
@@ -239,6 +281,45 @@ fn whitelisted_domains_get_certificates_served_by_every_edge_renewed_and_retried
         2.0
     );
 
+    // Key material at rest: the private keys and the account in Redis are
+    // sealed under the store key (no PEM), and the issuer's local copy is
+    // its own (files 0600, directories 0700).
+    let k1 = store_keys(STORE_KEY, &[]);
+    let k1_prefix = format!("enc1:{}:", store_key_id(STORE_KEY));
+    for name in ["s.shop55.com", "a.shop55.com"] {
+        let redis_key = format!("su:1:tls:cert:{name}");
+        let b: CertBundle = serde_json::from_str(&redis_get(&redis, &redis_key).unwrap()).unwrap();
+        assert!(
+            b.key.starts_with(&k1_prefix) && !b.key.contains("BEGIN"),
+            "{name}: {}",
+            b.key
+        );
+        let pem = String::from_utf8(k1.open(&redis_key, &b.key).unwrap().plain).unwrap();
+        assert!(pem.contains("PRIVATE KEY-----"), "{name}");
+    }
+    let account_key = shorturl_common::keys::acme_account_key(&pebble.directory_url());
+    let account = redis_get(&redis, &account_key).unwrap();
+    assert!(account.starts_with(&k1_prefix), "{account}");
+    let opened = k1.open(&account_key, &account).unwrap().plain;
+    assert!(serde_json::from_slice::<serde_json::Value>(&opened).is_ok());
+    let modes = private_modes(&state.path().join("acme-b"));
+    assert!(
+        modes
+            .iter()
+            .any(|(p, _)| p.ends_with("certs/a.shop55.com.key")),
+        "{modes:?}"
+    );
+    assert!(
+        modes
+            .iter()
+            .any(|(p, _)| p.to_string_lossy().contains("account-")),
+        "{modes:?}"
+    );
+    for (path, mode) in &modes {
+        let want = if path.is_dir() { 0o700 } else { 0o600 };
+        assert_eq!(*mode, want, "{}: {mode:o}", path.display());
+    }
+
     // Redirects and proxied API calls over HTTP/2 with the issued certificate.
     let root_file = state.path().join("pebble-root.pem");
     std::fs::write(&root_file, &root).unwrap();
@@ -282,8 +363,54 @@ fn whitelisted_domains_get_certificates_served_by_every_edge_renewed_and_retried
     let _ = create_link; // (HTTP/1.1 creation helper; HTTP/2 is used here)
 
     // 2. A restarted issuer does not order again: the certificates are in
-    // Redis and in its local copy.
-    b.edge.restart(&[("RUST_LOG", "info,pingora=warn")]);
+    // Redis and in its local copy. B comes back from a key rotation
+    // (STORE_KEY_2 seals, STORE_KEY only opens) and finds a bundle stored
+    // in plaintext, as before sealing: it serves it, and once it holds the
+    // lease it re-seals every value under the new key. Nobody holds the
+    // lease meanwhile, so nothing is re-sealed before.
+    set_lease(&redis, "test-holder", 600_000);
+    let s_key = "su:1:tls:cert:s.shop55.com";
+    let mut plain: CertBundle = serde_json::from_str(&redis_get(&redis, s_key).unwrap()).unwrap();
+    plain.key = String::from_utf8(k1.open(s_key, &plain.key).unwrap().plain).unwrap();
+    redis_set(&redis, s_key, &serde_json::to_string(&plain).unwrap());
+    b.edge.restart(&[
+        ("RUST_LOG", "info,pingora=warn"),
+        ("SHORTURL_EDGE_TLS_STORE_KEY", STORE_KEY_2),
+        ("SHORTURL_EDGE_TLS_STORE_OLD_KEYS", STORE_KEY),
+    ]);
+    wait_for("B to load the shared store", WAIT, || {
+        let tls = b.edge.typed_status().tls.unwrap();
+        ["s.shop55.com", "a.shop55.com"].iter().all(|n| {
+            tls.certificates
+                .iter()
+                .any(|c| c.domain == *n && c.source == "shared")
+        })
+    });
+    set_lease(
+        &redis,
+        &format!("{}:{}", host.trim(), b.edge.proc.pid()),
+        3000,
+    );
+    let k2_prefix = format!("enc1:{}:", store_key_id(STORE_KEY_2));
+    let sealed_key = |k: &str| {
+        let v = redis_get(&redis, k).unwrap_or_default();
+        serde_json::from_str::<CertBundle>(&v).map_or(v, |b| b.key)
+    };
+    wait_for("every value re-sealed under the new key", WAIT, || {
+        [s_key, "su:1:tls:cert:a.shop55.com", &account_key]
+            .iter()
+            .all(|k| sealed_key(k).starts_with(&k2_prefix))
+    });
+    assert_eq!(b.edge.metric("shorturl_tls_store_resealed_total"), 3.0);
+    // Read in plaintext twice: B's first load of the store and the re-seal.
+    assert_eq!(b.edge.metric("shorturl_tls_store_plaintext_total"), 2.0);
+    assert_eq!(a.edge.metric("shorturl_tls_store_plaintext_total"), 0.0);
+    for e in [&a, &b] {
+        for reason in ["malformed", "unknown_key", "undecryptable"] {
+            let series = format!("shorturl_tls_store_refused_total{{reason=\"{reason}\"}}");
+            assert_eq!(e.edge.metric(&series), 0.0, "{series}");
+        }
+    }
     wait_for("three issuer passes after the restart", WAIT, || {
         let (x, y) = (a.acme(), b.acme());
         x.checks + y.checks >= 3 && (x.issuer || y.issuer)

@@ -15,7 +15,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 use support::http::{read_response, Conn};
-use support::{record_line, redis_set, start_edge, Edge, EdgeOpts, TIMEOUT};
+use support::{record_line, redis_set, start_edge, Edge, EdgeOpts, STORE_KEY, TIMEOUT};
 use testkit::tls::{connect, Ca, ClientOpts};
 use testkit::{free_port, wait_for, Redis, TempDir};
 
@@ -446,7 +446,7 @@ fn http11_over_tls_takes_the_fast_path_and_http2_does_not() {
     let tls_port = free_port();
     let extra: &'static str = Box::leak(
         format!(
-            "  tls_listen: [\"127.0.0.1:{tls_port}\"]\n  tls: {{ cert_dir: \"{}\", default_cert: localhost }}\n  https: {{ hsts: \"max-age=300\" }}\n",
+            "  tls_listen: [\"127.0.0.1:{tls_port}\"]\n  tls: {{ cert_dir: \"{}\", default_cert: localhost, store_key: \"{STORE_KEY}\" }}\n  https: {{ hsts: \"max-age=300\" }}\n",
             certs.path().display()
         )
         .into_boxed_str(),

@@ -9,7 +9,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use support::http::{get, Conn};
-use support::{edge_bin, record_line, redis_set, start_edge, upgrade, EdgeOpts, TIMEOUT};
+use support::{
+    edge_bin, record_line, redis_set, start_edge, upgrade, EdgeOpts, STORE_KEY, TIMEOUT,
+};
 use testkit::{free_port, wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
@@ -26,18 +28,32 @@ fn test_flag_validates_configs() {
         "conf/edge.yaml: {}",
         String::from_utf8_lossy(&ok.stderr)
     );
+    // The dev config's TLS listener reads the shared store: its store key
+    // comes from the environment (scripts/stack.sh: var/dev-tls-store-key).
+    let dev_config = concat!(env!("CARGO_MANIFEST_DIR"), "/../conf/edge.dev.yaml");
     let dev = Command::new(edge_bin())
         .args(["--test", "-c"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../conf/edge.dev.yaml"
-        ))
+        .arg(dev_config)
+        .env("SHORTURL_EDGE_TLS_STORE_KEY", STORE_KEY)
         .output()
         .unwrap();
     assert!(
         dev.status.success(),
         "conf/edge.dev.yaml: {}",
         String::from_utf8_lossy(&dev.stderr)
+    );
+    let keyless = Command::new(edge_bin())
+        .args(["--test", "-c"])
+        .arg(dev_config)
+        .env_remove("SHORTURL_EDGE_TLS_STORE_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(keyless.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&keyless.stderr);
+    assert!(
+        stderr.contains("edge.tls.store_key is required")
+            && stderr.contains("SHORTURL_EDGE_TLS_STORE_KEY"),
+        "{stderr}"
     );
 
     for variant in ["edge.cluster.yaml", "edge.sentinel.yaml"] {

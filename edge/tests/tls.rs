@@ -11,7 +11,10 @@ use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 use support::http::{get, Conn};
-use support::{record_line, redis_set, start_edge, EdgeOpts};
+use support::{
+    record_line, redis_get, redis_set, start_edge, store_key_id, store_keys, EdgeOpts, STORE_KEY,
+    STORE_KEY_2, STORE_KEY_UNKNOWN,
+};
 use testkit::tls::{connect, Ca, ClientOpts, Issued};
 use testkit::{free_port, wait_for, Redis, TempDir};
 
@@ -29,7 +32,17 @@ struct Setup {
 /// An edge with a TLS listener over a certificate directory holding
 /// `names` (each its own certificate, `*.x` as `_wildcard.x`) and
 /// `extra` YAML inside `edge:` (`{TLS_PORT}` stands for the TLS port).
+/// Its store key is [`STORE_KEY`].
 fn setup(names: &[&str], extra: &str) -> (Setup, Vec<Issued>) {
+    setup_with_env(names, extra, Vec::new())
+}
+
+/// [`setup`] with more environment for the edge.
+fn setup_with_env(
+    names: &[&str],
+    extra: &str,
+    env: Vec<(&'static str, String)>,
+) -> (Setup, Vec<Issued>) {
     let redis = Redis::start();
     let ca = Ca::new("edge test ca");
     let certs = TempDir::new("certs");
@@ -43,7 +56,7 @@ fn setup(names: &[&str], extra: &str) -> (Setup, Vec<Issued>) {
         .collect();
     let tls_port = free_port();
     let text: Box<str> = format!(
-        "  tls_listen: [\"127.0.0.1:{tls_port}\"]\n  tls: {{ cert_dir: \"{}\", default_cert: localhost, reload_interval_ms: 200, handshake_timeout_secs: 2 }}\n{}",
+        "  tls_listen: [\"127.0.0.1:{tls_port}\"]\n  tls: {{ cert_dir: \"{}\", default_cert: localhost, reload_interval_ms: 200, handshake_timeout_secs: 2, store_key: \"{STORE_KEY}\" }}\n{}",
         certs.path().display(),
         extra.replace("{TLS_PORT}", &tls_port.to_string())
     )
@@ -52,6 +65,7 @@ fn setup(names: &[&str], extra: &str) -> (Setup, Vec<Issued>) {
     let leaked: &'static str = Box::leak(text.clone());
     let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
     opts.extra = leaked;
+    opts.env = env;
     let edge = start_edge(opts);
     // A full handshake, not a bare TCP probe (that would count as a failed one).
     wait_for("the TLS listener", WAIT, || {
@@ -143,11 +157,14 @@ fn sni_selects_exact_wildcard_then_default_from_directory_and_shared_store() {
             && served(s.tls_port, Some("d.shop55.com")) == fresh.serial
     });
 
-    // The shared store: a certificate written to Redis reaches the edge.
+    // The shared store: a certificate written to Redis (its key sealed)
+    // reaches the edge.
     let shared = s.ca.issue(&["e.other.net"], &[], 30);
     let bundle = shorturl_common::tls::CertBundle {
         cert: String::from_utf8(shared.cert_pem.clone()).unwrap(),
-        key: String::from_utf8(shared.key_pem.clone()).unwrap(),
+        key: store_keys(STORE_KEY, &[])
+            .seal("su:1:tls:cert:e.other.net", &shared.key_pem)
+            .unwrap(),
         not_after: 0,
     };
     redis_set(
@@ -212,6 +229,113 @@ fn sni_selects_exact_wildcard_then_default_from_directory_and_shared_store() {
             .metric("shorturl_tls_handshakes_total{result=\"ok\"}") as u64,
         s.edge.typed_status().tls.unwrap().handshakes
     );
+}
+
+/// Private keys in the shared store are sealed (protocol 3.3) and opened
+/// by key id: under the current or an old store key they are served, and
+/// a plaintext one from before sealing is served and counted; a tampered
+/// value, a value copied from another name and one under an unknown key
+/// are refused (counted by reason, logged with the key id, never a key)
+/// and the default certificate is served instead.
+#[test]
+fn sealed_private_keys_open_by_key_id_and_tampered_ones_are_refused() {
+    // The fleet rotated: STORE_KEY_2 seals now, STORE_KEY still opens.
+    let (s, issued) = setup_with_env(
+        &["localhost"],
+        "",
+        vec![
+            ("SHORTURL_EDGE_TLS_STORE_KEY", STORE_KEY_2.to_owned()),
+            ("SHORTURL_EDGE_TLS_STORE_OLD_KEYS", STORE_KEY.to_owned()),
+        ],
+    );
+    let default = issued[0].serial.clone();
+    let names = [
+        "old.example.net",
+        "new.example.net",
+        "plain.example.net",
+        "tampered.example.net",
+        "moved.example.net",
+        "stranger.example.net",
+    ];
+    let certs: Vec<Issued> = names.iter().map(|n| s.ca.issue(&[n], &[], 30)).collect();
+    let seal = |keys: &str, name: &str, i: usize| {
+        store_keys(keys, &[])
+            .seal(&format!("su:1:tls:cert:{name}"), &certs[i].key_pem)
+            .unwrap()
+    };
+    let mut tampered = seal(STORE_KEY_2, names[3], 3);
+    // A character inside the tag: still base64, no longer authentic.
+    let at = tampered.len() - 5;
+    let flipped = if &tampered[at..=at] == "A" { "B" } else { "A" };
+    tampered.replace_range(at..=at, flipped);
+    let keys = [
+        seal(STORE_KEY, names[0], 0),
+        seal(STORE_KEY_2, names[1], 1),
+        String::from_utf8(certs[2].key_pem.clone()).unwrap(),
+        tampered,
+        // moved.example.net's key sealed for new.example.net's Redis key.
+        seal(STORE_KEY_2, names[1], 4),
+        seal(STORE_KEY_UNKNOWN, names[5], 5),
+    ];
+    for (i, key) in keys.into_iter().enumerate() {
+        let bundle = shorturl_common::tls::CertBundle {
+            cert: String::from_utf8(certs[i].cert_pem.clone()).unwrap(),
+            key,
+            not_after: 0,
+        };
+        redis_set(
+            &s.redis,
+            &format!("su:1:tls:cert:{}", names[i]),
+            &serde_json::to_string(&bundle).unwrap(),
+        );
+    }
+    let client = redis::Client::open(s.redis.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    redis::cmd("SADD")
+        .arg("su:1:tls:names")
+        .arg(&names[..])
+        .query::<()>(&mut con)
+        .unwrap();
+    redis::cmd("INCR")
+        .arg("su:1:tls:gen")
+        .query::<()>(&mut con)
+        .unwrap();
+    wait_for("the sealed and the plaintext certificates", WAIT, || {
+        (0..3).all(|i| served(s.tls_port, Some(names[i])) == certs[i].serial)
+    });
+    for name in &names[3..] {
+        assert_eq!(served(s.tls_port, Some(name)), default, "{name}");
+    }
+    // One reload of the store (one generation): each value counted once.
+    let m = |series: &str| s.edge.metric(series);
+    assert_eq!(m("shorturl_tls_store_plaintext_total"), 1.0);
+    assert_eq!(
+        m("shorturl_tls_store_refused_total{reason=\"undecryptable\"}"),
+        2.0
+    );
+    assert_eq!(
+        m("shorturl_tls_store_refused_total{reason=\"unknown_key\"}"),
+        1.0
+    );
+    assert_eq!(
+        m("shorturl_tls_store_refused_total{reason=\"malformed\"}"),
+        0.0
+    );
+    let log = s.edge.log();
+    for (name, id) in [
+        ("tampered.example.net", store_key_id(STORE_KEY_2)),
+        ("stranger.example.net", store_key_id(STORE_KEY_UNKNOWN)),
+    ] {
+        let needle = format!("su:1:tls:cert:{name}");
+        let line = log.lines().find(|l| l.contains(&needle)).unwrap_or("");
+        assert!(line.contains(&id) && line.contains("refused"), "{log}");
+    }
+    for key in [STORE_KEY, STORE_KEY_2, STORE_KEY_UNKNOWN] {
+        assert!(!log.contains(key), "a store key in the log");
+    }
+    // Without an issuer nothing is rewritten: the plaintext value stays.
+    let plain = redis_get(&s.redis, "su:1:tls:cert:plain.example.net").unwrap();
+    assert!(plain.contains("BEGIN"));
 }
 
 fn curl(args: &[&str]) -> String {

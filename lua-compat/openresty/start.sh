@@ -28,16 +28,19 @@
 #   SU_RESOLVER=<ip> (default: first nameserver of /etc/resolv.conf)
 #   SU_TLS_PORT=<port>  also serve HTTPS (HTTP/2 and 1.1) there, certificates by SNI from the
 #     shared store in Redis and SU_TLS_CERT_DIR (<name>.crt/.key); SU_TLS_DEFAULT_CERT=<name>
-#     (default SU_DEFAULT_DOMAIN) is served when no other matches; SU_TLS_CACHE_SECS=5
+#     (default SU_DEFAULT_DOMAIN) is served when no other matches; SU_TLS_CACHE_SECS=5;
+#     SU_TLS_STORE_KEY=<base64 of 32 bytes> (required with SU_TLS_PORT: opens the sealed private
+#     keys in Redis, as the Pingora edge's tls.store_key) SU_TLS_STORE_OLD_KEYS=<key,...> (rotation)
 #   Clicks (protocol 3.4): SU_CLICKS_ENABLED=1|0 (1)  SU_CLICKS_FLUSH_INTERVAL_MS=5000 (50..5000)
 #     SU_CLICKS_EDGE_NAME=<batch-id prefix> (default the host name)  SU_CLICKS_MAX_BUFFERED_CLICKS=1000000
 #     SU_BOTS_FILE=<bot list> (default common/data/bots.txt of this checkout)
-#   SU_CONF=<file.lua>  use this module config instead of generating one
+#   SU_CONF=<file.lua>  use this module config instead of generating one (its `tls` table holds the
+#     store keys then); the config is written mode 0600 (it may hold the store key)
 #   SU_DIE_WITH_MASTER=1  workers exit when the master dies (test harnesses)
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,37p' "$0" >&2
+  sed -n '2,41p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -105,8 +108,16 @@ if [ "$clicks_enabled" = true ]; then
 fi
 status_allow=""
 [ -n "${SU_STATUS_ALLOW:-}" ] && status_allow="status_allow = $(lua_list "$SU_STATUS_ALLOW"),"
+store_key="${SU_TLS_STORE_KEY:-}"; store_old_keys="${SU_TLS_STORE_OLD_KEYS:-}"
+case "$store_key$store_old_keys" in *[!A-Za-z0-9+/=,\ ]*)
+  echo "start.sh: SU_TLS_STORE_KEY and SU_TLS_STORE_OLD_KEYS must be base64 (old keys comma-separated)" >&2; exit 2 ;;
+esac
+case "$store_key" in *,*) echo "start.sh: SU_TLS_STORE_KEY is one key" >&2; exit 2 ;; esac
 
 conf="$prefix/conf/shorturl.lua"
+# The config may hold the store key: readable by its owner only.
+rm -f "$conf"
+umask_was=$(umask); umask 077
 if [ -n "${SU_CONF:-}" ]; then
   cp "$SU_CONF" "$conf"
 else
@@ -155,10 +166,15 @@ return {
     edge_name = "$edge_name",
     max_buffered_clicks = $max_buffered,
   },
+  tls = {
+    store_key = "$store_key",
+    store_old_keys = $(lua_list "$store_old_keys"),
+  },
   die_with_master = $([ "${SU_DIE_WITH_MASTER:-0}" = 1 ] && echo true || echo false),
 }
 LUA
 fi
+umask "$umask_was"
 
 resolver="${SU_RESOLVER:-$(awk '$1 == "nameserver" { print $2; exit }' /etc/resolv.conf 2>/dev/null || true)}"
 resolver="${resolver:-127.0.0.53}"
@@ -197,7 +213,9 @@ fi
 
 tls_dir="${SU_TLS_CERT_DIR:-}"
 tls_listen=""
+tls_listener=false
 if [ -n "${SU_TLS_PORT:-}" ]; then
+  tls_listener=true
   tls_port="$(int SU_TLS_PORT "$SU_TLS_PORT")"
   default_cert="${SU_TLS_DEFAULT_CERT:-${SU_DEFAULT_DOMAIN:-localhost}}"
   if [ -z "$tls_dir" ] || [ ! -s "$tls_dir/$default_cert.crt" ] || [ ! -s "$tls_dir/$default_cert.key" ]; then
@@ -230,7 +248,7 @@ for kv in "PREFIX=$prefix" "LUA_DIR=$here/lua" "CONF=$conf" "WORKERS=$workers" \
           "CLIENT_TIMEOUT=${SU_CLIENT_TIMEOUT_SECS:-10}" \
           "ORIGIN_CONNECT_TIMEOUT=${SU_ORIGIN_CONNECT_TIMEOUT_MS:-100}" \
           "ORIGIN_READ_TIMEOUT=${SU_ORIGIN_READ_TIMEOUT_MS:-5000}" \
-          "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" \
+          "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" "TLS_LISTENER=$tls_listener" \
           "TLS_CACHE_SECS=$(int SU_TLS_CACHE_SECS "${SU_TLS_CACHE_SECS:-5}")"; do
   sed_args+=(-e "s|@${kv%%=*}@|$(esc "${kv#*=}")|g")
 done

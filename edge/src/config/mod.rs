@@ -301,8 +301,9 @@ fn edge_from_file(
         .map_err(|e| ConfigError(format!("edge.trusted_proxies: {e}")))?;
     let status_allow = CidrList::parse(&f.status_allow)
         .map_err(|e| ConfigError(format!("edge.status_allow: {e}")))?;
-    let tls = crate::tls::config::from_file(f.tls_listen, f.tls, f.https, f.acme, &default_domain)
-        .map_err(ConfigError)?;
+    let tls =
+        crate::tls::config::from_file(f.tls_listen, f.tls, f.https, f.acme, &default_domain, env)
+            .map_err(ConfigError)?;
     let clicks = crate::clicks::config::from_file(f.clicks).map_err(ConfigError)?;
     if f.heartbeat_interval_ms != 0 && f.heartbeat_interval_ms < 100 {
         return err("edge.heartbeat_interval_ms must be 0 (off) or at least 100");

@@ -7,6 +7,7 @@ use super::https::{HttpsPolicy, Upgrade};
 use http::HeaderValue;
 use serde::Deserialize;
 use shorturl_common::host::normalize_host;
+use shorturl_common::tls_seal::{StoreKey, StoreKeys};
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,7 +31,19 @@ pub struct TlsFile {
     pub ticket_key_rotate_secs: u64,
     /// Budget of one shared-store operation.
     pub redis_timeout_ms: u64,
+    /// Seals the private keys and the ACME account in the shared store
+    /// (base64 of 32 random bytes); [`ENV_STORE_KEY`] overrides it.
+    pub store_key: Option<String>,
+    /// Earlier store keys, for opening values sealed before a rotation;
+    /// [`ENV_STORE_OLD_KEYS`] (comma-separated) overrides them.
+    pub store_old_keys: Vec<String>,
 }
+
+/// Environment variable overriding `edge.tls.store_key` (the place for a
+/// secret: an environment file readable by the service only).
+pub const ENV_STORE_KEY: &str = "SHORTURL_EDGE_TLS_STORE_KEY";
+/// Environment variable overriding `edge.tls.store_old_keys` (comma-separated).
+pub const ENV_STORE_OLD_KEYS: &str = "SHORTURL_EDGE_TLS_STORE_OLD_KEYS";
 
 impl Default for TlsFile {
     fn default() -> Self {
@@ -44,6 +57,8 @@ impl Default for TlsFile {
             session_cache_size: 20_480,
             ticket_key_rotate_secs: 12 * 3600,
             redis_timeout_ms: 1000,
+            store_key: None,
+            store_old_keys: Vec::new(),
         }
     }
 }
@@ -119,6 +134,9 @@ pub struct TlsConfig {
     pub cert_dir: Option<PathBuf>,
     pub default_cert: String,
     pub shared_store: bool,
+    /// The keys of the shared store's key material (always present with
+    /// `shared_store`; `Debug` shows key ids only).
+    pub store_keys: Option<StoreKeys>,
     pub reload_interval: Duration,
     pub redis_timeout: Duration,
     pub acceptor: AcceptorSettings,
@@ -157,13 +175,58 @@ fn positive(v: u64, name: &str) -> Result<u64, String> {
     Ok(v)
 }
 
-/// Validates the TLS sections.
+/// `store_key` and `store_old_keys`, the environment's first; `None`
+/// without a current key. Errors name the setting, never the key.
+fn store_keys(
+    t: &TlsFile,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<StoreKeys>, String> {
+    let (current, current_name) = match env(ENV_STORE_KEY).filter(|v| !v.trim().is_empty()) {
+        Some(v) => (Some(v), ENV_STORE_KEY),
+        None => (t.store_key.clone(), "edge.tls.store_key"),
+    };
+    let (old, old_name): (Vec<String>, _) = match env(ENV_STORE_OLD_KEYS) {
+        Some(list) => (
+            list.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            ENV_STORE_OLD_KEYS,
+        ),
+        None => (t.store_old_keys.clone(), "edge.tls.store_old_keys"),
+    };
+    let Some(current) = current.filter(|v| !v.trim().is_empty()) else {
+        if !old.is_empty() {
+            return Err(format!(
+                "{old_name} needs a current key in edge.tls.store_key ({ENV_STORE_KEY})"
+            ));
+        }
+        return Ok(None);
+    };
+    let current = StoreKey::from_base64(&current).map_err(|e| format!("{current_name}: {e}"))?;
+    let mut old_keys: Vec<StoreKey> = Vec::new();
+    for (i, o) in old.iter().enumerate() {
+        let k = StoreKey::from_base64(o).map_err(|e| format!("{old_name}[{i}]: {e}"))?;
+        if k.id() == current.id() || old_keys.iter().any(|x| x.id() == k.id()) {
+            return Err(format!(
+                "{old_name}[{i}]: key {} is listed twice (the current key is not an old one)",
+                k.id()
+            ));
+        }
+        old_keys.push(k);
+    }
+    Ok(Some(StoreKeys::new(current, old_keys)))
+}
+
+/// Validates the TLS sections; `env` looks up overrides (the store keys).
 pub fn from_file(
     listen: Vec<String>,
     t: TlsFile,
     h: HttpsFile,
     a: AcmeFile,
     default_domain: &str,
+    env: &impl Fn(&str) -> Option<String>,
 ) -> Result<TlsSettings, String> {
     for l in &listen {
         if l.to_socket_addrs()
@@ -178,11 +241,20 @@ pub fn from_file(
     }
     let redis_timeout =
         Duration::from_millis(positive(t.redis_timeout_ms, "edge.tls.redis_timeout_ms")?);
+    let store_keys = store_keys(&t, env)?;
     let tls = if listen.is_empty() {
         None
     } else {
         if t.cert_dir.is_none() && !t.shared_store {
             return Err("edge.tls: set cert_dir or shared_store (no certificate source)".into());
+        }
+        if t.shared_store && store_keys.is_none() {
+            return Err(format!(
+                "edge.tls.store_key is required with tls.shared_store on (private keys in Redis \
+                 are sealed with it): base64 of 32 random bytes (`openssl rand -base64 32`), \
+                 best given as {ENV_STORE_KEY} from a file only the service reads; or set \
+                 edge.tls.shared_store: false"
+            ));
         }
         let default_cert = match &t.default_cert {
             Some(n) => n.trim().to_ascii_lowercase(),
@@ -193,6 +265,7 @@ pub fn from_file(
             cert_dir: t.cert_dir.map(PathBuf::from),
             default_cert,
             shared_store: t.shared_store,
+            store_keys: t.shared_store.then_some(store_keys).flatten(),
             reload_interval: Duration::from_millis(positive(
                 t.reload_interval_ms,
                 "edge.tls.reload_interval_ms",
@@ -288,4 +361,132 @@ pub fn from_file(
         },
         acme,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // base64 of 32 bytes of 1s and of 2s.
+    const K1: &str = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+    const K2: &str = "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+
+    fn tls(t: TlsFile, env: &[(&str, &str)]) -> Result<TlsSettings, String> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        from_file(
+            vec!["127.0.0.1:8443".into()],
+            t,
+            HttpsFile::default(),
+            AcmeFile::default(),
+            "localhost",
+            &|k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()),
+        )
+    }
+
+    fn ids(s: &TlsSettings) -> Option<String> {
+        s.tls
+            .as_ref()
+            .and_then(|t| t.store_keys.as_ref())
+            .map(|k| k.current_id().to_owned())
+    }
+
+    #[test]
+    fn a_shared_store_reader_needs_a_store_key() {
+        let e = tls(TlsFile::default(), &[]).unwrap_err();
+        assert!(
+            e.contains("edge.tls.store_key") && e.contains(ENV_STORE_KEY),
+            "{e}"
+        );
+        // Without the shared store, or without a TLS listener, none is needed.
+        let off = TlsFile {
+            shared_store: false,
+            cert_dir: Some("/etc/shorturl/tls".into()),
+            ..TlsFile::default()
+        };
+        assert!(tls(off, &[]).is_ok_and(|s| ids(&s).is_none()));
+        let no_listener = from_file(
+            vec![],
+            TlsFile::default(),
+            HttpsFile::default(),
+            AcmeFile::default(),
+            "localhost",
+            &|_: &str| None,
+        );
+        assert!(no_listener.is_ok());
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file_and_errors_never_show_a_key() {
+        let k1 = StoreKey::from_base64(K1).unwrap_or_else(|e| panic!("{e}"));
+        let k2 = StoreKey::from_base64(K2).unwrap_or_else(|e| panic!("{e}"));
+        let file = || TlsFile {
+            store_key: Some(K1.into()),
+            ..TlsFile::default()
+        };
+        let s = tls(file(), &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ids(&s).as_deref(), Some(k1.id()));
+        let s = tls(file(), &[(ENV_STORE_KEY, K2), (ENV_STORE_OLD_KEYS, K1)])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ids(&s).as_deref(), Some(k2.id()));
+        let debug = format!("{s:?}");
+        assert!(!debug.contains(K1) && !debug.contains(K2), "{debug}");
+        assert!(
+            debug.contains(k1.id()) && debug.contains(k2.id()),
+            "{debug}"
+        );
+
+        let short = "c2hvcnQ=";
+        let e = tls(file(), &[(ENV_STORE_KEY, short)]).unwrap_err();
+        assert!(
+            e.starts_with(ENV_STORE_KEY) && e.contains("32 bytes"),
+            "{e}"
+        );
+        assert!(!e.contains(short), "{e}");
+        let e = tls(
+            TlsFile {
+                store_key: Some("???".into()),
+                ..TlsFile::default()
+            },
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.starts_with("edge.tls.store_key: not base64"), "{e}");
+    }
+
+    #[test]
+    fn old_keys_need_a_current_one_and_are_listed_once() {
+        let e = tls(
+            TlsFile {
+                store_old_keys: vec![K1.into()],
+                ..TlsFile::default()
+            },
+            &[],
+        )
+        .unwrap_err();
+        assert!(e.starts_with("edge.tls.store_old_keys needs"), "{e}");
+        for old in [vec![K1.into()], vec![K2.into(), K2.into()]] {
+            let e = tls(
+                TlsFile {
+                    store_key: Some(K1.into()),
+                    store_old_keys: old,
+                    ..TlsFile::default()
+                },
+                &[],
+            )
+            .unwrap_err();
+            assert!(e.contains("listed twice"), "{e}");
+        }
+        let e = tls(
+            TlsFile {
+                store_key: Some(K1.into()),
+                ..TlsFile::default()
+            },
+            &[(ENV_STORE_OLD_KEYS, &format!("{K2}, x"))],
+        )
+        .unwrap_err();
+        assert!(e.starts_with(&format!("{ENV_STORE_OLD_KEYS}[1]")), "{e}");
+    }
 }

@@ -12,6 +12,13 @@ pub struct TlsMetrics {
     pub expiry: IntGaugeVec,
     pub orders_issued: IntCounter,
     pub orders_failed: IntCounter,
+    /// Key material read from the shared store in plaintext (from before
+    /// sealing; the issuer re-seals it).
+    pub store_plaintext: IntCounter,
+    /// Sealed values refused, by reason (`malformed`, `unknown_key`, `undecryptable`).
+    pub store_refused: IntCounterVec,
+    /// Values the issuer re-sealed under the current store key.
+    pub store_resealed: IntCounter,
 }
 
 impl TlsMetrics {
@@ -39,10 +46,31 @@ impl TlsMetrics {
             ),
             &["result"],
         )?;
+        let plaintext = IntCounter::new(
+            "shorturl_tls_store_plaintext_total",
+            "Private keys and ACME accounts read from the shared store in plaintext (stored before sealing).",
+        )?;
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "shorturl_tls_store_refused_total",
+                "Sealed shared-store values refused, by reason (malformed, unknown_key, undecryptable).",
+            ),
+            &["reason"],
+        )?;
+        let resealed = IntCounter::new(
+            "shorturl_tls_store_resealed_total",
+            "Shared-store values this edge's issuer re-sealed under the current store key.",
+        )?;
+        for r in ["malformed", "unknown_key", "undecryptable"] {
+            refused.with_label_values(&[r]);
+        }
         for c in [
             Box::new(hs.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(expiry.clone()),
             Box::new(orders.clone()),
+            Box::new(plaintext.clone()),
+            Box::new(refused.clone()),
+            Box::new(resealed.clone()),
         ] {
             let _ = prometheus::register(c);
         }
@@ -53,6 +81,9 @@ impl TlsMetrics {
             expiry,
             orders_issued: orders.with_label_values(&["issued"]),
             orders_failed: orders.with_label_values(&["failed"]),
+            store_plaintext: plaintext,
+            store_refused: refused,
+            store_resealed: resealed,
         })
     }
 }

@@ -8,7 +8,7 @@
 //! | `config` | `edge.tls_listen`, `edge.tls`, `edge.https`, `edge.acme` |
 //! | `cert` | one decoded certificate (leaf, chain, key, dates) |
 //! | `select` | SNI selection: exact, wildcard one label up, default |
-//! | `dir`, `shared`, `store` | the two sources and the merged, swapped store |
+//! | `dir`, `shared`, `store` | the two sources and the merged, swapped store; `shared` seals and opens key material |
 //! | `handshake` | the acceptor (TLS 1.2/1.3, ALPN, resumption) and the handshake |
 //! | `https` | 308 to HTTPS and HSTS |
 //! | `challenge` | HTTP-01 answers |
@@ -61,8 +61,9 @@ impl TlsRuntime {
             .tls
             .as_ref()
             .map_or(std::time::Duration::from_secs(1), |t| t.redis_timeout);
-        let shared =
-            SharedStore::new(redis, redis_timeout).map_err(|e| format!("tls: redis: {e}"))?;
+        let keys = cfg.tls.as_ref().and_then(|t| t.store_keys.clone());
+        let shared = SharedStore::new(redis, redis_timeout, keys, Arc::clone(&metrics))
+            .map_err(|e| format!("tls: redis: {e}"))?;
         let mut rt = TlsRuntime {
             metrics: Arc::clone(&metrics),
             shared: Arc::clone(&shared),

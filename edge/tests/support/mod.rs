@@ -29,6 +29,28 @@ pub fn stats_app() -> String {
     )
 }
 
+/// The shared TLS store's key in the edges' test configs
+/// (`edge.tls.store_key`, base64 of 32 bytes).
+pub const STORE_KEY: &str = "VVwpcB3qoZMxGeKJDD6/L/6j1UKlqy3tPZoQPLDkd64=";
+/// A second store key (rotation tests).
+pub const STORE_KEY_2: &str = "04WDCq+60ZZcXhiaBEJMMovOMVXcjaUiy3iBoaBGRvA=";
+/// A key no test edge is given.
+pub const STORE_KEY_UNKNOWN: &str = "u6Wdr8AArHgbKY3ScVBsrrR/RvwU/qj44pQTiT73MWI=";
+
+/// The store keys `current` (sealing) and `old` (opening only).
+pub fn store_keys(current: &str, old: &[&str]) -> shorturl_common::tls_seal::StoreKeys {
+    let key = |k: &str| shorturl_common::tls_seal::StoreKey::from_base64(k).unwrap();
+    shorturl_common::tls_seal::StoreKeys::new(key(current), old.iter().map(|k| key(k)).collect())
+}
+
+/// The id of a store key (first 8 hex digits of SHA-256 over its bytes).
+pub fn store_key_id(key: &str) -> String {
+    shorturl_common::tls_seal::StoreKey::from_base64(key)
+        .unwrap()
+        .id()
+        .to_owned()
+}
+
 /// Writes `value` at `key` in Redis (`SET`, optional TTL in seconds).
 pub fn redis_set(redis: &Redis, key: &str, value: &str) {
     let client = redis::Client::open(redis.url()).unwrap();

@@ -5,7 +5,7 @@
 use super::client::AcmeHttp;
 use super::local::LocalState;
 use super::AcmeFailure;
-use crate::tls::shared::SharedStore;
+use crate::tls::shared::{SharedError, SharedStore};
 use instant_acme::{Account, AccountCredentials, NewAccount};
 
 /// Loads the account, or registers one and stores it in both places.
@@ -16,8 +16,16 @@ pub async fn load_or_create(
     directory_url: &str,
     contact: &[String],
 ) -> Result<Account, AcmeFailure> {
+    // A stored account that does not open (another store key, tampered)
+    // is left alone: registering another would replace the fleet's account.
+    let mut refused = false;
     let in_redis = match shared.account(directory_url).await {
         Ok(v) => v,
+        Err(SharedError::Refused(e)) => {
+            tracing::warn!(error = %e, "ACME account in the shared store refused, trying the local copy");
+            refused = true;
+            None
+        }
         Err(e) => {
             tracing::warn!(error = %e, "ACME account: shared store unavailable, trying the local copy");
             None
@@ -33,11 +41,18 @@ pub async fn load_or_create(
             .from_credentials(creds)
             .await?;
         // Keep both copies.
-        if in_redis.is_none() {
+        if in_redis.is_none() && !refused {
             shared.put_account(directory_url, &json).await?;
         }
         local.write_account(directory_url, &json)?;
         return Ok(account);
+    }
+    if refused {
+        return Err(AcmeFailure::Invalid(
+            "the ACME account in the shared store does not open with this edge's store keys \
+             (edge.tls.store_key / store_old_keys); not registering another"
+                .into(),
+        ));
     }
     let contact: Vec<&str> = contact.iter().map(String::as_str).collect();
     let (account, creds) = Account::builder_with_http(Box::new(http.clone()))

@@ -2,15 +2,17 @@
 //! every certificate it obtained, so a Redis that lost everything gets them
 //! back from the issuing edge instead of the CA being asked again.
 //!
-//! Layout: `account-<hash>.json` (per directory URL, mode 0600) and
+//! Layout: `account-<hash>.json` (per directory URL) and
 //! `certs/<name>.crt` + `certs/<name>.key` (wildcards `_wildcard.<domain>`),
-//! each file written to a temporary name and renamed.
+//! each file written to a temporary name and renamed. Every file is mode
+//! 0600 and both directories 0700 (the account and the private keys are
+//! plaintext here: the directory is the edge's own).
 
 use super::AcmeFailure;
 use crate::tls::dir::stem_of_name;
 use shorturl_common::tls::CertBundle;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The state directory.
@@ -27,10 +29,18 @@ fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
             .truncate(true)
             .mode(0o600)
             .open(&tmp)?;
+        // `mode` applies on creation only: a leftover file keeps its own.
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
         f.write_all(data)?;
         f.sync_all()?;
     }
     std::fs::rename(&tmp, path)
+}
+
+/// Creates `dir` (and its parents) and makes it 0700.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 fn account_file(directory_url: &str) -> String {
@@ -60,7 +70,7 @@ impl LocalState {
 
     /// Stores the account credentials.
     pub fn write_account(&self, directory_url: &str, json: &str) -> Result<(), AcmeFailure> {
-        std::fs::create_dir_all(&self.dir)?;
+        private_dir(&self.dir)?;
         write_atomic(&self.dir.join(account_file(directory_url)), json.as_bytes())?;
         Ok(())
     }
@@ -75,8 +85,9 @@ impl LocalState {
 
     /// Stores a certificate obtained for `name`.
     pub fn write_cert(&self, name: &str, b: &CertBundle) -> Result<(), AcmeFailure> {
+        private_dir(&self.dir)?;
         let dir = self.certs();
-        std::fs::create_dir_all(&dir)?;
+        private_dir(&dir)?;
         let stem = stem_of_name(name);
         write_atomic(&dir.join(format!("{stem}.key")), b.key.as_bytes())?;
         write_atomic(&dir.join(format!("{stem}.crt")), b.cert.as_bytes())?;
@@ -119,9 +130,30 @@ mod tests {
             key: "K".into(),
             not_after: 1,
         };
+        // A leftover temporary file with a loose mode does not loosen the key.
+        std::fs::create_dir_all(dir.join("certs")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("certs/_wildcard.a.com.tmp"), "x")
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(
+            dir.join("certs/_wildcard.a.com.tmp"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         l.write_cert("*.a.com", &b)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(dir.join("certs/_wildcard.a.com.crt").exists());
+        l.write_account(url, "{}").unwrap_or_else(|e| panic!("{e}"));
+        let mode = |p: &str| {
+            std::fs::metadata(dir.join(p))
+                .map(|m| m.permissions().mode() & 0o777)
+                .unwrap_or_else(|e| panic!("{p}: {e}"))
+        };
+        for f in ["certs/_wildcard.a.com.key", "certs/_wildcard.a.com.crt"] {
+            assert_eq!(mode(f), 0o600, "{f}");
+        }
+        assert_eq!(mode(&account_file(url)), 0o600);
+        assert_eq!(mode("."), 0o700);
+        assert_eq!(mode("certs"), 0o700);
         assert_eq!(l.read_cert("*.a.com"), Some(("C".into(), "K".into())));
         let _ = std::fs::remove_dir_all(&dir);
     }

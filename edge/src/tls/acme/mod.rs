@@ -22,6 +22,11 @@
 //! A new certificate goes to Redis (every edge loads it within
 //! `tls.reload_interval_ms`), to the local copy, and straight into this
 //! edge's store.
+//!
+//! On taking the lease, and then every [`RESEAL_INTERVAL`], the issuer
+//! re-seals whatever key material in the shared store is in plaintext or
+//! under an old store key (`SharedStore::reseal`): that is how the upgrade
+//! to sealed values and a key rotation complete.
 
 mod account;
 mod client;
@@ -84,6 +89,10 @@ pub fn eligible(name: &str) -> bool {
     name.contains('.') && name.parse::<IpAddr>().is_err() && !name.ends_with(".localhost")
 }
 
+/// How often the lease holder re-seals the shared store (besides right
+/// after it took the lease).
+pub const RESEAL_INTERVAL: Duration = Duration::from_secs(3600);
+
 /// Exponential backoff per name.
 #[derive(Debug, Default)]
 pub struct Backoff {
@@ -136,6 +145,8 @@ struct Work {
     names: Vec<String>,
     names_at: Option<Instant>,
     backoff: Backoff,
+    /// Last re-seal pass while holding the lease (`None`: due).
+    resealed_at: Option<Instant>,
 }
 
 /// This process's name in the lease: host name and process id.
@@ -183,9 +194,13 @@ impl Issuer {
         };
         if holding != self.state.holding.swap(holding, Ordering::Relaxed) {
             tracing::info!(node = %self.node, holding, "ACME issuer lease");
+            w.resealed_at = None;
         }
         if !holding {
             return;
+        }
+        if w.resealed_at.is_none_or(|t| t.elapsed() >= RESEAL_INTERVAL) {
+            self.reseal(w).await;
         }
         if w.names_at
             .is_none_or(|t| t.elapsed() >= self.cfg.whitelist_interval)
@@ -241,6 +256,24 @@ impl Issuer {
             }
         }
         self.state.checks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn reseal(&self, w: &mut Work) {
+        match self.shared.reseal(&self.cfg.directory_url).await {
+            Ok(r) => {
+                w.resealed_at = Some(Instant::now());
+                // Operators wait for this line (refused = 0) after a rotation
+                // before dropping the old key.
+                tracing::info!(
+                    key_id = self.shared.key_id().unwrap_or("-"),
+                    values = r.values,
+                    resealed = r.resealed,
+                    refused = r.refused,
+                    "shared store sealed under the current key"
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "shared store re-seal failed; retried next pass"),
+        }
     }
 
     /// False when a certificate for `name` that is not yet due for renewal

@@ -5,6 +5,7 @@
 local proto = require("shorturl.proto")
 local redis = require("shorturl.redis")
 local net = require("shorturl.net")
+local seal = require("shorturl.seal")
 
 local M = {}
 local format = string.format
@@ -86,6 +87,14 @@ local function defaults()
             max_buffered_clicks = 1000000,
             -- common/data/bots.txt; "" = the path start.sh rendered.
             bots_file = "",
+        },
+        -- The shared TLS store's key material (protocol section 3.3), the
+        -- Pingora edge's `tls.store_key` / `store_old_keys`: base64 of 32
+        -- bytes; the old keys only open values sealed before a rotation.
+        -- Required with a TLS listener (start.sh: SU_TLS_STORE_KEY).
+        tls = {
+            store_key = "",
+            store_old_keys = {},
         },
         -- Workers exit with the master (tests kill the master with SIGKILL).
         die_with_master = false,
@@ -239,12 +248,49 @@ local function check_clicks(c, nginx)
     end
 end
 
+-- `tls.store_key` and `tls.store_old_keys` as { current = key, old = { ... } }
+-- (nil without a current key); errors name the setting, never the key.
+-- `tls_listener`: nginx was rendered with a TLS listener, whose handshakes
+-- read private keys from the shared store, so a key is required.
+local function store_keys(t, tls_listener)
+    if t.store_key == "" then
+        if #t.store_old_keys > 0 then
+            error("tls.store_old_keys needs a current key in tls.store_key", 0)
+        end
+        if tls_listener then
+            error("tls.store_key is required with a TLS listener (private keys in Redis are sealed with it): "
+                .. "base64 of 32 random bytes (`openssl rand -base64 32`), through start.sh's SU_TLS_STORE_KEY", 0)
+        end
+        return nil
+    end
+    local current, err = seal.parse_key(t.store_key)
+    if not current then
+        error("tls.store_key: " .. err, 0)
+    end
+    local keys = { current = current, old = {} }
+    local seen = { [current.id] = true }
+    for i, text in ipairs(t.store_old_keys) do
+        local k, kerr = seal.parse_key(text)
+        if not k then
+            error(format("tls.store_old_keys[%d]: %s", i - 1, kerr), 0)
+        end
+        if seen[k.id] then
+            error(format("tls.store_old_keys[%d]: key %s is listed twice (the current key is not an old one)",
+                i - 1, k.id), 0)
+        end
+        seen[k.id] = true
+        keys.old[#keys.old + 1] = k
+    end
+    return keys
+end
+
 -- Limits that are nginx directives, not module settings: nginx.conf is
 -- rendered with them before the module loads its config.
 local NGINX_LIMITS = { "header_timeout_secs", "max_connections", "max_connections_per_ip", "keepalive_timeout_secs",
     "clients_tracked" }
 -- (`nginx.bots_file`, also rendered by start.sh, is the default of
--- clicks.bots_file.)
+-- clicks.bots_file; `nginx.tls_listener` says whether it rendered a TLS
+-- listener.)
 
 -- Loads and validates `path`; returns the config or raises a message.
 -- `nginx` holds the values start.sh rendered into nginx.conf for the
@@ -339,6 +385,7 @@ function M.load(path, nginx)
         error("limits.ipv6_prefix_len must be 1..128", 0)
     end
     check_clicks(c, nginx)
+    c.store_keys = store_keys(c.tls, nginx.tls_listener)
     c.trusted = net.parse_list(c.trusted_proxies, "trusted_proxies")
     c.status_cidrs = net.parse_list(c.status_allow, "status_allow")
     return c

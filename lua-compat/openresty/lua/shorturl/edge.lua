@@ -53,6 +53,11 @@ function M.redis_spec()
     return cfg.redis_spec
 end
 
+-- The shared TLS store's keys (config.lua `tls`), for tls.lua.
+function M.store_keys()
+    return cfg.store_keys
+end
+
 function M.init_worker()
     if cfg.die_with_master then
         local ffi = require("ffi")

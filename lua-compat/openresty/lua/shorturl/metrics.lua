@@ -121,6 +121,17 @@ function M.metrics()
     for _, e in ipairs({ "moved", "ask", "slots", "master" }) do
         out[#out + 1] = format('shorturl_redis_topology_total{event="%s"} %d', e, counters.metric("redis_" .. e))
     end
+    out[#out + 1] = "# HELP shorturl_tls_store_plaintext_total Private keys read from the shared store in plaintext "
+        .. "(stored before sealing)."
+    out[#out + 1] = "# TYPE shorturl_tls_store_plaintext_total counter"
+    out[#out + 1] = format("shorturl_tls_store_plaintext_total %d", counters.metric("tls_store_plaintext"))
+    out[#out + 1] = "# HELP shorturl_tls_store_refused_total Sealed shared-store values refused, by reason "
+        .. "(malformed, unknown_key, undecryptable)."
+    out[#out + 1] = "# TYPE shorturl_tls_store_refused_total counter"
+    for _, r in ipairs({ "malformed", "unknown_key", "undecryptable" }) do
+        out[#out + 1] = format('shorturl_tls_store_refused_total{reason="%s"} %d', r,
+            counters.metric("tls_store_refused_" .. r))
+    end
     clicks_stats.metrics(out)
     local body = table.concat(out, "\n") .. "\n"
     ngx.status = 200

@@ -5,8 +5,13 @@
 -- default one, `ssl_certificate` in nginx.conf).
 --
 -- For a name, the shared store in Redis (`su:1:tls:cert:{name}`, JSON with
--- the PEM chain and key) wins over the certificate directory
--- (`<dir>/<name>.crt` + `.key`, wildcards `_wildcard.<domain>`). Parsed
+-- the PEM chain and the private key, sealed: seal.lua) wins over the
+-- certificate directory (`<dir>/<name>.crt` + `.key`, wildcards
+-- `_wildcard.<domain>`). A sealed key that does not open (tampered, moved,
+-- unknown key) is refused like a broken bundle, counted
+-- (`shorturl_tls_store_refused_total{reason}`) and logged with its key id;
+-- a plaintext one from before sealing is used and counted
+-- (`shorturl_tls_store_plaintext_total`), as on the Pingora edge. Parsed
 -- certificates are cached per worker for `cache_secs` (a miss too), so a
 -- handshake costs a Redis round trip only once per name and period; when
 -- Redis fails, the last certificate loaded keeps being served.
@@ -14,17 +19,20 @@ local ssl = require("ngx.ssl")
 local lrucache = require("resty.lrucache")
 local redis = require("shorturl.redis")
 local json = require("shorturl.json")
+local seal = require("shorturl.seal")
+local counters = require("shorturl.counters")
 
 local lower, sub, find = string.lower, string.sub, string.find
 
 local M = {}
 
-local opts -- { redis = conn cfg, cert_dir = path or nil, cache_secs = n }
+local opts -- { redis = conn cfg, cert_dir = path or nil, cache_secs = n, keys = store keys or nil }
 local cache
 
 -- `o`: { redis = the module's Redis spec (config.lua: any mode),
--- cert_dir = "...", cache_secs = 5 }. Called on every edge: challenge
--- answers need the shared store even without TLS.
+-- cert_dir = "...", cache_secs = 5, store_keys = config.lua's store keys }.
+-- Called on every edge: challenge answers need the shared store even
+-- without TLS.
 function M.init(o)
     local spec = {}
     for k, v in pairs(o.redis) do
@@ -33,7 +41,8 @@ function M.init(o)
     spec.timeout_ms, spec.connect_timeout_ms = 1000, 1000
     spec.pool_size, spec.keepalive_ms = 16, 60000
     spec.pool_prefix = "su-tls:"
-    opts = { redis = redis.new(spec), cert_dir = o.cert_dir ~= "" and o.cert_dir or nil, cache_secs = o.cache_secs or 5 }
+    opts = { redis = redis.new(spec), cert_dir = o.cert_dir ~= "" and o.cert_dir or nil, cache_secs = o.cache_secs or 5,
+        keys = o.store_keys }
 end
 
 -- The Redis connection settings of the shared store (nil before init).
@@ -63,18 +72,37 @@ local function parse(cert_pem, key_pem)
     return { cert = cert, key = key }
 end
 
+-- The private key of a stored bundle, opened; nil when refused.
+local function open_key(redis_key, value)
+    local plain, how, id = seal.open(opts.keys, redis_key, value)
+    if plain then
+        if how == "plaintext" then
+            counters.inc("tls_store_plaintext")
+        end
+        return plain
+    end
+    counters.inc("tls_store_refused_" .. how)
+    ngx.log(ngx.WARN, "shorturl tls: shared-store value refused: ", redis_key, ": ", how,
+        id and (" (key " .. id .. ")") or "")
+    return nil
+end
+
 -- The certificate stored for exactly `name` (`*.x` for a wildcard):
 -- entry, false (none), or nil, err (Redis failed).
 local function load(name)
-    local v, err = redis.get(opts.redis, "su:1:tls:cert:" .. name)
+    local redis_key = "su:1:tls:cert:" .. name
+    local v, err = redis.get(opts.redis, redis_key)
     if v then
         local b = json.decode(v)
         if type(b) == "table" and type(b.cert) == "string" and type(b.key) == "string" then
-            local e, perr = parse(b.cert, b.key)
-            if e then
-                return e
+            local key = open_key(redis_key, b.key)
+            if key then
+                local e, perr = parse(b.cert, key)
+                if e then
+                    return e
+                end
+                ngx.log(ngx.WARN, "shorturl tls: bad shared certificate for ", name, ": ", perr)
             end
-            ngx.log(ngx.WARN, "shorturl tls: bad shared certificate for ", name, ": ", perr)
         end
     end
     if opts.cert_dir then
