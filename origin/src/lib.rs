@@ -15,6 +15,7 @@ pub mod config;
 pub mod conn;
 pub mod db;
 pub mod error;
+pub mod health;
 pub mod http;
 pub mod issuer;
 pub mod lifecycle;

@@ -14,6 +14,7 @@ use crate::clicks::retention::Retention;
 use crate::clicks::{ClickMetrics, Consumer};
 use crate::config::{Config, CounterBackend};
 use crate::conn::{ConnMetrics, Drain, Listener};
+use crate::health::MysqlHealth;
 use crate::http::{router, AppState};
 use crate::issuer::counter::{Counter, MysqlCounter, RedisCounter};
 use crate::issuer::Issuer;
@@ -224,12 +225,14 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     }
     let conn_metrics = ConnMetrics::register(&links.metrics.registry)?;
     let drain = Arc::new(Drain::default());
+    let mysql = MysqlHealth::start(links.store.clone());
     let app = router(AppState {
         links,
         auth: Arc::new(Auth::new(&cfg.apps)),
         openapi: crate::http::openapi::json().map_err(ServeError::OpenApi)?,
         admin,
         drain: Arc::clone(&drain),
+        mysql,
     });
     let server = Listener::start(listener, app, &cfg.limits, conn_metrics, Arc::clone(&drain));
     shutdown_signal(term).await;

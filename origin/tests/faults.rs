@@ -146,13 +146,23 @@ async fn mysql_down_is_503_with_retry_after_then_recovers() {
             t.elapsed()
         );
     }
-    let r = origin
-        .http
-        .get(origin.url("/healthz"))
-        .send()
-        .await
-        .unwrap();
+    // /healthz answers from the background probe (once a second): wait
+    // for the probe to have seen MySQL go.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let r = origin
+            .http
+            .get(origin.url("/healthz"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 503 || Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["shorturl-health"], "degraded");
     assert!(r.headers().contains_key("retry-after"));
     assert_eq!(
         r.text().await.unwrap(),
@@ -189,16 +199,20 @@ async fn mysql_down_is_503_with_retry_after_then_recovers() {
         origin.follow("sho.rt", &cached).await,
         (302, Some("https://cached.example/".into()))
     );
-    assert_eq!(
-        origin
-            .http
-            .get(origin.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    // Healthy again by the probe's next round.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while origin
+        .http
+        .get(origin.url("/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        != 200
+    {
+        assert!(Instant::now() < deadline, "/healthz did not recover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(origin.status().await.mysql.error > 0);
 }
 
