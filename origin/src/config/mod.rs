@@ -328,13 +328,7 @@ impl Config {
             None => None,
         };
         let clicks = clicks::clicks(f.clicks)?;
-        let status_allow = match &f.status_allow {
-            Some(list) => CidrList::parse(list).map_err(|source| ConfigError::Cidr {
-                field: "status_allow",
-                source,
-            })?,
-            None => CidrList::default_status_allow(),
-        };
+        let status_allow = private_networks(f.status_allow.as_deref(), "status_allow")?;
         let lifecycle = lifecycle::lifecycle(f.lifecycle)?;
         if lifecycle.recycle && mysql.shards.sharded {
             // Recycling appends codes after the table's end: with shards that
@@ -397,6 +391,14 @@ impl Config {
             Some(p) => format!("{}://{domain}:{p}/{code}", self.public_scheme),
             None => format!("{}://{domain}/{code}", self.public_scheme),
         }
+    }
+}
+
+/// A CIDR list field; absent: loopback and the private ranges.
+fn private_networks(list: Option<&[String]>, field: &'static str) -> Result<CidrList, ConfigError> {
+    match list {
+        Some(list) => CidrList::parse(list).map_err(|source| ConfigError::Cidr { field, source }),
+        None => Ok(CidrList::default_status_allow()),
     }
 }
 

@@ -3,7 +3,7 @@
 //! `/metrics`) and `drain_secs` (rolling restarts).
 
 use super::file::{InternalFile, ServeLimitsFile};
-use super::{err, positive, ConfigError};
+use super::{err, positive, private_networks, ConfigError};
 use shorturl_common::cidr::CidrList;
 use shorturl_common::conn_caps::CapsConfig;
 use std::time::Duration;
@@ -54,13 +54,7 @@ pub(super) fn internal(
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<InternalConfig, ConfigError> {
     let f = f.unwrap_or_default();
-    let allow = match &f.allow {
-        Some(list) => CidrList::parse(list).map_err(|source| ConfigError::Cidr {
-            field: "internal.allow",
-            source,
-        })?,
-        None => CidrList::default_status_allow(),
-    };
+    let allow = private_networks(f.allow.as_deref(), "internal.allow")?;
     let token = env("SHORTURL_INTERNAL_TOKEN_SHA256").or(f.token_sha256);
     let token_sha256 = match token {
         None => None,

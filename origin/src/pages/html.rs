@@ -198,24 +198,26 @@ mod tests {
         assert!(p.csp.contains("default-src 'none'") && !p.csp.contains("script-src"));
     }
 
+    /// The preview page of a link to `url`.
+    fn preview_of(url: &str) -> String {
+        let p = Preview {
+            code: "abc123",
+            domain: "sho.rt",
+            url,
+            created: "2026-01-02",
+        };
+        String::from_utf8(preview(&Theme::default(), &p).body).unwrap()
+    }
+
     #[test]
     fn preview_names_the_real_host_in_unicode_and_punycode() {
-        let page = |url| {
-            let p = Preview {
-                code: "abc123",
-                domain: "sho.rt",
-                url,
-                created: "2026-01-02",
-            };
-            String::from_utf8(preview(&Theme::default(), &p).body).unwrap()
-        };
         // A backslash authority, stored as the browser reads it.
-        let body = page("https://evil.example/@good.example/");
+        let body = preview_of("https://evil.example/@good.example/");
         assert!(
             body.contains("the site <strong>evil.example</strong>"),
             "{body}"
         );
-        let body = page("https://xn--pple-43d.com/");
+        let body = preview_of("https://xn--pple-43d.com/");
         assert!(
             body.contains(
                 "<strong>\u{430}pple.com</strong> (<span class=\"ascii\">xn--pple-43d.com</span>)"
@@ -226,17 +228,8 @@ mod tests {
 
     #[test]
     fn only_web_urls_get_a_button() {
-        let page = |url| {
-            let p = Preview {
-                code: "abc123",
-                domain: "sho.rt",
-                url,
-                created: "2026-01-02",
-            };
-            String::from_utf8(preview(&Theme::default(), &p).body).unwrap()
-        };
-        assert!(page("HTTPS://a.example/").contains("class=\"button\""));
-        assert!(!page("javascript:alert(1)").contains("class=\"button\""));
+        assert!(preview_of("HTTPS://a.example/").contains("class=\"button\""));
+        assert!(!preview_of("javascript:alert(1)").contains("class=\"button\""));
     }
 
     #[test]
