@@ -128,9 +128,10 @@ impl<'a> EdgeOpts<'a> {
     }
 }
 
-/// Pingora's graceful upgrade of `old`: SIGQUIT it (it offers its sockets
-/// on the upgrade socket), start a new process with `-u` on the same config
-/// (it takes them), wait until the old one exited. Returns the new process.
+/// Pingora's graceful upgrade of `old`: start a new process with `-u` on the
+/// same config, SIGQUIT the old one once the new one listens on the upgrade
+/// socket (it hands its sockets over), wait until the old one exited.
+/// Returns the new process.
 pub fn upgrade(old: &mut Edge) -> Proc {
     // Pingora's sequence: the new process first; once it listens on the
     // upgrade socket (waiting up to 5 s for the sockets), SIGQUIT the old
@@ -361,7 +362,8 @@ pub struct Origin {
     pub port: u16,
     pub dir: TempDir,
     pub conf: PathBuf,
-    pub mysql: MariaDb,
+    /// Shared by [`Origin::sibling`]s.
+    pub mysql: std::sync::Arc<MariaDb>,
 }
 
 impl Origin {
@@ -406,10 +408,41 @@ apps:
             port,
             dir,
             conf,
-            mysql,
+            mysql: std::sync::Arc::new(mysql),
         };
         o.restart();
         o
+    }
+
+    /// Another origin of the same fleet: the same config (MariaDB database,
+    /// Redis, apps) on its own port.
+    pub fn sibling(&self) -> Origin {
+        let dir = TempDir::new("origin");
+        let port = free_port();
+        let text = std::fs::read_to_string(&self.conf).unwrap().replacen(
+            &format!("listen: 127.0.0.1:{}", self.port),
+            &format!("listen: 127.0.0.1:{port}"),
+            1,
+        );
+        let conf = dir.path().join("origin.yaml");
+        std::fs::write(&conf, text).unwrap();
+        let mut o = Origin {
+            proc: None,
+            port,
+            dir,
+            conf,
+            mysql: std::sync::Arc::clone(&self.mysql),
+        };
+        o.restart();
+        o
+    }
+
+    /// Stops the origin gracefully (SIGTERM: its drain, then in-flight
+    /// requests finish) and waits for it to exit.
+    pub fn terminate(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.terminate(std::time::Duration::from_secs(30));
+        }
     }
 
     /// `GET /api/v1/links/{code}/stats` with [`STATS_KEY`] (must be 200).
