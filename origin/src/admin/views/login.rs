@@ -55,6 +55,11 @@ fn limit_key(name: &str) -> &str {
     }
 }
 
+/// The sign-in form again with a 429 and `why`.
+fn too_many(admin: &Admin, req: &Req, now: u64, why: &str) -> Response {
+    form(admin, req, now, Some((StatusCode::TOO_MANY_REQUESTS, why)))
+}
+
 /// `POST /admin/login`.
 pub async fn submit(links: &Links, admin: &Admin, req: &Req, body: Body, now: u64) -> Response {
     let f = match Form::read(&req.headers, body, MAX_FORM_BYTES).await {
@@ -82,14 +87,11 @@ pub async fn submit(links: &Links, admin: &Admin, req: &Req, body: Body, now: u6
     if !admin.limiter.take(key, addr) {
         admin.signins.limited.inc();
         tracing::warn!(user = ?key, ?addr, "admin sign-in refused: too many failures");
-        return form(
+        return too_many(
             admin,
             req,
             now,
-            Some((
-                StatusCode::TOO_MANY_REQUESTS,
-                "too many failed sign-ins for this user from this address: wait a minute",
-            )),
+            "too many failed sign-ins for this user from this address: wait a minute",
         );
     }
     let Some(permit) = admin.checks.try_start() else {
@@ -97,14 +99,11 @@ pub async fn submit(links: &Links, admin: &Admin, req: &Req, body: Body, now: u6
         admin.limiter.give_back(key, addr);
         admin.signins.busy.inc();
         tracing::warn!(user = ?key, ?addr, "admin sign-in refused: too many password checks at once");
-        return form(
+        return too_many(
             admin,
             req,
             now,
-            Some((
-                StatusCode::TOO_MANY_REQUESTS,
-                "too many sign-ins at this moment: try again in a few seconds",
-            )),
+            "too many sign-ins at this moment: try again in a few seconds",
         );
     };
     let checked = admin
