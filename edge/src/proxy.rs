@@ -356,7 +356,8 @@ impl ProxyHttp for Edge {
         if !self.tls.https.is_off() {
             ctx.tls = https::is_tls(session);
         }
-        match request_rules::check(session.req_header()) {
+        let raw_head = session.as_http1().map(|h1| h1.get_headers_raw_bytes());
+        match request_rules::check(session.req_header(), raw_head.as_deref()) {
             Ok(host) => ctx.host = host,
             Err(refusal) => {
                 ctx.outcome = Outcome::Bad;

@@ -171,7 +171,7 @@ end
 local function read_head()
     local method, target, vtoken = rules.parse_line(var.request or "")
     local hosts, fields, bytes = {}, 0, 0
-    local ua, referer
+    local ua, referer, repeated_single
     local ok, headers = pcall(ngx.req.get_headers, 0)
     if ok and headers then
         for k, v in pairs(headers) do
@@ -179,6 +179,9 @@ local function read_head()
                 for _, one in ipairs(v) do
                     fields = fields + 1
                     bytes = bytes + #k + #one + 4
+                end
+                if #v > 1 and rules.SINGLE_FIELDS[k] then
+                    repeated_single = true
                 end
                 if k == "host" then
                     hosts = v
@@ -201,7 +204,7 @@ local function read_head()
         end
     end
     return { method = method, target = target, version = rules.version(vtoken), hosts = hosts, fields = fields,
-        bytes = bytes, ua = ua, referer = referer }
+        bytes = bytes, ua = ua, referer = referer, repeated_single = repeated_single }
 end
 
 -- For a refused head: its status and whether the answer is Pingora's bare
