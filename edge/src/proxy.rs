@@ -11,16 +11,18 @@
 //! * `/.well-known/acme-challenge/{token}` → the HTTP-01 answer from the shared store
 //! * codes → redirect, 404, 429 or 503; over plain HTTP on a domain in
 //!   `https.redirect`, a 308 to the same URL on https instead (`tls::https`)
-//! * pages (`/{code}.svg|.png`, `/{code}+`) → the origin pool through the
-//!   page cache (`pages`): `request_cache_filter`, `cache_key_callback`,
+//! * pages (`/{code}.svg|.png`, `/{code}+`) → the code looked up and
+//!   decided as for a redirect (`look_up`, `decide`: 404, 429 or 503 the
+//!   same way); a live record's page → the origin pool through the page
+//!   cache (`pages`): `request_cache_filter`, `cache_key_callback`,
 //!   `response_cache_filter` and `should_serve_stale` act only on them
 
 use crate::access_log::{AccessLog, LogLine};
-use crate::cache::AnswerRef;
+use crate::cache::{AnswerRef, Entry, RecordRef};
 use crate::clicks::Clicks;
 use crate::config::EdgeConfig;
 use crate::limits::{Limits, Refusal};
-use crate::lookup::Resolver;
+use crate::lookup::{Resolved, Resolver};
 use crate::metrics::Metrics;
 use crate::net::{client_of, forwarded_for, ClientKey};
 use crate::origin::OriginPool;
@@ -71,6 +73,32 @@ pub struct PageCtx {
     /// A browser's 404 on a plain code: the origin's 404 page, or the
     /// JSON 404 when the origin cannot answer.
     html404: bool,
+}
+
+/// Where a looked-up code's answer lives: a cached entry, or the result
+/// of a fresh lookup (no copy of either).
+enum Looked {
+    Cached(Arc<Entry>),
+    Resolved(Resolved),
+}
+
+impl Looked {
+    fn answer(&self) -> AnswerRef<'_> {
+        match self {
+            Looked::Cached(e) => e.answer(),
+            Looked::Resolved(r) => r.answer.view(),
+        }
+    }
+}
+
+/// What a looked-up code is for one request (see [`Edge::decide`]).
+enum Verdict<'a> {
+    /// A live record bound to the request's host.
+    Live(RecordRef<'a>),
+    /// The lookup failed: 503.
+    Unavailable,
+    /// The protocol 404.
+    NotFound,
 }
 
 /// Per-request state.
@@ -126,65 +154,100 @@ impl Edge {
             .is_some_and(|h| h.eq_ignore_ascii_case(domain))
     }
 
+    /// The record lookup every code route shares, redirects and pages
+    /// (protocol 4 and 4.3): the in-process cache, else Redis and the
+    /// origin (coalesced, stored, negatives included), with the client's
+    /// unknown-code budget checked before any work that is not a cached
+    /// record. Sets the request's outcome; `None`: over the budget (429).
+    async fn look_up(&self, ctx: &mut Ctx, code: &str) -> Option<Looked> {
+        match self.resolver.cache.get(code, ctx.start) {
+            Some(e) => {
+                self.metrics.local_hit.inc();
+                let found = matches!(e.answer(), AnswerRef::Found(_));
+                ctx.outcome = match e.answer() {
+                    AnswerRef::Found(_) => Outcome::Hit,
+                    AnswerRef::Negative(_) => Outcome::Neg,
+                    AnswerRef::Unavailable => Outcome::Fail,
+                };
+                (found || !self.over_unknown_limit(ctx)).then_some(Looked::Cached(e))
+            }
+            None => {
+                self.metrics.local_miss.inc();
+                if self.over_unknown_limit(ctx) {
+                    return None;
+                }
+                let resolved = self.resolver.resolve(code).await;
+                ctx.outcome = resolved.source;
+                Some(Looked::Resolved(resolved))
+            }
+        }
+    }
+
+    /// What a looked-up code is for this request: a live record bound to
+    /// its host, a failed lookup, or the protocol 404 (unknown, expired,
+    /// another domain's), which spends the client's unknown-code budget.
+    fn decide<'a>(
+        &self,
+        req: &RequestHeader,
+        ctx: &Ctx,
+        looked: &'a Looked,
+        now: u64,
+    ) -> Verdict<'a> {
+        match looked.answer() {
+            AnswerRef::Found(rec)
+                if !rec.is_expired_at(now) && Self::request_is_for(req, ctx.host, rec.domain) =>
+            {
+                Verdict::Live(rec)
+            }
+            AnswerRef::Unavailable => Verdict::Unavailable,
+            _ => {
+                if let Some(key) = self.client_key(ctx) {
+                    self.limits.count_unknown(key);
+                }
+                Verdict::NotFound
+            }
+        }
+    }
+
+    /// `GET|HEAD /{code}`: the redirect, or the answer of [`Edge::decide`].
     async fn redirect_or_404(
         &self,
         session: &mut Session,
         ctx: &mut Ctx,
         code: &str,
     ) -> Result<bool> {
-        // The answer borrows from whichever of these holds it: a cached
-        // entry (no allocation on a hit) or a fresh lookup.
-        let (hit, resolved);
-        let answer = match self.resolver.cache.get(code, ctx.start) {
-            Some(e) => {
-                hit = e;
-                self.metrics.local_hit.inc();
-                ctx.outcome = match hit.answer() {
-                    AnswerRef::Found(_) => Outcome::Hit,
-                    AnswerRef::Negative(_) => Outcome::Neg,
-                    AnswerRef::Unavailable => Outcome::Fail,
-                };
-                if !matches!(hit.answer(), AnswerRef::Found(_)) && self.over_unknown_limit(ctx) {
-                    return self.too_many(session, ctx, Refusal::Unknown).await;
-                }
-                hit.answer()
-            }
-            None => {
-                self.metrics.local_miss.inc();
-                if self.over_unknown_limit(ctx) {
-                    return self.too_many(session, ctx, Refusal::Unknown).await;
-                }
-                resolved = self.resolver.resolve(code).await;
-                ctx.outcome = resolved.source;
-                resolved.answer.view()
-            }
+        let Some(looked) = self.look_up(ctx, code).await else {
+            return self.too_many(session, ctx, Refusal::Unknown).await;
         };
         let now = now_unix();
-        match answer {
-            AnswerRef::Found(rec)
-                if !rec.is_expired_at(now)
-                    && Self::request_is_for(session.req_header(), ctx.host, rec.domain) =>
-            {
+        match self.decide(session.req_header(), ctx, &looked, now) {
+            Verdict::Live(rec) => {
                 // Counted before the answer is written: a client that got
                 // its redirect has its click queued, so the last flush at
                 // shutdown, which follows every answer, sends it.
                 self.clicks.record(session.req_header(), code, now);
                 respond::redirect(session, &self.cfg.redirect, rec.url, self.hsts(ctx)).await?;
+                Ok(true)
             }
-            AnswerRef::Unavailable => respond::unavailable(session).await?,
-            _ => {
-                if let Some(key) = self.client_key(ctx) {
-                    self.limits.count_unknown(key);
-                }
-                if prefers_html(session.req_header()) {
-                    // A browser: the origin's 404 page (protocol 4.2),
-                    // proxied uncached. Only on this 404 branch.
-                    self.to_page_origin(session, ctx, None, true);
-                    return Ok(false);
-                }
-                respond::not_found_with(session, &self.cfg.redirect, self.hsts(ctx)).await?;
-            }
+            Verdict::Unavailable => self.unavailable(session).await,
+            Verdict::NotFound => self.not_found_code(session, ctx).await,
         }
+    }
+
+    /// The 503 of a failed record lookup.
+    async fn unavailable(&self, session: &mut Session) -> Result<bool> {
+        respond::unavailable(session).await?;
+        Ok(true)
+    }
+
+    /// The protocol 404 for a code (or page) path: JSON, or for a browser
+    /// the origin's 404 page (protocol 4.2), proxied uncached.
+    async fn not_found_code(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        if prefers_html(session.req_header()) {
+            self.to_page_origin(session, ctx, None, true);
+            return Ok(false);
+        }
+        respond::not_found_with(session, &self.cfg.redirect, self.hsts(ctx)).await?;
         Ok(true)
     }
 
@@ -260,10 +323,27 @@ impl Edge {
         Ok(true)
     }
 
-    /// A page: proxied to the origin pool through the page cache (the
-    /// origin is chosen in `upstream_peer`, after the cache lookup, so a
-    /// cached page is served even when no origin is up).
-    fn page(&self, session: &mut Session, ctx: &mut Ctx, kind: PageKind, code: &CodeBuf) -> bool {
+    /// A page: its code is looked up and decided exactly as a redirect's
+    /// (protocol 4.3: the unknown-code budget, the cached negatives, the
+    /// same 404, 429 and 503); only a live record bound to the request's
+    /// host goes on to the origin pool through the page cache (the origin
+    /// is chosen in `upstream_peer`, after the cache lookup, so a cached
+    /// page is served even when no origin is up).
+    async fn page(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        kind: PageKind,
+        code: &CodeBuf,
+    ) -> Result<bool> {
+        let Some(looked) = self.look_up(ctx, code.as_str()).await else {
+            return self.too_many(session, ctx, Refusal::Unknown).await;
+        };
+        match self.decide(session.req_header(), ctx, &looked, now_unix()) {
+            Verdict::Live(_) => {}
+            Verdict::Unavailable => return self.unavailable(session).await,
+            Verdict::NotFound => return self.not_found_code(session, ctx).await,
+        }
         ctx.outcome = Outcome::Page;
         let req = session.req_header();
         let key = ctx
@@ -271,7 +351,7 @@ impl Edge {
             .and_then(|h| h.get(req))
             .and_then(|host| crate::pages::key(host, kind, code.as_str(), req.uri.query()));
         self.to_page_origin(session, ctx, key, false);
-        false
+        Ok(false)
     }
 
     /// Marks the request as a page proxied to the origin pool (through the
@@ -399,7 +479,7 @@ impl ProxyHttp for Edge {
                     respond::to_https(session, &location).await?;
                     return Ok(true);
                 }
-                Ok(self.page(session, ctx, kind, &code))
+                self.page(session, ctx, kind, &code).await
             }
             Route::AcmeChallenge => self.acme_challenge(session, ctx).await,
             Route::CodeWrongMethod => {
