@@ -7,7 +7,9 @@
 //! * URI or headers over the configured size → 414 / 431
 //! * `/shorturl_status` → merged status JSON for `status_allow` clients,
 //!   the protocol 404 for everyone else
-//! * `/api/...` → origin pool (creations limited per client, see `limits.rs`)
+//! * `/api/...` → origin pool (creations limited per client, see `limits.rs`;
+//!   a batch spends one creation per item, counted as its body streams:
+//!   `request_body_filter`)
 //! * `/.well-known/acme-challenge/{token}` → the HTTP-01 answer from the shared store
 //! * codes → redirect, 404, 429 or 503; over plain HTTP on a domain in
 //!   `https.redirect`, a 308 to the same URL on https instead (`tls::https`)
@@ -43,6 +45,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
 use pingora_cache::{CacheKey, RespCacheable};
+use shorturl_common::batch_items::ItemCounter;
 use shorturl_common::pages::PageKind;
 use shorturl_common::status::FastPathDim;
 use shorturl_common::time::now_unix;
@@ -119,7 +122,25 @@ pub struct Ctx {
     tls: bool,
     /// Set on page requests only.
     page: Option<Box<PageCtx>>,
+    /// Set on batch creations only: their items are counted as the body
+    /// streams, and admitted before its end goes to the origin.
+    batch: Option<Box<BatchBody>>,
+    /// Why a creation was refused after forwarding began (a batch over the
+    /// limit): `fail_to_proxy` says it.
+    refusal: Option<Refusal>,
 }
+
+/// A batch creation's body on its way to the origin.
+#[derive(Default)]
+pub struct BatchBody {
+    items: ItemCounter,
+    /// The latest piece read, not yet forwarded: the origin cannot have
+    /// the whole batch before its items are admitted.
+    held: Option<Bytes>,
+}
+
+/// The path of a batch creation (protocol section 5).
+const BATCH_PATH: &str = "/api/v1/links/batch";
 
 /// Whether the client prefers HTML to JSON (`common::accept`).
 fn prefers_html(req: &RequestHeader) -> bool {
@@ -373,8 +394,17 @@ impl Edge {
         let req = session.req_header();
         if req.method == Method::POST && req.uri.path().starts_with("/api/v1/links") {
             ctx.creation = true;
+            let batch = req.uri.path() == BATCH_PATH && !session.is_body_empty();
             if let Some(key) = self.client_key(ctx) {
-                if let Err(why) = self.limits.admit_creation(key) {
+                if batch {
+                    // One token per item, taken when the body is read
+                    // (`request_body_filter`); refused here already when
+                    // not even one item would be admitted.
+                    if let Some(why) = self.limits.creation_blocked(&key) {
+                        return self.too_many(session, ctx, why).await;
+                    }
+                    ctx.batch = Some(Box::default());
+                } else if let Err(why) = self.limits.admit_creation(key) {
                     return self.too_many(session, ctx, why).await;
                 }
             }
@@ -421,6 +451,8 @@ impl ProxyHttp for Edge {
             connect_failures: 0,
             tls: false,
             page: None,
+            batch: None,
+            refusal: None,
         }
     }
 
@@ -623,6 +655,50 @@ impl ProxyHttp for Edge {
         e
     }
 
+    /// A batch creation: its items are counted as its body streams to the
+    /// origin, one piece behind; at the end they are admitted all at once
+    /// (`Limits::admit_creations`) before the last piece is forwarded, or
+    /// the request fails with the 429 of any refused creation and the
+    /// origin, which never got a whole body, creates nothing.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        let Some(batch) = ctx.batch.as_mut() else {
+            return Ok(());
+        };
+        if let Some(piece) = body.as_deref() {
+            batch.items.feed(piece);
+        }
+        if !end_of_stream {
+            // Never `None` here: to Pingora that ends the upstream body.
+            let previous = std::mem::replace(&mut batch.held, body.take());
+            *body = Some(previous.unwrap_or_default());
+            return Ok(());
+        }
+        let items = batch.items.items();
+        let held = batch.held.take();
+        if let Some(key) = self.client_key(ctx) {
+            if let Err(why) = self.limits.admit_creations(key, items) {
+                ctx.refusal = Some(why);
+                return Err(Error::explain(ErrorType::HTTPStatus(429), why.message()));
+            }
+        }
+        *body = match (held, body.take()) {
+            (Some(h), Some(last)) => {
+                let mut both = bytes::BytesMut::with_capacity(h.len() + last.len());
+                both.extend_from_slice(&h);
+                both.extend_from_slice(&last);
+                Some(both.freeze())
+            }
+            (h, last) => h.or(last),
+        };
+        Ok(())
+    }
+
     /// `X-Forwarded-For` starts with the client the edge decided on (see
     /// [`forwarded_for`]); what an untrusted client wrote there is dropped.
     async fn upstream_request_filter(
@@ -684,6 +760,30 @@ impl ProxyHttp for Edge {
                 ErrorSource::Internal | ErrorSource::Unset => 500,
             },
         };
+        if let Some(why) = ctx.refusal.filter(|_| code == 429) {
+            // A batch over the creation limit, refused at the end of its
+            // body: the same 429 as any refused creation, and the body was
+            // read whole, so the connection may stay.
+            ctx.outcome = Outcome::Limit;
+            self.metrics.limited(why);
+            if session.response_written().is_none() {
+                if let Err(err) = respond::error(
+                    session,
+                    429,
+                    "rate_limited",
+                    why.message(),
+                    Some(respond::RETRY_AFTER_SECS),
+                )
+                .await
+                {
+                    tracing::debug!(error = %err, "cannot send error response");
+                }
+            }
+            return FailToProxy {
+                error_code: 429,
+                can_reuse_downstream: true,
+            };
+        }
         let forwarded = ctx.upstream.is_some();
         if forwarded && code >= 500 {
             self.metrics.origin_error.inc();

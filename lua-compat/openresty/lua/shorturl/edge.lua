@@ -20,6 +20,7 @@ local clicks = require("shorturl.clicks")
 local clicks_stats = require("shorturl.clicks_stats")
 local pages = require("shorturl.pages")
 local accept = require("shorturl.accept")
+local batch = require("shorturl.batch")
 
 local ngx = ngx
 local var, header, now = ngx.var, ngx.header, ngx.now
@@ -179,7 +180,21 @@ end
 
 local function forward(method, path)
     if method == "POST" and sub(path, 1, 13) == "/api/v1/links" then
-        local limit = clients.creation_refusal()
+        local items = 1
+        if path == "/api/v1/links/batch" then
+            -- One creation per item (batch.lua): refused before the body
+            -- is read when not even one would be admitted.
+            local blocked = clients.creation_blocked()
+            if blocked then
+                return too_many(blocked)
+            end
+            items = batch.count_request_body()
+            if not items then
+                var.su_outcome = "FWD"
+                return error_response(503, "unavailable", "request body unavailable", RETRY_AFTER)
+            end
+        end
+        local limit = clients.creation_refusal(items)
         if limit then
             return too_many(limit)
         end
