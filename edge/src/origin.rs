@@ -1,11 +1,13 @@
 //! The origin pool: round-robin selection among healthy origins (health
-//! checked by `pingora-load-balancing`), and the two internal requests the
-//! edge makes itself: the record fetch on the miss path and the status fetch.
+//! checked by `pingora-load-balancing`; an origin saying
+//! `Shorturl-Health: draining` is out, see [`health_verdict`]), and the
+//! internal requests the edge makes itself: the record fetch on the miss
+//! path, the status fetch, the whitelist and the heartbeat.
 
 use crate::config::OriginConfig;
 use bytes::BytesMut;
 use pingora::connectors::http::Connector;
-use pingora::http::RequestHeader;
+use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::lb::health_check::HttpHealthCheck;
 use pingora::lb::selection::RoundRobin;
 use pingora::lb::LoadBalancer;
@@ -65,14 +67,36 @@ pub fn build_balancer(cfg: &OriginConfig, host: &str) -> Result<LoadBalancer<Rou
     hc.peer_template.options.connection_timeout = Some(cfg.connect_timeout);
     hc.peer_template.options.read_timeout =
         Some(cfg.health_check_interval.max(Duration::from_millis(200)));
-    // Any HTTP answer means the process is up: /healthz says 503 while MySQL
-    // is down, yet the origin still serves records from Redis and answers
-    // creations with a proper JSON error, which beats the edge's own 503.
-    hc.validator = Some(Box::new(|_| Ok(())));
+    hc.validator = Some(Box::new(health_verdict));
     lb.set_health_check(Box::new(hc));
     lb.health_check_frequency = Some(cfg.health_check_interval);
     lb.parallel_health_check = true;
     Ok(lb)
+}
+
+/// The header of an origin's `/healthz` answer saying what it is
+/// (protocol 5: `ok`, `degraded`, `draining`).
+pub const HEALTH_HEADER: &str = "shorturl-health";
+
+/// The health check's verdict on an answer (contract B of issue 23): any
+/// HTTP answer means the origin is up, except one carrying
+/// `Shorturl-Health: draining` (it is stopping: send it no new requests).
+/// A 503 otherwise stays up: /healthz says 503 while MySQL is down, yet the
+/// origin still serves records from Redis and answers creations with a
+/// proper JSON error, which beats the edge's own 503.
+pub fn health_verdict(resp: &ResponseHeader) -> pingora::Result<()> {
+    let draining = resp
+        .headers
+        .get_all(HEALTH_HEADER)
+        .iter()
+        .any(|v| v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"draining"));
+    if draining {
+        return Err(pingora::Error::explain(
+            pingora::ErrorType::HTTPStatus(resp.status.as_u16()),
+            "origin is draining",
+        ));
+    }
+    Ok(())
 }
 
 impl OriginPool {
@@ -283,8 +307,41 @@ fn parse_max_age(v: &[u8]) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_max_age;
+    use super::{health_verdict, parse_max_age};
+    use pingora::http::ResponseHeader;
     use std::time::Duration;
+
+    fn answer(status: u16, health: Option<&str>) -> ResponseHeader {
+        let mut h = ResponseHeader::build(status, None).unwrap_or_else(|e| panic!("{e}"));
+        if let Some(v) = health {
+            h.insert_header("Shorturl-Health", v)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        h
+    }
+
+    #[test]
+    fn only_a_draining_origin_is_unhealthy() {
+        for (status, health) in [
+            (200, Some("ok")),
+            (200, None),
+            (503, Some("degraded")),
+            (503, None),
+            (500, None),
+            (404, None),
+        ] {
+            assert!(
+                health_verdict(&answer(status, health)).is_ok(),
+                "{status} {health:?}"
+            );
+        }
+        for (status, health) in [(503, "draining"), (503, " Draining "), (200, "DRAINING")] {
+            assert!(
+                health_verdict(&answer(status, Some(health))).is_err(),
+                "{status} {health}"
+            );
+        }
+    }
 
     #[test]
     fn max_age() {

@@ -191,3 +191,51 @@ fn a_lookup_task_that_panics_leaves_nothing_behind() {
     edge.log_line(" /pan1c0 503 FAIL ");
     edge.log_line(" /pan1c0 302 REDIS ");
 }
+
+/// An origin whose health check answers `Shorturl-Health: draining` (it is
+/// stopping) gets no new requests: within two health checks of it starting
+/// to drain, every API request goes to the other origin. A 503 without the
+/// header (an origin whose MySQL is down) keeps it in the pool. The origins
+/// are stand-in peers: what matters is what the edge sends where.
+#[test]
+fn a_draining_origin_gets_no_new_requests() {
+    use testkit::peer::{Health, Peer};
+    let redis = Redis::start();
+    let (a, b) = (Peer::start(), Peer::start());
+    let edge = start_edge(EdgeOpts::new(redis.url(), vec![a.addr(), b.addr()]));
+    let api = |p: &Peer| p.count(|s| s.path.starts_with("/api/"));
+    let send = |n: usize| {
+        for _ in 0..n {
+            let r = get(edge.port, "/api/v1/links/ping0001", DOMAIN);
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    };
+    let two_checks = |p: &Peer| {
+        let since = p.health_checks();
+        wait_for("two health checks of the origin", TIMEOUT, || {
+            p.health_checks() >= since + 2
+        });
+    };
+    // Both healthy (after a check each): round robin over both.
+    two_checks(&b);
+    send(10);
+    assert_eq!((api(&a), api(&b)), (5, 5));
+
+    b.set_health(Health::Draining);
+    two_checks(&b);
+    send(20);
+    assert_eq!(
+        (api(&a), api(&b)),
+        (25, 5),
+        "the draining origin got requests"
+    );
+
+    b.set_health(Health::Unavailable);
+    two_checks(&b);
+    send(20);
+    assert_eq!(
+        (api(&a), api(&b)),
+        (35, 15),
+        "a 503 without the header left the pool"
+    );
+}

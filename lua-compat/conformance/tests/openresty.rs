@@ -517,3 +517,52 @@ fn batch_items_count_against_the_creation_limit_on_both_edges() {
         );
     }
 }
+
+/// The module's health check (contract B of issue 23): an origin answering
+/// `Shorturl-Health: draining` gets no new requests within two health
+/// checks; a 503 without the header keeps it in the pool. The origins are
+/// stand-in peers: what matters is what the module sends where.
+#[test]
+fn a_draining_origin_gets_no_new_requests() {
+    use testkit::peer::{Health, Peer};
+    let _one = serial();
+    let s = stack();
+    let (a, b) = (Peer::start(), Peer::start());
+    let edge = Edge::openresty_with(
+        &format!("127.0.0.1:{}", s.redis.port()),
+        &format!("{},{}", a.addr(), b.addr()),
+        &[],
+    );
+    let api = |p: &Peer| p.count(|s| s.path.starts_with("/api/"));
+    let send = |n: usize| {
+        for _ in 0..n {
+            let r = http::get(edge.port, "/api/v1/links/ping0001", "localhost");
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    };
+    let two_checks = |p: &Peer| {
+        let since = p.health_checks();
+        wait_for("two health checks of the origin", support::TIMEOUT, || {
+            p.health_checks() >= since + 2
+        });
+    };
+    two_checks(&b);
+    send(20);
+    // Each worker has its own round-robin position: both get some.
+    let (a0, b0) = (api(&a), api(&b));
+    assert!(a0 > 0 && b0 > 0, "{a0} / {b0}");
+
+    b.set_health(Health::Draining);
+    two_checks(&b);
+    send(20);
+    assert_eq!(
+        (api(&a), api(&b)),
+        (a0 + 20, b0),
+        "the draining origin got requests"
+    );
+
+    b.set_health(Health::Unavailable);
+    two_checks(&b);
+    send(20);
+    assert!(api(&b) > b0, "a 503 without the header left the pool");
+}

@@ -1,6 +1,7 @@
 -- The origin pool: a health check (worker 0, every
--- health_check_interval_ms; any HTTP answer means up, as on the Pingora
--- edge) and round-robin selection of a healthy origin.
+-- health_check_interval_ms; any HTTP answer means up, except one saying
+-- `Shorturl-Health: draining`, as on the Pingora edge) and round-robin
+-- selection of a healthy origin.
 local http = require("shorturl.http")
 
 local state = ngx.shared.shorturl_state
@@ -10,13 +11,24 @@ local M = {}
 local cfg
 local rr = 0 -- per-worker round-robin position
 
+-- Whether a health-check answer (or nil: none) means the origin may get
+-- requests (origin::health_verdict): any HTTP answer, a 503 included (an
+-- origin whose MySQL is down still serves records from Redis), except one
+-- carrying `Shorturl-Health: draining` (it is stopping).
+local function healthy(r)
+    if not r then
+        return false
+    end
+    local h = r.headers["shorturl-health"]
+    return not (h and h:lower() == "draining")
+end
+
 local function check_origins()
     local interval = cfg.origin.health_check_interval_ms
     for i, o in ipairs(cfg.origins) do
-        -- Any HTTP answer means the process is up (as on the Pingora edge).
         local r = http.get(o, cfg.origin.health_check_path, cfg.default_domain, math.max(interval, 200),
             cfg.origin.connect_timeout_ms)
-        state:set("down:" .. i, r == nil)
+        state:set("down:" .. i, not healthy(r))
     end
 end
 
