@@ -7,11 +7,15 @@
 use crate::config::OriginConfig;
 use bytes::BytesMut;
 use pingora::connectors::http::Connector;
+use pingora::connectors::TransportConnector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::lb::health_check::HttpHealthCheck;
 use pingora::lb::selection::RoundRobin;
 use pingora::lb::LoadBalancer;
+use pingora::protocols::http::client::HttpSession;
+use pingora::protocols::http::v1::client::HttpSession as Http1Session;
 use pingora::upstreams::peer::HttpPeer;
+use pingora::ErrorType;
 use shorturl_common::record::Lookup;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,8 +53,21 @@ pub struct RecordAnswer {
 pub struct OriginPool {
     lb: Arc<LoadBalancer<RoundRobin>>,
     connector: Connector,
+    /// Fresh connections only: the one retry of an internal GET whose
+    /// pooled connection turned out closed.
+    fresh: TransportConnector,
     cfg: OriginConfig,
     host: String,
+}
+
+/// How one attempt of an internal GET failed.
+enum Attempt {
+    /// Before any answer was read (writing the request, or the connection
+    /// closed or reset before the response head): on a pooled connection,
+    /// the origin closed it while it sat idle.
+    BeforeAnswer(OriginError),
+    /// Anything else (a timeout included): final.
+    Failed(OriginError),
 }
 
 /// Builds the load balancer with its HTTP health check. The returned
@@ -105,6 +122,7 @@ impl OriginPool {
         OriginPool {
             lb,
             connector: Connector::new(None),
+            fresh: TransportConnector::new(None),
             cfg,
             host,
         }
@@ -134,7 +152,7 @@ impl OriginPool {
         peer.options.total_connection_timeout = Some(self.cfg.connect_timeout);
         peer.options.read_timeout = Some(read);
         peer.options.write_timeout = Some(read);
-        peer.options.idle_timeout = Some(Duration::from_secs(60));
+        peer.options.idle_timeout = Some(self.cfg.pool_idle_timeout);
         peer
     }
 
@@ -224,7 +242,7 @@ impl OriginPool {
                 .ok_or(OriginError::Malformed)?;
             while session.read_response_body().await.map_err(t)?.is_some() {}
             self.connector
-                .release_http_session(session, &peer, Some(Duration::from_secs(60)))
+                .release_http_session(session, &peer, Some(self.cfg.pool_idle_timeout))
                 .await;
             if (200..300).contains(&status) {
                 Ok(())
@@ -238,6 +256,10 @@ impl OriginPool {
     }
 
     /// One GET to the next healthy origin, bounded by `budget` as a whole.
+    /// A pooled connection that fails before any answer (the origin closed
+    /// it while it sat idle, and the close crossed our request) is not the
+    /// origin's answer: the GET is made once more on a fresh connection
+    /// (contract C of issue 23). Only idempotent GETs go through here.
     async fn get(
         &self,
         path: &str,
@@ -246,28 +268,54 @@ impl OriginPool {
     ) -> Result<(u16, Option<Duration>, BytesMut), OriginError> {
         let addr = self.select().ok_or(OriginError::NoneHealthy)?;
         let peer = self.peer(addr, budget);
-        match tokio::time::timeout(budget, self.get_from(&peer, path, max_body)).await {
+        let t = |e: Box<pingora::Error>| OriginError::Transport(e.to_string());
+        let exchange = async {
+            let (session, reused) = self.connector.get_http_session(&peer).await.map_err(t)?;
+            match self.get_on(session, &peer, path, max_body).await {
+                Ok(answer) => Ok(answer),
+                Err(Attempt::BeforeAnswer(e)) if reused => {
+                    tracing::debug!(origin = %addr, error = %e, "pooled origin connection was closed; retrying on a fresh one");
+                    let stream = self.fresh.new_stream(&peer).await.map_err(t)?;
+                    let session = HttpSession::H1(Http1Session::new_with_options(stream, &peer));
+                    self.get_on(session, &peer, path, max_body)
+                        .await
+                        .map_err(Attempt::into_error)
+                }
+                Err(a) => Err(a.into_error()),
+            }
+        };
+        match tokio::time::timeout(budget, exchange).await {
             Ok(r) => r,
             Err(_) => Err(OriginError::Timeout),
         }
     }
 
-    async fn get_from(
+    /// One GET of `path` on `session`; the session goes back to the pool
+    /// after a whole answer.
+    async fn get_on(
         &self,
+        mut session: HttpSession,
         peer: &HttpPeer,
         path: &str,
         max_body: usize,
-    ) -> Result<(u16, Option<Duration>, BytesMut), OriginError> {
-        let t = |e: Box<pingora::Error>| OriginError::Transport(e.to_string());
-        let (mut session, _reused) = self.connector.get_http_session(peer).await.map_err(t)?;
-        let mut req = RequestHeader::build("GET", path.as_bytes(), None).map_err(t)?;
-        req.insert_header("Host", self.host.as_str()).map_err(t)?;
+    ) -> Result<(u16, Option<Duration>, BytesMut), Attempt> {
+        let early = |e: Box<pingora::Error>| {
+            let err = OriginError::Transport(e.to_string());
+            match e.etype() {
+                ErrorType::ReadTimedout | ErrorType::WriteTimedout => Attempt::Failed(err),
+                _ => Attempt::BeforeAnswer(err),
+            }
+        };
+        let late = |e: Box<pingora::Error>| Attempt::Failed(OriginError::Transport(e.to_string()));
+        let mut req = RequestHeader::build("GET", path.as_bytes(), None).map_err(late)?;
+        req.insert_header("Host", self.host.as_str())
+            .map_err(late)?;
         session
             .write_request_header(Box::new(req))
             .await
-            .map_err(t)?;
-        session.finish_request_body().await.map_err(t)?;
-        session.read_response_header().await.map_err(t)?;
+            .map_err(early)?;
+        session.finish_request_body().await.map_err(early)?;
+        session.read_response_header().await.map_err(early)?;
         let (status, max_age) = match session.response_header() {
             Some(h) => (
                 h.status.as_u16(),
@@ -275,19 +323,27 @@ impl OriginPool {
                     .get("cache-control")
                     .and_then(|v| parse_max_age(v.as_bytes())),
             ),
-            None => return Err(OriginError::Malformed),
+            None => return Err(Attempt::Failed(OriginError::Malformed)),
         };
         let mut body = BytesMut::new();
-        while let Some(chunk) = session.read_response_body().await.map_err(t)? {
+        while let Some(chunk) = session.read_response_body().await.map_err(late)? {
             if body.len() + chunk.len() > max_body {
-                return Err(OriginError::Malformed);
+                return Err(Attempt::Failed(OriginError::Malformed));
             }
             body.extend_from_slice(&chunk);
         }
         self.connector
-            .release_http_session(session, peer, Some(Duration::from_secs(60)))
+            .release_http_session(session, peer, Some(self.cfg.pool_idle_timeout))
             .await;
         Ok((status, max_age, body))
+    }
+}
+
+impl Attempt {
+    fn into_error(self) -> OriginError {
+        match self {
+            Attempt::BeforeAnswer(e) | Attempt::Failed(e) => e,
+        }
     }
 }
 

@@ -239,3 +239,55 @@ fn a_draining_origin_gets_no_new_requests() {
         "a 503 without the header left the pool"
     );
 }
+
+/// Contract C of issue 23: the edge's own GETs to an origin (a record fetch
+/// here) survive the origin closing their pooled connection just as it is
+/// reused: the fetch is made once more on a fresh connection instead of
+/// turning into a 503.
+#[test]
+fn a_pooled_origin_connection_closed_under_a_fetch_is_retried_fresh() {
+    use testkit::peer::Peer;
+    let redis = Redis::start();
+    let peer = Peer::start();
+    let edge = start_edge(EdgeOpts::new(redis.url(), vec![peer.addr()]));
+    let records = |p: &Peer| p.count(|s| s.path.starts_with("/internal/v1/records/"));
+    // The first fetch leaves its connection in the pool.
+    assert_eq!(get(edge.port, "/pooled01", DOMAIN).status, 404);
+    assert_eq!(records(&peer), 1);
+    // The origin now closes a connection when a second request comes on it.
+    peer.set_drop_reused(true);
+    let r = get(edge.port, "/pooled02", DOMAIN);
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(
+        peer.dropped(),
+        1,
+        "the fetch did not reuse the pooled connection"
+    );
+    assert_eq!(records(&peer), 2);
+}
+
+/// `edge.origin.pool_idle_timeout_ms`: an idle pooled connection to an
+/// origin is closed by the edge once it has been idle that long (well
+/// before the origin would close it).
+#[test]
+fn idle_origin_connections_are_closed_after_the_pool_idle_timeout() {
+    use testkit::peer::Peer;
+    let redis = Redis::start();
+    let peer = Peer::start();
+    let edge = start_edge(EdgeOpts {
+        pool_idle_timeout_ms: Some(300),
+        ..EdgeOpts::new(redis.url(), vec![peer.addr()])
+    });
+    assert_eq!(get(edge.port, "/idle0001", DOMAIN).status, 404);
+    let fetched = Instant::now();
+    testkit::wait_for(
+        "the pooled connection to be closed",
+        std::time::Duration::from_secs(3),
+        || peer.closed_idle() >= 1,
+    );
+    let idle = fetched.elapsed();
+    assert!(
+        idle >= std::time::Duration::from_millis(250),
+        "closed after {idle:?}"
+    );
+}

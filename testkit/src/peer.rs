@@ -41,6 +41,13 @@ pub struct Seen {
 struct State {
     health: Health,
     seen: Vec<Seen>,
+    /// Close a connection when a second request arrives on it, unanswered.
+    drop_reused: bool,
+    /// Requests dropped that way.
+    dropped: usize,
+    /// Connections accepted, and closed by the client while idle.
+    connections: usize,
+    closed_idle: usize,
 }
 
 /// A running stand-in peer on a loopback port; it stops accepting when
@@ -59,6 +66,10 @@ impl Peer {
         let state = Arc::new(Mutex::new(State {
             health: Health::Ok,
             seen: Vec::new(),
+            drop_reused: false,
+            dropped: 0,
+            connections: 0,
+            closed_idle: 0,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (st, halt) = (Arc::clone(&state), Arc::clone(&stop));
@@ -68,6 +79,7 @@ impl Peer {
                     return;
                 }
                 let Ok(stream) = stream else { continue };
+                lock(&st).connections += 1;
                 let (st, halt) = (Arc::clone(&st), Arc::clone(&halt));
                 std::thread::spawn(move || serve(stream, &st, &halt));
             }
@@ -103,6 +115,29 @@ impl Peer {
     pub fn health_checks(&self) -> usize {
         self.count(|s| s.path == "/healthz")
     }
+
+    /// From now on, a connection that was already answered once is closed,
+    /// unanswered, when its next request arrives: an origin closing an idle
+    /// keep-alive connection just as a client sends on it.
+    pub fn set_drop_reused(&self, on: bool) {
+        lock(&self.state).drop_reused = on;
+    }
+
+    /// Requests dropped by [`Peer::set_drop_reused`].
+    pub fn dropped(&self) -> usize {
+        lock(&self.state).dropped
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        lock(&self.state).connections
+    }
+
+    /// Connections the client closed while idle (between requests) after
+    /// they served a request other than a health check.
+    pub fn closed_idle(&self) -> usize {
+        lock(&self.state).closed_idle
+    }
 }
 
 impl Drop for Peer {
@@ -121,9 +156,16 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 /// an answer closes it.
 fn serve(stream: TcpStream, state: &Mutex<State>, stop: &AtomicBool) {
     let mut r = BufReader::new(stream);
+    let (mut answered, mut beyond_health) = (0usize, false);
     loop {
         let mut line = String::new();
-        if r.read_line(&mut line).unwrap_or(0) == 0 || stop.load(Ordering::Acquire) {
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            if beyond_health {
+                lock(state).closed_idle += 1;
+            }
+            return;
+        }
+        if stop.load(Ordering::Acquire) {
             return;
         }
         let mut parts = line.split_whitespace();
@@ -157,6 +199,10 @@ fn serve(stream: TcpStream, state: &Mutex<State>, stop: &AtomicBool) {
         }
         let (status, headers, body) = {
             let mut st = lock(state);
+            if st.drop_reused && answered > 0 {
+                st.dropped += 1;
+                return;
+            }
             st.seen.push(Seen {
                 method: method.clone(),
                 path: path.clone(),
@@ -172,6 +218,8 @@ fn serve(stream: TcpStream, state: &Mutex<State>, stop: &AtomicBool) {
         if r.get_mut().write_all(resp.as_bytes()).is_err() || close {
             return;
         }
+        answered += 1;
+        beyond_health |= path != "/healthz";
     }
 }
 

@@ -115,6 +115,9 @@ pub struct OriginConfig {
     pub status_timeout: Duration,
     pub health_check_interval: Duration,
     pub health_check_path: String,
+    /// Longest an idle connection to an origin stays pooled (proxied
+    /// requests and the edge's own): shorter than the origin keeps it.
+    pub pool_idle_timeout: Duration,
 }
 
 /// The in-process cache.
@@ -336,6 +339,10 @@ fn edge_from_file(
                 "edge.origin.health_check_interval_ms",
             )?,
             health_check_path: f.origin.health_check_path,
+            pool_idle_timeout: ms(
+                f.origin.pool_idle_timeout_ms,
+                "edge.origin.pool_idle_timeout_ms",
+            )?,
         },
         cache: CacheConfig {
             max_bytes: f.cache.max_bytes,
@@ -434,6 +441,7 @@ edge:
         assert_eq!(l.edge.cache.negative_ttl, Duration::from_secs(5));
         assert_eq!(l.edge.cache.tombstone_ttl, Duration::from_secs(10));
         assert_eq!(l.edge.cache.unsubscribed_grace, Duration::from_secs(5));
+        assert_eq!(l.edge.origin.pool_idle_timeout, Duration::from_secs(5));
         assert_eq!(l.server.threads, 1);
         assert_eq!(l.edge.pages_cache.max_bytes, 32 << 20);
         assert_eq!(
@@ -572,6 +580,10 @@ edge:
             (
                 format!("{GOOD}  cache: {{ unsubscribed_grace_ms: 0 }}\n"),
                 "unsubscribed_grace_ms",
+            ),
+            (
+                GOOD.replace("origin: {", "origin: { pool_idle_timeout_ms: 0,"),
+                "edge.origin.pool_idle_timeout_ms",
             ),
             (
                 format!("{GOOD}  cache: {{ tombstone_ttl_ms: 0 }}\n"),

@@ -566,3 +566,51 @@ fn a_draining_origin_gets_no_new_requests() {
     send(20);
     assert!(api(&b) > b0, "a 503 without the header left the pool");
 }
+
+/// Contract C of issue 23 on the module: its own GETs to an origin (a
+/// record fetch here) survive the origin closing their pooled connection
+/// just as it is reused (made once more on a fresh connection, as on the
+/// Pingora edge), and an idle pooled connection is closed after
+/// `origin.pool_idle_timeout_ms`.
+#[test]
+fn pooled_origin_connections_are_retried_fresh_and_closed_when_idle() {
+    use testkit::peer::Peer;
+    let _one = serial();
+    let s = stack();
+    let peer = Peer::start();
+    // No health check during the test: its requests share the pool.
+    let edge = Edge::openresty_with(
+        &format!("127.0.0.1:{}", s.redis.port()),
+        &peer.addr(),
+        &[
+            ("SU_HEALTH_INTERVAL_MS", "60000".into()),
+            ("SU_ORIGIN_POOL_IDLE_TIMEOUT_MS", "1500".into()),
+            ("SU_WORKERS", "1".into()),
+        ],
+    );
+    let records = |p: &Peer| p.count(|s| s.path.starts_with("/internal/v1/records/"));
+    assert_eq!(http::get(edge.port, "/pooled01", "localhost").status, 404);
+    let fetched = Instant::now();
+    assert_eq!(records(&peer), 1);
+    // Idle past the pool's timeout: closed by the module.
+    wait_for(
+        "the pooled connection to be closed",
+        Duration::from_secs(5),
+        || peer.closed_idle() >= 1,
+    );
+    let idle = fetched.elapsed();
+    assert!(idle >= Duration::from_millis(1400), "closed after {idle:?}");
+
+    // A connection the origin closes as the next fetch reuses it (within
+    // the pool's 1.5 s).
+    assert_eq!(http::get(edge.port, "/pooled02", "localhost").status, 404);
+    peer.set_drop_reused(true);
+    let r = http::get(edge.port, "/pooled03", "localhost");
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(
+        peer.dropped(),
+        1,
+        "the fetch did not reuse the pooled connection"
+    );
+    assert_eq!(records(&peer), 3);
+}
