@@ -6,6 +6,7 @@
 
 use crate::config::OriginConfig;
 use bytes::BytesMut;
+use http::HeaderValue;
 use pingora::connectors::http::Connector;
 use pingora::connectors::TransportConnector;
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -17,7 +18,9 @@ use pingora::protocols::http::v1::client::HttpSession as Http1Session;
 use pingora::upstreams::peer::HttpPeer;
 use pingora::ErrorType;
 use shorturl_common::record::Lookup;
+use shorturl_common::time::now_unix;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,7 +61,16 @@ pub struct OriginPool {
     fresh: TransportConnector,
     cfg: OriginConfig,
     host: String,
+    /// `Bearer <edge.origin.internal_token>` (marked sensitive), sent on
+    /// every request the edge makes itself.
+    auth: Option<HeaderValue>,
+    /// When an origin last refused the token (unix seconds): the error is
+    /// logged at most once per [`REFUSED_LOG_SECS`].
+    refused_logged: AtomicU64,
 }
+
+/// At most one error line per this many seconds about a refused token.
+const REFUSED_LOG_SECS: u64 = 10;
 
 /// How one attempt of an internal GET failed.
 enum Attempt {
@@ -119,12 +131,19 @@ pub fn health_verdict(resp: &ResponseHeader) -> pingora::Result<()> {
 impl OriginPool {
     /// Wraps a balancer (shared with its background health-check service).
     pub fn new(lb: Arc<LoadBalancer<RoundRobin>>, cfg: OriginConfig, host: String) -> Self {
+        let auth = cfg.internal_token.as_ref().and_then(|t| {
+            let mut v = HeaderValue::from_str(&format!("Bearer {}", t.expose())).ok()?;
+            v.set_sensitive(true);
+            Some(v)
+        });
         OriginPool {
             lb,
             connector: Connector::new(None),
             fresh: TransportConnector::new(None),
             cfg,
             host,
+            auth,
+            refused_logged: AtomicU64::new(0),
         }
     }
 
@@ -154,6 +173,40 @@ impl OriginPool {
         peer.options.write_timeout = Some(read);
         peer.options.idle_timeout = Some(self.cfg.pool_idle_timeout);
         peer
+    }
+
+    /// The headers of every request the edge makes itself: `Host` and, when
+    /// configured, the internal token.
+    fn own_headers(&self, req: &mut RequestHeader) -> pingora::Result<()> {
+        req.insert_header("Host", self.host.as_str())?;
+        if let Some(auth) = &self.auth {
+            req.insert_header("Authorization", auth.clone())?;
+        }
+        Ok(())
+    }
+
+    /// An origin answered one of the edge's own requests 401: the internal
+    /// token is missing or wrong. Logged at error level (at most once per
+    /// [`REFUSED_LOG_SECS`]), naming the setting, never the token.
+    fn note_status(&self, status: u16, path: &str) {
+        if status != 401 {
+            return;
+        }
+        let now = now_unix();
+        let last = self.refused_logged.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= REFUSED_LOG_SECS
+            && self
+                .refused_logged
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::error!(
+                path,
+                "the origin refused the edge's internal token (401): set edge.origin.internal_token \
+                 (or SHORTURL_EDGE_INTERNAL_TOKEN) to the token whose SHA-256 is the origin's \
+                 internal.token_sha256"
+            );
+        }
     }
 
     /// Asks an origin for the record of `code` (the edge's miss path).
@@ -221,7 +274,7 @@ impl OriginPool {
             let t = |e: Box<pingora::Error>| OriginError::Transport(e.to_string());
             let (mut session, _) = self.connector.get_http_session(&peer).await.map_err(t)?;
             let mut req = RequestHeader::build("POST", path.as_bytes(), None).map_err(t)?;
-            req.insert_header("Host", self.host.as_str()).map_err(t)?;
+            self.own_headers(&mut req).map_err(t)?;
             req.insert_header("Content-Type", "application/json")
                 .map_err(t)?;
             req.insert_header("Content-Length", body.len().to_string())
@@ -244,6 +297,7 @@ impl OriginPool {
             self.connector
                 .release_http_session(session, &peer, Some(self.cfg.pool_idle_timeout))
                 .await;
+            self.note_status(status, path);
             if (200..300).contains(&status) {
                 Ok(())
             } else {
@@ -284,10 +338,14 @@ impl OriginPool {
                 Err(a) => Err(a.into_error()),
             }
         };
-        match tokio::time::timeout(budget, exchange).await {
+        let answer = match tokio::time::timeout(budget, exchange).await {
             Ok(r) => r,
             Err(_) => Err(OriginError::Timeout),
+        };
+        if let Ok((status, _, _)) = &answer {
+            self.note_status(*status, path);
         }
+        answer
     }
 
     /// One GET of `path` on `session`; the session goes back to the pool
@@ -308,8 +366,7 @@ impl OriginPool {
         };
         let late = |e: Box<pingora::Error>| Attempt::Failed(OriginError::Transport(e.to_string()));
         let mut req = RequestHeader::build("GET", path.as_bytes(), None).map_err(late)?;
-        req.insert_header("Host", self.host.as_str())
-            .map_err(late)?;
+        self.own_headers(&mut req).map_err(late)?;
         session
             .write_request_header(Box::new(req))
             .await

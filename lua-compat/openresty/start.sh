@@ -18,6 +18,9 @@
 #   SU_REDIS_TIMEOUT_MS=30  SU_REDIS_CONNECT_TIMEOUT_MS=200
 #   SU_ORIGIN_CONNECT_TIMEOUT_MS=100  SU_ORIGIN_READ_TIMEOUT_MS=5000  SU_RECORD_TIMEOUT_MS=500
 #   SU_STATUS_TIMEOUT_MS=300  SU_HEALTH_INTERVAL_MS=1000  SU_ORIGIN_POOL_IDLE_TIMEOUT_MS=5000
+#   SU_ORIGIN_INTERNAL_TOKEN=<token> (default none)  sent as Authorization: Bearer on the module's own
+#     origin requests; [A-Za-z0-9._~+/=-] only here (any visible ASCII through SU_CONF); the
+#     rendered module config is owner-only (0600)
 #   SU_POSITIVE_TTL_SECS=30  SU_NEGATIVE_TTL_SECS=5  SU_UNAVAILABLE_TTL_MS=1000
 #   SU_TOMBSTONE_TTL_MS=10000  SU_UNSUBSCRIBED_GRACE_MS=5000  (invalidation, see README)
 #   SU_UNKNOWN_LIMIT=50  SU_CREATION_LIMIT=20  (per client per second, 0 = off)
@@ -37,7 +40,7 @@
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,37p' "$0" >&2
+  sed -n '2,40p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -90,6 +93,8 @@ workers="$(int SU_WORKERS "${SU_WORKERS:-1}")"
 tombstone_ttl="$(int SU_TOMBSTONE_TTL_MS "${SU_TOMBSTONE_TTL_MS:-10000}")"
 unsubscribed_grace="$(int SU_UNSUBSCRIBED_GRACE_MS "${SU_UNSUBSCRIBED_GRACE_MS:-5000}")"
 pool_idle="$(int SU_ORIGIN_POOL_IDLE_TIMEOUT_MS "${SU_ORIGIN_POOL_IDLE_TIMEOUT_MS:-5000}")"
+internal_token="${SU_ORIGIN_INTERNAL_TOKEN:-}"
+case "$internal_token" in *[!A-Za-z0-9._~+/=-]*) echo "start.sh: SU_ORIGIN_INTERNAL_TOKEN must be of [A-Za-z0-9._~+/=-] (use SU_CONF for others)" >&2; exit 2 ;; esac
 flush_ms="$(int SU_CLICKS_FLUSH_INTERVAL_MS "${SU_CLICKS_FLUSH_INTERVAL_MS:-5000}")"
 max_buffered="$(int SU_CLICKS_MAX_BUFFERED_CLICKS "${SU_CLICKS_MAX_BUFFERED_CLICKS:-1000000}")"
 case "${SU_CLICKS_ENABLED:-1}" in
@@ -108,6 +113,10 @@ status_allow=""
 [ -n "${SU_STATUS_ALLOW:-}" ] && status_allow="status_allow = $(lua_list "$SU_STATUS_ALLOW"),"
 
 conf="$prefix/conf/shorturl.lua"
+# The module config can hold secrets (the internal token, Redis credentials):
+# owner-only, before anything is written into it.
+: > "$conf"
+chmod 600 "$conf"
 if [ -n "${SU_CONF:-}" ]; then
   cp "$SU_CONF" "$conf"
 else
@@ -132,6 +141,7 @@ return {
     status_timeout_ms = ${SU_STATUS_TIMEOUT_MS:-300},
     health_check_interval_ms = ${SU_HEALTH_INTERVAL_MS:-1000},
     pool_idle_timeout_ms = $pool_idle,
+    internal_token = "$internal_token",
   },
   cache = {
     lru = $lru,

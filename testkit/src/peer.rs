@@ -48,6 +48,8 @@ struct State {
     /// Connections accepted, and closed by the client while idle.
     connections: usize,
     closed_idle: usize,
+    /// The `Authorization` value internal routes and the status require.
+    token: Option<String>,
 }
 
 /// A running stand-in peer on a loopback port; it stops accepting when
@@ -70,6 +72,7 @@ impl Peer {
             dropped: 0,
             connections: 0,
             closed_idle: 0,
+            token: None,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (st, halt) = (Arc::clone(&state), Arc::clone(&stop));
@@ -121,6 +124,13 @@ impl Peer {
     /// keep-alive connection just as a client sends on it.
     pub fn set_drop_reused(&self, on: bool) {
         lock(&self.state).drop_reused = on;
+    }
+
+    /// From now on, `/internal/...` and `/shorturl_status` answer `401
+    /// {"error":"unauthorized"}` unless `Authorization` is exactly this
+    /// (`None`: anything goes), as an origin with an internal token.
+    pub fn require_authorization(&self, value: Option<&str>) {
+        lock(&self.state).token = value.map(str::to_owned);
     }
 
     /// Requests dropped by [`Peer::set_drop_reused`].
@@ -203,12 +213,23 @@ fn serve(stream: TcpStream, state: &Mutex<State>, stop: &AtomicBool) {
                 st.dropped += 1;
                 return;
             }
+            let refused = st.token.is_some()
+                && (path.starts_with("/internal/") || path == "/shorturl_status")
+                && authorization != st.token;
             st.seen.push(Seen {
                 method: method.clone(),
                 path: path.clone(),
                 authorization,
             });
-            answer(&method, &path, st.health)
+            if refused {
+                (
+                    "401 Unauthorized",
+                    "",
+                    r#"{"error":"unauthorized","message":"internal token required"}"#.to_owned(),
+                )
+            } else {
+                answer(&method, &path, st.health)
+            }
         };
         close |= headers.contains("Connection: close");
         let resp = format!(
@@ -246,7 +267,11 @@ fn answer(method: &str, path: &str, health: Health) -> (&'static str, &'static s
         ("GET", "/shorturl_status") => (
             "200 OK",
             "",
-            r#"{"service":"origin","mysql":{"ok":true},"issuer":null}"#.into(),
+            concat!(
+                r#"{"service":"origin","mysql":{"update":0,"select":0,"error":0},"#,
+                r#""issuer":{"current":0,"capacity":0,"remaining":0,"error":0,"exhausted":false}}"#
+            )
+            .into(),
         ),
         ("GET", "/internal/v1/domains") => (
             "200 OK",

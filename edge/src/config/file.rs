@@ -161,6 +161,10 @@ pub struct OriginFile {
     /// under the origin's own idle close, `limits.header_timeout_secs`).
     #[serde(default = "d_origin_pool_idle_timeout_ms")]
     pub pool_idle_timeout_ms: u64,
+    /// The shared edge token, sent as `Authorization: Bearer` on the edge's
+    /// own requests to an origin (`SHORTURL_EDGE_INTERNAL_TOKEN` overrides).
+    #[serde(default)]
+    pub internal_token: Option<String>,
 }
 
 impl OriginFile {
@@ -175,6 +179,7 @@ impl OriginFile {
             health_check_interval_ms: d_health_interval_ms(),
             health_check_path: d_health_path(),
             pool_idle_timeout_ms: d_origin_pool_idle_timeout_ms(),
+            internal_token: None,
         }
     }
 }

@@ -19,6 +19,8 @@ use std::time::Duration;
 pub const ENV_REDIS_URL: &str = "SHORTURL_EDGE_REDIS_URL";
 /// Environment variable overriding `edge.origin.servers` (comma-separated).
 pub const ENV_ORIGINS: &str = "SHORTURL_EDGE_ORIGINS";
+/// Environment variable overriding `edge.origin.internal_token` (a secret).
+pub const ENV_INTERNAL_TOKEN: &str = "SHORTURL_EDGE_INTERNAL_TOKEN";
 
 /// A configuration problem, with the offending key in the message.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +120,39 @@ pub struct OriginConfig {
     /// Longest an idle connection to an origin stays pooled (proxied
     /// requests and the edge's own): shorter than the origin keeps it.
     pub pool_idle_timeout: Duration,
+    /// Sent as `Authorization: Bearer` on the edge's own requests (record,
+    /// whitelist, heartbeat, status merge); `None`: no header.
+    pub internal_token: Option<InternalToken>,
+}
+
+/// The shared edge token (`edge.origin.internal_token`, protocol section
+/// 5): 1 to 512 visible ASCII characters. A secret: its `Debug` never
+/// shows it, and no message or status document names it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InternalToken(String);
+
+impl InternalToken {
+    /// Checks a configured value; the error names the setting, never the value.
+    pub fn new(value: String) -> Result<Self, ConfigError> {
+        if value.is_empty() || value.len() > 512 || !value.bytes().all(|b| b.is_ascii_graphic()) {
+            return err(format!(
+                "edge.origin.internal_token (or {ENV_INTERNAL_TOKEN}) must be 1 to 512 visible \
+                 ASCII characters (no spaces); omit it to send none"
+            ));
+        }
+        Ok(InternalToken(value))
+    }
+
+    /// The token itself (for the `Authorization` header only).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for InternalToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InternalToken(<redacted>)")
+    }
 }
 
 /// The in-process cache.
@@ -343,6 +378,11 @@ fn edge_from_file(
                 f.origin.pool_idle_timeout_ms,
                 "edge.origin.pool_idle_timeout_ms",
             )?,
+            internal_token: env(ENV_INTERNAL_TOKEN)
+                .filter(|t| !t.is_empty())
+                .or(f.origin.internal_token)
+                .map(InternalToken::new)
+                .transpose()?,
         },
         cache: CacheConfig {
             max_bytes: f.cache.max_bytes,
@@ -507,6 +547,42 @@ edge:
             "{:?}",
             l.map(|l| l.edge.redis)
         );
+    }
+
+    #[test]
+    fn the_internal_token_comes_from_the_file_or_the_environment_and_is_never_shown() {
+        let with = GOOD.replace("origin: {", r#"origin: { internal_token: "file-tok3n","#);
+        let l = parse(&with, no_env).map_err(|e| e.0);
+        let tok = l.map(|l| l.edge.origin.internal_token);
+        assert!(
+            matches!(&tok, Ok(Some(t)) if t.expose() == "file-tok3n"),
+            "{tok:?}"
+        );
+        let env = |k: &str| (k == ENV_INTERNAL_TOKEN).then(|| "env-tok3n".to_owned());
+        let l = parse(&with, env).map_err(|e| e.0);
+        let tok = l.map(|l| l.edge.origin.internal_token);
+        assert!(
+            matches!(&tok, Ok(Some(t)) if t.expose() == "env-tok3n"),
+            "{tok:?}"
+        );
+        assert!(
+            !format!("{tok:?}").contains("tok3n"),
+            "Debug shows the token"
+        );
+        let l = parse(GOOD, no_env).map_err(|e| e.0);
+        assert!(matches!(l.map(|l| l.edge.origin.internal_token), Ok(None)));
+        for bad in ["", "has space", "tab\there", "é"] {
+            let text = GOOD.replace(
+                "origin: {",
+                &format!(r#"origin: {{ internal_token: "{bad}","#),
+            );
+            let e = parse(&text, no_env).err().map(|e| e.0).unwrap_or_default();
+            assert!(e.contains("edge.origin.internal_token"), "{bad:?}: {e}");
+            assert!(
+                bad.is_empty() || !e.contains(bad),
+                "the error shows the token: {e}"
+            );
+        }
     }
 
     #[test]

@@ -614,3 +614,80 @@ fn pooled_origin_connections_are_retried_fresh_and_closed_when_idle() {
     );
     assert_eq!(records(&peer), 3);
 }
+
+/// The module's own requests to an origin carry `Authorization: Bearer
+/// <origin.internal_token>` (contract A of issue 23; `SU_ORIGIN_INTERNAL_TOKEN`):
+/// the record fetch and the status merge. Health checks and forwarded
+/// client requests do not. A 401 on them is logged at error level naming
+/// the setting; the token is never logged, and the rendered config holding
+/// it is owner-only. The origin is a stand-in peer that records what it gets.
+#[test]
+fn the_modules_own_origin_requests_carry_the_internal_token() {
+    use std::os::unix::fs::PermissionsExt;
+    use testkit::peer::Peer;
+    const TOKEN: &str = "lua-t0ken_Zq9";
+    let _one = serial();
+    let s = stack();
+    let peer = Peer::start();
+    let edge = Edge::openresty_with(
+        &format!("127.0.0.1:{}", s.redis.port()),
+        &peer.addr(),
+        &[("SU_ORIGIN_INTERNAL_TOKEN", TOKEN.into())],
+    );
+    let bearer = format!("Bearer {TOKEN}");
+    peer.require_authorization(Some(&bearer));
+    assert_eq!(http::get(edge.port, "/tok00001", "localhost").status, 404);
+    let status = http::get(edge.port, "/shorturl_status", "localhost");
+    assert_eq!(status.json()["origin_reachable"], true, "{}", status.text());
+    assert_eq!(
+        http::get(edge.port, "/api/v1/links/tok00001", "localhost").status,
+        200
+    );
+    wait_for("a health check", support::TIMEOUT, || {
+        peer.health_checks() >= 1
+    });
+    let seen = peer.seen();
+    let own = |path: &str| {
+        seen.iter()
+            .filter(move |s| s.path == path)
+            .collect::<Vec<_>>()
+    };
+    for path in ["/internal/v1/records/tok00001", "/shorturl_status"] {
+        let got = own(path);
+        assert!(!got.is_empty(), "{path} never reached the origin");
+        for s in got {
+            assert_eq!(s.authorization.as_deref(), Some(bearer.as_str()), "{path}");
+        }
+    }
+    for path in ["/healthz", "/api/v1/links/tok00001"] {
+        for s in own(path) {
+            assert_eq!(s.authorization, None, "{path} carried a token");
+        }
+    }
+    let conf = edge.dir.path().join("nginx/conf/shorturl.lua");
+    let mode = std::fs::metadata(&conf).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "{} is readable by others: {mode:o}",
+        conf.display()
+    );
+
+    peer.require_authorization(Some("Bearer another"));
+    assert_eq!(http::get(edge.port, "/tok00002", "localhost").status, 503);
+    wait_for("the refused token to be logged", support::TIMEOUT, || {
+        edge.logs().contains("origin.internal_token")
+    });
+    let logs = edge.logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("[error]") && l.contains("origin.internal_token")),
+        "{logs}"
+    );
+    assert!(!logs.contains(TOKEN), "the token was logged");
+    let access = std::fs::read_to_string(&edge.log_file).unwrap_or_default();
+    assert!(!access.contains(TOKEN));
+    assert!(!http::get(edge.port, "/shorturl_status", "localhost")
+        .text()
+        .contains(TOKEN));
+}

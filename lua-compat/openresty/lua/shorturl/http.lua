@@ -14,7 +14,7 @@ local MAX_BODY = 64 * 1024
 -- after use). Returns the answer, or nil, err, and whether it failed on a
 -- reused connection before any byte of an answer (the origin closed it
 -- while it sat idle).
-local function attempt(o, path, host_header, deadline, connect_ms, budget_ms, pool)
+local function attempt(o, path, host_header, auth, deadline, connect_ms, budget_ms, pool)
     local function left()
         update_time()
         return math.max(1, math.floor((deadline - now()) * 1000))
@@ -32,6 +32,7 @@ local function attempt(o, path, host_header, deadline, connect_ms, budget_ms, po
     end
     sock:settimeouts(left(), left(), left())
     ok, err = sock:send({ "GET ", path, " HTTP/1.1\r\nHost: ", host_header,
+        auth and "\r\nAuthorization: " or "", auth or "",
         "\r\nUser-Agent: shorturl-edge-lua\r\n\r\n" })
     if not ok then
         return fail(err, true)
@@ -127,16 +128,17 @@ local function attempt(o, path, host_header, deadline, connect_ms, budget_ms, po
 end
 
 -- GET path from host:port with a whole-request budget, on a pooled
--- connection. When that connection fails before any byte of an answer
--- (the origin closed it while it sat idle), the GET is made once more on a
--- fresh connection, as the Pingora edge does (its internal GETs).
+-- connection; `auth`: the Authorization value (the internal token) or nil.
+-- When that connection fails before any byte of an answer (the origin
+-- closed it while it sat idle), the GET is made once more on a fresh
+-- connection, as the Pingora edge does (its internal GETs).
 -- Returns {status=, headers={lowercased}, body=} or nil, err.
-function M.get(o, path, host_header, budget_ms, connect_ms)
+function M.get(o, path, host_header, budget_ms, connect_ms, auth)
     update_time()
     local deadline = now() + budget_ms / 1000
-    local r, err, stale = attempt(o, path, host_header, deadline, connect_ms, budget_ms, o.pool)
+    local r, err, stale = attempt(o, path, host_header, auth, deadline, connect_ms, budget_ms, o.pool)
     if not r and stale then
-        r, err = attempt(o, path, host_header, deadline, connect_ms, budget_ms, nil)
+        r, err = attempt(o, path, host_header, auth, deadline, connect_ms, budget_ms, nil)
     end
     return r, err
 end

@@ -47,6 +47,24 @@ function M.init_worker(c)
     end
 end
 
+local refused_logged = 0 -- per worker: when a refused token was last logged
+
+-- An origin answered one of the module's own requests 401: the internal
+-- token is missing or wrong. Logged at error level at most every 10 s per
+-- worker, naming the setting, never the token.
+function M.note_status(status, path)
+    if status ~= 401 then
+        return
+    end
+    local t = ngx.now()
+    if t - refused_logged >= 10 then
+        refused_logged = t
+        ngx.log(ngx.ERR, "shorturl: the origin refused the internal token (401) on ", path,
+            ": set origin.internal_token (start.sh: SU_ORIGIN_INTERNAL_TOKEN) to the token whose SHA-256 ",
+            "is the origin's internal.token_sha256")
+    end
+end
+
 -- The next healthy origin, round robin; nil when all are down.
 function M.select()
     local n = #cfg.origins
