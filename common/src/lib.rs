@@ -5,6 +5,7 @@
 //! step (the protocol is versioned by [`PROTOCOL_VERSION`]).
 
 pub mod accept;
+pub mod batch_items;
 pub mod cidr;
 pub mod clicks;
 pub mod code;

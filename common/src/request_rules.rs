@@ -5,7 +5,9 @@
 //! version, the Host field, the number of header fields), so the Pingora
 //! edge and the origin cannot drift; the OpenResty module mirrors it in
 //! `lua-compat/openresty/lua/shorturl/rules.lua`. It allocates nothing: the
-//! edge runs it on every request, redirects included.
+//! edge runs it on every request, redirects included. The edges add one
+//! rule the origin's parser cannot see ([`check_fields`]): a field nginx
+//! takes at most once ([`SINGLE_FIELDS`]) sent twice.
 //!
 //! The target is matched as received: never percent-decoded or normalised
 //! (codes are compared byte for byte). The rules only refuse what nginx
@@ -16,6 +18,29 @@ use crate::host::host_part;
 
 /// More header fields than this: 431 (bounded work per request).
 pub const MAX_HEADER_FIELDS: usize = 100;
+
+/// Header fields nginx takes at most once: it refuses a request repeating
+/// one (400, before any module runs), so both edges refuse it (with the
+/// protocol's JSON 400). `Host` has its own rule; `Content-Length` and
+/// `Transfer-Encoding` are framing, which each server's parser decides
+/// itself (protocol section 2.1).
+pub const SINGLE_FIELDS: [&str; 8] = [
+    "authorization",
+    "content-range",
+    "expect",
+    "if-match",
+    "if-modified-since",
+    "if-none-match",
+    "if-range",
+    "if-unmodified-since",
+];
+
+/// The index in [`SINGLE_FIELDS`] of `name` (any case), if it is one.
+pub fn single_field(name: &[u8]) -> Option<usize> {
+    SINGLE_FIELDS
+        .iter()
+        .position(|f| f.as_bytes().eq_ignore_ascii_case(name))
+}
 
 /// The HTTP version of a request line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +72,8 @@ impl Version {
 pub enum HostField<'a> {
     /// No `Host` field.
     Absent,
-    /// Exactly one, with this value (surrounding spaces allowed).
+    /// Exactly one, with this value as it stands in the head: surrounding
+    /// spaces are allowed, a tab anywhere is not (see [`with_ows`]).
     One(&'a [u8]),
     /// Two or more.
     Repeated,
@@ -125,6 +151,8 @@ pub enum Refusal {
     InvalidHost,
     #[error("more than {MAX_HEADER_FIELDS} header fields")]
     TooManyFields,
+    #[error("a header field allowed once is repeated")]
+    RepeatedField,
 }
 
 impl Refusal {
@@ -137,6 +165,37 @@ impl Refusal {
             _ => 400,
         }
     }
+}
+
+/// [`check`] and, for the edges, the rule on repeated [`SINGLE_FIELDS`]
+/// (`repeated_single`: the head has two fields of one of those names), in
+/// nginx's order: after the request line and the Host, before the field
+/// count (nginx stops reading a head at the repeated field).
+pub fn check_fields<'a>(head: &Head<'a>, repeated_single: bool) -> Result<Accepted<'a>, Refusal> {
+    match check(head) {
+        Ok(_) | Err(Refusal::TooManyFields) if repeated_single => Err(Refusal::RepeatedField),
+        verdict => verdict,
+    }
+}
+
+/// `value`, a field value a parser took out of `head` without its optional
+/// whitespace, widened back over the spaces and tabs around it on its line;
+/// `value` itself when it is not a slice of `head`. The `Host` rule needs
+/// the tabs: nginx strips only spaces around a value and refuses a tab in
+/// `Host`, while `httparse` (Pingora's parser) strips both.
+pub fn with_ows<'a>(head: &'a [u8], value: &'a [u8]) -> &'a [u8] {
+    let base = head.as_ptr() as usize;
+    let Some(start) = (value.as_ptr() as usize).checked_sub(base) else {
+        return value;
+    };
+    let end = start + value.len();
+    if end > head.len() {
+        return value;
+    }
+    let ows = |b: &u8| matches!(b, b' ' | b'\t');
+    let before = head[..start].iter().rev().take_while(|b| ows(b)).count();
+    let after = head[end..].iter().take_while(|b| ows(b)).count();
+    head.get(start - before..end + after).unwrap_or(value)
 }
 
 /// Applies the rules (in this order: request line, Host, field count).
@@ -188,6 +247,11 @@ fn finish<'a>(
     let raw = match head.host {
         HostField::Repeated => return Err(Refusal::RepeatedHost),
         HostField::One(value) => {
+            // nginx refuses any control byte in Host, a tab around the value
+            // too (it strips only spaces): so do the edges, to answer alike.
+            if memchr::memchr(b'\t', value).is_some() {
+                return Err(Refusal::InvalidHost);
+            }
             let value = trim_ows(value);
             if authority.is_some_and(|a| a.as_bytes() != value) {
                 return Err(Refusal::HostMismatch);
@@ -356,7 +420,7 @@ mod tests {
         assert_eq!(ok("/...", Some("x")).1, "/...");
         assert_eq!(ok("/..a", Some("x")).1, "/..a");
         assert_eq!(
-            ok("/abcdef", Some("  localhost\t")).0.as_deref(),
+            ok("/abcdef", Some("  localhost  ")).0.as_deref(),
             Some("localhost")
         );
         assert_eq!(ok("/abcdef", Some("[::1]:80")).0.as_deref(), Some("[::1]"));
@@ -438,6 +502,10 @@ mod tests {
             ("/abcdef", Some("a..b"), InvalidHost),
             ("/abcdef", Some("a/b"), InvalidHost),
             ("/abcdef", Some("a\tb"), InvalidHost),
+            ("/abcdef", Some("\tlocalhost"), InvalidHost),
+            ("/abcdef", Some("localhost\t"), InvalidHost),
+            ("/abcdef", Some(" \t localhost \t "), InvalidHost),
+            ("http://localhost/abcdef", Some("\tlocalhost"), InvalidHost),
             ("/abcdef", Some("u@localhost"), InvalidHost),
             ("http://a_b.com/abcdef", Some("a_b.com"), InvalidHost),
         ];
@@ -468,6 +536,62 @@ mod tests {
         assert_eq!(TooManyFields.status(), 431);
         assert_eq!(Connect.status(), 405);
         assert_eq!(Method.status(), 400);
+    }
+
+    #[test]
+    fn repeated_single_fields() {
+        let h = head("GET", "/abcdef", "HTTP/1.1", HostField::One(b"x"));
+        assert!(check_fields(&h, false).is_ok());
+        assert_eq!(check_fields(&h, true).err(), Some(Refusal::RepeatedField));
+        assert_eq!(Refusal::RepeatedField.status(), 400);
+        // After the request line and the Host, before the field count.
+        let mut many = h;
+        many.fields = MAX_HEADER_FIELDS + 1;
+        assert_eq!(
+            check_fields(&many, true).err(),
+            Some(Refusal::RepeatedField)
+        );
+        assert_eq!(
+            check_fields(&many, false).err(),
+            Some(Refusal::TooManyFields)
+        );
+        let bad_host = head("GET", "/abcdef", "HTTP/1.1", HostField::One(b"a_b"));
+        assert_eq!(
+            check_fields(&bad_host, true).err(),
+            Some(Refusal::InvalidHost)
+        );
+        let bad_line = head("get", "/abcdef", "HTTP/1.1", HostField::One(b"x"));
+        assert_eq!(check_fields(&bad_line, true).err(), Some(Refusal::Method));
+        assert_eq!(single_field(b"Authorization"), Some(0));
+        for name in ["if-none-match", "EXPECT", "If-Unmodified-Since", "If-Range"] {
+            assert!(single_field(name.as_bytes()).is_some(), "{name}");
+        }
+        for name in [
+            "Host",
+            "Content-Length",
+            "Transfer-Encoding",
+            "Cookie",
+            "authorizatio",
+        ] {
+            assert_eq!(single_field(name.as_bytes()), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn with_ows_widens_a_trimmed_value_to_its_line() {
+        let head = b"GET / HTTP/1.1\r\nHost:\t localhost \t\r\nX: y\r\n\r\n";
+        let at = |s: &str| {
+            let i = head
+                .windows(s.len())
+                .position(|w| w == s.as_bytes())
+                .unwrap_or_else(|| panic!("{s}"));
+            &head[i..i + s.len()]
+        };
+        assert_eq!(with_ows(head, at("localhost")), b"\t localhost \t");
+        assert_eq!(with_ows(head, at("y")), b" y");
+        // Not a slice of the head: as given.
+        assert_eq!(with_ows(head, b"localhost"), b"localhost");
+        assert_eq!(with_ows(b"", b"x"), b"x");
     }
 
     #[test]

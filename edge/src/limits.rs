@@ -11,7 +11,9 @@
 //!   client is past `unknown_per_ip_per_sec`, its next lookups that are not a
 //!   cached record answer 429 before any Redis or origin work. Cached
 //!   redirects never reach this module.
-//! * creations: `POST /api/v1/links` per client, counted before forwarding.
+//! * creations: `POST /api/v1/links` per client, counted before forwarding;
+//!   a batch (`/api/v1/links/batch`) spends one per item, all or nothing,
+//!   before the end of its body is forwarded.
 //! * refused creations: creations the origin answered 401/403, a stricter
 //!   per-minute budget; once spent, further creations from that client are
 //!   429 at the edge and never reach the origin.
@@ -91,13 +93,17 @@ impl Window {
     }
 
     fn add(&mut self, now_ms: u64, len_ms: u64) -> u32 {
+        self.add_n(now_ms, len_ms, 1)
+    }
+
+    fn add_n(&mut self, now_ms: u64, len_ms: u64, n: u32) -> u32 {
         if self.value(now_ms, len_ms) == 0 {
             *self = Window {
                 start_ms: now_ms,
                 count: 0,
             };
         }
-        self.count = self.count.saturating_add(1);
+        self.count = self.count.saturating_add(n);
         self.count
     }
 }
@@ -208,18 +214,54 @@ impl Limits {
     /// refused-creation budget is spent, else counted against the
     /// per-second creation limit.
     pub fn admit_creation(&self, client: ClientKey) -> Result<(), Refusal> {
+        self.admit_creations(client, 1)
+    }
+
+    /// Decides `items` creations at once (a batch): refused while the
+    /// client's refused-creation budget is spent, or when they do not all
+    /// fit in what is left of its per-second limit; then nothing is spent.
+    /// Else all are counted, in one step under the client's lock.
+    pub fn admit_creations(&self, client: ClientKey, items: u64) -> Result<(), Refusal> {
         if self.creations_max == 0 && self.refused_max == 0 {
             return Ok(());
         }
+        let n = u32::try_from(items).unwrap_or(u32::MAX);
         self.table.update(client, |c, now| {
             if self.refused_max > 0 && c.refused.value(now, MINUTE_MS) >= self.refused_max {
                 return Err(Refusal::RefusedCreations);
             }
-            if self.creations_max > 0 && c.creations.add(now, SECOND_MS) > self.creations_max {
-                return Err(Refusal::Creations);
+            if self.creations_max > 0 {
+                let used = c.creations.value(now, SECOND_MS);
+                if used.saturating_add(n) > self.creations_max {
+                    return Err(Refusal::Creations);
+                }
+                c.creations.add_n(now, SECOND_MS, n);
             }
             Ok(())
         })
+    }
+
+    /// The refusal a creation from `client` would get now whatever its
+    /// size: its refused-creation budget is spent, or its per-second
+    /// creations are. Spends nothing (a batch is refused at its head
+    /// before its body is read).
+    pub fn creation_blocked(&self, client: &ClientKey) -> Option<Refusal> {
+        if self.creations_max == 0 && self.refused_max == 0 {
+            return None;
+        }
+        self.table
+            .read(client, |c, now| {
+                if self.refused_max > 0 && c.refused.value(now, MINUTE_MS) >= self.refused_max {
+                    Some(Refusal::RefusedCreations)
+                } else if self.creations_max > 0
+                    && c.creations.value(now, SECOND_MS) >= self.creations_max
+                {
+                    Some(Refusal::Creations)
+                } else {
+                    None
+                }
+            })
+            .flatten()
     }
 
     /// Counts a creation the origin refused (401/403) for `client`.
@@ -330,6 +372,42 @@ mod tests {
         assert_eq!(l.admit_creation(a), Err(Refusal::RefusedCreations));
         assert_eq!(l.admit_creation(a), Err(Refusal::RefusedCreations));
         assert_eq!(l.admit_creation(b), Ok(()));
+    }
+
+    #[test]
+    fn a_batch_takes_all_its_tokens_or_none() {
+        let l = Limits::new(&cfg(0, 20, 0, 100), evictions());
+        let (a, b) = (key(1), key(2));
+        assert_eq!(l.admit_creations(a, 21), Err(Refusal::Creations));
+        assert_eq!(
+            l.creation_blocked(&a),
+            None,
+            "a refused batch spends nothing"
+        );
+        assert_eq!(l.admit_creations(a, 20), Ok(()));
+        assert_eq!(l.creation_blocked(&a), Some(Refusal::Creations));
+        assert_eq!(l.admit_creation(a), Err(Refusal::Creations));
+        assert_eq!(l.admit_creations(a, 1), Err(Refusal::Creations));
+        // Partly used: a batch fits only in what is left.
+        assert_eq!(l.admit_creations(b, 15), Ok(()));
+        assert_eq!(l.admit_creations(b, 6), Err(Refusal::Creations));
+        assert_eq!(l.admit_creations(b, 5), Ok(()));
+        assert_eq!(l.admit_creation(b), Err(Refusal::Creations));
+        // Huge counts saturate instead of wrapping.
+        assert_eq!(l.admit_creations(key(3), u64::MAX), Err(Refusal::Creations));
+        let off = Limits::new(&cfg(0, 0, 0, 100), evictions());
+        assert_eq!(off.admit_creations(a, 1_000_000), Ok(()));
+        assert_eq!(off.creation_blocked(&a), None);
+    }
+
+    #[test]
+    fn a_spent_refused_budget_blocks_batches_at_their_head() {
+        let l = Limits::new(&cfg(0, 100, 1, 100), evictions());
+        let a = key(1);
+        assert_eq!(l.creation_blocked(&a), None);
+        l.count_refused_creation(a);
+        assert_eq!(l.creation_blocked(&a), Some(Refusal::RefusedCreations));
+        assert_eq!(l.admit_creations(a, 2), Err(Refusal::RefusedCreations));
     }
 
     #[test]

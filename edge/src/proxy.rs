@@ -7,20 +7,24 @@
 //! * URI or headers over the configured size → 414 / 431
 //! * `/shorturl_status` → merged status JSON for `status_allow` clients,
 //!   the protocol 404 for everyone else
-//! * `/api/...` → origin pool (creations limited per client, see `limits.rs`)
+//! * `/api/...` → origin pool (creations limited per client, see `limits.rs`;
+//!   a batch spends one creation per item, counted as its body streams:
+//!   `request_body_filter`)
 //! * `/.well-known/acme-challenge/{token}` → the HTTP-01 answer from the shared store
 //! * codes → redirect, 404, 429 or 503; over plain HTTP on a domain in
 //!   `https.redirect`, a 308 to the same URL on https instead (`tls::https`)
-//! * pages (`/{code}.svg|.png`, `/{code}+`) → the origin pool through the
-//!   page cache (`pages`): `request_cache_filter`, `cache_key_callback`,
+//! * pages (`/{code}.svg|.png`, `/{code}+`) → the code looked up and
+//!   decided as for a redirect (`look_up`, `decide`: 404, 429 or 503 the
+//!   same way); a live record's page → the origin pool through the page
+//!   cache (`pages`): `request_cache_filter`, `cache_key_callback`,
 //!   `response_cache_filter` and `should_serve_stale` act only on them
 
 use crate::access_log::{AccessLog, LogLine};
-use crate::cache::AnswerRef;
+use crate::cache::{AnswerRef, Entry, RecordRef};
 use crate::clicks::Clicks;
 use crate::config::EdgeConfig;
 use crate::limits::{Limits, Refusal};
-use crate::lookup::Resolver;
+use crate::lookup::{Resolved, Resolver};
 use crate::metrics::Metrics;
 use crate::net::{client_of, forwarded_for, ClientKey};
 use crate::origin::OriginPool;
@@ -41,6 +45,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
 use pingora_cache::{CacheKey, RespCacheable};
+use shorturl_common::batch_items::ItemCounter;
 use shorturl_common::pages::PageKind;
 use shorturl_common::status::FastPathDim;
 use shorturl_common::time::now_unix;
@@ -73,6 +78,32 @@ pub struct PageCtx {
     html404: bool,
 }
 
+/// Where a looked-up code's answer lives: a cached entry, or the result
+/// of a fresh lookup (no copy of either).
+enum Looked {
+    Cached(Arc<Entry>),
+    Resolved(Resolved),
+}
+
+impl Looked {
+    fn answer(&self) -> AnswerRef<'_> {
+        match self {
+            Looked::Cached(e) => e.answer(),
+            Looked::Resolved(r) => r.answer.view(),
+        }
+    }
+}
+
+/// What a looked-up code is for one request (see [`Edge::decide`]).
+enum Verdict<'a> {
+    /// A live record bound to the request's host.
+    Live(RecordRef<'a>),
+    /// The lookup failed: 503.
+    Unavailable,
+    /// The protocol 404.
+    NotFound,
+}
+
 /// Per-request state.
 pub struct Ctx {
     start: Instant,
@@ -91,7 +122,25 @@ pub struct Ctx {
     tls: bool,
     /// Set on page requests only.
     page: Option<Box<PageCtx>>,
+    /// Set on batch creations only: their items are counted as the body
+    /// streams, and admitted before its end goes to the origin.
+    batch: Option<Box<BatchBody>>,
+    /// Why a creation was refused after forwarding began (a batch over the
+    /// limit): `fail_to_proxy` says it.
+    refusal: Option<Refusal>,
 }
+
+/// A batch creation's body on its way to the origin.
+#[derive(Default)]
+pub struct BatchBody {
+    items: ItemCounter,
+    /// The latest piece read, not yet forwarded: the origin cannot have
+    /// the whole batch before its items are admitted.
+    held: Option<Bytes>,
+}
+
+/// The path of a batch creation (protocol section 5).
+const BATCH_PATH: &str = "/api/v1/links/batch";
 
 /// Whether the client prefers HTML to JSON (`common::accept`).
 fn prefers_html(req: &RequestHeader) -> bool {
@@ -126,65 +175,100 @@ impl Edge {
             .is_some_and(|h| h.eq_ignore_ascii_case(domain))
     }
 
+    /// The record lookup every code route shares, redirects and pages
+    /// (protocol 4 and 4.3): the in-process cache, else Redis and the
+    /// origin (coalesced, stored, negatives included), with the client's
+    /// unknown-code budget checked before any work that is not a cached
+    /// record. Sets the request's outcome; `None`: over the budget (429).
+    async fn look_up(&self, ctx: &mut Ctx, code: &str) -> Option<Looked> {
+        match self.resolver.cache.get(code, ctx.start) {
+            Some(e) => {
+                self.metrics.local_hit.inc();
+                let found = matches!(e.answer(), AnswerRef::Found(_));
+                ctx.outcome = match e.answer() {
+                    AnswerRef::Found(_) => Outcome::Hit,
+                    AnswerRef::Negative(_) => Outcome::Neg,
+                    AnswerRef::Unavailable => Outcome::Fail,
+                };
+                (found || !self.over_unknown_limit(ctx)).then_some(Looked::Cached(e))
+            }
+            None => {
+                self.metrics.local_miss.inc();
+                if self.over_unknown_limit(ctx) {
+                    return None;
+                }
+                let resolved = self.resolver.resolve(code).await;
+                ctx.outcome = resolved.source;
+                Some(Looked::Resolved(resolved))
+            }
+        }
+    }
+
+    /// What a looked-up code is for this request: a live record bound to
+    /// its host, a failed lookup, or the protocol 404 (unknown, expired,
+    /// another domain's), which spends the client's unknown-code budget.
+    fn decide<'a>(
+        &self,
+        req: &RequestHeader,
+        ctx: &Ctx,
+        looked: &'a Looked,
+        now: u64,
+    ) -> Verdict<'a> {
+        match looked.answer() {
+            AnswerRef::Found(rec)
+                if !rec.is_expired_at(now) && Self::request_is_for(req, ctx.host, rec.domain) =>
+            {
+                Verdict::Live(rec)
+            }
+            AnswerRef::Unavailable => Verdict::Unavailable,
+            _ => {
+                if let Some(key) = self.client_key(ctx) {
+                    self.limits.count_unknown(key);
+                }
+                Verdict::NotFound
+            }
+        }
+    }
+
+    /// `GET|HEAD /{code}`: the redirect, or the answer of [`Edge::decide`].
     async fn redirect_or_404(
         &self,
         session: &mut Session,
         ctx: &mut Ctx,
         code: &str,
     ) -> Result<bool> {
-        // The answer borrows from whichever of these holds it: a cached
-        // entry (no allocation on a hit) or a fresh lookup.
-        let (hit, resolved);
-        let answer = match self.resolver.cache.get(code, ctx.start) {
-            Some(e) => {
-                hit = e;
-                self.metrics.local_hit.inc();
-                ctx.outcome = match hit.answer() {
-                    AnswerRef::Found(_) => Outcome::Hit,
-                    AnswerRef::Negative(_) => Outcome::Neg,
-                    AnswerRef::Unavailable => Outcome::Fail,
-                };
-                if !matches!(hit.answer(), AnswerRef::Found(_)) && self.over_unknown_limit(ctx) {
-                    return self.too_many(session, ctx, Refusal::Unknown).await;
-                }
-                hit.answer()
-            }
-            None => {
-                self.metrics.local_miss.inc();
-                if self.over_unknown_limit(ctx) {
-                    return self.too_many(session, ctx, Refusal::Unknown).await;
-                }
-                resolved = self.resolver.resolve(code).await;
-                ctx.outcome = resolved.source;
-                resolved.answer.view()
-            }
+        let Some(looked) = self.look_up(ctx, code).await else {
+            return self.too_many(session, ctx, Refusal::Unknown).await;
         };
         let now = now_unix();
-        match answer {
-            AnswerRef::Found(rec)
-                if !rec.is_expired_at(now)
-                    && Self::request_is_for(session.req_header(), ctx.host, rec.domain) =>
-            {
+        match self.decide(session.req_header(), ctx, &looked, now) {
+            Verdict::Live(rec) => {
                 // Counted before the answer is written: a client that got
                 // its redirect has its click queued, so the last flush at
                 // shutdown, which follows every answer, sends it.
                 self.clicks.record(session.req_header(), code, now);
                 respond::redirect(session, &self.cfg.redirect, rec.url, self.hsts(ctx)).await?;
+                Ok(true)
             }
-            AnswerRef::Unavailable => respond::unavailable(session).await?,
-            _ => {
-                if let Some(key) = self.client_key(ctx) {
-                    self.limits.count_unknown(key);
-                }
-                if prefers_html(session.req_header()) {
-                    // A browser: the origin's 404 page (protocol 4.2),
-                    // proxied uncached. Only on this 404 branch.
-                    self.to_page_origin(session, ctx, None, true);
-                    return Ok(false);
-                }
-                respond::not_found_with(session, &self.cfg.redirect, self.hsts(ctx)).await?;
-            }
+            Verdict::Unavailable => self.unavailable(session).await,
+            Verdict::NotFound => self.not_found_code(session, ctx).await,
         }
+    }
+
+    /// The 503 of a failed record lookup.
+    async fn unavailable(&self, session: &mut Session) -> Result<bool> {
+        respond::unavailable(session).await?;
+        Ok(true)
+    }
+
+    /// The protocol 404 for a code (or page) path: JSON, or for a browser
+    /// the origin's 404 page (protocol 4.2), proxied uncached.
+    async fn not_found_code(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        if prefers_html(session.req_header()) {
+            self.to_page_origin(session, ctx, None, true);
+            return Ok(false);
+        }
+        respond::not_found_with(session, &self.cfg.redirect, self.hsts(ctx)).await?;
         Ok(true)
     }
 
@@ -260,10 +344,27 @@ impl Edge {
         Ok(true)
     }
 
-    /// A page: proxied to the origin pool through the page cache (the
-    /// origin is chosen in `upstream_peer`, after the cache lookup, so a
-    /// cached page is served even when no origin is up).
-    fn page(&self, session: &mut Session, ctx: &mut Ctx, kind: PageKind, code: &CodeBuf) -> bool {
+    /// A page: its code is looked up and decided exactly as a redirect's
+    /// (protocol 4.3: the unknown-code budget, the cached negatives, the
+    /// same 404, 429 and 503); only a live record bound to the request's
+    /// host goes on to the origin pool through the page cache (the origin
+    /// is chosen in `upstream_peer`, after the cache lookup, so a cached
+    /// page is served even when no origin is up).
+    async fn page(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        kind: PageKind,
+        code: &CodeBuf,
+    ) -> Result<bool> {
+        let Some(looked) = self.look_up(ctx, code.as_str()).await else {
+            return self.too_many(session, ctx, Refusal::Unknown).await;
+        };
+        match self.decide(session.req_header(), ctx, &looked, now_unix()) {
+            Verdict::Live(_) => {}
+            Verdict::Unavailable => return self.unavailable(session).await,
+            Verdict::NotFound => return self.not_found_code(session, ctx).await,
+        }
         ctx.outcome = Outcome::Page;
         let req = session.req_header();
         let key = ctx
@@ -271,7 +372,7 @@ impl Edge {
             .and_then(|h| h.get(req))
             .and_then(|host| crate::pages::key(host, kind, code.as_str(), req.uri.query()));
         self.to_page_origin(session, ctx, key, false);
-        false
+        Ok(false)
     }
 
     /// Marks the request as a page proxied to the origin pool (through the
@@ -293,8 +394,17 @@ impl Edge {
         let req = session.req_header();
         if req.method == Method::POST && req.uri.path().starts_with("/api/v1/links") {
             ctx.creation = true;
+            let batch = req.uri.path() == BATCH_PATH && !session.is_body_empty();
             if let Some(key) = self.client_key(ctx) {
-                if let Err(why) = self.limits.admit_creation(key) {
+                if batch {
+                    // One token per item, taken when the body is read
+                    // (`request_body_filter`); refused here already when
+                    // not even one item would be admitted.
+                    if let Some(why) = self.limits.creation_blocked(&key) {
+                        return self.too_many(session, ctx, why).await;
+                    }
+                    ctx.batch = Some(Box::default());
+                } else if let Err(why) = self.limits.admit_creation(key) {
                     return self.too_many(session, ctx, why).await;
                 }
             }
@@ -341,6 +451,8 @@ impl ProxyHttp for Edge {
             connect_failures: 0,
             tls: false,
             page: None,
+            batch: None,
+            refusal: None,
         }
     }
 
@@ -356,7 +468,8 @@ impl ProxyHttp for Edge {
         if !self.tls.https.is_off() {
             ctx.tls = https::is_tls(session);
         }
-        match request_rules::check(session.req_header()) {
+        let raw_head = session.as_http1().map(|h1| h1.get_headers_raw_bytes());
+        match request_rules::check(session.req_header(), raw_head.as_deref()) {
             Ok(host) => ctx.host = host,
             Err(refusal) => {
                 ctx.outcome = Outcome::Bad;
@@ -398,7 +511,7 @@ impl ProxyHttp for Edge {
                     respond::to_https(session, &location).await?;
                     return Ok(true);
                 }
-                Ok(self.page(session, ctx, kind, &code))
+                self.page(session, ctx, kind, &code).await
             }
             Route::AcmeChallenge => self.acme_challenge(session, ctx).await,
             Route::CodeWrongMethod => {
@@ -542,6 +655,50 @@ impl ProxyHttp for Edge {
         e
     }
 
+    /// A batch creation: its items are counted as its body streams to the
+    /// origin, one piece behind; at the end they are admitted all at once
+    /// (`Limits::admit_creations`) before the last piece is forwarded, or
+    /// the request fails with the 429 of any refused creation and the
+    /// origin, which never got a whole body, creates nothing.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        let Some(batch) = ctx.batch.as_mut() else {
+            return Ok(());
+        };
+        if let Some(piece) = body.as_deref() {
+            batch.items.feed(piece);
+        }
+        if !end_of_stream {
+            // Never `None` here: to Pingora that ends the upstream body.
+            let previous = std::mem::replace(&mut batch.held, body.take());
+            *body = Some(previous.unwrap_or_default());
+            return Ok(());
+        }
+        let items = batch.items.items();
+        let held = batch.held.take();
+        if let Some(key) = self.client_key(ctx) {
+            if let Err(why) = self.limits.admit_creations(key, items) {
+                ctx.refusal = Some(why);
+                return Err(Error::explain(ErrorType::HTTPStatus(429), why.message()));
+            }
+        }
+        *body = match (held, body.take()) {
+            (Some(h), Some(last)) => {
+                let mut both = bytes::BytesMut::with_capacity(h.len() + last.len());
+                both.extend_from_slice(&h);
+                both.extend_from_slice(&last);
+                Some(both.freeze())
+            }
+            (h, last) => h.or(last),
+        };
+        Ok(())
+    }
+
     /// `X-Forwarded-For` starts with the client the edge decided on (see
     /// [`forwarded_for`]); what an untrusted client wrote there is dropped.
     async fn upstream_request_filter(
@@ -603,6 +760,30 @@ impl ProxyHttp for Edge {
                 ErrorSource::Internal | ErrorSource::Unset => 500,
             },
         };
+        if let Some(why) = ctx.refusal.filter(|_| code == 429) {
+            // A batch over the creation limit, refused at the end of its
+            // body: the same 429 as any refused creation, and the body was
+            // read whole, so the connection may stay.
+            ctx.outcome = Outcome::Limit;
+            self.metrics.limited(why);
+            if session.response_written().is_none() {
+                if let Err(err) = respond::error(
+                    session,
+                    429,
+                    "rate_limited",
+                    why.message(),
+                    Some(respond::RETRY_AFTER_SECS),
+                )
+                .await
+                {
+                    tracing::debug!(error = %err, "cannot send error response");
+                }
+            }
+            return FailToProxy {
+                error_code: 429,
+                can_reuse_downstream: true,
+            };
+        }
         let forwarded = ctx.upstream.is_some();
         if forwarded && code >= 500 {
             self.metrics.origin_error.inc();

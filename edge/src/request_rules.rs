@@ -1,7 +1,10 @@
 //! Protocol section 2.1 on the Pingora edge: the request head as Pingora
-//! parsed it goes once through `shorturl_common::request_rules::check` at
-//! the top of `request_filter`; the request's host is kept as a position in
-//! the head (no copy), for the redirect to compare with the record's domain.
+//! parsed it goes once through `shorturl_common::request_rules::check_fields`
+//! at the top of `request_filter`; the request's host is kept as a position
+//! in the head (no copy), for the redirect to compare with the record's
+//! domain. Two rules need more than Pingora's parsed head, to answer as
+//! nginx does: a tab around the `Host` value (Pingora strips it; read from
+//! the raw head) and a repeated field of `SINGLE_FIELDS` (both refused).
 //!
 //! Pingora's HTTP/1 parser refuses some heads before any of our code runs,
 //! with its own 400 and an empty body, and closes: versions other than 1.0
@@ -26,7 +29,9 @@ use http::Version as HttpVersion;
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 use pingora::Result;
-use shorturl_common::request_rules::{check as check_head, Head, HostField, Refusal, Version};
+use shorturl_common::request_rules::{
+    check_fields, with_ows, Head, HostField, Refusal, Version, SINGLE_FIELDS,
+};
 
 /// Where the request's host lies in its head: a byte range of the `Host`
 /// value or of the raw target.
@@ -67,8 +72,13 @@ fn range_in(outer: &[u8], inner: &str) -> Option<(usize, usize)> {
 }
 
 /// Applies the rules to `req`: the position of its host (`None`: a request
-/// for no domain), or why it is refused.
-pub fn check(req: &RequestHeader) -> std::result::Result<Option<HostAt>, Refusal> {
+/// for no domain), or why it is refused. `raw_head`: the head's bytes as
+/// received (HTTP/1), in which the `Host` value is a slice: the rules see
+/// the tabs around it that the parser stripped.
+pub fn check(
+    req: &RequestHeader,
+    raw_head: Option<&[u8]>,
+) -> std::result::Result<Option<HostAt>, Refusal> {
     let version = match req.version {
         HttpVersion::HTTP_11 | HttpVersion::HTTP_2 => Version::Http11,
         HttpVersion::HTTP_10 => Version::Http10,
@@ -81,7 +91,13 @@ pub fn check(req: &RequestHeader) -> std::result::Result<Option<HostAt>, Refusal
     let authority = (req.version == HttpVersion::HTTP_2)
         .then(|| req.uri.authority().map(|a| a.as_str().as_bytes()))
         .flatten();
-    let host = match (host_value.or(authority), hosts.next()) {
+    // The same bytes as `host_value`, with the whitespace around it: the
+    // accepted host still lies inside `host_value` (for `range_in`).
+    let host_line = match (raw_head, host_value) {
+        (Some(raw), Some(v)) => Some(with_ows(raw, v)),
+        _ => host_value,
+    };
+    let host = match (host_line.or(authority), hosts.next()) {
         (None, _) => HostField::Absent,
         (Some(v), None) => HostField::One(v),
         (Some(_), Some(_)) => HostField::Repeated,
@@ -93,7 +109,10 @@ pub fn check(req: &RequestHeader) -> std::result::Result<Option<HostAt>, Refusal
         host,
         fields: req.headers.len(),
     };
-    let Some(host) = check_head(&head)?.host else {
+    let repeated = SINGLE_FIELDS
+        .iter()
+        .any(|f| req.headers.get_all(*f).iter().nth(1).is_some());
+    let Some(host) = check_fields(&head, repeated)?.host else {
         return Ok(None);
     };
     let at = host_value
@@ -157,13 +176,13 @@ mod tests {
     #[test]
     fn host_comes_from_host_or_authority_without_a_copy() {
         let r = req("/abcdef", &["  S.Shop55.com.:8080 "], HttpVersion::HTTP_11);
-        let at = check(&r).ok().flatten();
+        let at = check(&r, None).ok().flatten();
         assert_eq!(at.and_then(|a| a.get(&r)), Some("S.Shop55.com"));
         let r = req("http://Localhost:80/abcdef", &[], HttpVersion::HTTP_10);
-        let at = check(&r).ok().flatten();
+        let at = check(&r, None).ok().flatten();
         assert_eq!(at.and_then(|a| a.get(&r)), Some("Localhost"));
         let r = req("/abcdef", &[], HttpVersion::HTTP_10);
-        assert_eq!(check(&r), Ok(None));
+        assert_eq!(check(&r, None), Ok(None));
     }
 
     #[test]
@@ -174,7 +193,7 @@ mod tests {
                 .parse()
                 .unwrap_or_else(|e| panic!("{e}")),
         );
-        let at = check(&r).ok().flatten();
+        let at = check(&r, None).ok().flatten();
         assert_eq!(at.and_then(|a| a.get(&r)), Some("S.shop55.com"));
         // A Host field, when present, is the host (Pingora has checked it
         // agrees with :authority).
@@ -185,23 +204,60 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}")),
         );
         assert_eq!(
-            check(&r).ok().flatten().and_then(|a| a.get(&r)),
+            check(&r, None).ok().flatten().and_then(|a| a.get(&r)),
             Some("a.com")
         );
         // No host at all: refused like an HTTP/1.1 request without Host.
         let r = req("/abcdef", &[], HttpVersion::HTTP_2);
-        assert_eq!(check(&r), Err(Refusal::MissingHost));
+        assert_eq!(check(&r, None), Err(Refusal::MissingHost));
     }
 
     #[test]
     fn refusals_reach_the_edge() {
         let r = req("/abcdef", &[], HttpVersion::HTTP_11);
-        assert_eq!(check(&r), Err(Refusal::MissingHost));
+        assert_eq!(check(&r, None), Err(Refusal::MissingHost));
         let r = req("/abcdef", &["a", "a"], HttpVersion::HTTP_11);
-        assert_eq!(check(&r), Err(Refusal::RepeatedHost));
+        assert_eq!(check(&r, None), Err(Refusal::RepeatedHost));
         let r = req("/%00abc", &["localhost"], HttpVersion::HTTP_11);
-        assert_eq!(check(&r), Err(Refusal::EncodedControl));
+        assert_eq!(check(&r, None), Err(Refusal::EncodedControl));
         let r = req("/abcdef#x", &["a_b.com"], HttpVersion::HTTP_11);
-        assert_eq!(check(&r), Err(Refusal::InvalidHost));
+        assert_eq!(check(&r, None), Err(Refusal::InvalidHost));
+        let mut r = req("/abcdef", &["localhost"], HttpVersion::HTTP_11);
+        r.append_header("Authorization", "Bearer a")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(check(&r, None), Ok(Some(_))));
+        r.append_header("authorization", "Bearer b")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(check(&r, None), Err(Refusal::RepeatedField));
+    }
+
+    /// A request as Pingora parses `raw`: its `Host` value without the
+    /// whitespace around it, a slice of the head's buffer.
+    fn parsed(raw: &bytes::Bytes) -> RequestHeader {
+        let at = raw
+            .windows(9)
+            .position(|w| w == b"localhost")
+            .unwrap_or_else(|| panic!("no host"));
+        let value = http::HeaderValue::from_maybe_shared(raw.slice(at..at + 9))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut r = req("/abcdef", &[], HttpVersion::HTTP_11);
+        r.append_header("Host", value)
+            .unwrap_or_else(|e| panic!("{e}"));
+        r
+    }
+
+    #[test]
+    fn tabs_around_host_are_seen_in_the_raw_head() {
+        let raw = bytes::Bytes::from_static(b"GET /abcdef HTTP/1.1\r\nHost:\tlocalhost \r\n\r\n");
+        let r = parsed(&raw);
+        assert_eq!(check(&r, Some(&raw)), Err(Refusal::InvalidHost));
+        // Without the raw head (HTTP/2) the value is all there is.
+        let at = check(&r, None).ok().flatten();
+        assert_eq!(at.and_then(|a| a.get(&r)), Some("localhost"));
+        // Spaces are fine, and the host is still found in the field.
+        let raw = bytes::Bytes::from_static(b"GET /abcdef HTTP/1.1\r\nHost:  localhost  \r\n\r\n");
+        let r = parsed(&raw);
+        let at = check(&r, Some(&raw)).ok().flatten();
+        assert_eq!(at.and_then(|a| a.get(&r)), Some("localhost"));
     }
 }

@@ -7,7 +7,8 @@
 //! * `GET|HEAD /healthz` → the edge's own liveness
 //! * `GET|HEAD /.well-known/acme-challenge/{token}` → an ACME HTTP-01 answer
 //! * `GET|HEAD /{code}` → redirect or 404; another method → 405
-//! * `GET|HEAD /{code}.svg`, `/{code}.png`, `/{code}+` → the page cache
+//! * `GET|HEAD /{code}.svg`, `/{code}.png`, `/{code}+` → the code's lookup
+//!   and decision (as a redirect's), then for a live link the page cache
 //!   (`pages/`); another method → 405. Checked only when the path is not a
 //!   code, so the redirect path does no extra work.
 //! * `/api` and `/api/...` → the origin pool

@@ -191,3 +191,103 @@ fn a_lookup_task_that_panics_leaves_nothing_behind() {
     edge.log_line(" /pan1c0 503 FAIL ");
     edge.log_line(" /pan1c0 302 REDIS ");
 }
+
+/// An origin whose health check answers `Shorturl-Health: draining` (it is
+/// stopping) gets no new requests: within two health checks of it starting
+/// to drain, every API request goes to the other origin. A 503 without the
+/// header (an origin whose MySQL is down) keeps it in the pool. The origins
+/// are stand-in peers: what matters is what the edge sends where.
+#[test]
+fn a_draining_origin_gets_no_new_requests() {
+    use testkit::peer::{Health, Peer};
+    let redis = Redis::start();
+    let (a, b) = (Peer::start(), Peer::start());
+    let edge = start_edge(EdgeOpts::new(redis.url(), vec![a.addr(), b.addr()]));
+    let api = |p: &Peer| p.count(|s| s.path.starts_with("/api/"));
+    let send = |n: usize| {
+        for _ in 0..n {
+            let r = get(edge.port, "/api/v1/links/ping0001", DOMAIN);
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    };
+    let two_checks = |p: &Peer| {
+        let since = p.health_checks();
+        wait_for("two health checks of the origin", TIMEOUT, || {
+            p.health_checks() >= since + 2
+        });
+    };
+    // Both healthy (after a check each): round robin over both.
+    two_checks(&b);
+    send(10);
+    assert_eq!((api(&a), api(&b)), (5, 5));
+
+    b.set_health(Health::Draining);
+    two_checks(&b);
+    send(20);
+    assert_eq!(
+        (api(&a), api(&b)),
+        (25, 5),
+        "the draining origin got requests"
+    );
+
+    b.set_health(Health::Unavailable);
+    two_checks(&b);
+    send(20);
+    assert_eq!(
+        (api(&a), api(&b)),
+        (35, 15),
+        "a 503 without the header left the pool"
+    );
+}
+
+/// Contract C of issue 23: the edge's own GETs to an origin (a record fetch
+/// here) survive the origin closing their pooled connection just as it is
+/// reused: the fetch is made once more on a fresh connection instead of
+/// turning into a 503.
+#[test]
+fn a_pooled_origin_connection_closed_under_a_fetch_is_retried_fresh() {
+    use testkit::peer::Peer;
+    let redis = Redis::start();
+    let peer = Peer::start();
+    let edge = start_edge(EdgeOpts::new(redis.url(), vec![peer.addr()]));
+    let records = |p: &Peer| p.count(|s| s.path.starts_with("/internal/v1/records/"));
+    // The first fetch leaves its connection in the pool.
+    assert_eq!(get(edge.port, "/pooled01", DOMAIN).status, 404);
+    assert_eq!(records(&peer), 1);
+    // The origin now closes a connection when a second request comes on it.
+    peer.set_drop_reused(true);
+    let r = get(edge.port, "/pooled02", DOMAIN);
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(
+        peer.dropped(),
+        1,
+        "the fetch did not reuse the pooled connection"
+    );
+    assert_eq!(records(&peer), 2);
+}
+
+/// `edge.origin.pool_idle_timeout_ms`: an idle pooled connection to an
+/// origin is closed by the edge once it has been idle that long (well
+/// before the origin would close it).
+#[test]
+fn idle_origin_connections_are_closed_after_the_pool_idle_timeout() {
+    use testkit::peer::Peer;
+    let redis = Redis::start();
+    let peer = Peer::start();
+    let edge = start_edge(EdgeOpts {
+        pool_idle_timeout_ms: Some(300),
+        ..EdgeOpts::new(redis.url(), vec![peer.addr()])
+    });
+    assert_eq!(get(edge.port, "/idle0001", DOMAIN).status, 404);
+    let fetched = Instant::now();
+    testkit::wait_for(
+        "the pooled connection to be closed",
+        std::time::Duration::from_secs(3),
+        || peer.closed_idle() >= 1,
+    );
+    let idle = fetched.elapsed();
+    assert!(
+        idle >= std::time::Duration::from_millis(250),
+        "closed after {idle:?}"
+    );
+}

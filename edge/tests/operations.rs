@@ -348,3 +348,73 @@ fn trusted_proxies_name_the_client_for_limits_log_and_origin() {
     edge.log_line(" 127.0.0.3 POST /api/v1/links 201 FWD ");
     assert_eq!(create([127, 0, 0, 3], "7.7.7.7"), 429);
 }
+
+/// The edge's own requests to an origin carry `Authorization: Bearer
+/// <edge.origin.internal_token>` (contract A of issue 23; here from
+/// `SHORTURL_EDGE_INTERNAL_TOKEN`): the record fetch, the status merge and
+/// the heartbeat. Health checks and forwarded client requests do not. A
+/// 401 on them is logged at error level naming the setting; the token is
+/// never logged nor shown in the status. The origin is a stand-in peer that
+/// records what it gets.
+#[test]
+fn the_edges_own_origin_requests_carry_the_internal_token() {
+    use testkit::peer::Peer;
+    const TOKEN: &str = "edge-t0ken-Zq9";
+    let redis = Redis::start();
+    let peer = Peer::start();
+    let edge = start_edge(EdgeOpts {
+        extra: "  heartbeat_interval_ms: 100\n",
+        env: vec![("SHORTURL_EDGE_INTERNAL_TOKEN", TOKEN.into())],
+        ..EdgeOpts::new(redis.url(), vec![peer.addr()])
+    });
+    let bearer = format!("Bearer {TOKEN}");
+    peer.require_authorization(Some(&bearer));
+    assert_eq!(get(edge.port, "/tok00001", DOMAIN).status, 404);
+    let status = get(edge.port, "/shorturl_status", "localhost");
+    assert_eq!(status.json()["origin_reachable"], true, "{}", status.text());
+    assert_eq!(get(edge.port, "/api/v1/links/tok00001", DOMAIN).status, 200);
+    wait_for("a heartbeat", TIMEOUT, || {
+        peer.count(|s| s.path == "/internal/v1/heartbeat") >= 1
+    });
+    let seen = peer.seen();
+    let own = |path: &str| {
+        seen.iter()
+            .filter(move |s| s.path == path)
+            .collect::<Vec<_>>()
+    };
+    for path in [
+        "/internal/v1/records/tok00001",
+        "/shorturl_status",
+        "/internal/v1/heartbeat",
+    ] {
+        let got = own(path);
+        assert!(!got.is_empty(), "{path} never reached the origin");
+        for s in got {
+            assert_eq!(s.authorization.as_deref(), Some(bearer.as_str()), "{path}");
+        }
+    }
+    for path in ["/healthz", "/api/v1/links/tok00001"] {
+        for s in own(path) {
+            assert_eq!(s.authorization, None, "{path} carried a token");
+        }
+    }
+
+    // The origin refuses the token: the lookup fails (503), and the log
+    // says which setting to fix, without the token.
+    peer.require_authorization(Some("Bearer another"));
+    assert_eq!(get(edge.port, "/tok00002", DOMAIN).status, 503);
+    wait_for("the refused token to be logged", TIMEOUT, || {
+        edge.log().contains("edge.origin.internal_token")
+    });
+    let log = edge.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("ERROR") && l.contains("edge.origin.internal_token")),
+        "{log}"
+    );
+    assert!(!log.contains(TOKEN), "the token was logged");
+    assert!(!status.text().contains(TOKEN));
+    assert!(!get(edge.port, "/shorturl_status", "localhost")
+        .text()
+        .contains(TOKEN));
+}

@@ -17,7 +17,10 @@
 #   SU_PAGES_CACHE_SIZE=32m  (proxy_cache max_size of the QR codes and previews)
 #   SU_REDIS_TIMEOUT_MS=30  SU_REDIS_CONNECT_TIMEOUT_MS=200
 #   SU_ORIGIN_CONNECT_TIMEOUT_MS=100  SU_ORIGIN_READ_TIMEOUT_MS=5000  SU_RECORD_TIMEOUT_MS=500
-#   SU_STATUS_TIMEOUT_MS=300  SU_HEALTH_INTERVAL_MS=1000
+#   SU_STATUS_TIMEOUT_MS=300  SU_HEALTH_INTERVAL_MS=1000  SU_ORIGIN_POOL_IDLE_TIMEOUT_MS=5000
+#   SU_ORIGIN_INTERNAL_TOKEN=<token> (default none)  sent as Authorization: Bearer on the module's own
+#     origin requests; [A-Za-z0-9._~+/=-] only here (any visible ASCII through SU_CONF); the
+#     rendered module config is owner-only (0600)
 #   SU_POSITIVE_TTL_SECS=30  SU_NEGATIVE_TTL_SECS=5  SU_UNAVAILABLE_TTL_MS=1000
 #   SU_TOMBSTONE_TTL_MS=10000  SU_UNSUBSCRIBED_GRACE_MS=5000  (invalidation, see README)
 #   SU_UNKNOWN_LIMIT=50  SU_CREATION_LIMIT=20  (per client per second, 0 = off)
@@ -40,7 +43,7 @@
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,41p' "$0" >&2
+  sed -n '2,43p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -92,6 +95,9 @@ clients="$(int SU_CLIENTS_TRACKED "${SU_CLIENTS_TRACKED:-100000}")"
 workers="$(int SU_WORKERS "${SU_WORKERS:-1}")"
 tombstone_ttl="$(int SU_TOMBSTONE_TTL_MS "${SU_TOMBSTONE_TTL_MS:-10000}")"
 unsubscribed_grace="$(int SU_UNSUBSCRIBED_GRACE_MS "${SU_UNSUBSCRIBED_GRACE_MS:-5000}")"
+pool_idle="$(int SU_ORIGIN_POOL_IDLE_TIMEOUT_MS "${SU_ORIGIN_POOL_IDLE_TIMEOUT_MS:-5000}")"
+internal_token="${SU_ORIGIN_INTERNAL_TOKEN:-}"
+case "$internal_token" in *[!A-Za-z0-9._~+/=-]*) echo "start.sh: SU_ORIGIN_INTERNAL_TOKEN must be of [A-Za-z0-9._~+/=-] (use SU_CONF for others)" >&2; exit 2 ;; esac
 flush_ms="$(int SU_CLICKS_FLUSH_INTERVAL_MS "${SU_CLICKS_FLUSH_INTERVAL_MS:-5000}")"
 max_buffered="$(int SU_CLICKS_MAX_BUFFERED_CLICKS "${SU_CLICKS_MAX_BUFFERED_CLICKS:-1000000}")"
 case "${SU_CLICKS_ENABLED:-1}" in
@@ -115,7 +121,8 @@ esac
 case "$store_key" in *,*) echo "start.sh: SU_TLS_STORE_KEY is one key" >&2; exit 2 ;; esac
 
 conf="$prefix/conf/shorturl.lua"
-# The config may hold the store key: readable by its owner only.
+# The config may hold secrets (the store key, the internal token, Redis
+# credentials): readable by its owner only.
 rm -f "$conf"
 umask_was=$(umask); umask 077
 if [ -n "${SU_CONF:-}" ]; then
@@ -141,6 +148,8 @@ return {
     record_timeout_ms = ${SU_RECORD_TIMEOUT_MS:-500},
     status_timeout_ms = ${SU_STATUS_TIMEOUT_MS:-300},
     health_check_interval_ms = ${SU_HEALTH_INTERVAL_MS:-1000},
+    pool_idle_timeout_ms = $pool_idle,
+    internal_token = "$internal_token",
   },
   cache = {
     lru = $lru,

@@ -12,6 +12,7 @@ pub mod browser;
 pub mod http;
 pub mod origin;
 pub mod pebble;
+pub mod peer;
 mod ports;
 mod proc;
 pub mod qr;

@@ -157,6 +157,14 @@ pub struct OriginFile {
     pub health_check_interval_ms: u64,
     #[serde(default = "d_health_path")]
     pub health_check_path: String,
+    /// How long a connection to an origin may sit idle in the pool (well
+    /// under the origin's own idle close, `limits.header_timeout_secs`).
+    #[serde(default = "d_origin_pool_idle_timeout_ms")]
+    pub pool_idle_timeout_ms: u64,
+    /// The shared edge token, sent as `Authorization: Bearer` on the edge's
+    /// own requests to an origin (`SHORTURL_EDGE_INTERNAL_TOKEN` overrides).
+    #[serde(default)]
+    pub internal_token: Option<String>,
 }
 
 impl OriginFile {
@@ -170,6 +178,8 @@ impl OriginFile {
             status_timeout_ms: d_origin_status_timeout_ms(),
             health_check_interval_ms: d_health_interval_ms(),
             health_check_path: d_health_path(),
+            pool_idle_timeout_ms: d_origin_pool_idle_timeout_ms(),
+            internal_token: None,
         }
     }
 }
@@ -313,6 +323,9 @@ fn d_origin_record_timeout_ms() -> u64 {
 }
 fn d_origin_status_timeout_ms() -> u64 {
     300
+}
+fn d_origin_pool_idle_timeout_ms() -> u64 {
+    5000
 }
 fn d_health_interval_ms() -> u64 {
     1000

@@ -19,6 +19,8 @@ use std::time::Duration;
 pub const ENV_REDIS_URL: &str = "SHORTURL_EDGE_REDIS_URL";
 /// Environment variable overriding `edge.origin.servers` (comma-separated).
 pub const ENV_ORIGINS: &str = "SHORTURL_EDGE_ORIGINS";
+/// Environment variable overriding `edge.origin.internal_token` (a secret).
+pub const ENV_INTERNAL_TOKEN: &str = "SHORTURL_EDGE_INTERNAL_TOKEN";
 
 /// A configuration problem, with the offending key in the message.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +117,42 @@ pub struct OriginConfig {
     pub status_timeout: Duration,
     pub health_check_interval: Duration,
     pub health_check_path: String,
+    /// Longest an idle connection to an origin stays pooled (proxied
+    /// requests and the edge's own): shorter than the origin keeps it.
+    pub pool_idle_timeout: Duration,
+    /// Sent as `Authorization: Bearer` on the edge's own requests (record,
+    /// whitelist, heartbeat, status merge); `None`: no header.
+    pub internal_token: Option<InternalToken>,
+}
+
+/// The shared edge token (`edge.origin.internal_token`, protocol section
+/// 5): 1 to 512 visible ASCII characters. A secret: its `Debug` never
+/// shows it, and no message or status document names it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InternalToken(String);
+
+impl InternalToken {
+    /// Checks a configured value; the error names the setting, never the value.
+    pub fn new(value: String) -> Result<Self, ConfigError> {
+        if value.is_empty() || value.len() > 512 || !value.bytes().all(|b| b.is_ascii_graphic()) {
+            return err(format!(
+                "edge.origin.internal_token (or {ENV_INTERNAL_TOKEN}) must be 1 to 512 visible \
+                 ASCII characters (no spaces); omit it to send none"
+            ));
+        }
+        Ok(InternalToken(value))
+    }
+
+    /// The token itself (for the `Authorization` header only).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for InternalToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InternalToken(<redacted>)")
+    }
 }
 
 /// The in-process cache.
@@ -337,6 +375,15 @@ fn edge_from_file(
                 "edge.origin.health_check_interval_ms",
             )?,
             health_check_path: f.origin.health_check_path,
+            pool_idle_timeout: ms(
+                f.origin.pool_idle_timeout_ms,
+                "edge.origin.pool_idle_timeout_ms",
+            )?,
+            internal_token: env(ENV_INTERNAL_TOKEN)
+                .filter(|t| !t.is_empty())
+                .or(f.origin.internal_token)
+                .map(InternalToken::new)
+                .transpose()?,
         },
         cache: CacheConfig {
             max_bytes: f.cache.max_bytes,
@@ -435,6 +482,7 @@ edge:
         assert_eq!(l.edge.cache.negative_ttl, Duration::from_secs(5));
         assert_eq!(l.edge.cache.tombstone_ttl, Duration::from_secs(10));
         assert_eq!(l.edge.cache.unsubscribed_grace, Duration::from_secs(5));
+        assert_eq!(l.edge.origin.pool_idle_timeout, Duration::from_secs(5));
         assert_eq!(l.server.threads, 1);
         assert_eq!(l.edge.pages_cache.max_bytes, 32 << 20);
         assert_eq!(
@@ -500,6 +548,42 @@ edge:
             "{:?}",
             l.map(|l| l.edge.redis)
         );
+    }
+
+    #[test]
+    fn the_internal_token_comes_from_the_file_or_the_environment_and_is_never_shown() {
+        let with = GOOD.replace("origin: {", r#"origin: { internal_token: "file-tok3n","#);
+        let l = parse(&with, no_env).map_err(|e| e.0);
+        let tok = l.map(|l| l.edge.origin.internal_token);
+        assert!(
+            matches!(&tok, Ok(Some(t)) if t.expose() == "file-tok3n"),
+            "{tok:?}"
+        );
+        let env = |k: &str| (k == ENV_INTERNAL_TOKEN).then(|| "env-tok3n".to_owned());
+        let l = parse(&with, env).map_err(|e| e.0);
+        let tok = l.map(|l| l.edge.origin.internal_token);
+        assert!(
+            matches!(&tok, Ok(Some(t)) if t.expose() == "env-tok3n"),
+            "{tok:?}"
+        );
+        assert!(
+            !format!("{tok:?}").contains("tok3n"),
+            "Debug shows the token"
+        );
+        let l = parse(GOOD, no_env).map_err(|e| e.0);
+        assert!(matches!(l.map(|l| l.edge.origin.internal_token), Ok(None)));
+        for bad in ["", "has space", "tab\there", "é"] {
+            let text = GOOD.replace(
+                "origin: {",
+                &format!(r#"origin: {{ internal_token: "{bad}","#),
+            );
+            let e = parse(&text, no_env).err().map(|e| e.0).unwrap_or_default();
+            assert!(e.contains("edge.origin.internal_token"), "{bad:?}: {e}");
+            assert!(
+                bad.is_empty() || !e.contains(bad),
+                "the error shows the token: {e}"
+            );
+        }
     }
 
     #[test]
@@ -573,6 +657,10 @@ edge:
             (
                 format!("{GOOD}  cache: {{ unsubscribed_grace_ms: 0 }}\n"),
                 "unsubscribed_grace_ms",
+            ),
+            (
+                GOOD.replace("origin: {", "origin: { pool_idle_timeout_ms: 0,"),
+                "edge.origin.pool_idle_timeout_ms",
             ),
             (
                 format!("{GOOD}  cache: {{ tombstone_ttl_ms: 0 }}\n"),

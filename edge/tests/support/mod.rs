@@ -112,6 +112,8 @@ pub struct EdgeOpts<'a> {
     pub redis_timeout_ms: u64,
     /// The plain listener's port (`None`: a free one).
     pub port: Option<u16>,
+    /// `edge.origin.pool_idle_timeout_ms` (`None`: the default).
+    pub pool_idle_timeout_ms: Option<u64>,
 }
 
 impl<'a> EdgeOpts<'a> {
@@ -124,6 +126,7 @@ impl<'a> EdgeOpts<'a> {
             env: Vec::new(),
             redis_timeout_ms: 1000,
             port: None,
+            pool_idle_timeout_ms: None,
         }
     }
 }
@@ -213,7 +216,7 @@ edge:
     record_timeout_ms: 1000
     status_timeout_ms: 300
     health_check_interval_ms: 200
-  access_log: {{ path: {dir}/access.log, flush_interval_ms: 20 }}
+{pool_idle}  access_log: {{ path: {dir}/access.log, flush_interval_ms: 20 }}
 {heartbeat}{extra}
 "#,
         threads = opts.threads,
@@ -221,6 +224,11 @@ edge:
         redis = redis_fields(&opts.redis_url),
         redis_timeout = opts.redis_timeout_ms,
         extra = opts.extra,
+        pool_idle = opts
+            .pool_idle_timeout_ms
+            .map_or(String::new(), |ms| format!(
+                "    pool_idle_timeout_ms: {ms}\n"
+            )),
         // Off unless a test asks: tests with stand-in origins count the
         // requests those receive.
         heartbeat = if opts.extra.contains("heartbeat_interval_ms") {

@@ -357,3 +357,337 @@ fn concurrent_requests_per_address_are_capped() {
             .is_ok_and(|r| r.status == 200)
     });
 }
+
+/// A creation body over the origin's limit (16 KiB) is the origin's
+/// `413 body_too_large` on both edges, every time (issue 23, item 12): the
+/// origin answers it unread and closes, and the module once streamed the
+/// body into that closed connection and answered 502 (more often than not
+/// for a body sent in pieces after its head, as here). It now reads the
+/// body before sending it.
+#[test]
+fn over_limit_bodies_get_the_origins_413_on_both_edges() {
+    use std::io::{BufReader, Write};
+    let _one = serial();
+    let s = stack();
+    let lua = module(&[]);
+    let pingora = Edge::pingora(&s.redis.url(), &s.origin.addr());
+    let body = vec![b'a'; 48 * 1024];
+    let head = format!(
+        "POST /api/v1/links HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {API_KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    for edge in [&lua, &pingora] {
+        for i in 0..20 {
+            let mut c = http::connect_from(ip("127.0.0.1"), edge.port).unwrap();
+            c.set_read_timeout(Some(support::TIMEOUT)).unwrap();
+            c.write_all(head.as_bytes()).unwrap();
+            for piece in body.chunks(4096) {
+                // The edge may close once it has the answer: what matters
+                // is the answer.
+                if c.write_all(piece).is_err() {
+                    break;
+                }
+            }
+            let r = http::read_response(&mut BufReader::new(c), false).unwrap();
+            assert_eq!(r.status, 413, "{} #{i}: {}", edge.name, r.text());
+            assert_eq!(r.json()["error"], "body_too_large", "{}", edge.name);
+        }
+    }
+}
+
+/// `body` to `path` on a fresh connection, written in 4 KiB pieces (so a
+/// streaming edge sees it in several chunks), and the answer.
+fn post_in_pieces(port: u16, path: &str, body: &[u8]) -> Response {
+    use std::io::{BufReader, Write};
+    let mut c = http::connect_from(ip("127.0.0.1"), port).unwrap();
+    c.set_read_timeout(Some(support::TIMEOUT)).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {API_KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    for piece in body.chunks(4096) {
+        if c.write_all(piece).is_err() {
+            break; // the edge answered early: what matters is the answer
+        }
+    }
+    http::read_response(&mut BufReader::new(c), false).unwrap()
+}
+
+/// A batch body of `items` creations: each item's URL holds brackets,
+/// braces, commas and escaped quotes, and 4 KiB of blanks separate the
+/// items, so the body (over 64 KiB) reaches the OpenResty module's counter
+/// from a file and the Pingora edge's in pieces that split strings.
+fn batch_body(tag: &str, items: usize, hostile: bool) -> Vec<u8> {
+    let pad = format!(",{}\n", " ".repeat(4096));
+    let links: Vec<String> = (0..items)
+        .map(|i| {
+            let url = if hostile {
+                format!(r#"https://example.com/{tag}/{i}?q=[1,2],{{\"x\":\"]\"}}\\"#)
+            } else {
+                format!("https://example.com/{tag}/{i}")
+            };
+            format!(r#"{{"url": "{url}"}}"#)
+        })
+        .collect();
+    format!(r#"{{"links": [{}]}}"#, links.join(&pad)).into_bytes()
+}
+
+/// The links whose URL starts with `prefix` (at the origin).
+fn links_with_prefix(prefix: &str) -> usize {
+    let r = http::request(
+        stack().origin.port,
+        "GET",
+        &format!("/api/v1/links?url_prefix={prefix}"),
+        "localhost",
+        &[("Authorization", &format!("Bearer {API_KEY}"))],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["links"].as_array().unwrap().len()
+}
+
+/// Batch creations spend one creation per item at both edges (issue 23,
+/// item 9): with `creations_per_ip_per_sec` = 20, a batch of 21 is refused
+/// whole before the origin could act on it (429, nothing created), a batch
+/// of 20 is created, and one more creation in the same second is refused.
+#[test]
+fn batch_items_count_against_the_creation_limit_on_both_edges() {
+    let _one = serial();
+    let s = stack();
+    let lua = module(&[("SU_CREATION_LIMIT", "20".into())]);
+    let knobs = support::EdgeKnobs {
+        creation_limit: 20,
+        ..support::KNOBS
+    };
+    let pingora = Edge::pingora_knobs(
+        &format!("url: \"{}\"", s.redis.url()),
+        &s.origin.addr(),
+        "",
+        &knobs,
+    );
+    let run = std::process::id();
+    for edge in [&lua, &pingora] {
+        let tag = format!("batch-{run}-{}", edge.name);
+        let refused = batch_body(&format!("{tag}-refused"), 21, true);
+        assert!(refused.len() > 64 * 1024);
+        let r = post_in_pieces(edge.port, "/api/v1/links/batch", &refused);
+        assert_eq!(r.status, 429, "{}: {}", edge.name, r.text());
+        assert_eq!(r.json()["error"], "rate_limited", "{}", edge.name);
+        assert_eq!(r.json()["message"], "too many creations", "{}", edge.name);
+        assert_eq!(r.header("retry-after"), Some("1"), "{}", edge.name);
+        assert_eq!(
+            links_with_prefix(&format!("https://example.com/{tag}-refused/")),
+            0,
+            "{}: a refused batch created links",
+            edge.name
+        );
+        // A refused batch spent nothing: 20 fit, then not one more.
+        let t0 = Instant::now();
+        let ok = post_in_pieces(
+            edge.port,
+            "/api/v1/links/batch",
+            &batch_body(&format!("{tag}-ok"), 20, false),
+        );
+        assert_eq!(ok.status, 200, "{}: {}", edge.name, ok.text());
+        let results = ok.json()["results"].as_array().unwrap().clone();
+        assert_eq!(results.len(), 20, "{}", edge.name);
+        assert!(
+            results.iter().all(|x| x["status"] == 201),
+            "{}: {results:?}",
+            edge.name
+        );
+        let one = create("127.0.0.1", edge.port, None, true, 0);
+        // The window is one second from the batch's admission.
+        assert!(
+            t0.elapsed() < Duration::from_millis(900),
+            "{}: {:?}",
+            edge.name,
+            t0.elapsed()
+        );
+        assert_eq!(one.status, 429, "{}: {}", edge.name, one.text());
+        assert_eq!(one.json()["message"], "too many creations", "{}", edge.name);
+        assert_eq!(
+            links_with_prefix(&format!("https://example.com/{tag}-ok/")),
+            20,
+            "{}",
+            edge.name
+        );
+    }
+}
+
+/// The module's health check (contract B of issue 23): an origin answering
+/// `Shorturl-Health: draining` gets no new requests within two health
+/// checks; a 503 without the header keeps it in the pool. The origins are
+/// stand-in peers: what matters is what the module sends where.
+#[test]
+fn a_draining_origin_gets_no_new_requests() {
+    use testkit::peer::{Health, Peer};
+    let _one = serial();
+    let s = stack();
+    let (a, b) = (Peer::start(), Peer::start());
+    let edge = Edge::openresty_with(
+        &format!("127.0.0.1:{}", s.redis.port()),
+        &format!("{},{}", a.addr(), b.addr()),
+        &[],
+    );
+    let api = |p: &Peer| p.count(|s| s.path.starts_with("/api/"));
+    let send = |n: usize| {
+        for _ in 0..n {
+            let r = http::get(edge.port, "/api/v1/links/ping0001", "localhost");
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    };
+    let two_checks = |p: &Peer| {
+        let since = p.health_checks();
+        wait_for("two health checks of the origin", support::TIMEOUT, || {
+            p.health_checks() >= since + 2
+        });
+    };
+    two_checks(&b);
+    send(20);
+    // Each worker has its own round-robin position: both get some.
+    let (a0, b0) = (api(&a), api(&b));
+    assert!(a0 > 0 && b0 > 0, "{a0} / {b0}");
+
+    b.set_health(Health::Draining);
+    two_checks(&b);
+    send(20);
+    assert_eq!(
+        (api(&a), api(&b)),
+        (a0 + 20, b0),
+        "the draining origin got requests"
+    );
+
+    b.set_health(Health::Unavailable);
+    two_checks(&b);
+    send(20);
+    assert!(api(&b) > b0, "a 503 without the header left the pool");
+}
+
+/// Contract C of issue 23 on the module: its own GETs to an origin (a
+/// record fetch here) survive the origin closing their pooled connection
+/// just as it is reused (made once more on a fresh connection, as on the
+/// Pingora edge), and an idle pooled connection is closed after
+/// `origin.pool_idle_timeout_ms`.
+#[test]
+fn pooled_origin_connections_are_retried_fresh_and_closed_when_idle() {
+    use testkit::peer::Peer;
+    let _one = serial();
+    let s = stack();
+    let peer = Peer::start();
+    // No health check during the test: its requests share the pool.
+    let edge = Edge::openresty_with(
+        &format!("127.0.0.1:{}", s.redis.port()),
+        &peer.addr(),
+        &[
+            ("SU_HEALTH_INTERVAL_MS", "60000".into()),
+            ("SU_ORIGIN_POOL_IDLE_TIMEOUT_MS", "1500".into()),
+            ("SU_WORKERS", "1".into()),
+        ],
+    );
+    let records = |p: &Peer| p.count(|s| s.path.starts_with("/internal/v1/records/"));
+    assert_eq!(http::get(edge.port, "/pooled01", "localhost").status, 404);
+    let fetched = Instant::now();
+    assert_eq!(records(&peer), 1);
+    // Idle past the pool's timeout: closed by the module.
+    wait_for(
+        "the pooled connection to be closed",
+        Duration::from_secs(5),
+        || peer.closed_idle() >= 1,
+    );
+    let idle = fetched.elapsed();
+    assert!(idle >= Duration::from_millis(1400), "closed after {idle:?}");
+
+    // A connection the origin closes as the next fetch reuses it (within
+    // the pool's 1.5 s).
+    assert_eq!(http::get(edge.port, "/pooled02", "localhost").status, 404);
+    peer.set_drop_reused(true);
+    let r = http::get(edge.port, "/pooled03", "localhost");
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(
+        peer.dropped(),
+        1,
+        "the fetch did not reuse the pooled connection"
+    );
+    assert_eq!(records(&peer), 3);
+}
+
+/// The module's own requests to an origin carry `Authorization: Bearer
+/// <origin.internal_token>` (contract A of issue 23; `SU_ORIGIN_INTERNAL_TOKEN`):
+/// the record fetch and the status merge. Health checks and forwarded
+/// client requests do not. A 401 on them is logged at error level naming
+/// the setting; the token is never logged, and the rendered config holding
+/// it is owner-only. The origin is a stand-in peer that records what it gets.
+#[test]
+fn the_modules_own_origin_requests_carry_the_internal_token() {
+    use std::os::unix::fs::PermissionsExt;
+    use testkit::peer::Peer;
+    const TOKEN: &str = "lua-t0ken_Zq9";
+    let _one = serial();
+    let s = stack();
+    let peer = Peer::start();
+    let edge = Edge::openresty_with(
+        &format!("127.0.0.1:{}", s.redis.port()),
+        &peer.addr(),
+        &[("SU_ORIGIN_INTERNAL_TOKEN", TOKEN.into())],
+    );
+    let bearer = format!("Bearer {TOKEN}");
+    peer.require_authorization(Some(&bearer));
+    assert_eq!(http::get(edge.port, "/tok00001", "localhost").status, 404);
+    let status = http::get(edge.port, "/shorturl_status", "localhost");
+    assert_eq!(status.json()["origin_reachable"], true, "{}", status.text());
+    assert_eq!(
+        http::get(edge.port, "/api/v1/links/tok00001", "localhost").status,
+        200
+    );
+    wait_for("a health check", support::TIMEOUT, || {
+        peer.health_checks() >= 1
+    });
+    let seen = peer.seen();
+    let own = |path: &str| {
+        seen.iter()
+            .filter(move |s| s.path == path)
+            .collect::<Vec<_>>()
+    };
+    for path in ["/internal/v1/records/tok00001", "/shorturl_status"] {
+        let got = own(path);
+        assert!(!got.is_empty(), "{path} never reached the origin");
+        for s in got {
+            assert_eq!(s.authorization.as_deref(), Some(bearer.as_str()), "{path}");
+        }
+    }
+    for path in ["/healthz", "/api/v1/links/tok00001"] {
+        for s in own(path) {
+            assert_eq!(s.authorization, None, "{path} carried a token");
+        }
+    }
+    let conf = edge.dir.path().join("nginx/conf/shorturl.lua");
+    let mode = std::fs::metadata(&conf).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "{} is readable by others: {mode:o}",
+        conf.display()
+    );
+
+    peer.require_authorization(Some("Bearer another"));
+    assert_eq!(http::get(edge.port, "/tok00002", "localhost").status, 503);
+    wait_for("the refused token to be logged", support::TIMEOUT, || {
+        edge.logs().contains("origin.internal_token")
+    });
+    let logs = edge.logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("[error]") && l.contains("origin.internal_token")),
+        "{logs}"
+    );
+    assert!(!logs.contains(TOKEN), "the token was logged");
+    let access = std::fs::read_to_string(&edge.log_file).unwrap_or_default();
+    assert!(!access.contains(TOKEN));
+    assert!(!http::get(edge.port, "/shorturl_status", "localhost")
+        .text()
+        .contains(TOKEN));
+}

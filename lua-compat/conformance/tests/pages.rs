@@ -9,7 +9,7 @@ mod support;
 
 use serde_json::json;
 use support::http::{self, Response};
-use support::{Edge, Origin, API_KEY, TIMEOUT};
+use support::{Edge, Origin, API_KEY, KNOBS, TIMEOUT};
 use testkit::{qr, wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
@@ -43,6 +43,17 @@ fn api(origin: &Origin, method: &str, path: &str, body: serde_json::Value) -> Re
 fn fetch(edge: &Edge, method: &str, path: &str, accept: Option<&str>) -> Response {
     let headers: Vec<(&str, &str)> = accept.map(|a| ("Accept", a)).into_iter().collect();
     http::request(edge.port, method, path, DOMAIN, &headers, b"")
+}
+
+/// Where a page request's answer comes from, each time it is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum From {
+    /// The origin, then the edge's page cache.
+    Cache,
+    /// The origin every time (not cacheable).
+    Origin,
+    /// The edge itself (the record lookup's 404), never the origin's page.
+    Edge,
 }
 
 fn inval_dropped(edge: &Edge) -> u64 {
@@ -89,24 +100,31 @@ fn both_edges_serve_the_same_pages_from_their_caches_and_purge_them() {
         wait_for("the edit's message", TIMEOUT, || inval_dropped(e) >= 1);
     }
 
-    // (method, path, Accept, served from the cache the second time)
-    let cases: Vec<(&str, String, Option<&str>, bool)> = vec![
-        ("GET", format!("/{code}.svg"), None, true),
-        ("GET", format!("/{code}.svg?size=128&margin=2"), None, true),
-        ("GET", format!("/{code}.png"), None, true),
+    // (method, path, Accept, where the answer comes from each time)
+    let cases: Vec<(&str, String, Option<&str>, From)> = vec![
+        ("GET", format!("/{code}.svg"), None, From::Cache),
+        (
+            "GET",
+            format!("/{code}.svg?size=128&margin=2"),
+            None,
+            From::Cache,
+        ),
+        ("GET", format!("/{code}.png"), None, From::Cache),
         (
             "GET",
             format!("/{code}.png?size=512&utm_source=x"),
             None,
-            true,
+            From::Cache,
         ),
-        ("GET", format!("/{code}+"), Some(BROWSER), true),
-        ("HEAD", format!("/{code}.png?size=64"), None, true),
-        ("GET", "/zzzz9999.svg".to_owned(), None, false),
-        ("GET", "/zzzz9999+".to_owned(), Some(BROWSER), false),
-        ("GET", format!("/{code}.png?size=2000"), None, false),
-        ("GET", format!("/{code}.svg?margin=17"), None, false),
-        ("GET", format!("/{code}.svg?size="), None, false),
+        ("GET", format!("/{code}+"), Some(BROWSER), From::Cache),
+        ("HEAD", format!("/{code}.png?size=64"), None, From::Cache),
+        // An unknown code's page is the edge's own 404 (protocol 4.3)...
+        ("GET", "/zzzz9999.svg".to_owned(), None, From::Edge),
+        // ...and a browser's is the origin's 404 page, as for a redirect.
+        ("GET", "/zzzz9999+".to_owned(), Some(BROWSER), From::Origin),
+        ("GET", format!("/{code}.png?size=2000"), None, From::Origin),
+        ("GET", format!("/{code}.svg?margin=17"), None, From::Origin),
+        ("GET", format!("/{code}.svg?size="), None, From::Origin),
     ];
     let mut first = Vec::new();
     for (method, path, accept, _) in &cases {
@@ -140,10 +158,11 @@ fn both_edges_serve_the_same_pages_from_their_caches_and_purge_them() {
         first[7].1.header("content-type"),
         Some("text/html; charset=utf-8")
     );
-    assert_eq!(origin_pages(&origin), 2 * cases.len() as u64);
+    let reaching = cases.iter().filter(|c| c.3 != From::Edge).count() as u64;
+    assert_eq!(origin_pages(&origin), 2 * reaching);
 
     // Again: what was cacheable comes from each edge's cache.
-    let uncacheable = cases.iter().filter(|c| !c.3).count() as u64;
+    let uncacheable = cases.iter().filter(|c| c.3 == From::Origin).count() as u64;
     for (i, (method, path, accept, _)) in cases.iter().enumerate() {
         for e in &edges {
             let r = fetch(e, method, path, *accept);
@@ -157,7 +176,7 @@ fn both_edges_serve_the_same_pages_from_their_caches_and_purge_them() {
     }
     assert_eq!(
         origin_pages(&origin),
-        2 * cases.len() as u64 + 2 * uncacheable,
+        2 * reaching + 2 * uncacheable,
         "only the uncacheable answers reached the origin again"
     );
 
@@ -176,9 +195,127 @@ fn both_edges_serve_the_same_pages_from_their_caches_and_purge_them() {
                 .contains("after.example")
         });
     }
+    // A browser's 404 on a plain code: the origin's 404 page on both.
+    let a = fetch(&edges[0], "GET", "/zzzz9998", Some(BROWSER));
+    let b = fetch(&edges[1], "GET", "/zzzz9998", Some(BROWSER));
+    assert_eq!(
+        (a.status, a.header("content-type")),
+        (404, Some("text/html; charset=utf-8"))
+    );
+    assert_eq!((b.status, &b.body), (404, &a.body));
     // The QR code (the same short URL) is fetched again and still equal.
     let a = fetch(&edges[0], "GET", &format!("/{code}.svg"), None);
     let b = fetch(&edges[1], "GET", &format!("/{code}.svg"), None);
     assert_eq!((a.status, &a.body), (200, &first[0].1.body));
     assert_eq!((b.status, &b.body), (200, &first[0].1.body));
+}
+
+/// The scan of issue 23, item 1: 600 requests for the pages of absent codes
+/// (`+` and `.png` appended) on one connection spend the client's
+/// unknown-code budget exactly like redirects, on both edges: 50 × 404 (the
+/// default limit), then 429s, and not one reaches the origin's page route.
+/// Each 404 is cached like a redirect's negative, and a live link's page is
+/// still served, then from the page cache.
+#[test]
+fn page_scans_spend_the_unknown_code_budget_on_both_edges() {
+    const LIMIT: usize = 50;
+    let redis = Redis::start();
+    let origin = Origin::start(&redis, 50);
+    let knobs = support::EdgeKnobs {
+        unknown_limit: LIMIT as u32,
+        ..KNOBS
+    };
+    let edges = [
+        Edge::pingora_knobs(
+            &format!("url: \"{}\"", redis.url()),
+            &origin.addr(),
+            "",
+            &knobs,
+        ),
+        Edge::openresty_with(
+            &format!("127.0.0.1:{}", redis.port()),
+            &origin.addr(),
+            &[("SU_UNKNOWN_LIMIT", LIMIT.to_string())],
+        ),
+    ];
+    let r = api(
+        &origin,
+        "POST",
+        "/api/v1/links",
+        json!({ "url": "https://example.com/live-page", "domain": DOMAIN }),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let live = r.json()["code"].as_str().unwrap().to_owned();
+    for (n, e) in edges.iter().enumerate() {
+        let pages_before = origin_pages(&origin);
+        let scan = |i: usize| match i % 2 {
+            0 => format!("/zq{i:04}x{n}+"),
+            _ => format!("/zq{i:04}x{n}.png"),
+        };
+        let mut c = http::Conn::open(e.port).unwrap();
+        let t0 = std::time::Instant::now();
+        let statuses: Vec<u16> = (0..600)
+            .map(|i| c.get(&scan(i), DOMAIN).unwrap().status)
+            .collect();
+        let took = t0.elapsed();
+        eprintln!("{}: the scan took {took:?}", e.name);
+        // The window is one second from the first 404: the scan fits in it.
+        assert!(
+            took < std::time::Duration::from_millis(900),
+            "{}: {took:?}",
+            e.name
+        );
+        assert_eq!(statuses[..LIMIT], [404; LIMIT], "{}: {statuses:?}", e.name);
+        assert!(
+            statuses[LIMIT..].iter().all(|s| *s == 429),
+            "{}: {statuses:?}",
+            e.name
+        );
+        let r = c.get(&scan(600), DOMAIN).unwrap();
+        assert_eq!(r.json()["error"], "rate_limited", "{}", e.name);
+        assert_eq!(r.header("retry-after"), Some("1"), "{}", e.name);
+        assert_eq!(
+            origin_pages(&origin),
+            pages_before,
+            "{}: a page of an absent code reached the origin",
+            e.name
+        );
+        // From another client (under its budget): a scanned code's 404 is
+        // the cached negative, no lookup at all.
+        let other = |path: &str| {
+            http::Conn::open_from([127, 0, 0, 2].into(), e.port)
+                .unwrap()
+                .get(path, DOMAIN)
+                .unwrap()
+        };
+        let before = e.status();
+        let r = other(&scan(1));
+        assert_eq!(r.status, 404, "{}", e.name);
+        assert_eq!(r.json()["error"], "not_found", "{}", e.name);
+        let after = e.status();
+        let moved =
+            |d: &str, k: &str| after[d][k].as_i64().unwrap() - before[d][k].as_i64().unwrap();
+        assert_eq!(
+            (
+                moved("local", "hit"),
+                moved("redis", "miss"),
+                moved("origin", "forward")
+            ),
+            (1, 0, 0),
+            "{}: {after}",
+            e.name
+        );
+        // A live link's page is served, then from the page cache.
+        let first = other(&format!("/{live}.svg"));
+        assert_eq!(first.status, 200, "{}: {}", e.name, first.text());
+        let served = origin_pages(&origin);
+        let again = other(&format!("/{live}.svg"));
+        assert_eq!(
+            (again.status, &again.body),
+            (200, &first.body),
+            "{}",
+            e.name
+        );
+        assert_eq!(origin_pages(&origin), served, "{}: not cached", e.name);
+    }
 }

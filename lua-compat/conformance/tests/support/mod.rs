@@ -133,6 +133,7 @@ impl Origin {
 }
 
 /// Shared edge settings: both edges get exactly these.
+#[derive(Debug, Clone, Copy)]
 pub struct EdgeKnobs {
     pub redis_timeout_ms: u64,
     pub record_timeout_ms: u64,
@@ -185,9 +186,14 @@ impl Edge {
     /// The Pingora edge whose `redis:` section holds `redis_yaml`
     /// (flow-mapping entries, as [`Origin::start_on`]).
     pub fn pingora_on(redis_yaml: &str, origin: &str, extra: &str) -> Edge {
+        Edge::pingora_knobs(redis_yaml, origin, extra, &KNOBS)
+    }
+
+    /// [`Edge::pingora_on`] with other knobs (the OpenResty module gets the
+    /// same through `SU_*` variables).
+    pub fn pingora_knobs(redis_yaml: &str, origin: &str, extra: &str, k: &EdgeKnobs) -> Edge {
         let dir = TempDir::new("conf-pingora");
         let port = free_port();
-        let k = &KNOBS;
         let text = format!(
             r#"server:
   version: 1

@@ -46,11 +46,11 @@ function M.key()
     return ctx.su_key
 end
 
--- One more event in `key`'s window of `secs`: windows start at the
--- client's first event (the entry's TTL), counts are exact, and a full
--- dictionary evicts its least recently used entries.
-local function count(key, secs)
-    local n, _, forcible = limits:incr(key, 1, 0, secs)
+-- `by` more events (default 1) in `key`'s window of `secs`: windows start
+-- at the client's first event (the entry's TTL), counts are exact, and a
+-- full dictionary evicts its least recently used entries.
+local function count(key, secs, by)
+    local n, _, forcible = limits:incr(key, by or 1, 0, secs)
     if forcible then
         counters.inc("evictions")
     end
@@ -71,17 +71,40 @@ function M.count_unknown()
     end
 end
 
--- Decides a creation before it is forwarded: refused while the client's
--- refused-creation budget is spent, else counted per second. Returns the
--- limit that refuses it, or nil.
-function M.creation_refusal()
+-- The limit that refuses any creation from the client now, whatever its
+-- size (its refused-creation budget or its creations this second are
+-- spent), or nil; spends nothing (Limits::creation_blocked: a batch is
+-- refused before its body is read).
+function M.creation_blocked()
     local l = cfg.limits
     if l.refused_creations_per_ip_per_min > 0
         and (limits:get("r:" .. M.key()) or 0) >= l.refused_creations_per_ip_per_min then
         return "refused_creations"
     end
-    if l.creations_per_ip_per_sec > 0 and count("c:" .. M.key(), 1) > l.creations_per_ip_per_sec then
+    if l.creations_per_ip_per_sec > 0 and (limits:get("c:" .. M.key()) or 0) >= l.creations_per_ip_per_sec then
         return "creations"
+    end
+    return nil
+end
+
+-- Decides `items` creations (default 1; a batch's count) before they are
+-- forwarded: refused while the client's refused-creation budget is spent,
+-- or when they do not all fit in what is left of its per-second limit
+-- (then nothing is spent: the increment is taken back); else all are
+-- counted. Returns the limit that refuses them, or nil.
+function M.creation_refusal(items)
+    items = items or 1
+    local l = cfg.limits
+    if l.refused_creations_per_ip_per_min > 0
+        and (limits:get("r:" .. M.key()) or 0) >= l.refused_creations_per_ip_per_min then
+        return "refused_creations"
+    end
+    if l.creations_per_ip_per_sec > 0 then
+        local key = "c:" .. M.key()
+        if count(key, 1, items) > l.creations_per_ip_per_sec then
+            limits:incr(key, -items)
+            return "creations"
+        end
     end
     return nil
 end

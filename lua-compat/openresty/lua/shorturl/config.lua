@@ -36,6 +36,14 @@ local function defaults()
             status_timeout_ms = 300,
             health_check_interval_ms = 1000,
             health_check_path = "/healthz",
+            -- The module's own connections to an origin (record, status,
+            -- health check) stay pooled at most this long: well under the
+            -- origin's idle close (its limits.header_timeout_secs, 10 s).
+            pool_idle_timeout_ms = 5000,
+            -- The shared edge token, sent as `Authorization: Bearer` on the
+            -- module's own requests to an origin (record fetch, status
+            -- merge); "" = none. A secret: never logged.
+            internal_token = "",
         },
         cache = {
             -- Per-worker LRU (entries) and the node-wide lua_shared_dict.
@@ -342,11 +350,19 @@ function M.load(path, nginx)
             name = s,
             proxy = host .. ":" .. port,
             pool = "su-origin:" .. host .. ":" .. port,
+            pool_idle_ms = c.origin.pool_idle_timeout_ms,
         }
     end
     for _, k in ipairs({ "connect_timeout_ms", "read_timeout_ms", "record_timeout_ms", "status_timeout_ms",
-        "health_check_interval_ms" }) do
+        "health_check_interval_ms", "pool_idle_timeout_ms" }) do
         positive(c.origin[k], "origin." .. k)
+    end
+    local token = c.origin.internal_token
+    if token ~= "" then
+        if #token > 512 or token:find("[^!-~]") then
+            error("origin.internal_token must be 1 to 512 visible ASCII characters (no spaces); \"\" sends none", 0)
+        end
+        c.origin_auth = "Bearer " .. token
     end
     if c.origin.health_check_path:sub(1, 1) ~= "/" then
         error("origin.health_check_path must start with /", 0)

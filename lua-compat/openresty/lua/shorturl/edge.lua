@@ -19,6 +19,8 @@ local metrics = require("shorturl.metrics")
 local clicks = require("shorturl.clicks")
 local clicks_stats = require("shorturl.clicks_stats")
 local pages = require("shorturl.pages")
+local accept = require("shorturl.accept")
+local batch = require("shorturl.batch")
 
 local ngx = ngx
 local var, header, now = ngx.var, ngx.header, ngx.now
@@ -88,40 +90,116 @@ end
 
 local OUTCOME_OF = { found = "HIT", neg = "NEG", unav = "FAIL" }
 
--- `head`: the request head (read_head); a redirect answered is a click.
-local function redirect_or_404(code, host, head)
+-- The record lookup every code route shares, redirects and pages
+-- (Edge::look_up): the node's caches, else Redis and the origin (coalesced,
+-- stored, negatives included), with the client's unknown-code budget
+-- checked before any work that is not a cached record. Returns the answer,
+-- or nil when the client is over its budget (429).
+local function look_up(code)
     local ans = cache.get(code)
     if ans then
         stat("local_hit")
         var.su_outcome = OUTCOME_OF[ans.kind]
         if ans.kind ~= "found" and clients.unknown_exceeded() then
-            return too_many("unknown")
+            return nil
         end
-    else
-        stat("local_miss")
-        if clients.unknown_exceeded() then
-            return too_many("unknown")
-        end
-        local source
-        -- An exiting worker's last click flush waits for lookups in flight.
-        clicks.lookup_started()
-        ans, source = lookup.resolve(code)
-        clicks.lookup_ended()
-        var.su_outcome = source
+        return ans
     end
+    stat("local_miss")
+    if clients.unknown_exceeded() then
+        return nil
+    end
+    local source
+    -- An exiting worker's last click flush waits for lookups in flight.
+    clicks.lookup_started()
+    ans, source = lookup.resolve(code)
+    clicks.lookup_ended()
+    var.su_outcome = source
+    return ans
+end
+
+-- What a looked-up code is for this request (Edge::decide): "live" (a live
+-- record bound to `host`), "unav" (the lookup failed), or "not_found" (the
+-- protocol 404: unknown, expired, another domain's), which spends the
+-- client's unknown-code budget.
+local function decide(ans, host)
     if ans.kind == "found" and ans.exp > floor(now()) and host == ans.domain then
-        clicks.count(code, head.method == "HEAD", head.ua, head.referer)
-        return respond.redirect(ans.url)
+        return "live"
     elseif ans.kind == "unav" then
-        return error_response(503, "unavailable", "link lookup temporarily unavailable", RETRY_AFTER)
+        return "unav"
     end
     clients.count_unknown()
+    return "not_found"
+end
+
+-- Proxies the request to an origin for its answer, through the page
+-- location: `key` caches it (a page), nil does not (a browser's 404 page).
+local function to_page_origin(o, key)
+    if key then
+        var.su_page_key = key
+    else
+        var.su_page_nocache = "1"
+    end
+    var.su_upstream = o.proxy
+    local c, used = clients.client()
+    var.su_xff = net.forwarded_for(var.remote_addr, used)
+    var.su_client = c
+    return ngx.exec("@shorturl_page")
+end
+
+-- The protocol 404 of a code or page path: JSON, or for a browser the
+-- origin's 404 page (protocol 4.2), proxied uncached; the JSON 404 when no
+-- origin is up or none answers (page_failed).
+local function not_found_code(head)
+    if accept.prefers_html(head.accept) then
+        local o = origins.select()
+        if o then
+            stat("origin_forward")
+            var.su_html404 = "1"
+            return to_page_origin(o, nil)
+        end
+        stat("origin_error")
+    end
     return not_found()
+end
+
+local function unavailable()
+    return error_response(503, "unavailable", "link lookup temporarily unavailable", RETRY_AFTER)
+end
+
+-- `head`: the request head (read_head); a redirect answered is a click.
+local function redirect_or_404(code, host, head)
+    local ans = look_up(code)
+    if not ans then
+        return too_many("unknown")
+    end
+    local verdict = decide(ans, host)
+    if verdict == "live" then
+        clicks.count(code, head.method == "HEAD", head.ua, head.referer)
+        return respond.redirect(ans.url)
+    elseif verdict == "unav" then
+        return unavailable()
+    end
+    return not_found_code(head)
 end
 
 local function forward(method, path)
     if method == "POST" and sub(path, 1, 13) == "/api/v1/links" then
-        local limit = clients.creation_refusal()
+        local items = 1
+        if path == "/api/v1/links/batch" then
+            -- One creation per item (batch.lua): refused before the body
+            -- is read when not even one would be admitted.
+            local blocked = clients.creation_blocked()
+            if blocked then
+                return too_many(blocked)
+            end
+            items = batch.count_request_body()
+            if not items then
+                var.su_outcome = "FWD"
+                return error_response(503, "unavailable", "request body unavailable", RETRY_AFTER)
+            end
+        end
+        local limit = clients.creation_refusal(items)
         if limit then
             return too_many(limit)
         end
@@ -142,24 +220,26 @@ local function forward(method, path)
     return ngx.exec("@shorturl_origin")
 end
 
--- A page (QR code, preview): proxied through nginx's proxy_cache (pages.lua).
--- Any configured origin is used when none is healthy: a cached page is
--- still served (stale), an uncached one fails into page_failed().
-local function page(host, kind, code, pq)
+-- A page (QR code, preview): its code looked up and decided exactly as a
+-- redirect's (404, 429, 503 alike); a live record's page is proxied through
+-- nginx's proxy_cache (pages.lua). Any configured origin is used when none
+-- is healthy: a cached page is still served (stale), an uncached one fails
+-- into page_failed().
+local function page(host, kind, code, pq, head)
+    local ans = look_up(code)
+    if not ans then
+        return too_many("unknown")
+    end
+    local verdict = decide(ans, host)
+    if verdict == "unav" then
+        return unavailable()
+    elseif verdict == "not_found" then
+        return not_found_code(head)
+    end
     var.su_outcome = "PAGE"
     local q = find(pq, "?", 1, true)
     local key = pages.key(host or nil, kind, code, q and sub(pq, q + 1) or nil)
-    if key then
-        var.su_page_key = key
-    else
-        var.su_page_nocache = "1"
-    end
-    local o = origins.select() or cfg.origins[1]
-    var.su_upstream = o.proxy
-    local c, used = clients.client()
-    var.su_xff = net.forwarded_for(var.remote_addr, used)
-    var.su_client = c
-    return ngx.exec("@shorturl_page")
+    return to_page_origin(origins.select() or cfg.origins[1], key)
 end
 
 local function status_route()
@@ -176,7 +256,7 @@ end
 local function read_head()
     local method, target, vtoken = rules.parse_line(var.request or "")
     local hosts, fields, bytes = {}, 0, 0
-    local ua, referer
+    local ua, referer, accept_v, repeated_single
     local ok, headers = pcall(ngx.req.get_headers, 0)
     if ok and headers then
         for k, v in pairs(headers) do
@@ -185,12 +265,17 @@ local function read_head()
                     fields = fields + 1
                     bytes = bytes + #k + #one + 4
                 end
+                if #v > 1 and rules.SINGLE_FIELDS[k] then
+                    repeated_single = true
+                end
                 if k == "host" then
                     hosts = v
                 elseif k == "user-agent" then
                     ua = v[1]
                 elseif k == "referer" then
                     referer = v[1]
+                elseif k == "accept" then
+                    accept_v = v[1]
                 end
             else
                 fields = fields + 1
@@ -201,12 +286,14 @@ local function read_head()
                     ua = v
                 elseif k == "referer" then
                     referer = v
+                elseif k == "accept" then
+                    accept_v = v
                 end
             end
         end
     end
     return { method = method, target = target, version = rules.version(vtoken), hosts = hosts, fields = fields,
-        bytes = bytes, ua = ua, referer = referer }
+        bytes = bytes, ua = ua, referer = referer, accept = accept_v, repeated_single = repeated_single }
 end
 
 -- For a refused head: its status and whether the answer is Pingora's bare
@@ -290,7 +377,7 @@ local function route(head, host, path, pq)
             var.su_outcome = "BAD"
             return error_response(405, "method_not_allowed", "only GET and HEAD resolve a short link")
         end
-        return page(host, kind, pcode, pq)
+        return page(host, kind, pcode, pq, head)
     end
     var.su_outcome = "BAD"
     return not_found()
@@ -359,16 +446,23 @@ function M.origin_failed()
 end
 
 -- error_page 502/504 of the page location: no origin answered and nothing
--- cached to serve instead.
+-- cached to serve instead; a browser's 404 page gets the JSON 404.
 function M.page_failed()
     stat("origin_error")
+    if var.su_html404 == "1" then
+        var.su_outcome = "FWD"
+        return not_found()
+    end
     var.su_outcome = "PAGE"
     return error_response(503, "unavailable", "no origin available", RETRY_AFTER)
 end
 
--- log_by_lua of the page location: the page-cache result, then the log.
+-- log_by_lua of the page location: the page-cache result (pages only, not
+-- a browser's 404 page), then the log.
 function M.page_log()
-    pages.count(var.upstream_cache_status, var.status)
+    if var.su_html404 ~= "1" then
+        pages.count(var.upstream_cache_status, var.status)
+    end
     return metrics.log()
 end
 

@@ -1,6 +1,7 @@
--- A tiny HTTP/1.1 client over cosockets for the two requests the edge makes
+-- A tiny HTTP/1.1 client over cosockets for the requests the edge makes
 -- itself (record fetch, status fetch) and the origin health check. Connections
--- are pooled per origin like the Pingora connector does.
+-- are pooled per origin like the Pingora connector does, each at most
+-- origin.pool_idle_timeout_ms.
 local tcp = ngx.socket.tcp
 local lower, find, sub = string.lower, string.find, string.sub
 local now, update_time = ngx.now, ngx.update_time
@@ -9,36 +10,38 @@ local M = {}
 
 local MAX_BODY = 64 * 1024
 
--- GET path from host:port with a whole-request budget. Returns
--- {status=, headers={lowercased}, body=} or nil, err.
-function M.get(o, path, host_header, budget_ms, connect_ms)
-    update_time()
-    local deadline = now() + budget_ms / 1000
+-- One GET on a connection from `pool` (nil: a fresh connection, closed
+-- after use). Returns the answer, or nil, err, and whether it failed on a
+-- reused connection before any byte of an answer (the origin closed it
+-- while it sat idle).
+local function attempt(o, path, host_header, auth, deadline, connect_ms, budget_ms, pool)
     local function left()
         update_time()
         return math.max(1, math.floor((deadline - now()) * 1000))
     end
     local sock = tcp()
-    sock:settimeouts(math.min(connect_ms, budget_ms), budget_ms, budget_ms)
-    local ok, err = sock:connect(o.host, o.port, { pool = o.pool })
+    sock:settimeouts(math.min(connect_ms, budget_ms), left(), left())
+    local ok, err = sock:connect(o.host, o.port, { pool = pool or (o.pool .. "#fresh") })
     if not ok then
         return nil, "connect: " .. tostring(err)
     end
-    local fail = function(e)
+    local reused = pool ~= nil and (sock:getreusedtimes() or 0) > 0
+    local fail = function(e, early)
         sock:close()
-        return nil, e
+        return nil, e, early and reused and e ~= "timeout"
     end
     sock:settimeouts(left(), left(), left())
     ok, err = sock:send({ "GET ", path, " HTTP/1.1\r\nHost: ", host_header,
+        auth and "\r\nAuthorization: " or "", auth or "",
         "\r\nUser-Agent: shorturl-edge-lua\r\n\r\n" })
     if not ok then
-        return fail(err)
+        return fail(err, true)
     end
     sock:settimeouts(left(), left(), left())
-    local line
-    line, err = sock:receive("*l")
+    local line, partial
+    line, err, partial = sock:receive("*l")
     if not line then
-        return fail(err)
+        return fail(err, partial == nil or partial == "")
     end
     local status = tonumber(line:match("^HTTP/1%.[01] (%d%d%d)"))
     if not status then
@@ -60,7 +63,7 @@ function M.get(o, path, host_header, budget_ms, connect_ms)
     end
     local body = ""
     local te = headers["transfer-encoding"]
-    local close = headers["connection"] and lower(headers["connection"]) == "close"
+    local close = pool == nil or (headers["connection"] and lower(headers["connection"]) == "close")
     if te and find(lower(te), "chunked", 1, true) then
         local parts, total = {}, 0
         while true do
@@ -117,9 +120,27 @@ function M.get(o, path, host_header, budget_ms, connect_ms)
     if close then
         sock:close()
     else
-        sock:setkeepalive(60000, 64)
+        -- Pooled at most origin.pool_idle_timeout_ms: well under the time
+        -- the origin keeps an idle connection.
+        sock:setkeepalive(o.pool_idle_ms, 64)
     end
     return { status = status, headers = headers, body = body }
+end
+
+-- GET path from host:port with a whole-request budget, on a pooled
+-- connection; `auth`: the Authorization value (the internal token) or nil.
+-- When that connection fails before any byte of an answer (the origin
+-- closed it while it sat idle), the GET is made once more on a fresh
+-- connection, as the Pingora edge does (its internal GETs).
+-- Returns {status=, headers={lowercased}, body=} or nil, err.
+function M.get(o, path, host_header, budget_ms, connect_ms, auth)
+    update_time()
+    local deadline = now() + budget_ms / 1000
+    local r, err, stale = attempt(o, path, host_header, auth, deadline, connect_ms, budget_ms, o.pool)
+    if not r and stale then
+        r, err = attempt(o, path, host_header, auth, deadline, connect_ms, budget_ms, nil)
+    end
+    return r, err
 end
 
 -- `max-age=N` from a Cache-Control value, in seconds.

@@ -50,10 +50,11 @@ local function fetch_record(code)
         return nil, nil, "no healthy origin"
     end
     local r, err = http.get(o, "/internal/v1/records/" .. code, cfg.default_domain, cfg.origin.record_timeout_ms,
-        cfg.origin.connect_timeout_ms)
+        cfg.origin.connect_timeout_ms, cfg.origin_auth)
     if not r then
         return nil, nil, err
     end
+    origins.note_status(r.status, "/internal/v1/records/")
     if r.status ~= 200 and r.status ~= 404 then
         return nil, nil, "origin answered " .. r.status
     end

@@ -12,6 +12,13 @@ local byte, sub, find, lower = string.byte, string.sub, string.find, string.lowe
 local M = {}
 
 M.MAX_HEADER_FIELDS = 100
+
+-- Fields nginx takes at most once (request_rules::SINGLE_FIELDS): nginx
+-- refuses a head repeating one before the module runs; the rules say why.
+M.SINGLE_FIELDS = {
+    ["authorization"] = true, ["content-range"] = true, ["expect"] = true, ["if-match"] = true,
+    ["if-modified-since"] = true, ["if-none-match"] = true, ["if-range"] = true, ["if-unmodified-since"] = true,
+}
 -- Pingora's parser refuses heads with more fields than this (bare 400).
 local PINGORA_MAX_FIELDS = 256
 
@@ -138,7 +145,8 @@ local function trim_ows(v)
 end
 
 -- The head: { method=, target=, version= "0.9"|"1.0"|"1.1"|"other",
--- hosts = { values }, fields = n }.
+-- hosts = { values }, fields = n, repeated_single = true when a field of
+-- SINGLE_FIELDS appears twice }.
 -- Returns nil, host (or false: no domain), path, path_and_query when the
 -- request is accepted; the refusal reason otherwise (see Refusal).
 function M.check(h)
@@ -185,6 +193,11 @@ function M.check(h)
     if #hosts > 1 then
         return "repeated_host"
     elseif #hosts == 1 then
+        -- A tab anywhere in Host, padding included, is refused (nginx
+        -- strips only spaces around a value).
+        if find(hosts[1], "\t", 1, true) then
+            return "invalid_host"
+        end
         raw = trim_ows(hosts[1])
         if authority and authority ~= raw then
             return "host_mismatch"
@@ -200,6 +213,9 @@ function M.check(h)
         if not host then
             return "invalid_host"
         end
+    end
+    if h.repeated_single then
+        return "repeated_field"
     end
     if h.fields > M.MAX_HEADER_FIELDS then
         return "too_many_fields"

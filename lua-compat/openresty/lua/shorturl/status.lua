@@ -31,7 +31,10 @@ local function fetch_origin_part()
     local o = origins.select()
     if o then
         local r, err = http.get(o, "/shorturl_status", cfg.default_domain, cfg.origin.status_timeout_ms,
-            cfg.origin.connect_timeout_ms)
+            cfg.origin.connect_timeout_ms, cfg.origin_auth)
+        if r then
+            origins.note_status(r.status, "/shorturl_status")
+        end
         if r and r.status == 200 then
             local v = json.decode(r.body)
             if v ~= nil then
