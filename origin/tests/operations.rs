@@ -339,26 +339,68 @@ async fn slow_heads_are_cut_and_connections_are_capped() {
     assert_eq!(o.get_text("/healthz", "sho.rt").await.0, 200);
 }
 
-/// An answer given before the request body was read says
-/// `Connection: close`, so a client that pools connections (an edge) never
-/// sends its next request into a connection the origin is closing — the
-/// cause of the 502s on refused creations seen in CI.
+/// What a handler leaves of a request body (a refusal answered before the
+/// body) is read and thrown away before the answer, so the connection stays
+/// usable and a client still sending is never reset; a body that does not
+/// come within the bound gets `Connection: close`, so a client that pools
+/// connections (an edge) never sends its next request into a connection the
+/// origin is closing — the cause of the 502s on refused creations seen in CI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_before_the_body_closes_the_connection() {
+async fn what_a_refusal_leaves_of_a_body_is_drained_or_the_connection_closed() {
     let s = Setup::start();
+    let refused = |len: usize| {
+        format!(
+            "POST /api/v1/links HTTP/1.1\r\nHost: sho.rt\r\nAuthorization: Bearer nope\r\n\
+             Content-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+        )
+    };
+    // The whole body arrives: answered, drained, and the connection serves
+    // the next request.
     let mut c = TcpStream::connect(("127.0.0.1", s.origin.port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    // A refused creation (unknown key) whose body is still on its way.
-    c.write_all(
-        b"POST /api/v1/links HTTP/1.1\r\nHost: sho.rt\r\nAuthorization: Bearer nope\r\n\
-          Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"url\":",
-    )
-    .unwrap();
+    let body = vec![b'x'; 100_000];
+    c.write_all(refused(body.len()).as_bytes()).unwrap();
+    c.write_all(&body).unwrap();
+    // (The whole answer: head and JSON body.)
+    let head = read_until(&mut c, "\"}");
+    assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    assert!(
+        !head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: sho.rt\r\n\r\n")
+        .unwrap();
+    let head = read_until(&mut c, "\r\n\r\n");
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "the same connection: {head}"
+    );
+    // A body that never finishes: after the drain's bound, the answer
+    // closes the connection.
+    let mut c = TcpStream::connect(("127.0.0.1", s.origin.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(refused(1000).as_bytes()).unwrap();
+    c.write_all(b"{\"url\":").unwrap();
     let head = read_until(&mut c, "\r\n\r\n");
     assert!(head.starts_with("HTTP/1.1 401"), "{head}");
     assert!(
         head.to_ascii_lowercase().contains("connection: close"),
         "{head}"
+    );
+    // A client waiting for `100 Continue` is answered at once and not asked
+    // for the body.
+    let mut c = TcpStream::connect(("127.0.0.1", s.origin.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let head = refused(1000).replace("\r\n\r\n", "\r\nExpect: 100-continue\r\n\r\n");
+    c.write_all(head.as_bytes()).unwrap();
+    let got = read_until(&mut c, "\r\n\r\n");
+    assert!(
+        got.starts_with("HTTP/1.1 401"),
+        "no 100 Continue first: {got}"
+    );
+    assert!(
+        got.to_ascii_lowercase().contains("connection: close"),
+        "{got}"
     );
     // A request whose body was read keeps its connection.
     let body = b"{\"url\":\"https://kept.example/\"}";

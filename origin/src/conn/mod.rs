@@ -9,10 +9,11 @@
 //!   (hyper's header-read timer runs from the moment it waits for a head,
 //!   so the same bound closes idle keep-alive connections). A slow or silent
 //!   client is closed without an answer (`shorturl_connections_header_timeouts_total`);
-//! * **no connection a client could reuse into a reset**: an answer given
-//!   before the request body was read whole, and every answer while
-//!   draining, says `Connection: close` ([`body`]), so an edge never pools a
-//!   connection the origin is about to close;
+//! * **no connection a client could reuse into a reset**: what a handler
+//!   left unread of a body is read and thrown away (bounded) before its
+//!   answer; when that is not possible, and on every answer while draining,
+//!   the answer says `Connection: close` ([`body`]), so an edge never pools
+//!   a connection the origin is about to close, nor sends into one;
 //! * **drain** ([`Drain`]): after SIGTERM the listener keeps accepting and
 //!   serving for `drain_secs` while `/healthz` says `draining`, so edges stop
 //!   choosing this origin before it stops accepting; then [`Listener::close`]
@@ -220,13 +221,19 @@ impl Accept {
     ) -> axum::response::Response {
         let (mut parts, incoming) = req.into_parts();
         parts.extensions.insert(ConnectInfo(peer));
-        let (tracked, read) = body::Tracked::new(incoming);
+        let expects_continue = parts
+            .headers
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let (tracked, rest) = body::Tracked::new(incoming, expects_continue);
         let req = http::Request::from_parts(parts, axum::body::Body::new(tracked));
         let mut resp = match self.app.clone().oneshot(req).await {
             Ok(r) => r,
             Err(never) => match never {},
         };
-        if self.drain.is_draining() || !read.is_done() {
+        // The handler (and with it the body) is gone by now.
+        let reusable = rest.drain().await;
+        if self.drain.is_draining() || !reusable {
             body::close_after(&mut resp);
         }
         resp
