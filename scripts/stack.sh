@@ -63,9 +63,13 @@ new_key() { # file: a random key, kept across runs
 }
 
 dev_config() {
-  local admin merchant
+  local admin merchant internal
   admin=$(new_key "$VAR/dev-api-key")            # app "dev": admin
   merchant=$(new_key "$VAR/dev-merchant-key")    # app "merchant55": merchant 55 only
+  # The edges' shared token for the origin's /internal/* and /metrics
+  # (origin: its SHA-256 in internal.token_sha256; edge:
+  # SHORTURL_EDGE_INTERNAL_TOKEN).
+  internal=$(new_key "$VAR/dev-internal-token")
   # The console's user `admin` (role admin): a random password, kept across runs.
   if [ ! -s "$VAR/dev-admin-password" ]; then
     (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=\n' >"$VAR/dev-admin-password")
@@ -80,6 +84,7 @@ dev_config() {
   phc=$("$BIN/shorturl-origin" hash-password <"$VAR/dev-admin-password")
   rm -f "$VAR/origin.yaml"
   (umask 077; sed -e "s/__DEV_KEY_SHA256__/$admin/" -e "s/__MERCHANT_KEY_SHA256__/$merchant/" \
+    -e "s/__INTERNAL_TOKEN_SHA256__/$internal/" \
     -e "s|__ADMIN_PASSWORD_HASH__|$phc|" conf/origin.dev.yaml >"$VAR/origin.yaml")
 }
 
@@ -121,6 +126,7 @@ start_edge() {
   [ -x "$BIN/shorturl-edge" ] || return 0
   alive "$VAR/edge.pid" && return 0
   SHORTURL_EDGE_TLS_STORE_KEY=$(cat "$VAR/dev-tls-store-key") \
+  SHORTURL_EDGE_INTERNAL_TOKEN=$(cat "$VAR/dev-internal-token") \
     nohup "$BIN/shorturl-edge" -c conf/edge.dev.yaml >"$VAR/edge.log" 2>&1 &
   echo $! >"$VAR/edge.pid"
   wait_tcp "$EDGE_PORT" edge
