@@ -21,7 +21,8 @@ pub struct Origin {
     pub port: u16,
     pub dir: TempDir,
     pub conf: PathBuf,
-    pub mysql: MariaDb,
+    /// Shared by [`Origin::sibling`]s.
+    pub mysql: std::sync::Arc<MariaDb>,
     /// Extra environment of `serve` (failpoints).
     pub env: Vec<(String, String)>,
 }
@@ -63,7 +64,7 @@ impl Origin {
             port,
             dir,
             conf,
-            mysql,
+            mysql: std::sync::Arc::new(mysql),
             env: env
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), v.clone()))
@@ -129,6 +130,38 @@ impl Origin {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("origin.log")).unwrap_or_default()
+    }
+
+    /// Another origin of the same fleet: the same config (database, Redis,
+    /// apps) on its own port.
+    pub fn sibling(&self) -> Origin {
+        let dir = TempDir::new("conf-origin");
+        let port = free_port();
+        let text = std::fs::read_to_string(&self.conf).unwrap().replacen(
+            &format!("listen: 127.0.0.1:{}", self.port),
+            &format!("listen: 127.0.0.1:{port}"),
+            1,
+        );
+        let conf = dir.path().join("origin.yaml");
+        std::fs::write(&conf, text).unwrap();
+        let mut o = Origin {
+            proc: None,
+            port,
+            dir,
+            conf,
+            mysql: std::sync::Arc::clone(&self.mysql),
+            env: self.env.clone(),
+        };
+        o.restart();
+        o
+    }
+
+    /// SIGTERM: the origin drains (its `/healthz` says draining), then
+    /// finishes what is in flight; waits for it to exit.
+    pub fn terminate(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.terminate(Duration::from_secs(30));
+        }
     }
 }
 
