@@ -320,14 +320,16 @@ fn whitelisted_domains_get_certificates_served_by_every_edge_renewed_and_retried
         assert_eq!(*mode, want, "{}: {mode:o}", path.display());
     }
 
-    // Redirects and proxied API calls over HTTP/2 with the issued certificate.
+    // Redirects and proxied API calls over HTTP/2 with the issued
+    // certificate of the static domain (a.shop55.com is merchant 55's: the
+    // test's unbound key may not create there).
     let root_file = state.path().join("pebble-root.pem");
     std::fs::write(&root_file, &root).unwrap();
     let auth = format!("Authorization: Bearer {API_KEY}");
-    let body = r#"{"url":"https://example.com/h2","domain":"a.shop55.com"}"#;
+    let body = r#"{"url":"https://example.com/h2","domain":"s.shop55.com"}"#;
     let created = curl_h2(
         a.tls_port,
-        "a.shop55.com",
+        "s.shop55.com",
         &root_file,
         &[
             "-H",
@@ -349,7 +351,7 @@ fn whitelisted_domains_get_certificates_served_by_every_edge_renewed_and_retried
         .to_owned();
     let out = curl_h2(
         b.tls_port,
-        "a.shop55.com",
+        "s.shop55.com",
         &root_file,
         &[
             "-o",

@@ -735,7 +735,10 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
                         "POST",
                         "/api/v1/links",
                         "localhost",
-                        &[("Authorization", &auth), ("Content-Type", "application/json")],
+                        &[
+                            ("Authorization", &auth),
+                            ("Content-Type", "application/json"),
+                        ],
                         body.as_bytes(),
                     );
                     if r.status != 201 {
@@ -762,9 +765,11 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
         origins[i].terminate();
         origins[i].restart();
         let o = &origins[i];
-        wait_for("the restarted origin back in rotation", support::TIMEOUT, || {
-            served(o) > 0
-        });
+        wait_for(
+            "the restarted origin back in rotation",
+            support::TIMEOUT,
+            || served(o) > 0,
+        );
     }
     stop.store(true, Ordering::Relaxed);
     let mut total = 0;
@@ -780,5 +785,7 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
         total += created;
     }
     assert!(total > 0);
-    eprintln!("{total} creations and as many redirects across a rolling restart of 4 origins, 0 failed");
+    eprintln!(
+        "{total} creations and as many redirects across a rolling restart of 4 origins, 0 failed"
+    );
 }

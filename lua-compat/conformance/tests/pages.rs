@@ -73,7 +73,9 @@ fn both_edges_serve_the_same_pages_from_their_caches_and_purge_them() {
             e.status()["inval"]["subscribed"] == json!(true)
         });
     }
-    let hostile = "https://evil.example/?q=\"><script>alert(1)</script>";
+    // Stored as browsers read it (`"`, `<`, `>` encoded); the quote in the
+    // path and `&` survive and must come out escaped.
+    let hostile = "https://evil.example/x'onmouseover='alert(1)'?q=\"><script>alert(1)</script>";
     let r = api(
         &origin,
         "POST",
@@ -151,7 +153,9 @@ fn both_edges_serve_the_same_pages_from_their_caches_and_purge_them() {
     );
     let preview = first[4].1.text();
     assert!(
-        !preview.contains("<script>") && preview.contains("&lt;script&gt;"),
+        !preview.contains("<script>")
+            && !preview.contains("'onmouseover")
+            && preview.contains("x&#39;onmouseover=&#39;alert(1)&#39;?q=%22%3E%3Cscript%3E"),
         "{preview}"
     );
     assert_eq!(
