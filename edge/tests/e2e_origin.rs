@@ -289,11 +289,10 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
         std::time::Duration::from_secs(30),
         || origins.iter().all(|o| served(o) > 0),
     );
-    for i in 0..origins.len() {
-        origins[i].terminate();
-        origins[i].restart();
+    for o in &mut origins {
+        o.terminate();
+        o.restart();
         // The edge sends it requests again before the next one goes.
-        let o = &origins[i];
         wait_for(
             "the restarted origin back in rotation",
             std::time::Duration::from_secs(30),

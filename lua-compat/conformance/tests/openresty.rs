@@ -761,10 +761,9 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
     wait_for("the load to reach every origin", support::TIMEOUT, || {
         origins.iter().all(|o| served(o) > 0)
     });
-    for i in 0..origins.len() {
-        origins[i].terminate();
-        origins[i].restart();
-        let o = &origins[i];
+    for o in &mut origins {
+        o.terminate();
+        o.restart();
         wait_for(
             "the restarted origin back in rotation",
             support::TIMEOUT,
