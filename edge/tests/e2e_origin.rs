@@ -236,7 +236,6 @@ fn refused_creations_spend_a_stricter_budget() {
 /// "Rolling restarts lose requests").
 #[test]
 fn a_rolling_restart_of_four_origins_fails_no_request() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     let redis = Redis::start();
     // The edge's own Redis never holds a record (the origins write theirs
     // to `redis`), and its memory keeps them 1 s: a redirect of a code
@@ -254,34 +253,7 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
     let edge = start_edge(opts);
     let port = edge.port;
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = (0..6)
-        .map(|w| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                let (mut created, mut followed, mut failed) = (0u64, 0u64, Vec::new());
-                let mut n = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    n += 1;
-                    let url = format!("https://roll.example/{w}/{n}");
-                    let r = create_link(port, &url, Some(DOMAIN));
-                    if r.status != 201 {
-                        failed.push(format!("create: {} {}", r.status, r.text()));
-                        continue;
-                    }
-                    created += 1;
-                    let code = code_of(&r);
-                    let r = get(port, &format!("/{code}"), DOMAIN);
-                    if r.status == 302 && r.header("location") == Some(url.as_str()) {
-                        followed += 1;
-                    } else {
-                        failed.push(format!("follow /{code}: {} {}", r.status, r.text()));
-                    }
-                }
-                (created, followed, failed)
-            })
-        })
-        .collect();
+    let load = testkit::load::CreateAndFollow::start(port, support::API_KEY, DOMAIN, 6);
     let served =
         |o: &Origin| origin_route_count(o.port, "create") + origin_route_count(o.port, "record");
     wait_for(
@@ -299,23 +271,14 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
             || served(o) > 0,
         );
     }
-    stop.store(true, Ordering::Relaxed);
-    let (mut created, mut followed) = (0, 0);
-    for w in workers {
-        let (c, f, failed) = w.join().unwrap();
-        assert!(
-            failed.is_empty(),
-            "{} failed requests across the rolling restart: {:?}\nedge log:\n{}",
-            failed.len(),
-            &failed[..failed.len().min(5)],
-            edge.log()
-        );
-        created += c;
-        followed += f;
-    }
+    let (done, failed) = load.stop();
     assert!(
-        created > 0 && followed == created,
-        "{created} created, {followed} followed"
+        failed.is_empty(),
+        "{} failed requests across the rolling restart: {:?}\nedge log:\n{}",
+        failed.len(),
+        &failed[..failed.len().min(5)],
+        edge.log()
     );
-    eprintln!("{created} creations and {followed} redirects across a rolling restart of 4 origins, 0 failed");
+    assert!(done > 0);
+    eprintln!("{done} creations, each followed, across a rolling restart of 4 origins, 0 failed");
 }

@@ -10,6 +10,7 @@
 pub mod apollo;
 pub mod browser;
 pub mod http;
+pub mod load;
 pub mod origin;
 pub mod pebble;
 pub mod peer;

@@ -699,8 +699,6 @@ fn the_modules_own_origin_requests_carry_the_internal_token() {
 /// module's pool) before it stops accepting.
 #[test]
 fn a_rolling_restart_of_four_origins_fails_no_request() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     let redis = Redis::start();
     // The module's own Redis never holds a record (the origins write theirs
     // to `redis`): a redirect of a code created a moment ago is a record
@@ -718,45 +716,7 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
         &[],
     );
     let port = edge.port;
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = (0..6)
-        .map(|w| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                let (mut created, mut failed) = (0u64, Vec::new());
-                let mut n = 0;
-                let auth = format!("Bearer {API_KEY}");
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let url = format!("https://roll.example/{w}/{n}");
-                    let body = format!(r#"{{"url":"{url}"}}"#);
-                    let r = http::request(
-                        port,
-                        "POST",
-                        "/api/v1/links",
-                        "localhost",
-                        &[
-                            ("Authorization", &auth),
-                            ("Content-Type", "application/json"),
-                        ],
-                        body.as_bytes(),
-                    );
-                    if r.status != 201 {
-                        failed.push(format!("create: {} {}", r.status, r.text()));
-                        continue;
-                    }
-                    let code = r.json()["code"].as_str().unwrap_or("").to_owned();
-                    let r = http::get(port, &format!("/{code}"), "localhost");
-                    if r.status == 302 && r.header("location") == Some(url.as_str()) {
-                        created += 1;
-                    } else {
-                        failed.push(format!("follow /{code}: {} {}", r.status, r.text()));
-                    }
-                }
-                (created, failed)
-            })
-        })
-        .collect();
+    let load = testkit::load::CreateAndFollow::start(port, API_KEY, "localhost", 6);
     let served = |o: &Origin| o.handled();
     wait_for("the load to reach every origin", support::TIMEOUT, || {
         origins.iter().all(|o| served(o) > 0)
@@ -770,21 +730,14 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
             || served(o) > 0,
         );
     }
-    stop.store(true, Ordering::Relaxed);
-    let mut total = 0;
-    for w in workers {
-        let (created, failed) = w.join().unwrap();
-        assert!(
-            failed.is_empty(),
-            "{} failed requests across the rolling restart: {:?}\n{}",
-            failed.len(),
-            &failed[..failed.len().min(5)],
-            edge.logs()
-        );
-        total += created;
-    }
-    assert!(total > 0);
-    eprintln!(
-        "{total} creations and as many redirects across a rolling restart of 4 origins, 0 failed"
+    let (done, failed) = load.stop();
+    assert!(
+        failed.is_empty(),
+        "{} failed requests across the rolling restart: {:?}\n{}",
+        failed.len(),
+        &failed[..failed.len().min(5)],
+        edge.logs()
     );
+    assert!(done > 0);
+    eprintln!("{done} creations, each followed, across a rolling restart of 4 origins, 0 failed");
 }
