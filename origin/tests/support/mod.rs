@@ -425,7 +425,11 @@ pub fn count(s: &Setup, sql: &str) -> u64 {
 /// The value of one series of `o`'s `/metrics` (`name{labels}` exactly),
 /// `None` when the series is absent.
 pub async fn metric_value(o: &Origin, series: &str) -> Option<f64> {
-    let text = o.metrics().await;
+    metric_in(&o.metrics().await, series)
+}
+
+/// The value of one series (`name{labels}` exactly) in a `/metrics` text.
+pub fn metric_in(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .map(|v| v.trim().parse::<f64>().unwrap())
