@@ -212,25 +212,25 @@ impl Store {
         }
     }
 
-    /// On a cluster, waits until every message published so far reached
-    /// `edge`. A message travels from the node it was published on (for
-    /// the origin's, the master of the link's slot) to the edge's
-    /// subscription node over the cluster bus, after PUBLISH returned: the
-    /// origin's API can answer before the edge has it, unlike on one
-    /// server. A barrier message published on every master comes after
-    /// every earlier message on each bus link, so once the edge applied
-    /// the barriers, it applied them all (the status counts messages as
-    /// one subscriber heard them: OpenResty's sum over workers divided by
-    /// the workers, so every worker must have had each barrier).
+    /// Waits until every message published so far was applied by `edge`.
+    /// PUBLISH returns once Redis has written the message to the
+    /// subscribers' sockets, not once an edge has read and applied it: the
+    /// next request can reach the edge first, even on one server (seen
+    /// under load: a cached negative served after its message). On a
+    /// cluster a message also travels from the node it was published on
+    /// (for the origin's, the master of the link's slot) to the edge's
+    /// subscription node over the cluster bus. A barrier message published
+    /// on every master (the one server) comes after every earlier message
+    /// on each path, so once the edge applied the barriers, it applied them
+    /// all (the status counts messages as one subscriber heard them:
+    /// OpenResty's sum over workers divided by the workers, so every worker
+    /// must have had each barrier).
     fn barrier(&self, edge: &Edge) {
         static N: AtomicU64 = AtomicU64::new(0);
-        let Store::Cluster(c) = self else { return };
         let messages = || edge.status()["inval"]["messages"].as_i64().unwrap();
         let before = messages();
-        let masters = c.masters();
-        for &m in &masters {
+        let mut publish = |port: u16| {
             let code = format!("barrier{:05}", N.fetch_add(1, Ordering::Relaxed));
-            let port = c.ports()[m];
             redis_cli(
                 port,
                 &[
@@ -239,9 +239,22 @@ impl Store {
                     &format!("0 {code}"),
                 ],
             )
-            .expect("PUBLISH on a master");
-        }
-        let want = before + masters.len() as i64;
+            .expect("PUBLISH a barrier");
+        };
+        let barriers = match self {
+            Store::Single(r) => {
+                publish(r.port());
+                1
+            }
+            Store::Cluster(c) => {
+                let masters = c.masters();
+                for &m in &masters {
+                    publish(c.ports()[m]);
+                }
+                masters.len()
+            }
+        };
+        let want = before + barriers as i64;
         let deadline = Instant::now() + Duration::from_secs(15);
         while messages() < want {
             assert!(
@@ -624,8 +637,8 @@ fn run_case(case: &Case, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) -> (Outc
         )
     });
     let after = counters(edge);
-    // A change through the API publishes its message: on a cluster, let it
-    // arrive before the next request (see Store::barrier).
+    // A change through the API publishes its message: let it arrive before
+    // the next request (see Store::barrier).
     if !matches!(req.method.as_str(), "GET" | "HEAD") && w.redis_up && resp.status < 300 {
         w.redis.barrier(edge);
     }

@@ -32,7 +32,11 @@ local function ttl_for(ans, max_age)
     local c = cfg.cache
     local ttl
     if ans.kind == "found" then
-        ttl = math.min(c.positive_ttl_secs, math.max(0, ans.exp - floor(now())))
+        -- Expiry is checked on every answer, so a record may outlive its
+        -- expiry here: from then on it answers 404 like a negative entry,
+        -- for at most the negative TTL (as the Pingora edge).
+        ttl = math.min(c.positive_ttl_secs,
+            math.max(0, ans.exp - floor(now())) + c.negative_ttl_secs)
     elseif ans.kind == "neg" then
         ttl = c.negative_ttl_secs
     else
