@@ -97,7 +97,7 @@ pub async fn run(
     seconds: u64,
 ) -> Result<(), BenchError> {
     let pool = crate::db::pool(&cfg.mysql)?;
-    crate::db::migrate(&pool).await?;
+    crate::schema::migrate(&pool).await?;
     let dur = Duration::from_secs(seconds.max(1));
     let (count, elapsed) = match what {
         "issuer" => {
@@ -132,7 +132,7 @@ pub async fn run(
         "raw-claims" => {
             // Claim rows from the top of the table down, so a later creation
             // benchmark on the same table is not affected by holes at the front.
-            let top: u64 = crate::db::capacity(&pool).await?;
+            let top: u64 = crate::store::meta::capacity(&pool).await?;
             if top == 0 {
                 return Err(BenchError::NoRows);
             }

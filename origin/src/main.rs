@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use shorturl_origin::config::Config;
-use shorturl_origin::{bench, db, lifecycle, pregen, serve};
+use shorturl_origin::{bench, db, lifecycle, pregen, schema, serve};
 use std::error::Error;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -112,7 +112,7 @@ fn main() -> ExitCode {
             Cmd::Serve => serve::run(cfg).await.map_err(Into::into),
             Cmd::Migrate => {
                 let pool = db::pool(&cfg.mysql)?;
-                let applied = db::migrate(&pool).await?;
+                let applied = schema::migrate(&pool).await?;
                 println!("migrations applied: {applied:?}");
                 Ok(())
             }

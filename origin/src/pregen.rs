@@ -262,8 +262,8 @@ pub async fn cli(
     progress: bool,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let meta = crate::db::pool(cfg)?;
-    crate::db::migrate(&meta).await?;
-    let perm = crate::db::load_permutation(&meta).await?;
+    crate::schema::migrate(&meta).await?;
+    let perm = crate::store::meta::load_permutation(&meta).await?;
     let report = |name: &str, r: PregenReport| {
         if r.to == r.from {
             println!(
@@ -301,7 +301,7 @@ pub async fn cli(
             continue;
         }
         let pool = crate::db::pool_for(&s.url, 4)?;
-        crate::db::migrate(&pool).await?;
+        crate::schema::migrate(&pool).await?;
         let r = run_range(&pool, Some(&meta), &perm, s.first_id, to, chunk, progress).await?;
         report(&format!("shard {}: ", s.name), r);
         pool.disconnect().await?;

@@ -21,9 +21,9 @@ use crate::issuer::Issuer;
 use crate::lifecycle::{holder_id, Reaper};
 use crate::links::{Links, Parts};
 use crate::metrics::Metrics;
-use crate::store::{is_permanent, ShardMap, Store};
+use crate::store::{is_permanent, meta, ShardMap, Store};
 use crate::whitelist::Whitelist;
-use crate::{apollo, db};
+use crate::{apollo, db, schema};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -65,14 +65,14 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     // `migrate` did not finish): claims read each row's code.
     let (shards, cursor, capacity) = loop {
         let attempt = async {
-            db::migrate(&pool).await?;
-            let perm = db::load_permutation(&pool).await?;
+            schema::migrate(&pool).await?;
+            let perm = meta::load_permutation(&pool).await?;
             let counter =
                 (cfg.issuer.backend == CounterBackend::Mysql).then(|| cfg.issuer.name.clone());
             let shards = ShardMap::open(&cfg.mysql, &pool, perm, counter)?;
             shards.migrate().await;
             let capacity = shards.capacity().await?;
-            Ok::<_, mysql_async::Error>((shards, db::load_cursor_key(&pool).await?, capacity))
+            Ok::<_, mysql_async::Error>((shards, meta::load_cursor_key(&pool).await?, capacity))
         };
         match tokio::time::timeout(Duration::from_secs(10), attempt).await {
             Ok(Ok(v)) => break v,
@@ -319,7 +319,7 @@ async fn mark_permanent(pool: &mysql_async::Pool) {
     let until = shorturl_common::time::now_unix() + PERMANENT_AHEAD_SECS;
     match tokio::time::timeout(
         Duration::from_secs(2),
-        db::mark_permanent_until(pool, until),
+        meta::mark_permanent_until(pool, until),
     )
     .await
     {

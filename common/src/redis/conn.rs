@@ -14,9 +14,10 @@
 //! - sentinel: see [`super::sentinel`].
 
 use super::config::{node_info, ConnOptions, RedisTopology};
+use super::manager::{manager_config, setup_error};
 use super::sentinel::SentinelMaster;
 use arc_swap::ArcSwapOption;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSub};
+use redis::aio::{ConnectionLike, ConnectionManager, PubSub};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
@@ -49,17 +50,6 @@ pub(crate) struct ClusterLazy {
     opts: ConnOptions,
     conn: Arc<ArcSwapOption<ClusterConnection>>,
     connecting: tokio::sync::Mutex<Option<Instant>>,
-}
-
-/// The `ConnectionManager` settings every single-server connection uses:
-/// one retry inside the caller's budget, short backoff.
-pub(crate) fn manager_config(opts: ConnOptions) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(opts.connect_timeout))
-        .set_response_timeout(Some(opts.response_timeout))
-        .set_number_of_retries(1)
-        .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_millis(500))
 }
 
 impl RedisConn {
@@ -183,12 +173,6 @@ impl ClusterLazy {
     }
 }
 
-/// An error of our own making (no server answer), shaped like an I/O error
-/// so callers treat it as "Redis unavailable".
-pub(crate) fn setup_error(msg: String) -> RedisError {
-    RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, msg))
-}
-
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
@@ -242,14 +226,4 @@ impl ConnectionLike for RedisConn {
             Inner::Sentinel(s) => s.db(),
         }
     }
-}
-
-/// Whether `e` says this connection reached the wrong server or none:
-/// the cue for Sentinel re-resolution.
-pub(crate) fn is_failover_error(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || matches!(e.code(), Some("READONLY" | "LOADING" | "MASTERDOWN"))
 }

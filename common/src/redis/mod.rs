@@ -5,6 +5,7 @@
 
 mod config;
 mod conn;
+mod manager;
 mod sentinel;
 
 pub use config::{ConnOptions, RedisTopology, TopologyFields};

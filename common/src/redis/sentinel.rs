@@ -17,7 +17,7 @@
 //! miss (or retry it themselves).
 
 use super::config::{node_info, ConnOptions};
-use super::conn::{is_failover_error, manager_config, setup_error};
+use super::manager::{is_failover_error, manager_config, setup_error};
 use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionLike, ConnectionManager, PubSub};
 use redis::{Cmd, ConnectionInfo, Pipeline, RedisResult, Value};

@@ -25,7 +25,7 @@ impl Form {
                 "send the console's form (application/x-www-form-urlencoded)",
             ));
         }
-        let bytes = crate::http::read_body_max(headers, body, max).await?;
+        let bytes = crate::body::read_body_max(headers, body, max).await?;
         Ok(Form::parse(&bytes))
     }
 

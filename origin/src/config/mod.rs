@@ -298,11 +298,11 @@ impl Config {
             return err("links.default_ttl_days: larger than links.max_ttl_days");
         }
         let max_url_bytes = positive(f.links.max_url_bytes, 2048, "links.max_url_bytes")?;
-        if max_url_bytes > crate::db::LONG_URL_MAX_BYTES {
+        if max_url_bytes > crate::schema::LONG_URL_MAX_BYTES {
             // A longer URL would pass validation and then fail its claim batch.
             return err(format!(
                 "links.max_url_bytes: at most {} (the size of the long_url column)",
-                crate::db::LONG_URL_MAX_BYTES
+                crate::schema::LONG_URL_MAX_BYTES
             ));
         }
         let merchant_domains =

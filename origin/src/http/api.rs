@@ -2,6 +2,7 @@
 //! answers. The rules live in `crate::links`; this file only translates.
 
 use super::{ok, AppState};
+use crate::body::read_body_max;
 use crate::error::ApiError;
 use crate::links::{CreatedView, Creation, LinkError};
 use crate::tenancy::{Caller, Scope};
@@ -15,31 +16,6 @@ use shorturl_common::time::now_unix;
 /// Reads a body of at most `links.max_body_bytes` (413 otherwise).
 async fn read_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     read_body_max(headers, body, s.links.cfg.links.max_body_bytes).await
-}
-
-/// Reads a body of at most `max` bytes (413 otherwise).
-pub(crate) async fn read_body_max(
-    headers: &HeaderMap,
-    body: Body,
-    max: usize,
-) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("body is larger than {max} bytes"),
-        )
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > max) {
-        return Err(too_large());
-    }
-    axum::body::to_bytes(body, max)
-        .await
-        .map_err(|_| too_large())
 }
 
 pub(super) fn check_code(code: &str) -> Result<(), ApiError> {

@@ -1,8 +1,9 @@
 //! `POST /api/v1/links/batch`: up to 1000 creations, each answered on its
 //! own, in request order.
 
-use super::api::{read_body_max, require};
+use super::api::require;
 use super::{ok, AppState};
+use crate::body::read_body_max;
 use crate::error::ApiError;
 use crate::links::{CreatedView, Creation, MAX_BATCH_ITEMS};
 use crate::tenancy::Scope;

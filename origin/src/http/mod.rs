@@ -18,6 +18,7 @@ mod rules;
 mod stats;
 
 use crate::auth::Auth;
+use crate::body::read_body_max;
 use crate::error::{json_response, ApiError};
 use crate::links::Links;
 use axum::extract::{ConnectInfo, Request, State};
@@ -44,8 +45,6 @@ pub struct AppState {
     /// MySQL's health, probed in the background (`/healthz`).
     pub mysql: Arc<crate::health::MysqlHealth>,
 }
-
-pub(crate) use api::read_body_max;
 
 /// The origin's router.
 pub fn router(state: AppState) -> Router {

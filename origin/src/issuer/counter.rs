@@ -1,7 +1,6 @@
 //! Durable counters that hand out id blocks. Each call moves the counter by
 //! a whole block, so the counter sees 1/block of the creation rate.
 
-use crate::store::RowState;
 use futures::future::BoxFuture;
 use mysql_async::prelude::*;
 use mysql_async::Pool;
@@ -135,27 +134,4 @@ impl Counter for RedisCounter {
     fn kind(&self) -> &'static str {
         "redis"
     }
-}
-
-/// Highest pre-generated id of a row that is not free: the floor for a
-/// lost Redis counter, and how far the pool was issued. Uses the
-/// `(state, id)` index, one dive per state, so it is never a scan.
-pub async fn highest_used_id(pool: &Pool) -> Result<u64, mysql_async::Error> {
-    const USED: [RowState; 5] = [
-        RowState::Active,
-        RowState::Reserved,
-        RowState::Disabled,
-        RowState::Deleted,
-        RowState::Expired,
-    ];
-    let one = "COALESCE((SELECT MAX(id) FROM short_code WHERE state = ? AND id < ?), 0)";
-    let sql = format!("SELECT GREATEST({})", vec![one; USED.len()].join(", "));
-    let mut params: Vec<mysql_async::Value> = Vec::with_capacity(USED.len() * 2);
-    for s in USED {
-        params.push(s.into());
-        params.push(crate::db::CUSTOM_ID_BASE.into());
-    }
-    let mut conn = pool.get_conn().await?;
-    let v: Option<Option<u64>> = conn.exec_first(sql, params).await?;
-    Ok(v.flatten().unwrap_or(0))
 }

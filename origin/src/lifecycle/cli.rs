@@ -7,10 +7,10 @@
 use super::{holder_id, ReapError, Reaper};
 use crate::cache::Cache;
 use crate::config::Config;
-use crate::db;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
-use crate::store::{ShardMap, Store};
+use crate::store::{meta, ShardMap, Store};
+use crate::{db, schema};
 use indicatif::{ProgressBar, ProgressStyle};
 use shorturl_common::time::now_unix;
 use std::sync::Arc;
@@ -52,10 +52,10 @@ pub async fn run(
     progress: bool,
 ) -> Result<ReapReport, ReapRunError> {
     let pool = db::pool(&cfg.mysql)?;
-    db::migrate(&pool).await?;
+    schema::migrate(&pool).await?;
     let metrics = Arc::new(Metrics::new()?);
     // With `mysql.shards` the pass sweeps every shard (one outbox each).
-    let perm = db::load_permutation(&pool).await?;
+    let perm = meta::load_permutation(&pool).await?;
     let shards = ShardMap::open(&cfg.mysql, &pool, perm, None)?;
     shards.migrate().await;
     let store = Store::sharded(

@@ -8,7 +8,7 @@
 //! `shorturl_lifecycle_recycle_kept_total`).
 
 use super::{ReapError, Reaper};
-use crate::db::CUSTOM_ID_BASE;
+use crate::schema::CUSTOM_ID_BASE;
 use crate::store::recycle::Candidate;
 use crate::store::{is_permanent, RowState};
 use shorturl_common::time::now_unix;

@@ -5,12 +5,12 @@
 //!
 //! [`create`] holds creation with its tenancy rules and deduplication,
 //! [`batch`] many creations in one call, [`manage`] reads and changes of
-//! existing links, [`search`] search and list with its signed [`cursor`],
+//! existing links, [`search`] search and list with its signed
+//! [`cursor`](crate::cursor),
 //! [`resolve`] the resolution path, [`view`] the link JSON.
 
 mod batch;
 mod create;
-pub mod cursor;
 mod error;
 mod manage;
 mod resolve;
@@ -19,7 +19,6 @@ mod view;
 
 pub use batch::MAX_BATCH_ITEMS;
 pub use create::Creation;
-pub use cursor::CursorKey;
 pub use error::LinkError;
 pub use search::SearchView;
 pub use view::{CreatedView, DeletedView, HistoryEntry, HistoryView, LinkView};
@@ -31,6 +30,7 @@ use crate::bucket::{Rate, Refusals};
 use crate::cache::Cache;
 use crate::claim::Claimer;
 use crate::config::Config;
+use crate::cursor::CursorKey;
 use crate::issuer::Issuer;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;

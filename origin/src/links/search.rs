@@ -1,8 +1,8 @@
 //! Search and list: the caller's filters, narrowed to the links it may see,
 //! one keyset page at a time.
 
-use super::cursor::Position;
 use super::{LinkError, LinkView, Links};
+use crate::cursor::Position;
 use crate::store::search::{SearchQuery, Tenant};
 use crate::tenancy::{Caller, Scope};
 use crate::validate::SearchRequest;

@@ -15,7 +15,7 @@
 use super::audit::{self, AuditAction, AuditRow};
 use super::error::{is_lock_conflict, server_code};
 use super::{DbError, LinkData, RowState, Store, CREATED_VERSION, NEW_LINK_COLUMNS};
-use crate::db::CUSTOM_ID_BASE;
+use crate::schema::CUSTOM_ID_BASE;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, TxOpts};
 use shorturl_common::time::now_unix_ms;

@@ -6,7 +6,8 @@
 //! [`modify`] the one transaction every change of a link goes through,
 //! [`audit`] the audit trail, [`outbox`] the invalidation outbox,
 //! [`lifecycle`] the reaper's batch, [`recycle`] the recycler's batch,
-//! `lease` the one-origin-at-a-time leases, [`search`]
+//! `lease` the one-origin-at-a-time leases, [`meta`] the installation's
+//! `meta` rows (keys, capacity, marks), [`search`]
 //! the search statement, [`state`]
 //! the row states every statement binds, [`row`] the link as read.
 
@@ -18,6 +19,7 @@ pub mod error;
 mod fanout;
 mod lease;
 pub mod lifecycle;
+pub mod meta;
 mod modify;
 pub mod outbox;
 pub mod recycle;

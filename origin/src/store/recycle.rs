@@ -166,7 +166,7 @@ impl Store {
             let permanent_until: Option<u64> = tx
                 .exec_first::<String, _, _>(
                     "SELECT value FROM meta WHERE name = ?",
-                    (crate::db::PERMANENT_UNTIL,),
+                    (crate::schema::PERMANENT_UNTIL,),
                 )
                 .await?
                 .and_then(|v| v.parse().ok());

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// Where shard `i`'s custom-code ids start: 2^40 + i * 2^34 (each shard
 /// has 2^34 of them; shards are only ever appended, so `i` is stable).
 pub fn custom_base(i: usize) -> u64 {
-    crate::db::CUSTOM_ID_BASE + ((i as u64) << 34)
+    crate::schema::CUSTOM_ID_BASE + ((i as u64) << 34)
 }
 
 /// One id range and the database holding it.
@@ -283,11 +283,11 @@ impl ShardMap {
     /// on their own), so one shard down does not stop issuing on the others.
     pub async fn capacity(&self) -> Result<u64, mysql_async::Error> {
         if !self.sharded {
-            return crate::db::capacity(&self.shards[0].pool).await;
+            return super::meta::capacity(&self.shards[0].pool).await;
         }
         let mut cap = 0;
         for s in &self.shards {
-            let mark = match crate::db::capacity(&s.pool).await {
+            let mark = match super::meta::capacity(&s.pool).await {
                 Ok(m) => m.clamp(s.first_id - 1, s.last_id),
                 Err(e) => {
                     tracing::warn!(shard = %s.name, error = %e, "shard unreachable; counted as full");
@@ -308,7 +308,7 @@ impl ShardMap {
     pub async fn highest_used_id(&self) -> Result<u64, mysql_async::Error> {
         let mut high = 0;
         for (k, s) in self.shards.iter().enumerate() {
-            match crate::issuer::counter::highest_used_id(&s.pool).await {
+            match super::meta::highest_used_id(&s.pool).await {
                 Ok(v) => high = high.max(v),
                 // Unsharded the one database must answer.
                 Err(e) if k == 0 && !self.sharded => return Err(e),
@@ -327,7 +327,7 @@ impl ShardMap {
         }
         for (i, s) in self.shards.iter().enumerate() {
             let r = async {
-                crate::db::migrate(&s.pool).await?;
+                crate::schema::migrate(&s.pool).await?;
                 // Custom codes' ids come from each shard's own counter: each
                 // shard numbers from its own base, so ids stay unique across
                 // shards (search merges pages by `(created_at, id)`).
@@ -349,8 +349,8 @@ impl ShardMap {
     pub async fn pool_stats(
         &self,
         meta: &Pool,
-    ) -> Result<crate::db::PoolStats, mysql_async::Error> {
-        let mut p = crate::db::pool_stats(meta).await?;
+    ) -> Result<super::meta::PoolStats, mysql_async::Error> {
+        let mut p = super::meta::pool_stats(meta).await?;
         if self.sharded {
             p.size = self.capacity().await?;
             p.issued = self.highest_used_id().await?.min(p.size);

@@ -7,6 +7,9 @@
 //! that fails verification (`400 invalid_cursor`). The key is shared by
 //! every origin of an installation, so a cursor from one origin works on
 //! the next.
+//!
+//! A primitive beside [`crate::permutation`]: the store loads the key
+//! ([`crate::store::meta::load_cursor_key`]), the links API signs with it.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
