@@ -22,7 +22,7 @@
 //! shorter than the window is counted exactly. A limit of 0 is off; with
 //! every limit off the table is never touched.
 
-use crate::config::LimitsConfig;
+use crate::config::limits::LimitsConfig;
 use crate::net::ClientKey;
 use lru::LruCache;
 use pingora_prometheus::prometheus::IntCounter;

@@ -7,7 +7,7 @@
 //! configured timeout, connection wait included, so a dead Redis costs a
 //! lookup tens of milliseconds, not seconds.
 
-use crate::config::RedisConfig;
+use crate::config::redis::RedisConfig;
 use shorturl_common::redis::{ConnOptions, RedisConn};
 use std::time::Duration;
 

@@ -15,7 +15,7 @@
 //! [`last_flush_budget`].
 
 use super::{Clicks, SendError, SEND_TIMEOUT};
-use crate::config::RedisConfig;
+use crate::config::redis::RedisConfig;
 use crate::redis_store::connect;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;

@@ -2,15 +2,26 @@
 //! into the internal model the rest of the edge uses, applies environment
 //! overrides (secrets never have to live in the file) and validates it, so
 //! `shorturl-edge --test -c ...` catches every mistake before a deploy.
+//!
+//! The loader depends on the sections that subsystems keep next to their
+//! code (`tls::config`, `clicks::config`). The sections that modules below
+//! it take (`redis`, `limits`) are files of their own that import nothing
+//! of the edge, so those modules import them and never this loader: the
+//! dependencies run one way, from here down.
 
 pub mod file;
 pub mod legacy_lua;
+pub mod limits;
+pub mod redis;
+
+pub use self::limits::LimitsConfig;
+pub use self::redis::RedisConfig;
 
 use crate::net::CidrList;
 use pingora::server::configuration::ServerConf;
 use shorturl_common::host::normalize_host;
 use shorturl_common::redirect::RedirectPolicy;
-use shorturl_common::redis::{ConnOptions, RedisTopology, TopologyFields};
+use shorturl_common::redis::{RedisTopology, TopologyFields};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -83,27 +94,6 @@ pub struct FastPathConfig {
     pub enabled: bool,
 }
 
-/// Redis, the shared cache in front of the origin.
-#[derive(Debug, Clone)]
-pub struct RedisConfig {
-    /// Where Redis is (`redis.mode` and its addresses).
-    pub topology: RedisTopology,
-    /// Budget for one `GET` inside a lookup (connection wait included).
-    pub timeout: Duration,
-    pub connect_timeout: Duration,
-}
-
-impl RedisConfig {
-    /// The timeouts of the lookup connection (and of every other one that
-    /// has no budget of its own).
-    pub fn options(&self) -> ConnOptions {
-        ConnOptions {
-            connect_timeout: self.connect_timeout,
-            response_timeout: self.timeout,
-        }
-    }
-}
-
 /// The origin pool.
 #[derive(Debug, Clone)]
 pub struct OriginConfig {
@@ -168,31 +158,6 @@ pub struct CacheConfig {
     /// of life entries cached before are served, and the longest TTL of
     /// entries cached meanwhile.
     pub unsubscribed_grace: Duration,
-}
-
-/// Abuse limits; a rate or cap of 0 disables that limit.
-#[derive(Debug, Clone)]
-pub struct LimitsConfig {
-    pub unknown_per_ip_per_sec: u32,
-    pub creations_per_ip_per_sec: u32,
-    /// Creations the origin refused (401/403) per client per minute before
-    /// further creations from it are answered 429 by the edge.
-    pub refused_creations_per_ip_per_min: u32,
-    /// Clients with live counters; the least recently seen is evicted.
-    pub clients_tracked: usize,
-    /// IPv6 clients are counted by this prefix (64: one subscriber).
-    pub ipv6_prefix_len: u8,
-    pub max_uri_bytes: usize,
-    pub max_header_bytes: usize,
-    pub client_timeout: Duration,
-    pub keepalive_timeout_secs: u64,
-    /// Time to receive a whole request head (from accept on a new
-    /// connection, from the first byte on a kept-alive one).
-    pub header_timeout: Duration,
-    /// Concurrent client connections in total (0: no cap).
-    pub max_connections: usize,
-    /// Concurrent connections per client key (0: no cap).
-    pub max_connections_per_ip: u32,
 }
 
 /// Where access-log lines go.

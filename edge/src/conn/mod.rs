@@ -30,7 +30,7 @@ mod head;
 
 pub use head::HeadDeadline;
 
-use crate::config::LimitsConfig;
+use crate::config::limits::LimitsConfig;
 use crate::metrics::Metrics;
 use crate::net::CidrList;
 use async_trait::async_trait;

@@ -1,8 +1,11 @@
 //! The TLS part of the configuration: file format (`edge.tls_listen`,
 //! `edge.tls`, `edge.https`, `edge.acme`) and the validated model. Kept
-//! here, next to the code that uses it; `config/` only embeds it.
+//! here, next to the code that uses it; `config/` only embeds it. It
+//! imports no other part of `tls` but the HTTPS policy it validates (the
+//! handshake takes its [`AcceptorSettings`] from here, not the other way
+//! round), so loading a configuration never depends on the handshake, the
+//! certificate store or the connection guard.
 
-use super::handshake::AcceptorSettings;
 use super::https::{HttpsPolicy, Upgrade};
 use http::HeaderValue;
 use serde::Deserialize;
@@ -140,6 +143,15 @@ pub struct TlsConfig {
     pub reload_interval: Duration,
     pub redis_timeout: Duration,
     pub acceptor: AcceptorSettings,
+}
+
+/// Settings of the TLS listeners (the acceptor `tls::handshake` builds).
+#[derive(Debug, Clone)]
+pub struct AcceptorSettings {
+    pub http2: bool,
+    pub handshake_timeout: Duration,
+    pub session_cache_size: i64,
+    pub ticket_key_rotation: Duration,
 }
 
 /// ACME issuance.

@@ -18,6 +18,7 @@
 //!   every `tls.ticket_key_rotate_secs`, so a ticket key lives that long at
 //!   most (a ticket from before a rotation costs one full handshake).
 
+use super::config::AcceptorSettings;
 use super::metrics::TlsMetrics;
 use super::store::CertStore;
 use crate::conn::Handshake;
@@ -33,20 +34,11 @@ use pingora::tls::ssl::{
     select_next_proto, AlpnError, NameType, SslAcceptor, SslMethod, SslSessionCacheMode,
 };
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// ALPN protocols we offer, in wire format, in order of preference.
 const ALPN_H2_H1: &[u8] = b"\x02h2\x08http/1.1";
 const ALPN_H1: &[u8] = b"\x08http/1.1";
-
-/// Settings of the TLS listeners.
-#[derive(Debug, Clone)]
-pub struct AcceptorSettings {
-    pub http2: bool,
-    pub handshake_timeout: Duration,
-    pub session_cache_size: i64,
-    pub ticket_key_rotation: Duration,
-}
 
 /// Builds the acceptor: TLS 1.2+, ALPN, session cache and tickets.
 pub fn build_acceptor(s: &AcceptorSettings) -> Result<SslAcceptor, openssl::error::ErrorStack> {

@@ -5,7 +5,7 @@
 //!
 //! | module | concern |
 //! |---|---|
-//! | `config` | `edge.tls_listen`, `edge.tls`, `edge.https`, `edge.acme` |
+//! | `config` | `edge.tls_listen`, `edge.tls`, `edge.https`, `edge.acme`, and the acceptor's settings |
 //! | `cert` | one decoded certificate (leaf, chain, key, dates) |
 //! | `select` | SNI selection: exact, wildcard one label up, default |
 //! | `dir`, `shared`, `store` | the two sources and the merged, swapped store; `shared` seals and opens key material |
@@ -53,7 +53,7 @@ impl TlsRuntime {
     /// directory is loaded now, so the first handshakes have it.
     pub fn build(
         cfg: &TlsSettings,
-        redis: &crate::config::RedisConfig,
+        redis: &crate::config::redis::RedisConfig,
         origin: &Arc<OriginPool>,
     ) -> Result<TlsRuntime, String> {
         let metrics = Arc::new(TlsMetrics::new().map_err(|e| format!("tls metrics: {e}"))?);

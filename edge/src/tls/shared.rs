@@ -20,7 +20,7 @@
 
 use super::cert::{CertError, Certified, Source};
 use super::metrics::TlsMetrics;
-use crate::config::RedisConfig;
+use crate::config::redis::RedisConfig;
 use shorturl_common::keys;
 use shorturl_common::redis::{ConnOptions, RedisConn};
 use shorturl_common::tls::CertBundle;
