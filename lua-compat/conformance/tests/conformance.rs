@@ -229,7 +229,7 @@ impl Store {
         static N: AtomicU64 = AtomicU64::new(0);
         let messages = || edge.status()["inval"]["messages"].as_i64().unwrap();
         let before = messages();
-        let mut publish = |port: u16| {
+        let publish = |port: u16| {
             let code = format!("barrier{:05}", N.fetch_add(1, Ordering::Relaxed));
             redis_cli(
                 port,
