@@ -279,6 +279,11 @@ impl Edge {
 
     pub fn wait_ready(&self) {
         wait_for_tcp(self.port, TIMEOUT);
+        // Each Pingora service binds its listeners on its own runtime, the
+        // metrics service's possibly well after the proxy's on a loaded
+        // machine: a test reading a metric right after the first answers
+        // found nothing listening there.
+        wait_for_tcp(self.metrics_port, TIMEOUT);
         wait_for("edge /healthz", TIMEOUT, || {
             http::Conn::open(self.port)
                 .and_then(|mut c| c.get("/healthz", "localhost"))

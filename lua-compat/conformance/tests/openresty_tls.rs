@@ -292,6 +292,9 @@ fn both_edges_open_sealed_keys_and_refuse_tampered_ones() {
             };
             assert_eq!(&served(edge, port, name), want, "{} {name}", edge.name);
         }
+        // Pingora binds its metrics listener on its own runtime, maybe after
+        // the others.
+        testkit::wait_for_tcp(metrics, Duration::from_secs(20));
         let m = |series: &str| metric(metrics, series);
         assert_eq!(
             m("shorturl_tls_store_plaintext_total"),

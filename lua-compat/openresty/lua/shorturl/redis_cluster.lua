@@ -10,8 +10,10 @@
 --   already on the target; the command goes there once, after ASKING, and
 --   the map stays as it is;
 -- * a node that cannot be reached (killed master, before or after its
---   replica's promotion): the map is refreshed at once and the command is
---   retried once if the slot now has another owner.
+--   replica's promotion): the map is refreshed at once (or, when a refresh
+--   is under way or just ran, after it and at most REFRESH_MIN_INTERVAL
+--   later) and the command is retried once if the slot now has another
+--   owner.
 --
 -- At most MAX_REDIRECTS redirections per command. The map is per worker
 -- (fetched by a timer at start, refreshed on the events above and in the
@@ -220,6 +222,35 @@ function Cluster:await_map(timeout_ms)
     end
 end
 
+-- After `node` could not be reached for `slot`: the slot's owner in a map
+-- that no longer names `node`, or nil. The refresh may be held back (one
+-- under way, or one within REFRESH_MIN_INTERVAL): that map may be the one
+-- taken just before a replica's promotion, so a request right behind it
+-- waits for the one under way or for the interval to pass and asks once
+-- more, rather than failing on a map about to be replaced (a worker that
+-- refreshed during a failover then failed its next lookups for up to
+-- REFRESH_MIN_INTERVAL after the promotion). Costs only unreachable nodes.
+function Cluster:remap(conn, slot, node)
+    self:refresh(conn)
+    local again = self.map and self.map[slot]
+    if again ~= node or not CAN_WAIT[ngx.get_phase()] then
+        return again ~= node and again or nil
+    end
+    update_time()
+    local deadline = now() + REFRESH_MIN_INTERVAL + (conn.timeout_ms or 1000) / 1000
+    while self.refreshing and now() < deadline do
+        ngx.sleep(0.002)
+        update_time()
+    end
+    local wait = self.last_try + REFRESH_MIN_INTERVAL - now()
+    if wait > 0 then
+        ngx.sleep(wait)
+    end
+    self:refresh(conn)
+    again = self.map and self.map[slot]
+    return again ~= node and again or nil
+end
+
 -- "MOVED"/"ASK" and the target's host and port of the first redirection
 -- among `replies`, else nil.
 local function redirection(replies)
@@ -260,9 +291,8 @@ function Cluster:run(conn, key, cmds, read_timeout_ms)
                 return nil, err
             end
             retried = true
-            self:refresh(conn)
-            local again = self.map and self.map[slot]
-            if not again or again == node then
+            local again = self:remap(conn, slot, node)
+            if not again then
                 return nil, err
             end
             node, asking = again, false
