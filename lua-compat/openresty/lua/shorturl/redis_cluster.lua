@@ -11,9 +11,9 @@
 --   the map stays as it is;
 -- * a node that cannot be reached (killed master, before or after its
 --   replica's promotion): the map is refreshed at once (or, when a refresh
---   is under way or just ran, after it and at most REFRESH_MIN_INTERVAL
---   later) and the command is retried once if the slot now has another
---   owner.
+--   is under way or one that answered just ran, after it and at most
+--   REFRESH_MIN_INTERVAL later: Cluster:remap) and the command is retried
+--   once if the slot now has another owner.
 --
 -- At most MAX_REDIRECTS redirections per command. The map is per worker
 -- (fetched by a timer at start, refreshed on the events above and in the
@@ -167,18 +167,19 @@ function Cluster:fetch(conn)
 end
 
 -- A refresh now, unless one runs or ran within REFRESH_MIN_INTERVAL.
+-- Returns whether the map was replaced, and whether a fetch ran.
 function Cluster:refresh(conn)
     update_time()
     local t = now()
     -- A fetch whose request was aborted never clears its mark: one older
     -- than REFRESH_STUCK no longer holds the others back.
     if (self.refreshing and t - self.refreshing < REFRESH_STUCK) or t - self.last_try < REFRESH_MIN_INTERVAL then
-        return false
+        return false, false
     end
     self.refreshing, self.last_try = t, t
     local ok, replaced = pcall(self.fetch, self, conn)
     self.refreshing = false
-    return ok and replaced
+    return ok and replaced, true
 end
 
 -- A refresh in a timer (off the request's path).
@@ -223,24 +224,33 @@ function Cluster:await_map(timeout_ms)
 end
 
 -- After `node` could not be reached for `slot`: the slot's owner in a map
--- that no longer names `node`, or nil. The refresh may be held back (one
--- under way, or one within REFRESH_MIN_INTERVAL): that map may be the one
--- taken just before a replica's promotion, so a request right behind it
--- waits for the one under way or for the interval to pass and asks once
--- more, rather than failing on a map about to be replaced (a worker that
--- refreshed during a failover then failed its next lookups for up to
--- REFRESH_MIN_INTERVAL after the promotion). Costs only unreachable nodes.
+-- that no longer names `node`, or nil. A refresh held back by another one
+-- (under way, or run less than REFRESH_MIN_INTERVAL ago and answered)
+-- may have taken its map a moment before a replica's promotion: the
+-- request waits for the one under way, or for the interval to pass, and
+-- asks once more, rather than failing on a map about to be replaced (a
+-- worker that fetched during a failover then failed its lookups for the
+-- first 100 ms after the promotion). Never waits when no node answered
+-- the last fetch (Redis down: the origin answers at once), and costs only
+-- lookups on an unreachable node.
 function Cluster:remap(conn, slot, node)
-    self:refresh(conn)
+    local _, ran = self:refresh(conn)
     local again = self.map and self.map[slot]
-    if again ~= node or not CAN_WAIT[ngx.get_phase()] then
-        return again ~= node and again or nil
+    if again ~= node then
+        return again
+    end
+    if ran or self.failing or not CAN_WAIT[ngx.get_phase()] then
+        return nil
     end
     update_time()
-    local deadline = now() + REFRESH_MIN_INTERVAL + (conn.timeout_ms or 1000) / 1000
+    local deadline = now() + (conn.timeout_ms or 1000) / 1000
     while self.refreshing and now() < deadline do
         ngx.sleep(0.002)
         update_time()
+    end
+    again = self.map and self.map[slot]
+    if again ~= node or self.failing then
+        return again ~= node and again or nil
     end
     local wait = self.last_try + REFRESH_MIN_INTERVAL - now()
     if wait > 0 then
