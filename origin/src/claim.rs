@@ -14,6 +14,8 @@
 //! would only multiply the wait).
 
 use crate::store::{ClaimItem, Claimed, DbError, LinkData, Store};
+use prometheus::IntGauge;
+use shorturl_common::failpoint;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
@@ -29,19 +31,28 @@ struct Claim {
 #[derive(Clone)]
 pub struct Claimer {
     tx: mpsc::Sender<Claim>,
+    /// Claims sent and not yet taken by a worker (`shorturl_claim_queued`).
+    queued: IntGauge,
 }
 
 impl Claimer {
-    /// Starts `workers` batching tasks over `store`.
-    pub fn start(store: Store, workers: usize, batch: usize) -> Claimer {
+    /// Starts `workers` batching tasks over `store`; `queued` counts the
+    /// claims waiting for one.
+    pub fn start(store: Store, workers: usize, batch: usize, queued: IntGauge) -> Claimer {
         let (tx, rx) = mpsc::channel::<Claim>(workers * batch * 4);
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..workers {
             let rx = Arc::clone(&rx);
             let store = store.clone();
+            let queued = queued.clone();
             tokio::spawn(async move {
                 let mut buf: Vec<Claim> = Vec::with_capacity(batch);
                 loop {
+                    // Test failpoint `origin.claim.hold=*@<path>`: claims
+                    // queue up while the file exists (batches made on purpose).
+                    if let Some(path) = failpoint::hold_path("origin.claim.hold", "worker") {
+                        failpoint::hold(path).await;
+                    }
                     {
                         let mut rx = rx.lock().await;
                         match rx.recv().await {
@@ -55,6 +66,7 @@ impl Claimer {
                             }
                         }
                     }
+                    queued.sub(buf.len() as i64);
                     commit(
                         &store,
                         std::mem::replace(&mut buf, Vec::with_capacity(batch)),
@@ -63,17 +75,20 @@ impl Claimer {
                 }
             });
         }
-        Claimer { tx }
+        Claimer { tx, queued }
     }
 
     /// Claims row `id` for `data`: its code and the link's version, or
     /// `Ok(None)` when the row is not free.
     pub async fn claim(&self, id: u64, data: Arc<LinkData>) -> Result<Option<Claimed>, DbError> {
         let (reply, rx) = oneshot::channel();
+        let mut waiting = Waiting::new(&self.queued);
         self.tx
             .send(Claim { id, data, reply })
             .await
             .map_err(|_| DbError::ClaimQueueClosed)?;
+        // Queued: the worker that takes it counts it out.
+        waiting.sent = true;
         rx.await.map_err(|_| DbError::ClaimWorkerStopped)?
     }
 }
@@ -121,6 +136,31 @@ async fn commit_one_shard(store: &Store, claims: Vec<Claim>) {
             for c in claims {
                 let _ = c.reply.send(Err(e.clone()));
             }
+        }
+    }
+}
+
+/// A claim counted in `shorturl_claim_queued` from before its send, and
+/// counted out again if the send fails or its caller goes away first.
+struct Waiting<'a> {
+    queued: &'a IntGauge,
+    sent: bool,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(queued: &'a IntGauge) -> Waiting<'a> {
+        queued.inc();
+        Waiting {
+            queued,
+            sent: false,
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.sent {
+            self.queued.dec();
         }
     }
 }

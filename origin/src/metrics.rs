@@ -64,6 +64,9 @@ pub struct Metrics {
     pub pool_free: IntGauge,
     /// ...and codes recycled into it so far.
     pub pool_recycled: IntGauge,
+    /// Creations waiting for a claim worker (the group-commit queue): a
+    /// queue that stays long says MySQL commits are the bottleneck.
+    pub claim_queued: IntGauge,
 }
 
 fn counter(reg: &Registry, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
@@ -220,6 +223,11 @@ impl Metrics {
                 "pool_recycled",
                 "Codes recycled into the pool so far (installation)",
             )?,
+            claim_queued: gauge(
+                &r,
+                "claim_queued",
+                "Creations waiting for a claim worker (group commit)",
+            )?,
             registry: r,
         })
     }
@@ -309,6 +317,7 @@ mod tests {
             "shorturl_pool_issued 0",
             "shorturl_pool_free 0",
             "shorturl_pool_recycled 0",
+            "shorturl_claim_queued 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }

@@ -123,6 +123,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         store.clone(),
         cfg.mysql.claim_workers,
         cfg.mysql.claim_batch,
+        metrics.claim_queued.clone(),
     );
     let whitelist = Arc::new(
         Whitelist::new(

@@ -7,6 +7,7 @@ mod support;
 
 use serde_json::json;
 use std::sync::Arc;
+use std::time::Duration;
 use support::{Origin, Setup};
 use tokio::sync::Barrier;
 
@@ -110,12 +111,34 @@ async fn fifty_creations_of_one_custom_code_have_exactly_one_winner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_poisoned_item_fails_alone_and_its_batch_commits() {
-    // One claim worker, so concurrent creations queue up and share batches.
+    // One claim worker, held until every creation is queued, so they share
+    // batches whatever the machine's load (left to timing, the poisoned
+    // item was once alone in its batch).
+    let hold = testkit::TempDir::new("hold");
+    let path = hold.path().join("hold");
+    std::fs::write(&path, b"").unwrap();
     let s = Setup::start_with(|o| {
         o.mysql_yaml = "  claim_workers: 1\n".into();
-        *o = o.clone().failpoints("origin.claim.poison=poison-me");
+        *o = o.clone().failpoints(&format!(
+            "origin.claim.poison=poison-me;origin.claim.hold=*@{}",
+            path.display()
+        ));
     });
     let o = &s.origin;
+    let release = {
+        let (path, metrics) = (path.clone(), o.url("/metrics"));
+        tokio::spawn(async move {
+            let queued = || async {
+                let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+                support::metric_in(&text, "shorturl_claim_queued")
+            };
+            support::eventually("64 creations queued", Duration::from_secs(30), || async {
+                queued().await == Some(64.0)
+            })
+            .await;
+            std::fs::remove_file(&path).unwrap();
+        })
+    };
     let bodies: Vec<serde_json::Value> = (0..64)
         .map(|i| {
             if i == 32 {
@@ -126,6 +149,7 @@ async fn one_poisoned_item_fails_alone_and_its_batch_commits() {
         })
         .collect();
     let answers = create_all(o, bodies).await;
+    release.await.unwrap();
     let mut created = Vec::new();
     for (i, (st, v)) in answers.iter().enumerate() {
         if i == 32 {
