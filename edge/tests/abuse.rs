@@ -3,9 +3,7 @@
 //! connections, tens of thousands of requests), so they run one at a time
 //! (`serial()`), in their own test binary, apart from timing-sensitive tests.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

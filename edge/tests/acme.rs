@@ -10,9 +10,7 @@
 //! lifetime; with Pebble down the certificates keep being served and the
 //! failed orders are retried until Pebble is back.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use shorturl_common::status::AcmeDim;
 use shorturl_common::tls::CertBundle;

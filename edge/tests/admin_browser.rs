@@ -8,9 +8,7 @@
 //! is refused. Screenshots of every page go to `$SHORTURL_ADMIN_SCREENSHOTS`
 //! (default: a temp dir); the committed ones are in `docs/admin/`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use std::path::PathBuf;

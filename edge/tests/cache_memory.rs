@@ -1,18 +1,15 @@
 //! The in-process cache's memory bound, seen from outside: many distinct
 //! links through a small cache, then its own gauges on `/metrics`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use support::http::{get, Conn};
 use support::{record_line, start_edge, EdgeOpts};
 use testkit::{free_port, Redis};
 
 fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+    testkit::metrics::metric_in(text, name)
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}")) as u64
 }
 
 #[test]

@@ -3,9 +3,7 @@
 //! batches, and asserted exactly. Shutdown and upgrade: `clicks_shutdown.rs`;
 //! through the origin to the stats API: `clicks_e2e.rs`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use shorturl_common::clicks::STREAM_KEY;
 use std::collections::BTreeMap;

@@ -2,9 +2,7 @@
 //! stream → the origin's consumer → MariaDB rollups → the stats API, all
 //! real processes. Needs `shorturl-origin` built (`cargo build --workspace`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use support::http::Conn;
 use support::{create_link, start_edge, stats_app, EdgeOpts, Origin, TIMEOUT};

@@ -1,9 +1,7 @@
 //! Clicks across a graceful shutdown (`SIGTERM`) and a graceful upgrade
 //! (`-u` + `SIGQUIT`): every redirect a client received reaches the stream.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,9 +1,7 @@
 //! End to end: edge → Redis → origin → MariaDB, all real processes.
 //! Needs `shorturl-origin` built (`cargo build --workspace`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use shorturl_common::status::EdgeStatus;
 use std::sync::{Arc, Barrier};
@@ -247,7 +245,7 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
         let o = origins[0].sibling();
         origins.push(o);
     }
-    let mut opts = EdgeOpts::new(edge_redis.url(), origins.iter().map(Origin::addr).collect());
+    let mut opts = EdgeOpts::new(edge_redis.url(), origins.iter().map(|o| o.addr()).collect());
     opts.extra = "  cache: { positive_ttl_secs: 1, negative_ttl_secs: 1 }\n  \
                   limits: { creations_per_ip_per_sec: 0, unknown_per_ip_per_sec: 0 }\n";
     let edge = start_edge(opts);

@@ -6,9 +6,7 @@
 //! kept-alive connections move between the two, a partial head is closed
 //! at the head deadline, and the answer bytes are the proxy's own.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;

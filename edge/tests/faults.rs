@@ -1,9 +1,7 @@
 //! Fault injection with real processes: Redis killed and restarted, origin
 //! killed and restarted, while the edge keeps serving.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

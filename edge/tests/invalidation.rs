@@ -5,9 +5,7 @@
 //! are set to 5 minutes so only invalidation can explain a change showing.
 //! Needs `shorturl-origin` built (`cargo build --workspace --bins`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use serde_json::json;
 use std::path::Path;

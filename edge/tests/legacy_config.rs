@@ -1,9 +1,7 @@
 //! `shorturl-edge --lua-config`: a legacy OpenResty `config.lua` is read,
 //! mapped and validated like `conf/edge.yaml`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::process::Command;
 use support::edge_bin;

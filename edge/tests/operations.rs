@@ -1,9 +1,7 @@
 //! Operations: config validation, graceful upgrade under load, creation
 //! limits.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -6,9 +6,7 @@
 //! down and an uncached one gets the 503. Needs `shorturl-origin` built
 //! (`cargo build --workspace --bins`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use serde_json::json;
 use std::sync::{Arc, Barrier};

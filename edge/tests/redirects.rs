@@ -1,9 +1,7 @@
 //! Redirects through a real edge and a real Redis (the origin is a closed
 //! port here: every answer must come from memory or Redis).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::http::{get, request, Conn};

@@ -3,9 +3,7 @@
 //! killed under load. Run with `--nocapture` for the failover figures.
 //! Needs `shorturl-origin` built (`cargo build --workspace`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use serde_json::json;
 use std::time::Instant;

@@ -4,9 +4,7 @@
 //! with `--nocapture` for the failover figures.
 //! Needs `shorturl-origin` built (`cargo build --workspace`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::time::Instant;
 use support::failover::{self, EDGE_EXTRA};

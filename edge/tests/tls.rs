@@ -3,9 +3,7 @@
 //! and HTTP/1.1 by ALPN, session resumption, the plain-HTTP upgrade and
 //! HSTS, ACME challenge answers, and hostile handshakes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::process::Command;

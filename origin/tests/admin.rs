@@ -7,9 +7,8 @@
 //! from another address), security headers, assets, CSV, merchant-bound
 //! users, bad input answered with 4xx pages, and the edges' heartbeat
 //! endpoint.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use reqwest::{Client, Response};
 use sha2::{Digest, Sha256};

@@ -8,11 +8,10 @@
 //!
 //! ```sh
 //! cargo build --release -p shorturl-origin
-//! cargo test -p shorturl-origin --release --test admin_scale -- --ignored --nocapture
+//! cargo test -p shorturl-origin --release --test it -- admin_scale:: --ignored --nocapture
 //! ```
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::{shared_mariadb, Setup};

@@ -1,8 +1,7 @@
 //! Creation, resolution and the API's rules, end to end through a real
 //! origin process over real MariaDB and Redis.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use shorturl_common::status::{LockDim, MysqlDim, RedisDim};

@@ -1,9 +1,8 @@
 //! Per-merchant domains end to end: a real origin process (private MariaDB
 //! and Redis) whose dynamic whitelist comes from the Apollo stand-in. Each
 //! rule of the whitelist is checked through the creation API.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use shorturl_common::status::WhitelistDim;

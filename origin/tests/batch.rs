@@ -1,9 +1,8 @@
 //! `POST /api/v1/links/batch`: many creations in one call, each answered on
 //! its own, through the group commit, with the creation rules and the
 //! per-item rate limit.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{json, Value};

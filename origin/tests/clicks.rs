@@ -4,9 +4,8 @@
 //! are rejected whole, the stats API reports exactly what was sent, and
 //! rotating referrer hosts cannot grow a link-day past its bound (the stats
 //! API and its tenancy: `clicks_api.rs`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use shorturl_common::clicks::{is_bot, Accumulator, Batch, BatchIds, Click};

@@ -1,9 +1,8 @@
 //! The stats API over real Redis and MariaDB: tenancy (a link the caller
 //! may not see is the unknown-code 404; tenant totals narrowed to what the
 //! caller may see), `clicks` in the links list, and bad ranges.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::clicks::{
@@ -84,7 +83,7 @@ async fn stats_follow_tenancy_and_bad_ranges_are_400() {
 /// Bytes per rollup row on this MariaDB (`docs/architecture.md`): 100,000
 /// rows in each rollup (and batch ids), then `information_schema` after
 /// `ANALYZE TABLE`.
-/// Run: `cargo test -p shorturl-origin --test clicks_api -- --ignored --nocapture`.
+/// Run: `cargo test -p shorturl-origin --test it -- clicks_api:: --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check"]
 async fn bytes_per_rollup_row() {

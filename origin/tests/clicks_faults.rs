@@ -1,9 +1,8 @@
 //! MySQL down while click batches arrive: nothing is acknowledged, so
 //! nothing is lost; every batch counts once MySQL is back. A private
 //! MariaDB (this test stops it).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::clicks::{

@@ -3,9 +3,8 @@
 //! are deleted (newer ones and the daily device rows stay), and idle consumers of the group
 //! are removed once nothing is pending on them — a dead consumer's pending
 //! batch is first claimed and applied exactly once.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use redis::Value;
 use shorturl_common::clicks::{hour_start, CONSUMER_GROUP, STREAM_KEY};

@@ -1,9 +1,8 @@
 //! Miss coalescing at the origin: concurrent misses for one code share one
 //! MySQL read (`common::singleflight`), however they interleave with the
 //! write-back, and a lookup that dies leaves nothing behind.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use shorturl_common::error::ErrorBody;

@@ -1,9 +1,8 @@
 //! Creations under concurrency: custom codes in one index gap (deadlocks are
 //! retried), the same custom code raced (one winner), and a group-commit
 //! batch with one bad item (only that item fails).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use std::sync::Arc;

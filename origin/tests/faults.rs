@@ -1,8 +1,7 @@
 //! Faults with real servers: Redis is a cache (losing it loses nothing),
 //! MySQL down is a clean 503 with Retry-After and the origin recovers alone.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use std::time::{Duration, Instant};

@@ -1,9 +1,8 @@
 //! Fleet-wide invalidation, origin side: versioned records written by
 //! compare-and-set, the `su:1:inval` messages, and the outbox that makes the
 //! Redis side of a change survive a Redis outage.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use std::path::Path;

@@ -1,8 +1,7 @@
 //! Uniqueness of issued codes across processes, crashes and both counter
 //! backends; pre-generation resumption and extension.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use std::collections::HashSet;

@@ -6,9 +6,8 @@
 //!
 //! Time is the test's: links get a past `expires_at` by SQL, so nothing
 //! waits for a real expiry.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{json, Value};

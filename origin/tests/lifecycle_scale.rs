@@ -4,7 +4,7 @@
 //! of MariaDB work); run it with
 //!
 //! ```sh
-//! cargo test -p shorturl-origin --release --test lifecycle_scale -- --ignored --nocapture
+//! cargo test -p shorturl-origin --release --test it -- lifecycle_scale:: --ignored --nocapture
 //! ```
 //!
 //! `REAP_RATE` (default 1000000: as fast as MySQL goes) is passed as
@@ -12,9 +12,8 @@
 //! design, so `REAP_ROWS` (default 1000000) sets how many expired links
 //! to write, e.g. `REAP_ROWS=120000 REAP_RATE=1000` for the creation cost
 //! at the default rate.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

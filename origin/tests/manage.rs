@@ -1,8 +1,7 @@
 //! The management API: read, edit (PATCH), delete and history, with the
 //! link JSON, optimistic concurrency, the audit trail and bad input.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{json, Value};

@@ -3,9 +3,8 @@
 //! The origin applies the same rule function as the edge
 //! (`shorturl_common::request_rules`); what hyper's parser refuses before
 //! the origin's code runs gets hyper's own answer (an empty body).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::Setup;

@@ -1,9 +1,8 @@
 //! The API contract: `docs/openapi.yaml` is served at `/api/v1/openapi.json`,
 //! and the checker every API test goes through (`support::contract`)
 //! accepts what the contract says and refuses what it does not.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};

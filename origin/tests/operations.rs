@@ -1,9 +1,8 @@
 //! Operating the origin: who may read `/shorturl_status` and call the
 //! internal routes, the drain and a shutdown bounded by `shutdown_grace`
 //! even with a request held open, and the listener's connection limits.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use shorturl_common::error::NOT_FOUND_BODY;
 use std::io::{Read, Write};

@@ -1,9 +1,8 @@
 //! Pages for people through a real origin (MariaDB + Redis): QR codes that
 //! decode back to the short URL, the preview page, HTML 404 pages for
 //! browsers, and the protocol's JSON 404 kept for every other client.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};

@@ -7,9 +7,8 @@
 //! beside a control code that is recycled in the same pass.
 //!
 //! Time is the test's: `ended_at` is written into the past by SQL.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::json;

@@ -18,9 +18,8 @@
 //! (`$SHORTURL_VENV`, default `~/.cache/shorturl-venv`; `python3` with
 //! `venv`: `scripts/deps.sh`). `SHORTURL_SCHEMATHESIS_SEED` replays another
 //! seed; `SHORTURL_SKIP_SCHEMATHESIS=1` skips the test (offline machines).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -1,8 +1,7 @@
 //! `GET /api/v1/links`: filters, newest-first keyset pages, signed cursors
 //! and tenancy, through a real origin.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{json, Value};

@@ -2,9 +2,8 @@
 //! on a table of 1M rows (the migrations' schema, filled in bulk): the
 //! statements the origin builds are EXPLAINed and ANALYZEd, and a full
 //! scan, an unexpected index or an unexpectedly large read fails the test.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use mysql_async::prelude::*;
 use mysql_async::{Row, Value};

@@ -2,9 +2,8 @@
 //! issuer across ranges, routing of every read and change to the link's
 //! shard, the custom-code directory, one shard down, and a shard added while
 //! creations run.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use shorturl_origin::permutation::Permutation;

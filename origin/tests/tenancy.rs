@@ -1,8 +1,7 @@
 //! Tenant isolation: scopes, merchant binding, merchant domains, visibility
 //! and deduplication, through a real origin.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{json, Value};

@@ -11,6 +11,7 @@ pub mod apollo;
 pub mod browser;
 pub mod http;
 pub mod load;
+pub mod metrics;
 pub mod origin;
 pub mod pebble;
 pub mod peer;

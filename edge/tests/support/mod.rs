@@ -10,7 +10,7 @@ pub use testkit::http;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use testkit::{free_port, spawn, wait_for, wait_for_tcp, MariaDb, Proc, Redis, TempDir};
+use testkit::{free_port, spawn, wait_for, wait_for_tcp, Proc, Redis, TempDir};
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -346,38 +346,22 @@ impl Edge {
 /// The value of `series` (`name{labels}` as exposed) in a Prometheus text
 /// exposition, 0 when absent.
 pub fn metric_value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0.0)
+    testkit::metrics::metric_in(text, series).unwrap_or(0.0)
 }
 
 /// How many requests the origin served on `route` (the count of its
 /// request-duration histogram, summed over status classes), from its
 /// `/metrics`.
 pub fn origin_route_count(origin_port: u16, route: &str) -> u64 {
-    let text = http::get(origin_port, "/metrics", "localhost").text();
-    let label = format!("route=\"{route}\"");
-    text.lines()
-        .filter(|l| l.contains("request_duration_seconds_count{") && l.contains(&label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    testkit::metrics::route_count(origin_port, route)
 }
 
-/// A real origin (migrated, pre-generated codes) on its own MariaDB.
-pub struct Origin {
-    pub proc: Option<Proc>,
-    pub port: u16,
-    pub dir: TempDir,
-    pub conf: PathBuf,
-    /// Shared by [`Origin::sibling`]s.
-    pub mysql: std::sync::Arc<MariaDb>,
-}
+testkit::suite_origin!(
+    /// A real origin (migrated, pre-generated codes) on its own MariaDB, with
+    /// these tests' config: [`testkit::origin::Origin`] (its methods through
+    /// `Deref`).
+    Origin
+);
 
 impl Origin {
     /// Migrates, pre-generates `codes` codes and serves on a free port.
@@ -394,13 +378,12 @@ impl Origin {
     /// Like [`Origin::start_with`] on any Redis: `redis` is a URL or the
     /// fields of a `redis:` mapping ([`redis_fields`]).
     pub fn start_on(redis: &str, codes: u64, extra: &str) -> Origin {
-        let mysql = MariaDb::start();
-        let db_url = mysql.create_database("shorturl");
-        let dir = TempDir::new("origin");
-        let port = free_port();
-        let conf = dir.path().join("origin.yaml");
-        let text = format!(
-            r#"listen: 127.0.0.1:{port}
+        Origin(testkit::origin::Origin::start(
+            codes,
+            &[],
+            |port, db_url| {
+                format!(
+                    r#"listen: 127.0.0.1:{port}
 default_domain: localhost
 public_scheme: http
 mysql: {{ url: "{db_url}" }}
@@ -410,52 +393,11 @@ apps:
   - {{ name: demo, key_sha256: "{key}" }}
 {extra}
 "#,
-            redis = redis_fields(redis),
-            key = testkit::origin::sha256_hex(API_KEY),
-        );
-        std::fs::write(&conf, text).unwrap();
-        testkit::origin::run(&conf, &["migrate"]);
-        testkit::origin::run(&conf, &["pregen", "--count", &codes.to_string(), "--quiet"]);
-        let mut o = Origin {
-            proc: None,
-            port,
-            dir,
-            conf,
-            mysql: std::sync::Arc::new(mysql),
-        };
-        o.restart();
-        o
-    }
-
-    /// Another origin of the same fleet: the same config (MariaDB database,
-    /// Redis, apps) on its own port.
-    pub fn sibling(&self) -> Origin {
-        let dir = TempDir::new("origin");
-        let port = free_port();
-        let text = std::fs::read_to_string(&self.conf).unwrap().replacen(
-            &format!("listen: 127.0.0.1:{}", self.port),
-            &format!("listen: 127.0.0.1:{port}"),
-            1,
-        );
-        let conf = dir.path().join("origin.yaml");
-        std::fs::write(&conf, text).unwrap();
-        let mut o = Origin {
-            proc: None,
-            port,
-            dir,
-            conf,
-            mysql: std::sync::Arc::clone(&self.mysql),
-        };
-        o.restart();
-        o
-    }
-
-    /// Stops the origin gracefully (SIGTERM: its drain, then in-flight
-    /// requests finish) and waits for it to exit.
-    pub fn terminate(&mut self) {
-        if let Some(mut p) = self.proc.take() {
-            p.terminate(std::time::Duration::from_secs(30));
-        }
+                    redis = redis_fields(redis),
+                    key = testkit::origin::sha256_hex(API_KEY),
+                )
+            },
+        ))
     }
 
     /// `GET /api/v1/links/{code}/stats` with [`STATS_KEY`] (must be 200).
@@ -471,27 +413,6 @@ apps:
         );
         assert_eq!(r.status, 200, "{}", r.text());
         r.json()
-    }
-
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Kills the origin (SIGKILL).
-    pub fn stop(&mut self) {
-        if let Some(mut p) = self.proc.take() {
-            p.kill();
-        }
-    }
-
-    /// (Re)starts `serve` and waits for it.
-    pub fn restart(&mut self) {
-        self.stop();
-        self.proc = Some(testkit::origin::serve(
-            &self.conf,
-            self.port,
-            &self.dir.path().join("origin.log"),
-        ));
     }
 }
 

@@ -11,9 +11,8 @@
 //! `click_batches` make a retried batch count once. Only redirects (302)
 //! the clients received are expected; anything else the edges answered
 //! during the faults is not a click.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -8,9 +8,8 @@
 //! No link gets more than 20 referrer hosts a day here, so the sums do not
 //! depend on when each edge flushed (past 20, each flush picks its own top
 //! 20: openresty_clicks.rs tests that on the module alone).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use support::clicks::{self, bot_list_user_agents, record, Req, BROWSERS, CHROME_WIN, REFERERS};
 use support::http::Conn;

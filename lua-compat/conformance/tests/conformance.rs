@@ -5,9 +5,8 @@
 //! identical to each other and match the table's expectation, including
 //! whether the origin handled a request (counted by the origin itself) and
 //! how each edge's `/shorturl_status` counters moved.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde::Deserialize;
 use serde_json::Value;

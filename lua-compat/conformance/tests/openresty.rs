@@ -5,9 +5,8 @@
 //! `status_allow` with its origin part fetched at most once a second, the
 //! request-head timeout and the cap on concurrent requests per address.
 //! Each test starts its own module over one shared Redis, MariaDB and origin.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -714,7 +713,7 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
         let o = origins[0].sibling();
         origins.push(o);
     }
-    let list: Vec<String> = origins.iter().map(Origin::addr).collect();
+    let list: Vec<String> = origins.iter().map(|o| o.addr()).collect();
     let edge = Edge::openresty_with(
         &format!("127.0.0.1:{}", edge_redis.port()),
         &list.join(","),

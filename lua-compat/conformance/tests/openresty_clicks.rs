@@ -7,9 +7,8 @@
 //!
 //! Link records are written to Redis directly (no origin needed: a redirect
 //! answered from Redis or the module's caches is a click like any other).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::clicks::{self, bot_list_user_agents, record, Req, BROWSERS, CHROME_WIN, REFERERS};

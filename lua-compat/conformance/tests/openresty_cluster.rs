@@ -6,9 +6,8 @@
 //! promotion, without a restart), clicks appended to the stream on its
 //! master, invalidations received before and after the subscribed node
 //! died. Recovery times are printed (`--nocapture`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::clicks::await_clicks;
@@ -67,11 +66,8 @@ impl Module {
 
     fn metric(&self, series: &str) -> u64 {
         let text = http::get(self.metrics_port, "/metrics", "localhost").text();
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
-            .parse()
-            .unwrap()
+        testkit::metrics::metric_in(&text, series)
+            .unwrap_or_else(|| panic!("no {series} in\n{text}")) as u64
     }
 
     fn topology(&self, event: &str) -> u64 {

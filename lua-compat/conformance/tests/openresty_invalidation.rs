@@ -6,9 +6,8 @@
 //! connection noticed by its PINGs). The module runs 2 workers; requests
 //! go over many connections so every worker serves some (nginx
 //! `reuseport`: the kernel spreads connections over the workers).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::PathBuf;
@@ -102,11 +101,8 @@ impl Module {
     /// The value of the metric line starting with `series` (name and labels).
     fn metric(&self, series: &str) -> u64 {
         let text = http::get(self.metrics_port, "/metrics", "localhost").text();
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
-            .parse()
-            .unwrap()
+        testkit::metrics::metric_in(&text, series)
+            .unwrap_or_else(|| panic!("no {series} in\n{text}")) as u64
     }
 
     fn await_metric(&self, what: &str, series: &str, want: u64) {

@@ -4,9 +4,8 @@
 //! certificate otherwise), HTTP/2 by ALPN, and ACME HTTP-01 answers from
 //! the shared store; private keys sealed in the store (issue 23, item 11)
 //! opened and refused exactly as the Pingora edge does.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use shorturl_common::tls_seal::{StoreKey, StoreKeys};
 use std::time::Duration;
@@ -183,16 +182,7 @@ fn openresty_serves_certificates_from_the_shared_store_and_answers_challenges() 
 
 /// The value of one Prometheus series on `port`'s `/metrics` (0 when absent).
 fn metric(port: u16, series: &str) -> f64 {
-    http::get(port, "/metrics", "localhost")
-        .text()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
+    testkit::metrics::metric_in(&http::get(port, "/metrics", "localhost").text(), series)
         .unwrap_or(0.0)
 }
 

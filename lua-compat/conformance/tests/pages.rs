@@ -3,9 +3,8 @@
 //! content type and bytes for QR codes, previews, 404 pages and refused
 //! parameters; repeats are served from each edge's cache (the origin's page
 //! counter does not move); an edit purges the preview on both.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::http::{self, Response};

@@ -428,12 +428,7 @@ pub async fn metric_value(o: &Origin, series: &str) -> Option<f64> {
     metric_in(&o.metrics().await, series)
 }
 
-/// The value of one series (`name{labels}` exactly) in a `/metrics` text.
-pub fn metric_in(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map(|v| v.trim().parse::<f64>().unwrap())
-}
+pub use testkit::metrics::metric_in;
 
 /// Polls `cond` until it is true; panics naming `what` after `timeout`.
 pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut cond: F)

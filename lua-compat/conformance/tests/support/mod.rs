@@ -9,23 +9,17 @@ pub mod clicks;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use testkit::{free_port, spawn, wait_for, MariaDb, Proc, Redis, TempDir};
+use testkit::{free_port, spawn, wait_for, Proc, Redis, TempDir};
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// The bearer key the origin accepts for app `demo`.
 pub const API_KEY: &str = "conformance-key";
 
-/// A real origin on its own MariaDB.
-pub struct Origin {
-    pub proc: Option<Proc>,
-    pub port: u16,
-    pub dir: TempDir,
-    pub conf: PathBuf,
-    /// Shared by [`Origin::sibling`]s.
-    pub mysql: std::sync::Arc<MariaDb>,
-    /// Extra environment of `serve` (failpoints).
-    pub env: Vec<(String, String)>,
-}
+testkit::suite_origin!(
+    /// A real origin on its own MariaDB with this suite's config:
+    /// [`testkit::origin::Origin`] (its methods through `Deref`).
+    Origin
+);
 
 impl Origin {
     /// Migrates, pre-generates `codes` codes and serves on a free port.
@@ -41,127 +35,22 @@ impl Origin {
     /// An origin whose `redis:` section holds `redis_yaml` (flow-mapping
     /// entries, e.g. `mode: cluster, nodes: ["127.0.0.1:7000"]`).
     pub fn start_on(redis_yaml: &str, codes: u64, env: &[(&str, String)]) -> Origin {
-        let mysql = MariaDb::start();
-        let db_url = mysql.create_database("shorturl");
-        let dir = TempDir::new("conf-origin");
-        let port = free_port();
-        let conf = dir.path().join("origin.yaml");
-        let text = format!(
-            "listen: 127.0.0.1:{port}\ndefault_domain: localhost\npublic_scheme: http\n\
-             mysql: {{ url: \"{db_url}\", timeout_ms: 3000 }}\n\
-             redis: {{ {redis}, timeout_ms: 100 }}\n\
-             links: {{ allowed_domains: [\"s.shop55.com\"] }}\n\
-             apps:\n  - {{ name: demo, key_sha256: \"{key}\", rate_per_sec: 100000, burst: 100000, scopes: [links:create, links:read, links:manage, stats:read] }}\n\
-             shutdown_grace_secs: 1\n",
-            redis = redis_yaml,
-            key = testkit::origin::sha256_hex(API_KEY),
-        );
-        std::fs::write(&conf, text).unwrap();
-        testkit::origin::run(&conf, &["migrate"]);
-        testkit::origin::run(&conf, &["pregen", "--count", &codes.to_string(), "--quiet"]);
-        let mut o = Origin {
-            proc: None,
-            port,
-            dir,
-            conf,
-            mysql: std::sync::Arc::new(mysql),
-            env: env
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                .collect(),
-        };
-        o.restart();
-        o
-    }
-
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    pub fn is_running(&self) -> bool {
-        self.proc.is_some()
-    }
-
-    /// SIGKILL: a crash.
-    pub fn stop(&mut self) {
-        if let Some(mut p) = self.proc.take() {
-            p.kill();
-        }
-    }
-
-    /// (Re)starts `serve` and waits until it answers.
-    pub fn restart(&mut self) {
-        self.stop();
-        self.proc = Some(testkit::origin::serve_with(
-            &self.conf,
-            self.port,
-            &self.dir.path().join("origin.log"),
-            &self.env,
-        ));
-        let port = self.port;
-        wait_for("origin /healthz", TIMEOUT, || {
-            http::send(
-                port,
-                &http::Request {
-                    method: "GET".into(),
-                    path: "/healthz".into(),
-                    host: Some("localhost".into()),
-                    ..Default::default()
-                },
+        Origin(testkit::origin::Origin::start(
+            codes,
+            env,
+            |port, db_url| {
+                format!(
+                "listen: 127.0.0.1:{port}\ndefault_domain: localhost\npublic_scheme: http\n\
+                 mysql: {{ url: \"{db_url}\", timeout_ms: 3000 }}\n\
+                 redis: {{ {redis}, timeout_ms: 100 }}\n\
+                 links: {{ allowed_domains: [\"s.shop55.com\"] }}\n\
+                 apps:\n  - {{ name: demo, key_sha256: \"{key}\", rate_per_sec: 100000, burst: 100000, scopes: [links:create, links:read, links:manage, stats:read] }}\n\
+                 shutdown_grace_secs: 1\n",
+                redis = redis_yaml,
+                key = testkit::origin::sha256_hex(API_KEY),
             )
-            .is_ok_and(|r| r.status == 200)
-        });
-    }
-
-    /// Requests the origin handled, excluding health checks, status fetches
-    /// and metric scrapes: what "the origin was reached" means per case.
-    pub fn handled(&self) -> u64 {
-        let text = http::get(self.port, "/metrics", "localhost").text();
-        text.lines()
-            .filter(|l| l.starts_with("shorturl_request_duration_seconds_count{"))
-            .filter(|l| {
-                !["route=\"healthz\"", "route=\"status\"", "route=\"metrics\""]
-                    .iter()
-                    .any(|r| l.contains(r))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>() as u64
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("origin.log")).unwrap_or_default()
-    }
-
-    /// Another origin of the same fleet: the same config (database, Redis,
-    /// apps) on its own port.
-    pub fn sibling(&self) -> Origin {
-        let dir = TempDir::new("conf-origin");
-        let port = free_port();
-        let text = std::fs::read_to_string(&self.conf).unwrap().replacen(
-            &format!("listen: 127.0.0.1:{}", self.port),
-            &format!("listen: 127.0.0.1:{port}"),
-            1,
-        );
-        let conf = dir.path().join("origin.yaml");
-        std::fs::write(&conf, text).unwrap();
-        let mut o = Origin {
-            proc: None,
-            port,
-            dir,
-            conf,
-            mysql: std::sync::Arc::clone(&self.mysql),
-            env: self.env.clone(),
-        };
-        o.restart();
-        o
-    }
-
-    /// SIGTERM: the origin drains (its `/healthz` says draining), then
-    /// finishes what is in flight; waits for it to exit.
-    pub fn terminate(&mut self) {
-        if let Some(mut p) = self.proc.take() {
-            p.terminate(Duration::from_secs(30));
-        }
+            },
+        ))
     }
 }
 

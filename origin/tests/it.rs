@@ -1,0 +1,35 @@
+//! The origin's integration tests, one binary (each file a module): one link instead of one per file.
+//!
+//! Run one file's tests with a filter: `cargo test -p shorturl-origin --test it -- <file>::`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod admin;
+mod admin_scale;
+mod api;
+mod apollo_client;
+mod apollo_whitelist;
+mod batch;
+mod clicks;
+mod clicks_api;
+mod clicks_faults;
+mod clicks_retention;
+mod coalescing;
+mod concurrency;
+mod faults;
+mod invalidation;
+mod issuing;
+mod lifecycle;
+mod lifecycle_scale;
+mod manage;
+mod odd_requests;
+mod openapi;
+mod operations;
+mod pages;
+mod recycle;
+mod schemathesis;
+mod search;
+mod search_indexes;
+mod shards;
+mod tenancy;
