@@ -273,6 +273,31 @@ impl Limits {
     }
 }
 
+/// A configuration for unit tests: these budgets, the other limits at
+/// their usual values.
+#[cfg(test)]
+pub(crate) fn test_config(
+    unknown: u32,
+    creations: u32,
+    refused: u32,
+    clients: usize,
+) -> LimitsConfig {
+    LimitsConfig {
+        unknown_per_ip_per_sec: unknown,
+        creations_per_ip_per_sec: creations,
+        refused_creations_per_ip_per_min: refused,
+        clients_tracked: clients,
+        ipv6_prefix_len: 64,
+        max_uri_bytes: 4096,
+        max_header_bytes: 16384,
+        client_timeout: std::time::Duration::from_secs(10),
+        keepalive_timeout_secs: 60,
+        header_timeout: std::time::Duration::from_secs(5),
+        max_connections: 0,
+        max_connections_per_ip: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,20 +305,7 @@ mod tests {
     use std::time::Duration;
 
     fn cfg(unknown: u32, creations: u32, refused: u32, clients: usize) -> LimitsConfig {
-        LimitsConfig {
-            unknown_per_ip_per_sec: unknown,
-            creations_per_ip_per_sec: creations,
-            refused_creations_per_ip_per_min: refused,
-            clients_tracked: clients,
-            ipv6_prefix_len: 64,
-            max_uri_bytes: 4096,
-            max_header_bytes: 16384,
-            client_timeout: Duration::from_secs(10),
-            keepalive_timeout_secs: 60,
-            header_timeout: Duration::from_secs(5),
-            max_connections: 0,
-            max_connections_per_ip: 0,
-        }
+        test_config(unknown, creations, refused, clients)
     }
 
     fn evictions() -> IntCounter {

@@ -24,7 +24,7 @@
 //! answer is stored, while the file `<path>` exists (it creates
 //! `<path>.held` when it starts waiting).
 
-use crate::cache::{Answer, Generation, LocalCache, Stored};
+use crate::cache::{Answer, Entry, Generation, LocalCache, Stored};
 use crate::config::CacheConfig;
 use crate::metrics::Metrics;
 use crate::origin::OriginPool;
@@ -46,6 +46,9 @@ pub struct Resolved {
     pub source: Outcome,
     /// A cache lifetime imposed by the origin (`Cache-Control: max-age`).
     pub max_age: Option<Duration>,
+    /// The cache entry holding this answer, when the cache kept it: its
+    /// pre-serialised redirect answers the request that looked it up.
+    pub entry: Option<Arc<Entry>>,
 }
 
 impl Resolved {
@@ -54,6 +57,7 @@ impl Resolved {
             answer: Answer::Unavailable,
             source: Outcome::Fail,
             max_age: None,
+            entry: None,
         }
     }
 }
@@ -108,6 +112,7 @@ impl Resolver {
                             },
                             answer,
                             max_age: None,
+                            entry: Some(e),
                         }
                     })
                 },
@@ -142,14 +147,17 @@ impl Resolver {
     async fn lookup_and_store(&self, code: &str) -> Resolved {
         for attempt in 0..2 {
             let gen = self.cache.generation();
-            let resolved = self.lookup(code).await;
+            let mut resolved = self.lookup(code).await;
             if attempt == 0 {
                 if let Some(path) = failpoint::hold_path("edge.lookup.hold", code) {
                     failpoint::hold(path).await;
                 }
             }
             let ttl = self.ttl_for(&resolved, gen);
-            match self.cache.store(code, resolved.answer.clone(), ttl, gen) {
+            let (stored, entry) = self
+                .cache
+                .store_entry(code, resolved.answer.clone(), ttl, gen);
+            match stored {
                 Stored::Superseded(by) => {
                     self.metrics.inval.superseded.inc();
                     tracing::debug!(
@@ -159,7 +167,10 @@ impl Resolver {
                         "lookup answer superseded by an invalidation"
                     );
                 }
-                Stored::Cached | Stored::NotCached => return resolved,
+                Stored::Cached | Stored::NotCached => {
+                    resolved.entry = entry;
+                    return resolved;
+                }
             }
         }
         tracing::warn!(
@@ -207,6 +218,7 @@ impl Resolver {
                         answer: to_answer(l),
                         source: Outcome::Redis,
                         max_age: None,
+                        entry: None,
                     };
                 }
                 Err(_) => {
@@ -229,6 +241,7 @@ impl Resolver {
                 answer: to_answer(a.lookup),
                 source: Outcome::Origin,
                 max_age: a.max_age,
+                entry: None,
             },
             Err(e) => {
                 tracing::warn!(code, error = %e, "origin record fetch failed");

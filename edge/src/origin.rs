@@ -82,16 +82,30 @@ enum Attempt {
     Failed(OriginError),
 }
 
+/// Why the origin pool could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BalancerError {
+    #[error("origin list: {0}")]
+    List(#[source] std::io::Error),
+    #[error("health check request: {0}")]
+    HealthRequest(#[source] Box<pingora::Error>),
+    #[error("health check host: {0}")]
+    HealthHost(#[source] Box<pingora::Error>),
+}
+
 /// Builds the load balancer with its HTTP health check. The returned
 /// balancer must run as a Pingora background service for checks to happen.
-pub fn build_balancer(cfg: &OriginConfig, host: &str) -> Result<LoadBalancer<RoundRobin>, String> {
+pub fn build_balancer(
+    cfg: &OriginConfig,
+    host: &str,
+) -> Result<LoadBalancer<RoundRobin>, BalancerError> {
     let mut lb = LoadBalancer::<RoundRobin>::try_from_iter(cfg.servers.iter().copied())
-        .map_err(|e| format!("origin list: {e}"))?;
+        .map_err(BalancerError::List)?;
     let mut hc = HttpHealthCheck::new(host, false);
     let mut req = RequestHeader::build("GET", cfg.health_check_path.as_bytes(), None)
-        .map_err(|e| format!("health check request: {e}"))?;
+        .map_err(BalancerError::HealthRequest)?;
     req.insert_header("Host", host)
-        .map_err(|e| format!("health check host: {e}"))?;
+        .map_err(BalancerError::HealthHost)?;
     hc.req = req;
     hc.peer_template.options.connection_timeout = Some(cfg.connect_timeout);
     hc.peer_template.options.read_timeout =

@@ -19,13 +19,11 @@
 //!   cache (`pages`): `request_cache_filter`, `cache_key_callback`,
 //!   `response_cache_filter` and `should_serve_stale` act only on them
 
-use crate::access_log::{AccessLog, LogLine};
-use crate::cache::{AnswerRef, Entry, RecordRef};
-use crate::clicks::Clicks;
-use crate::config::EdgeConfig;
-use crate::limits::{Limits, Refusal};
-use crate::lookup::{Resolved, Resolver};
-use crate::metrics::Metrics;
+use crate::access_log::LogLine;
+use crate::cache::{AnswerRef, Entry};
+use crate::decide::{self, decide, Facts, Source, Verdict};
+use crate::limits::Refusal;
+use crate::lookup::Resolved;
 use crate::net::{client_of, forwarded_for, ClientKey};
 use crate::origin::OriginPool;
 use crate::outcome::Outcome;
@@ -34,8 +32,9 @@ use crate::pages::PageCache;
 use crate::request_rules::{self, HostAt};
 use crate::respond;
 use crate::route::{route, CodeBuf, Route};
+use crate::state::EdgeState;
 use crate::status::StatusSource;
-use crate::tls::{https, TlsView};
+use crate::tls::https;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
@@ -53,18 +52,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Shared state of the edge application.
+/// The Pingora application: the shared redirect state plus what only the
+/// proxy uses.
 pub struct Edge {
-    pub resolver: Arc<Resolver>,
+    /// Shared with the fast path (the same instance).
+    pub state: Arc<EdgeState>,
     pub origin: Arc<OriginPool>,
-    pub metrics: Arc<Metrics>,
-    pub limits: Arc<Limits>,
     pub status: StatusSource,
-    pub log: Arc<AccessLog>,
-    pub cfg: Arc<EdgeConfig>,
-    pub tls: Arc<TlsView>,
-    /// Click counting: every redirect answered is recorded here.
-    pub clicks: Arc<Clicks>,
     /// The cache of QR codes and previews.
     pub pages: &'static PageCache,
 }
@@ -92,16 +86,34 @@ impl Looked {
             Looked::Resolved(r) => r.answer.view(),
         }
     }
+
+    fn source(&self) -> Source {
+        match self {
+            Looked::Cached(_) => Source::Memory,
+            Looked::Resolved(_) => Source::Lookup,
+        }
+    }
 }
 
-/// What a looked-up code is for one request (see [`Edge::decide`]).
-enum Verdict<'a> {
-    /// A live record bound to the request's host.
-    Live(RecordRef<'a>),
-    /// The lookup failed: 503.
-    Unavailable,
-    /// The protocol 404.
-    NotFound,
+/// A proxied request as the redirect decision sees it.
+struct ProxyFacts<'a> {
+    edge: &'a Edge,
+    req: &'a RequestHeader,
+    ctx: &'a Ctx,
+}
+
+impl Facts for ProxyFacts<'_> {
+    fn host(&self) -> Option<&str> {
+        self.ctx.host.and_then(|h| h.get(self.req))
+    }
+
+    fn client(&self) -> Option<ClientKey> {
+        self.edge.client_key(self.ctx)
+    }
+
+    fn prefers_html(&self) -> bool {
+        prefers_html(self.req)
+    }
 }
 
 /// Per-request state.
@@ -167,91 +179,82 @@ fn header_bytes(req: &RequestHeader) -> usize {
 }
 
 impl Edge {
-    /// True when the request is for `domain` (normalised): its host, as the
-    /// protocol rules found it, equals it. Compared in place: no allocation
-    /// per redirect.
-    fn request_is_for(req: &RequestHeader, host: Option<HostAt>, domain: &str) -> bool {
-        host.and_then(|h| h.get(req))
-            .is_some_and(|h| h.eq_ignore_ascii_case(domain))
+    fn facts<'a>(&'a self, req: &'a RequestHeader, ctx: &'a Ctx) -> ProxyFacts<'a> {
+        ProxyFacts {
+            edge: self,
+            req,
+            ctx,
+        }
     }
 
     /// The record lookup every code route shares, redirects and pages
     /// (protocol 4 and 4.3): the in-process cache, else Redis and the
-    /// origin (coalesced, stored, negatives included), with the client's
-    /// unknown-code budget checked before any work that is not a cached
-    /// record. Sets the request's outcome; `None`: over the budget (429).
-    async fn look_up(&self, ctx: &mut Ctx, code: &str) -> Option<Looked> {
-        match self.resolver.cache.get(code, ctx.start) {
-            Some(e) => {
-                self.metrics.local_hit.inc();
-                let found = matches!(e.answer(), AnswerRef::Found(_));
-                ctx.outcome = match e.answer() {
-                    AnswerRef::Found(_) => Outcome::Hit,
-                    AnswerRef::Negative(_) => Outcome::Neg,
-                    AnswerRef::Unavailable => Outcome::Fail,
-                };
-                (found || !self.over_unknown_limit(ctx)).then_some(Looked::Cached(e))
-            }
-            None => {
-                self.metrics.local_miss.inc();
-                if self.over_unknown_limit(ctx) {
-                    return None;
-                }
-                let resolved = self.resolver.resolve(code).await;
-                ctx.outcome = resolved.source;
-                Some(Looked::Resolved(resolved))
-            }
+    /// origin (coalesced, stored, negatives included) once the client's
+    /// unknown-code budget admits it. Sets the request's outcome; `None`:
+    /// not admitted (429).
+    async fn look_up(&self, req: &RequestHeader, ctx: &mut Ctx, code: &str) -> Option<Looked> {
+        let st = &self.state;
+        if let Some(e) = st.resolver.cache.get(code, ctx.start) {
+            st.metrics.local_hit.inc();
+            ctx.outcome = match e.answer() {
+                AnswerRef::Found(_) => Outcome::Hit,
+                AnswerRef::Negative(_) => Outcome::Neg,
+                AnswerRef::Unavailable => Outcome::Fail,
+            };
+            return Some(Looked::Cached(e));
         }
+        st.metrics.local_miss.inc();
+        if !decide::admit_lookup(&self.facts(req, ctx), &st.limits) {
+            return None;
+        }
+        let resolved = st.resolver.resolve(code).await;
+        ctx.outcome = resolved.source;
+        Some(Looked::Resolved(resolved))
     }
 
-    /// What a looked-up code is for this request: a live record bound to
-    /// its host, a failed lookup, or the protocol 404 (unknown, expired,
-    /// another domain's), which spends the client's unknown-code budget.
-    fn decide<'a>(
+    /// What [`decide`] says of `looked` for this request (`None`: the
+    /// lookup was not admitted).
+    fn verdict<'l>(
         &self,
         req: &RequestHeader,
         ctx: &Ctx,
-        looked: &'a Looked,
-        now: u64,
-    ) -> Verdict<'a> {
-        match looked.answer() {
-            AnswerRef::Found(rec)
-                if !rec.is_expired_at(now) && Self::request_is_for(req, ctx.host, rec.domain) =>
-            {
-                Verdict::Live(rec)
-            }
-            AnswerRef::Unavailable => Verdict::Unavailable,
-            _ => {
-                if let Some(key) = self.client_key(ctx) {
-                    self.limits.count_unknown(key);
-                }
-                Verdict::NotFound
-            }
+        looked: &'l Option<Looked>,
+    ) -> Verdict<'l> {
+        match looked {
+            Some(l) => decide(
+                l.answer(),
+                l.source(),
+                &self.facts(req, ctx),
+                &self.state.limits,
+                now_unix(),
+            ),
+            None => Verdict::TooMany,
         }
     }
 
-    /// `GET|HEAD /{code}`: the redirect, or the answer of [`Edge::decide`].
+    /// `GET|HEAD /{code}`: the redirect, or what else [`decide`] says.
     async fn redirect_or_404(
         &self,
         session: &mut Session,
         ctx: &mut Ctx,
         code: &str,
     ) -> Result<bool> {
-        let Some(looked) = self.look_up(ctx, code).await else {
-            return self.too_many(session, ctx, Refusal::Unknown).await;
-        };
-        let now = now_unix();
-        match self.decide(session.req_header(), ctx, &looked, now) {
-            Verdict::Live(rec) => {
+        let looked = self.look_up(session.req_header(), ctx, code).await;
+        match self.verdict(session.req_header(), ctx, &looked) {
+            Verdict::Redirect(rec) => {
                 // Counted before the answer is written: a client that got
                 // its redirect has its click queued, so the last flush at
                 // shutdown, which follows every answer, sends it.
-                self.clicks.record(session.req_header(), code, now);
-                respond::redirect(session, &self.cfg.redirect, rec.url, self.hsts(ctx)).await?;
+                self.state
+                    .clicks
+                    .record(session.req_header(), code, now_unix());
+                let hsts = self.hsts(ctx);
+                respond::redirect(session, &self.state.cfg.redirect, rec.url, hsts).await?;
                 Ok(true)
             }
+            Verdict::NotFound { page } => self.not_found_code(session, ctx, page).await,
+            Verdict::TooMany => self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => self.unavailable(session).await,
-            Verdict::NotFound => self.not_found_code(session, ctx).await,
         }
     }
 
@@ -262,35 +265,42 @@ impl Edge {
     }
 
     /// The protocol 404 for a code (or page) path: JSON, or for a browser
-    /// the origin's 404 page (protocol 4.2), proxied uncached.
-    async fn not_found_code(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        if prefers_html(session.req_header()) {
+    /// (`page`) the origin's 404 page (protocol 4.2), proxied uncached.
+    /// Spends the client's unknown-code budget first.
+    async fn not_found_code(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        page: bool,
+    ) -> Result<bool> {
+        decide::spend(&self.facts(session.req_header(), ctx), &self.state.limits);
+        if page {
             self.to_page_origin(session, ctx, None, true);
             return Ok(false);
         }
-        respond::not_found_with(session, &self.cfg.redirect, self.hsts(ctx)).await?;
+        respond::not_found_with(session, &self.state.cfg.redirect, self.hsts(ctx)).await?;
         Ok(true)
     }
 
     /// `Strict-Transport-Security` for answers over TLS, when configured.
     fn hsts(&self, ctx: &Ctx) -> Option<&http::HeaderValue> {
-        self.tls.https.hsts.as_ref().filter(|_| ctx.tls)
+        self.state.tls.https.hsts.as_ref().filter(|_| ctx.tls)
     }
 
     /// A plain-HTTP redirect request for a domain that goes to HTTPS
     /// first: the `Location` of its 308.
     fn https_upgrade(&self, session: &Session, ctx: &Ctx) -> Option<String> {
         // Off by default: no Host lookup on the redirect path then.
-        if ctx.tls || !self.tls.https.may_upgrade() {
+        if ctx.tls || !self.state.tls.https.may_upgrade() {
             return None;
         }
         let req = session.req_header();
         let host = ctx.host.and_then(|h| h.get(req))?;
-        if !self.tls.https.upgrades(host) {
+        if !self.state.tls.https.upgrades(host) {
             return None;
         }
         let pq = req.uri.path_and_query().map_or("/", |p| p.as_str());
-        Some(self.tls.https.location(host, pq))
+        Some(self.state.tls.https.location(host, pq))
     }
 
     /// `GET /.well-known/acme-challenge/{token}`: the key authorisation
@@ -299,12 +309,12 @@ impl Edge {
         ctx.outcome = Outcome::Local;
         let path = session.req_header().uri.path();
         let answer = match crate::tls::challenge::token_of(path) {
-            Some(token) => self.tls.shared.challenge(token).await,
+            Some(token) => self.state.tls.shared.challenge(token).await,
             None => Ok(None),
         };
         match answer {
             Ok(Some(key_auth)) => respond::text(session, 200, Bytes::from(key_auth)).await?,
-            Ok(None) => respond::not_found(session, &self.cfg.redirect).await?,
+            Ok(None) => respond::not_found(session, &self.state.cfg.redirect).await?,
             Err(e) => {
                 tracing::warn!(error = %e, "ACME challenge lookup failed");
                 respond::error(
@@ -322,17 +332,12 @@ impl Edge {
 
     fn client_key(&self, ctx: &Ctx) -> Option<ClientKey> {
         ctx.client
-            .map(|ip| ClientKey::new(ip, self.cfg.limits.ipv6_prefix_len))
-    }
-
-    fn over_unknown_limit(&self, ctx: &Ctx) -> bool {
-        self.client_key(ctx)
-            .is_some_and(|k| self.limits.unknown_exceeded(&k))
+            .map(|ip| ClientKey::new(ip, self.state.cfg.limits.ipv6_prefix_len))
     }
 
     async fn too_many(&self, session: &mut Session, ctx: &mut Ctx, why: Refusal) -> Result<bool> {
         ctx.outcome = Outcome::Limit;
-        self.metrics.limited(why);
+        self.state.metrics.limited(why);
         respond::error(
             session,
             429,
@@ -357,13 +362,12 @@ impl Edge {
         kind: PageKind,
         code: &CodeBuf,
     ) -> Result<bool> {
-        let Some(looked) = self.look_up(ctx, code.as_str()).await else {
-            return self.too_many(session, ctx, Refusal::Unknown).await;
-        };
-        match self.decide(session.req_header(), ctx, &looked, now_unix()) {
-            Verdict::Live(_) => {}
+        let looked = self.look_up(session.req_header(), ctx, code.as_str()).await;
+        match self.verdict(session.req_header(), ctx, &looked) {
+            Verdict::Redirect(_) => {}
+            Verdict::NotFound { page } => return self.not_found_code(session, ctx, page).await,
+            Verdict::TooMany => return self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => return self.unavailable(session).await,
-            Verdict::NotFound => return self.not_found_code(session, ctx).await,
         }
         ctx.outcome = Outcome::Page;
         let req = session.req_header();
@@ -386,8 +390,8 @@ impl Edge {
         html404: bool,
     ) {
         ctx.page = Some(Box::new(PageCtx { key, html404 }));
-        session.set_read_timeout(Some(self.cfg.limits.client_timeout));
-        session.set_write_timeout(Some(self.cfg.limits.client_timeout));
+        session.set_read_timeout(Some(self.state.cfg.limits.client_timeout));
+        session.set_write_timeout(Some(self.state.cfg.limits.client_timeout));
     }
 
     async fn forward(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
@@ -400,18 +404,18 @@ impl Edge {
                     // One token per item, taken when the body is read
                     // (`request_body_filter`); refused here already when
                     // not even one item would be admitted.
-                    if let Some(why) = self.limits.creation_blocked(&key) {
+                    if let Some(why) = self.state.limits.creation_blocked(&key) {
                         return self.too_many(session, ctx, why).await;
                     }
                     ctx.batch = Some(Box::default());
-                } else if let Err(why) = self.limits.admit_creation(key) {
+                } else if let Err(why) = self.state.limits.admit_creation(key) {
                     return self.too_many(session, ctx, why).await;
                 }
             }
         }
         ctx.outcome = Outcome::Fwd;
         let Some(addr) = self.origin.select() else {
-            self.metrics.origin_error.inc();
+            self.state.metrics.origin_error.inc();
             respond::error(
                 session,
                 503,
@@ -422,10 +426,10 @@ impl Edge {
             .await?;
             return Ok(true);
         };
-        self.metrics.origin_forward.inc();
+        self.state.metrics.origin_forward.inc();
         ctx.upstream = Some(addr);
-        session.set_read_timeout(Some(self.cfg.limits.client_timeout));
-        session.set_write_timeout(Some(self.cfg.limits.client_timeout));
+        session.set_read_timeout(Some(self.state.cfg.limits.client_timeout));
+        session.set_write_timeout(Some(self.state.cfg.limits.client_timeout));
         Ok(false)
     }
 }
@@ -458,14 +462,19 @@ impl ProxyHttp for Edge {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         ctx.peer = peer_ip(session);
-        ctx.client = ctx
-            .peer
-            .map(|p| client_of(p, &session.req_header().headers, &self.cfg.trusted_proxies).0);
+        ctx.client = ctx.peer.map(|p| {
+            client_of(
+                p,
+                &session.req_header().headers,
+                &self.state.cfg.trusted_proxies,
+            )
+            .0
+        });
         // HTTP/1.1 keep-alive is unbounded by default: bound idle time.
         if session.get_keepalive().is_some() {
-            session.set_keepalive(Some(self.cfg.limits.keepalive_timeout_secs));
+            session.set_keepalive(Some(self.state.cfg.limits.keepalive_timeout_secs));
         }
-        if !self.tls.https.is_off() {
+        if !self.state.tls.https.is_off() {
             ctx.tls = https::is_tls(session);
         }
         let raw_head = session.as_http1().map(|h1| h1.get_headers_raw_bytes());
@@ -479,12 +488,12 @@ impl ProxyHttp for Edge {
         }
         let req = session.req_header();
         let uri_len = req.uri.path_and_query().map_or(0, |p| p.as_str().len());
-        if uri_len > self.cfg.limits.max_uri_bytes {
+        if uri_len > self.state.cfg.limits.max_uri_bytes {
             ctx.outcome = Outcome::Bad;
             respond::error(session, 414, "uri_too_long", "request URI too long", None).await?;
             return Ok(true);
         }
-        if header_bytes(req) > self.cfg.limits.max_header_bytes {
+        if header_bytes(req) > self.state.cfg.limits.max_header_bytes {
             ctx.outcome = Outcome::Bad;
             respond::error(
                 session,
@@ -530,18 +539,21 @@ impl ProxyHttp for Edge {
             Route::Status => {
                 if !ctx
                     .client
-                    .is_some_and(|ip| self.cfg.status_allow.contains(ip))
+                    .is_some_and(|ip| self.state.cfg.status_allow.contains(ip))
                 {
                     ctx.outcome = Outcome::Bad;
-                    respond::not_found(session, &self.cfg.redirect).await?;
+                    respond::not_found(session, &self.state.cfg.redirect).await?;
                     return Ok(true);
                 }
                 ctx.outcome = Outcome::Local;
-                let mut doc = self.status.document(&self.metrics, &self.clicks).await;
-                doc.tls = self.tls.status();
-                let fast = &self.metrics.fast_path;
+                let mut doc = self
+                    .status
+                    .document(&self.state.metrics, &self.state.clicks)
+                    .await;
+                doc.tls = self.state.tls.status();
+                let fast = &self.state.metrics.fast_path;
                 doc.fast_path = Some(FastPathDim {
-                    enabled: self.cfg.fast_path.enabled,
+                    enabled: self.state.cfg.fast_path.enabled,
                     hit: fast.hit.get(),
                     negative: fast.negative.get(),
                     resolved: fast.resolved.get(),
@@ -565,7 +577,7 @@ impl ProxyHttp for Edge {
             }
             Route::NotFound => {
                 ctx.outcome = Outcome::Bad;
-                respond::not_found(session, &self.cfg.redirect).await?;
+                respond::not_found(session, &self.state.cfg.redirect).await?;
                 Ok(true)
             }
         }
@@ -577,7 +589,7 @@ impl ProxyHttp for Edge {
             ctx.upstream.or_else(|| {
                 let a = self.origin.select();
                 if a.is_some() {
-                    self.metrics.origin_forward.inc();
+                    self.state.metrics.origin_forward.inc();
                 }
                 a
             })
@@ -586,7 +598,7 @@ impl ProxyHttp for Edge {
         };
         let Some(addr) = addr else {
             if ctx.page.is_some() {
-                self.metrics.origin_error.inc();
+                self.state.metrics.origin_error.inc();
             }
             return Err(Error::explain(
                 ErrorType::HTTPStatus(503),
@@ -595,7 +607,7 @@ impl ProxyHttp for Edge {
         };
         ctx.upstream = Some(addr);
         Ok(Box::new(
-            self.origin.peer(addr, self.cfg.origin.read_timeout),
+            self.origin.peer(addr, self.state.cfg.origin.read_timeout),
         ))
     }
 
@@ -682,7 +694,7 @@ impl ProxyHttp for Edge {
         let items = batch.items.items();
         let held = batch.held.take();
         if let Some(key) = self.client_key(ctx) {
-            if let Err(why) = self.limits.admit_creations(key, items) {
+            if let Err(why) = self.state.limits.admit_creations(key, items) {
                 ctx.refusal = Some(why);
                 return Err(Error::explain(ErrorType::HTTPStatus(429), why.message()));
             }
@@ -711,7 +723,7 @@ impl ProxyHttp for Edge {
             let xff = forwarded_for(
                 peer,
                 &session.req_header().headers,
-                &self.cfg.trusted_proxies,
+                &self.state.cfg.trusted_proxies,
             );
             upstream.insert_header("X-Forwarded-For", xff)?;
         } else {
@@ -730,7 +742,7 @@ impl ProxyHttp for Edge {
     ) -> Result<()> {
         if ctx.creation && matches!(upstream.status.as_u16(), 401 | 403) {
             if let Some(key) = self.client_key(ctx) {
-                self.limits.count_refused_creation(key);
+                self.state.limits.count_refused_creation(key);
             }
         }
         if let Some(v) = self.hsts(ctx) {
@@ -765,7 +777,7 @@ impl ProxyHttp for Edge {
             // body: the same 429 as any refused creation, and the body was
             // read whole, so the connection may stay.
             ctx.outcome = Outcome::Limit;
-            self.metrics.limited(why);
+            self.state.metrics.limited(why);
             if session.response_written().is_none() {
                 if let Err(err) = respond::error(
                     session,
@@ -786,14 +798,14 @@ impl ProxyHttp for Edge {
         }
         let forwarded = ctx.upstream.is_some();
         if forwarded && code >= 500 {
-            self.metrics.origin_error.inc();
+            self.state.metrics.origin_error.inc();
         }
         let html404 = ctx.page.as_ref().is_some_and(|p| p.html404);
         if html404 && code >= 500 && session.response_written().is_none() {
             // The browser's 404 page could not be fetched: the JSON 404.
             let hsts = self.hsts(ctx).cloned();
             if let Err(err) =
-                respond::not_found_with(session, &self.cfg.redirect, hsts.as_ref()).await
+                respond::not_found_with(session, &self.state.cfg.redirect, hsts.as_ref()).await
             {
                 tracing::debug!(error = %err, "cannot send error response");
             }
@@ -832,12 +844,12 @@ impl ProxyHttp for Edge {
             };
             self.pages.metrics.count(r);
         }
-        self.metrics.observe(ctx.outcome, took);
+        self.state.metrics.observe(ctx.outcome, took);
         let status = session
             .response_written()
             .map_or(0, |r: &ResponseHeader| r.status.as_u16());
         let req = session.req_header();
-        self.log.write(&LogLine {
+        self.state.log.write(&LogLine {
             client: ctx.client,
             method: req.method.as_str(),
             path: req.uri.path(),

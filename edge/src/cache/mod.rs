@@ -189,11 +189,11 @@ impl LocalCache {
         Some(e)
     }
 
-    /// [`LocalCache::get`] without counting a use: for the request whose
-    /// own lookup just stored the entry (it reads the entry's bytes). A
+    /// [`LocalCache::get`] without counting a use. (The request whose own
+    /// lookup stored an entry gets it from [`LocalCache::store_entry`]: a
     /// touch there would make every looked-up code look used twice, and
-    /// the eviction policy would keep one-hit codes as if they were hot.
-    pub fn peek(&self, code: &str, now: Instant) -> Option<Arc<Entry>> {
+    /// the eviction policy would keep one-hit codes as if they were hot.)
+    fn peek(&self, code: &str, now: Instant) -> Option<Arc<Entry>> {
         let hash = self.hash(code);
         let h = self.horizon(now);
         self.shard(hash).table.get(hash, code, |e| h.admits(e))
@@ -211,6 +211,19 @@ impl LocalCache {
     /// for where it goes); an entry larger than a quarter of a shard is not
     /// cached. An answer older than the code's tombstone is refused.
     pub fn store(&self, code: &str, answer: Answer, ttl: Duration, gen: Generation) -> Stored {
+        self.store_entry(code, answer, ttl, gen).0
+    }
+
+    /// [`LocalCache::store`], also handing back the entry it cached (its
+    /// pre-serialised redirect is what the request that looked the code up
+    /// answers with, without reading the cache again).
+    pub fn store_entry(
+        &self,
+        code: &str,
+        answer: Answer,
+        ttl: Duration,
+        gen: Generation,
+    ) -> (Stored, Option<Arc<Entry>>) {
         let hash = self.hash(code);
         let h = self.horizon(Instant::now());
         let shard = self.shard(hash);
@@ -224,27 +237,28 @@ impl LocalCache {
         )
         .map(Arc::new);
         let guard = epoch::pin();
-        let (change, evicted) = {
+        let (change, evicted, kept) = {
             let mut st = shard.lock();
             if let (Some(v), Some(t)) = (answer.version(), st.tombs.version(code, h.now)) {
                 if v < t {
-                    return Stored::Superseded(t);
+                    return (Stored::Superseded(t), None);
                 }
             }
             if ttl.is_zero() {
-                return Stored::NotCached;
+                return (Stored::NotCached, None);
             }
             let Some(entry) = entry else {
                 // Too long to cache; at least do not keep serving the old answer.
                 drop(st);
                 self.remove(code);
-                return Stored::NotCached;
+                return (Stored::NotCached, None);
             };
+            let kept = Arc::clone(&entry);
             let c = st.policy.insert(&shard.table, entry, h, &guard);
-            (c, st.policy.take_evicted())
+            (c, st.policy.take_evicted(), kept)
         };
         self.account(&change, evicted);
-        Stored::Cached
+        (Stored::Cached, Some(kept))
     }
 
     /// Handles the invalidation `<version> <code>`: drops the entry for

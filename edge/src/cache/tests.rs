@@ -561,3 +561,22 @@ fn peek_reads_without_counting_a_use() {
     let e = c.get("peek00", now).expect("stored");
     assert_eq!(e.freq(), 1);
 }
+
+#[test]
+fn store_entry_hands_back_the_cached_entry_untouched() {
+    let c = LocalCache::new(1 << 20);
+    let gen = c.generation();
+    let (stored, e) = c.store_entry(
+        "kept00",
+        rec("https://k.example/"),
+        Duration::from_secs(60),
+        gen,
+    );
+    assert_eq!(stored, Stored::Cached);
+    let e = e.expect("the cached entry");
+    assert_eq!(e.freq(), 0, "storing is not a use");
+    let cached = c.get("kept00", Instant::now()).expect("stored");
+    assert!(Arc::ptr_eq(&e, &cached), "the same entry the cache serves");
+    let (stored, e) = c.store_entry("zero00", rec("https://z.example/"), Duration::ZERO, gen);
+    assert_eq!((stored, e.is_none()), (Stored::NotCached, true));
+}

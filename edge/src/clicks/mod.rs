@@ -75,15 +75,20 @@ pub fn boot_nonce() -> String {
     format!("{:016x}", h.finish())
 }
 
+/// `edge.clicks.edge_name` cannot be part of a batch id.
+#[derive(Debug, thiserror::Error)]
+#[error("edge.clicks.edge_name {0:?} is not a valid id part")]
+pub struct InvalidEdgeName(pub String);
+
 impl Clicks {
     /// Counting as `cfg` says, batch ids `<edge_name>:<nonce>:<seq>`.
-    pub fn new(cfg: &ClicksConfig, nonce: &str, metrics: ClicksMetrics) -> Result<Clicks, String> {
-        let ids = BatchIds::new(&cfg.edge_name, nonce).ok_or_else(|| {
-            format!(
-                "edge.clicks.edge_name {:?} is not a valid id part",
-                cfg.edge_name
-            )
-        })?;
+    pub fn new(
+        cfg: &ClicksConfig,
+        nonce: &str,
+        metrics: ClicksMetrics,
+    ) -> Result<Clicks, InvalidEdgeName> {
+        let ids = BatchIds::new(&cfg.edge_name, nonce)
+            .ok_or_else(|| InvalidEdgeName(cfg.edge_name.clone()))?;
         Ok(Clicks {
             enabled: cfg.enabled,
             registry: Registry::new(cfg.queue_per_thread),

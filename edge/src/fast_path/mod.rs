@@ -53,4 +53,4 @@ mod service;
 
 pub use answer::{redirect_serialiser, serialise, AnswerError};
 pub use clock::{date, format as format_date};
-pub use service::{FastPath, Shared};
+pub use service::FastPath;

@@ -3,19 +3,15 @@
 
 use super::answer::{Answers, End};
 use super::parse::{parse, Parsed, Request};
-use crate::access_log::{AccessLog, LogLine};
+use crate::access_log::LogLine;
 use crate::cache::{AnswerRef, Serialiser};
 use crate::clicks::record::ClickParts;
-use crate::clicks::Clicks;
-use crate::config::EdgeConfig;
-use crate::limits::Limits;
-use crate::lookup::Resolver;
-use crate::metrics::Metrics;
+use crate::decide::{self, decide, Facts, Source, Verdict};
 use crate::net::{client_of_values, ClientKey};
 use crate::outcome::Outcome;
 use crate::proxy::Edge;
 use crate::route::{route_path, CodeBuf, Route};
-use crate::tls::TlsView;
+use crate::state::EdgeState;
 use async_trait::async_trait;
 use bytes::BytesMut;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
@@ -37,21 +33,11 @@ const HEAD_BUF: usize = 4096;
 /// Pingora's keep-alive for the first request of a connection.
 const FIRST_KEEPALIVE_SECS: u64 = 60;
 
-/// What the fast path shares with the proxy (the same instances).
-pub struct Shared {
-    pub resolver: Arc<Resolver>,
-    pub metrics: Arc<Metrics>,
-    pub limits: Arc<Limits>,
-    pub log: Arc<AccessLog>,
-    pub clicks: Arc<Clicks>,
-    pub cfg: Arc<EdgeConfig>,
-    pub tls: Arc<TlsView>,
-}
-
 /// The fast path in front of the proxy (see the module documentation).
 pub struct FastPath {
     proxy: Arc<HttpProxy<Edge>>,
-    s: Shared,
+    /// The proxy's own state (`Edge::state`).
+    s: Arc<EdgeState>,
     answers: Answers,
     /// Makes a redirect's head when a lookup's answer was not cached.
     serialiser: Arc<Serialiser>,
@@ -87,10 +73,10 @@ enum Step {
 }
 
 impl FastPath {
-    /// The fast path for `proxy`, sharing its state. Registers the
-    /// redirect serialiser with the cache: records stored from now on
-    /// carry their answer bytes.
-    pub fn new(proxy: Arc<HttpProxy<Edge>>, s: Shared) -> Result<Self, super::AnswerError> {
+    /// The fast path for `proxy`, sharing its state `s` (the `Arc` the
+    /// proxy's `Edge` holds). Registers the redirect serialiser with the
+    /// cache: records stored from now on carry their answer bytes.
+    pub fn new(proxy: Arc<HttpProxy<Edge>>, s: Arc<EdgeState>) -> Result<Self, super::AnswerError> {
         let answers = Answers::new(&s.cfg.redirect, s.tls.https.hsts.as_ref())?;
         let serialiser = super::redirect_serialiser(s.cfg.redirect.clone());
         if s.cfg.fast_path.enabled {
@@ -238,7 +224,11 @@ impl FastPath {
 
     /// Writes the answer for `req` into `out` from the in-process cache,
     /// or says it is a miss or the proxy's. The start is taken after
-    /// parsing, as the proxy's context takes it.
+    /// parsing, as the proxy's context takes it. From memory the fast path
+    /// renders a live record's redirect and a negative entry's 404; the
+    /// rarer verdicts (a browser's 404 page, a 429, an expired or another
+    /// domain's record, a remembered failure) are the proxy's, which
+    /// decides the same way.
     fn answer(&self, req: &Request<'_>, conn: &Conn, out: &mut Vec<u8>) -> Decision {
         let s = &self.s;
         let limits = &s.cfg.limits;
@@ -256,12 +246,11 @@ impl FastPath {
         let Some(entry) = s.resolver.cache.get(code.as_str(), start) else {
             return Decision::Miss(code, start);
         };
-        match entry.answer() {
-            AnswerRef::Found(rec) => {
-                let now = now_unix();
-                if rec.is_expired_at(now) || !bound(req, rec.domain) {
-                    return Decision::HandOver;
-                }
+        let facts = self.facts(req, conn);
+        let now = now_unix();
+        let answer = entry.answer();
+        match decide(answer, Source::Memory, &facts, &s.limits, now) {
+            Verdict::Redirect(_) => {
                 let Some(response) = entry.response() else {
                     return Decision::HandOver;
                 };
@@ -270,21 +259,13 @@ impl FastPath {
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
-            AnswerRef::Negative(_) => {
-                // A browser's 404 is the origin's page: the proxy fetches it.
-                if prefers_html(req) {
-                    return Decision::HandOver;
-                }
-                let key = self.client_key(req, conn);
-                if key.is_some_and(|k| s.limits.unknown_exceeded(&k)) {
-                    return Decision::HandOver; // the proxy answers the 429
-                }
+            Verdict::NotFound { page: false } if matches!(answer, AnswerRef::Negative(_)) => {
                 s.metrics.local_hit.inc();
-                self.not_found(req, conn, key, out);
+                self.not_found(req, conn, &facts, out);
                 s.metrics.fast_path.negative.inc();
                 Decision::Answered(404, Outcome::Neg, start)
             }
-            AnswerRef::Unavailable => Decision::HandOver,
+            _ => Decision::HandOver,
         }
     }
 
@@ -304,21 +285,24 @@ impl FastPath {
         out: &mut Vec<u8>,
     ) -> Option<(u16, Outcome, Instant)> {
         let s = &self.s;
-        let key = self.client_key(req, conn);
-        if key.is_some_and(|k| s.limits.unknown_exceeded(&k)) {
+        let facts = self.facts(req, conn);
+        if !decide::admit_lookup(&facts, &s.limits) {
             return None;
         }
         let resolved = s.resolver.resolve(code).await;
         let now = now_unix();
-        let status = match resolved.answer.view() {
-            AnswerRef::Found(rec) if !rec.is_expired_at(now) && bound(req, rec.domain) => {
-                // The bytes the lookup just cached, else made here (the
-                // cache may not have kept them).
+        let status = match decide(
+            resolved.answer.view(),
+            Source::Lookup,
+            &facts,
+            &s.limits,
+            now,
+        ) {
+            Verdict::Redirect(rec) => {
+                // The bytes the lookup stored, else made here (the cache
+                // may not have kept them).
                 let made;
-                let cached = s.resolver.cache.peek(code, Instant::now()).filter(
-                    |e| matches!(e.answer(), AnswerRef::Found(r) if r.version == rec.version),
-                );
-                let response = match cached.as_ref().and_then(|e| e.response()) {
+                let response = match resolved.entry.as_ref().and_then(|e| e.response()) {
                     Some(r) => r,
                     None => {
                         made = (self.serialiser)(rec.url)?;
@@ -328,17 +312,15 @@ impl FastPath {
                 self.redirect(req, conn, code, now, response, out);
                 s.cfg.redirect.status
             }
-            AnswerRef::Unavailable => {
+            Verdict::Unavailable => {
                 self.answers.unavailable(out, req.head, &self.end(req));
                 503
             }
-            _ => {
-                if prefers_html(req) {
-                    return None;
-                }
-                self.not_found(req, conn, key, out);
+            Verdict::NotFound { page: false } => {
+                self.not_found(req, conn, &facts, out);
                 404
             }
+            Verdict::NotFound { page: true } | Verdict::TooMany => return None,
         };
         s.metrics.local_miss.inc();
         s.metrics.fast_path.resolved.inc();
@@ -368,17 +350,18 @@ impl FastPath {
     }
 
     /// Counts the unknown code against the client and appends the 404.
-    fn not_found(&self, req: &Request<'_>, conn: &Conn, key: Option<ClientKey>, out: &mut Vec<u8>) {
-        if let Some(k) = key {
-            self.s.limits.count_unknown(k);
-        }
+    fn not_found(&self, req: &Request<'_>, conn: &Conn, facts: &FastFacts<'_>, out: &mut Vec<u8>) {
+        decide::spend(facts, &self.s.limits);
         self.answers
             .not_found(out, conn.tls, req.head, &self.end(req));
     }
 
-    fn client_key(&self, req: &Request<'_>, conn: &Conn) -> Option<ClientKey> {
-        self.client(req, conn)
-            .map(|ip| ClientKey::new(ip, self.s.cfg.limits.ipv6_prefix_len))
+    fn facts<'a>(&'a self, req: &'a Request<'a>, conn: &'a Conn) -> FastFacts<'a> {
+        FastFacts {
+            fp: self,
+            req,
+            conn,
+        }
     }
 
     fn end(&self, req: &Request<'_>) -> End {
@@ -408,18 +391,28 @@ impl FastPath {
     }
 }
 
-/// Whether the request's Host is the record's domain (protocol 2.1). The
-/// domain is normalised (lower case) and so is nearly every Host: bytes
-/// compared first, a case-blind comparison only when they differ.
-fn bound(req: &Request<'_>, domain: &str) -> bool {
-    req.host
-        .is_some_and(|h| h.as_bytes() == domain.as_bytes() || h.eq_ignore_ascii_case(domain))
+/// A fast-path request as the redirect decision sees it.
+struct FastFacts<'a> {
+    fp: &'a FastPath,
+    req: &'a Request<'a>,
+    conn: &'a Conn,
 }
 
-/// Whether the client asked for HTML (a browser: its 404 is a page).
-fn prefers_html(req: &Request<'_>) -> bool {
-    let accept = req.accept.and_then(|a| std::str::from_utf8(a).ok());
-    shorturl_common::accept::prefers_html(accept)
+impl Facts for FastFacts<'_> {
+    fn host(&self) -> Option<&str> {
+        self.req.host
+    }
+
+    fn client(&self) -> Option<ClientKey> {
+        self.fp
+            .client(self.req, self.conn)
+            .map(|ip| ClientKey::new(ip, self.fp.s.cfg.limits.ipv6_prefix_len))
+    }
+
+    fn prefers_html(&self) -> bool {
+        let accept = self.req.accept.and_then(|a| std::str::from_utf8(a).ok());
+        shorturl_common::accept::prefers_html(accept)
+    }
 }
 
 #[async_trait]

@@ -48,6 +48,19 @@ pub struct TlsRuntime {
     acme_state: Option<Arc<acme::AcmeState>>,
 }
 
+/// Why the TLS parts could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsStartError {
+    #[error("tls metrics: {0}")]
+    Metrics(#[source] pingora_prometheus::prometheus::Error),
+    #[error("tls: redis: {0}")]
+    Redis(#[source] redis::RedisError),
+    #[error("tls: acceptor: {0}")]
+    Acceptor(#[source] openssl::error::ErrorStack),
+    #[error(transparent)]
+    Acme(#[from] acme::AcmeSetupError),
+}
+
 impl TlsRuntime {
     /// Builds the TLS parts from the configuration; the certificate
     /// directory is loaded now, so the first handshakes have it.
@@ -55,15 +68,15 @@ impl TlsRuntime {
         cfg: &TlsSettings,
         redis: &crate::config::redis::RedisConfig,
         origin: &Arc<OriginPool>,
-    ) -> Result<TlsRuntime, String> {
-        let metrics = Arc::new(TlsMetrics::new().map_err(|e| format!("tls metrics: {e}"))?);
+    ) -> Result<TlsRuntime, TlsStartError> {
+        let metrics = Arc::new(TlsMetrics::new().map_err(TlsStartError::Metrics)?);
         let redis_timeout = cfg
             .tls
             .as_ref()
             .map_or(std::time::Duration::from_secs(1), |t| t.redis_timeout);
         let keys = cfg.tls.as_ref().and_then(|t| t.store_keys.clone());
         let shared = SharedStore::new(redis, redis_timeout, keys, Arc::clone(&metrics))
-            .map_err(|e| format!("tls: redis: {e}"))?;
+            .map_err(TlsStartError::Redis)?;
         let mut rt = TlsRuntime {
             metrics: Arc::clone(&metrics),
             shared: Arc::clone(&shared),
@@ -89,7 +102,7 @@ impl TlsRuntime {
             Arc::clone(&store),
             Arc::clone(&metrics),
         )
-        .map_err(|e| format!("tls: acceptor: {e}"))?;
+        .map_err(TlsStartError::Acceptor)?;
         if let Some(a) = &cfg.acme {
             let issuer = acme::Issuer::new(
                 a.clone(),

@@ -155,6 +155,11 @@ fn node_id() -> String {
     format!("{}:{}", host.trim(), std::process::id())
 }
 
+/// The ACME client could not be set up (its CA roots or TLS context).
+#[derive(Debug, thiserror::Error)]
+#[error("edge.acme: {0}")]
+pub struct AcmeSetupError(#[source] client::BoxError);
+
 impl Issuer {
     /// An issuer; `store` is this edge's certificate store.
     pub fn new(
@@ -163,9 +168,9 @@ impl Issuer {
         origin: Arc<OriginPool>,
         store: Arc<CertStore>,
         metrics: Arc<TlsMetrics>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, AcmeSetupError> {
         let http = AcmeHttp::new(cfg.ca_roots.as_deref(), Duration::from_secs(30))
-            .map_err(|e| format!("edge.acme: {e}"))?;
+            .map_err(AcmeSetupError)?;
         Ok(Issuer {
             local: LocalState::new(cfg.state_dir.clone()),
             cfg,

@@ -1,0 +1,283 @@
+//! The redirect decision, made in one place for both transports: what a
+//! code's answer means for one request (protocol 4, 4.2 and 4.3). Sans I/O:
+//! the fast path (`fast_path`) and the proxy (`proxy.rs`) each describe
+//! their request through [`Facts`], call [`decide`] and only render the
+//! [`Verdict`], so a redirect, a page and both transports cannot drift
+//! apart. Link rules extend this module and nothing else.
+
+use crate::cache::{AnswerRef, RecordRef};
+use crate::limits::Limits;
+use crate::net::ClientKey;
+
+/// What the decision may ask of a request. Each fact is computed only when
+/// a branch needs it: a redirect from memory reads the host alone.
+pub trait Facts {
+    /// The request's host without its port, as the protocol rules found it.
+    fn host(&self) -> Option<&str>;
+    /// The client's key in the per-client limiter (`None`: no address).
+    fn client(&self) -> Option<ClientKey>;
+    /// The client prefers HTML: its 404 is the origin's page.
+    fn prefers_html(&self) -> bool;
+}
+
+/// Where an answer comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The in-process cache: a record is answered at once; anything else
+    /// first checks the client's unknown-code budget.
+    Memory,
+    /// A lookup this request ran, after [`admit_lookup`] let it.
+    Lookup,
+}
+
+/// What to answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict<'a> {
+    /// A live record bound to the request's host: its redirect (or page).
+    Redirect(RecordRef<'a>),
+    /// The protocol 404 (unknown, expired, another domain's). Rendering it
+    /// spends the client's unknown-code budget ([`spend`]). `page`: a
+    /// browser, whose 404 is the origin's page.
+    NotFound { page: bool },
+    /// The client has spent its unknown-code budget: 429.
+    TooMany,
+    /// The lookup failed: 503.
+    Unavailable,
+}
+
+/// Whether a lookup may run for this request: a miss costs Redis and
+/// origin work, so a client over its unknown-code budget gets the 429
+/// before any.
+pub fn admit_lookup(facts: &impl Facts, limits: &Limits) -> bool {
+    !over_budget(facts, limits)
+}
+
+/// The verdict for `answer` (from `source`) at `now` (unix seconds).
+#[inline]
+pub fn decide<'a>(
+    answer: AnswerRef<'a>,
+    source: Source,
+    facts: &impl Facts,
+    limits: &Limits,
+    now: u64,
+) -> Verdict<'a> {
+    match answer {
+        AnswerRef::Found(rec) if !rec.is_expired_at(now) && bound(facts.host(), rec.domain) => {
+            Verdict::Redirect(rec)
+        }
+        AnswerRef::Found(_) => not_found(facts),
+        _ if source == Source::Memory && over_budget(facts, limits) => Verdict::TooMany,
+        AnswerRef::Unavailable => Verdict::Unavailable,
+        AnswerRef::Negative(_) => not_found(facts),
+    }
+}
+
+/// Counts a rendered [`Verdict::NotFound`] against the client.
+pub fn spend(facts: &impl Facts, limits: &Limits) {
+    if let Some(k) = facts.client() {
+        limits.count_unknown(k);
+    }
+}
+
+fn not_found<'a>(facts: &impl Facts) -> Verdict<'a> {
+    Verdict::NotFound {
+        page: facts.prefers_html(),
+    }
+}
+
+fn over_budget(facts: &impl Facts, limits: &Limits) -> bool {
+    facts.client().is_some_and(|k| limits.unknown_exceeded(&k))
+}
+
+/// Whether the request's host is the record's domain (protocol 2.1). The
+/// domain is normalised (lower case) and so is nearly every Host: bytes
+/// compared first, a case-blind comparison only when they differ.
+#[inline]
+fn bound(host: Option<&str>, domain: &str) -> bool {
+    host.is_some_and(|h| h.as_bytes() == domain.as_bytes() || h.eq_ignore_ascii_case(domain))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pingora_prometheus::prometheus::IntCounter;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    struct Req {
+        host: Option<&'static str>,
+        client: Option<IpAddr>,
+        html: bool,
+    }
+
+    impl Facts for Req {
+        fn host(&self) -> Option<&str> {
+            self.host
+        }
+        fn client(&self) -> Option<ClientKey> {
+            self.client.map(|ip| ClientKey::new(ip, 64))
+        }
+        fn prefers_html(&self) -> bool {
+            self.html
+        }
+    }
+
+    const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
+
+    fn req() -> Req {
+        Req {
+            host: Some("s.shop55.com"),
+            client: Some(CLIENT),
+            html: false,
+        }
+    }
+
+    fn limits(unknown_per_sec: u32) -> Limits {
+        let cfg = crate::limits::test_config(unknown_per_sec, 0, 0, 16);
+        let evictions = IntCounter::new("decide_test_evictions", "test");
+        Limits::new(&cfg, evictions.unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn record(domain: &str, expires_at: u64) -> AnswerRef<'_> {
+        AnswerRef::Found(RecordRef {
+            version: 3,
+            expires_at,
+            domain,
+            url: "https://example.com/x",
+        })
+    }
+
+    /// Spends the whole budget of [`CLIENT`].
+    fn exhaust(l: &Limits, n: u32) {
+        for _ in 0..n {
+            spend(&req(), l);
+        }
+    }
+
+    #[test]
+    fn a_live_bound_record_redirects_from_either_source() {
+        let l = limits(1);
+        exhaust(&l, 1); // the budget never blocks a live link
+        for source in [Source::Memory, Source::Lookup] {
+            let v = decide(record("s.shop55.com", NOW + 1), source, &req(), &l, NOW);
+            assert!(matches!(v, Verdict::Redirect(r) if r.version == 3), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn the_host_is_compared_case_blind() {
+        let r = Req {
+            host: Some("S.Shop55.COM"),
+            ..req()
+        };
+        let v = decide(
+            record("s.shop55.com", NOW + 1),
+            Source::Memory,
+            &r,
+            &limits(0),
+            NOW,
+        );
+        assert!(matches!(v, Verdict::Redirect(_)), "{v:?}");
+    }
+
+    #[test]
+    fn an_expired_record_is_not_found_from_its_expiry_second() {
+        let l = limits(0);
+        let v = decide(record("s.shop55.com", NOW), Source::Memory, &req(), &l, NOW);
+        assert_eq!(v, Verdict::NotFound { page: false });
+    }
+
+    #[test]
+    fn another_domains_record_or_no_host_is_not_found() {
+        let l = limits(0);
+        let other = decide(
+            record("go.brand91.cn", NOW + 9),
+            Source::Lookup,
+            &req(),
+            &l,
+            NOW,
+        );
+        assert_eq!(other, Verdict::NotFound { page: false });
+        let no_host = Req {
+            host: None,
+            ..req()
+        };
+        let v = decide(
+            record("s.shop55.com", NOW + 9),
+            Source::Lookup,
+            &no_host,
+            &l,
+            NOW,
+        );
+        assert_eq!(v, Verdict::NotFound { page: false });
+    }
+
+    #[test]
+    fn a_browsers_404_is_the_page() {
+        let html = Req {
+            html: true,
+            ..req()
+        };
+        let l = limits(0);
+        let v = decide(AnswerRef::Negative(2), Source::Memory, &html, &l, NOW);
+        assert_eq!(v, Verdict::NotFound { page: true });
+        let v = decide(record("x.example", NOW + 9), Source::Memory, &html, &l, NOW);
+        assert_eq!(v, Verdict::NotFound { page: true });
+    }
+
+    #[test]
+    fn a_failed_lookup_is_unavailable() {
+        let l = limits(0);
+        for source in [Source::Memory, Source::Lookup] {
+            let v = decide(AnswerRef::Unavailable, source, &req(), &l, NOW);
+            assert_eq!(v, Verdict::Unavailable);
+        }
+    }
+
+    #[test]
+    fn over_the_budget_memory_answers_other_than_records_are_429() {
+        let l = limits(2);
+        exhaust(&l, 2);
+        for a in [AnswerRef::Negative(1), AnswerRef::Unavailable] {
+            assert_eq!(decide(a, Source::Memory, &req(), &l, NOW), Verdict::TooMany);
+        }
+        // A lookup was admitted before it ran: its answer stands.
+        let v = decide(AnswerRef::Negative(1), Source::Lookup, &req(), &l, NOW);
+        assert_eq!(v, Verdict::NotFound { page: false });
+        // A cached record that no longer answers is a 404, not a 429.
+        let v = decide(record("s.shop55.com", NOW), Source::Memory, &req(), &l, NOW);
+        assert_eq!(v, Verdict::NotFound { page: false });
+        assert!(!admit_lookup(&req(), &l));
+    }
+
+    #[test]
+    fn the_budget_is_per_client_and_unlimited_without_an_address() {
+        let l = limits(1);
+        assert!(admit_lookup(&req(), &l));
+        exhaust(&l, 1);
+        assert!(!admit_lookup(&req(), &l));
+        let other = Req {
+            client: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 8))),
+            ..req()
+        };
+        assert!(admit_lookup(&other, &l));
+        let anonymous = Req {
+            client: None,
+            ..req()
+        };
+        spend(&anonymous, &l);
+        assert!(admit_lookup(&anonymous, &l));
+        let v = decide(AnswerRef::Negative(1), Source::Memory, &anonymous, &l, NOW);
+        assert_eq!(v, Verdict::NotFound { page: false });
+    }
+
+    #[test]
+    fn a_zero_budget_never_limits() {
+        let l = limits(0);
+        exhaust(&l, 100);
+        assert!(admit_lookup(&req(), &l));
+        let v = decide(AnswerRef::Negative(1), Source::Memory, &req(), &l, NOW);
+        assert_eq!(v, Verdict::NotFound { page: false });
+    }
+}
