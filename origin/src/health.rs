@@ -7,6 +7,7 @@
 //! second per origin, whatever the number of edges, and `/healthz` answers
 //! from memory at once.
 
+use crate::background::Stop;
 use crate::store::Store;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,22 +21,20 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 pub struct MysqlHealth(AtomicBool);
 
 impl MysqlHealth {
-    /// Starts healthy (the origin only serves once MySQL answered at start)
-    /// and probes every second from now on.
-    pub fn start(store: Store) -> Arc<MysqlHealth> {
-        let h = Arc::new(MysqlHealth(AtomicBool::new(true)));
-        let probe = Arc::clone(&h);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(PROBE_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                // Bounded by mysql.timeout_ms; the failure is logged by the store.
-                let ok = store.ping().await.is_ok();
-                probe.0.store(ok, Ordering::Relaxed);
-            }
-        });
-        h
+    /// Healthy: the origin only serves once MySQL answered at start.
+    pub fn new() -> Arc<MysqlHealth> {
+        Arc::new(MysqlHealth(AtomicBool::new(true)))
+    }
+
+    /// The probe: pings MySQL every second until stopped.
+    pub async fn probe(self: Arc<Self>, store: Store, stop: Stop) {
+        let (this, store) = (&*self, &store);
+        stop.every(PROBE_EVERY, move || async move {
+            // Bounded by mysql.timeout_ms; the failure is logged by the store.
+            let ok = store.ping().await.is_ok();
+            this.0.store(ok, Ordering::Relaxed);
+        })
+        .await;
     }
 
     /// Whether MySQL answered the last probe.

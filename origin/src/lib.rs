@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod apollo;
 pub mod auth;
+pub mod background;
 pub mod bench;
 mod body;
 pub mod bucket;

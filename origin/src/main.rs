@@ -3,7 +3,6 @@
 use clap::{Parser, Subcommand};
 use shorturl_origin::config::Config;
 use shorturl_origin::{bench, db, lifecycle, pregen, schema, serve};
-use std::error::Error;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,6 +72,21 @@ enum Cmd {
     },
 }
 
+/// Why a command failed (printed as `error: …`).
+#[derive(Debug, thiserror::Error)]
+enum CmdError {
+    #[error(transparent)]
+    Serve(#[from] serve::ServeError),
+    #[error(transparent)]
+    Mysql(#[from] mysql_async::Error),
+    #[error(transparent)]
+    Pregen(#[from] pregen::PregenError),
+    #[error(transparent)]
+    Reap(#[from] lifecycle::cli::ReapRunError),
+    #[error(transparent)]
+    Bench(#[from] bench::BenchError),
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -108,7 +122,7 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(async move {
-        let r: Result<(), Box<dyn Error + Send + Sync>> = match cli.cmd {
+        let r: Result<(), CmdError> = match cli.cmd {
             Cmd::Serve => serve::run(cfg).await.map_err(Into::into),
             Cmd::Migrate => {
                 let pool = db::pool(&cfg.mysql)?;
@@ -121,7 +135,9 @@ fn main() -> ExitCode {
                 shard,
                 chunk,
                 quiet,
-            } => pregen::cli(&cfg.mysql, count, shard.as_deref(), chunk.max(1), !quiet).await,
+            } => pregen::cli(&cfg.mysql, count, shard.as_deref(), chunk.max(1), !quiet)
+                .await
+                .map_err(Into::into),
             Cmd::Reap { rate, quiet } => {
                 let r = lifecycle::cli::run(&cfg, rate, !quiet).await?;
                 println!(

@@ -88,6 +88,8 @@ pub enum PregenError {
     Concurrent,
     #[error("mysql: {0}")]
     Mysql(#[from] mysql_async::Error),
+    #[error(transparent)]
+    Args(#[from] PregenArgsError),
 }
 
 /// Extends the table to `count` rows (pre-generated and recycled).
@@ -260,7 +262,7 @@ pub async fn cli(
     shard: Option<&str>,
     chunk: u64,
     progress: bool,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<(), PregenError> {
     let meta = crate::db::pool(cfg)?;
     crate::schema::migrate(&meta).await?;
     let perm = crate::store::meta::load_permutation(&meta).await?;

@@ -8,6 +8,7 @@
 //! a stuck dependency cannot hold a deploy.
 
 use crate::auth::Auth;
+use crate::background::{Background, Stop};
 use crate::cache::Cache;
 use crate::claim::Claimer;
 use crate::clicks::retention::Retention;
@@ -55,6 +56,31 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     // wait is first polled), a SIGTERM arriving just after the server
     // started answering would kill the process without the grace.
     let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let app = build(cfg).await?;
+    serve(app, shutdown_signal(term)).await
+}
+
+/// A built origin, ready to serve: its listener bound, its background work
+/// running.
+pub struct App {
+    cfg: Arc<Config>,
+    pool: mysql_async::Pool,
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    drain: Arc<Drain>,
+    conn_metrics: ConnMetrics,
+    /// Stopped when draining ends: none of it is needed to finish the
+    /// requests in flight (what it leaves is taken over by another origin
+    /// or done after the restart).
+    work: Background,
+    /// Stopped once the requests in flight are finished: what a request
+    /// may still rely on (the permanent-redirect mark).
+    serving: Background,
+}
+
+/// Wires the components from `cfg`: waits for MySQL (migrations, the code
+/// pool), connects Redis, starts the background work and binds the listener.
+pub async fn build(cfg: Config) -> Result<App, ServeError> {
     let cfg = Arc::new(cfg);
     let metrics = Arc::new(Metrics::new()?);
     let click_metrics = Arc::new(ClickMetrics::register(&metrics.registry)?);
@@ -133,10 +159,13 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         .with_merchant_domains(&cfg.links.merchant_domains),
     );
     apollo::register_metrics(&metrics.registry, Arc::clone(&whitelist))?;
-    let apollo_task = match cfg.apollo.clone() {
-        Some(a) => apollo::start(a, Arc::clone(&whitelist)).await,
-        None => None,
-    };
+    let mut work = Background::default();
+    let mut serving = Background::default();
+    if let Some(a) = cfg.apollo.clone() {
+        if let Some(feed) = apollo::start(a, Arc::clone(&whitelist)).await {
+            work.spawn("apollo feed", |stop| stop.cancels(feed));
+        }
+    }
     let links = Links::new(Parts {
         cfg: Arc::clone(&cfg),
         store,
@@ -147,29 +176,37 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         metrics,
         cursor,
     });
-    spawn_capacity_refresh(
-        pool.clone(),
-        Arc::clone(&shards),
-        Arc::clone(&issuer),
-        Arc::clone(&links.metrics),
-    );
+    let refresh = CapacityRefresh {
+        pool: pool.clone(),
+        shards: Arc::clone(&shards),
+        issuer: Arc::clone(&issuer),
+        metrics: Arc::clone(&links.metrics),
+    };
+    work.spawn("capacity refresh", |stop| refresh.run(stop));
     if is_permanent(cfg.redirect.status) {
         // Before the first redirect, and then ahead of every one: recycling
         // keeps every link created up to this mark (architecture, "Recycling").
         mark_permanent(&pool).await;
-        spawn_permanent_mark(pool.clone());
+        let pool = pool.clone();
+        serving.spawn("permanent-redirect mark", |stop| async move {
+            let pool = &pool;
+            let every = Duration::from_secs(PERMANENT_AHEAD_SECS / 3);
+            stop.every(every, move || mark_permanent(pool)).await
+        });
     }
     // Every origin drains the outbox (rows are taken with SKIP LOCKED).
-    let drainer = tokio::spawn(Arc::clone(&links.outbox).run_drainer());
-    // Every origin runs a reaper; the one holding the lease reaps.
-    let reaper = cfg.lifecycle.enabled.then(|| {
+    let outbox = Arc::clone(&links.outbox);
+    work.spawn("outbox drainer", |stop| stop.cancels(outbox.run_drainer()));
+    // Every origin runs a reaper; the one holding the lease reaps. At the
+    // stop, the lease is given up so another origin takes over at once.
+    if cfg.lifecycle.enabled {
         let retention = Retention::new(
             links.store.clone(),
             cfg.clicks.clone(),
             cfg.redis.topology.clone(),
             Arc::clone(&click_metrics),
         );
-        Arc::new(
+        let reaper = Arc::new(
             Reaper::new(
                 links.store.clone(),
                 cfg.lifecycle.clone(),
@@ -177,11 +214,18 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
                 holder_id("serve"),
             )
             .with_retention(Arc::new(retention)),
-        )
-    });
-    let reaper_task = reaper.as_ref().map(|r| tokio::spawn(Arc::clone(r).run()));
-    // Every origin consumes click batches too (one consumer group).
-    let clicks = cfg.clicks.consume.then(|| {
+        );
+        work.spawn("reaper", |stop| async move {
+            stop.cancels(Arc::clone(&reaper).run()).await;
+            // Bounded: a MySQL that does not answer leaves the lease to run
+            // out by itself.
+            let _ = tokio::time::timeout(Duration::from_secs(1), reaper.release()).await;
+        });
+    }
+    // Every origin consumes click batches too (one consumer group). Stopping
+    // loses nothing: an entry read and not acknowledged is claimed by
+    // another origin (or by this one after its restart).
+    if cfg.clicks.consume {
         let c = Consumer::new(
             cfg.redis.topology.clone(),
             links.store.clone(),
@@ -189,10 +233,8 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
             click_metrics,
         );
         tracing::info!(consumer = c.name(), "click consumer starting");
-        tokio::spawn(c.run())
-    });
-    // Aborting loses nothing: an entry read and not acknowledged is
-    // claimed by another origin (or by this one after its restart).
+        work.spawn("click consumer", |stop| stop.cancels(c.run()));
+    }
     let admin = Arc::new(crate::admin::Admin::new(
         cfg.admin.clone(),
         links.cursor.derive("admin sign-in form"),
@@ -200,17 +242,14 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     )?);
     // The console's overview keeps past days in memory (admin/days.rs):
     // only when someone can sign in to see it.
-    let past_days = (!cfg.admin.users.is_empty())
-        .then(|| tokio::spawn(Arc::clone(&admin.past_days).keep(links.store.clone())));
-    let stop_background = move || {
-        drainer.abort();
-        if let Some(t) = &past_days {
-            t.abort();
-        }
-        if let Some(c) = &clicks {
-            c.abort();
-        }
-    };
+    if !cfg.admin.users.is_empty() {
+        let days = Arc::clone(&admin.past_days);
+        let store = links.store.clone();
+        work.spawn("console past days", |stop| stop.cancels(days.keep(store)));
+    }
+    let mysql = MysqlHealth::new();
+    let (probe, store) = (Arc::clone(&mysql), links.store.clone());
+    serving.spawn("mysql health probe", |stop| probe.probe(store, stop));
 
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
@@ -226,8 +265,7 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     }
     let conn_metrics = ConnMetrics::register(&links.metrics.registry)?;
     let drain = Arc::new(Drain::default());
-    let mysql = MysqlHealth::start(links.store.clone());
-    let app = router(AppState {
+    let router = router(AppState {
         links,
         auth: Arc::new(Auth::new(&cfg.apps)),
         openapi: crate::http::openapi::json().map_err(ServeError::OpenApi)?,
@@ -235,8 +273,33 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
         drain: Arc::clone(&drain),
         mysql,
     });
-    let server = Listener::start(listener, app, &cfg.limits, conn_metrics, Arc::clone(&drain));
-    shutdown_signal(term).await;
+    Ok(App {
+        cfg,
+        pool,
+        listener,
+        router,
+        drain,
+        conn_metrics,
+        work,
+        serving,
+    })
+}
+
+/// Serves `app` until `stop` resolves, then drains and shuts down within
+/// `drain_secs` + `shutdown_grace` (module docs).
+pub async fn serve(
+    app: App,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let (cfg, drain) = (Arc::clone(&app.cfg), Arc::clone(&app.drain));
+    let server = Listener::start(
+        app.listener,
+        app.router,
+        &cfg.limits,
+        app.conn_metrics,
+        Arc::clone(&drain),
+    );
+    stop.await;
     // Drain: keep serving while the edges' health checks see `draining`
     // and stop choosing this origin; only then stop accepting.
     drain.start();
@@ -244,38 +307,15 @@ pub async fn run(cfg: Config) -> Result<(), ServeError> {
     tokio::time::sleep(cfg.drain).await;
     let deadline = Instant::now() + cfg.shutdown_grace;
     tracing::info!("stopped accepting; finishing the requests in flight");
-    // Rows it leaves are applied by another origin or after the restart.
-    stop_background();
-    // The lease is given up so another origin takes over at once.
-    stop_reaper(reaper_task, reaper).await;
+    // Rows it leaves are applied by another origin or after the restart;
+    // the reaper's lease is released within a second.
+    app.work.shutdown(Duration::from_secs(2)).await;
     if !server.close(deadline).await {
         tracing::warn!(grace = ?cfg.shutdown_grace,
             "shutdown grace elapsed; closing the requests still in flight");
     }
-    finish(apollo_task, pool, deadline).await
-}
-
-/// Stops the reaper and releases its lease (bounded: a MySQL that does not
-/// answer leaves the lease to run out by itself).
-async fn stop_reaper(task: Option<tokio::task::JoinHandle<()>>, reaper: Option<Arc<Reaper>>) {
-    if let Some(t) = task {
-        t.abort();
-    }
-    if let Some(r) = reaper {
-        let _ = tokio::time::timeout(Duration::from_secs(1), r.release()).await;
-    }
-}
-
-/// Stops the background work and closes MySQL within what is left of the grace.
-async fn finish(
-    apollo_task: Option<tokio::task::JoinHandle<()>>,
-    pool: mysql_async::Pool,
-    deadline: Instant,
-) -> Result<(), ServeError> {
-    if let Some(t) = apollo_task {
-        t.abort();
-    }
-    if tokio::time::timeout_at(deadline, pool.disconnect())
+    app.serving.shutdown(Duration::from_millis(100)).await;
+    if tokio::time::timeout_at(deadline, app.pool.disconnect())
         .await
         .is_err()
     {
@@ -286,28 +326,33 @@ async fn finish(
 
 /// Re-reads the pool every few seconds, so `pregen` and recycling extend a
 /// running system, and the `pool` status and metrics follow.
-fn spawn_capacity_refresh(
+struct CapacityRefresh {
     pool: mysql_async::Pool,
     shards: Arc<ShardMap>,
     issuer: Arc<Issuer>,
     metrics: Arc<Metrics>,
-) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            tick.tick().await;
-            if let Ok(Ok(p)) =
-                tokio::time::timeout(Duration::from_secs(2), shards.pool_stats(&pool)).await
-            {
-                issuer.set_capacity(p.size);
-                let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-                metrics.pool_size.set(g(p.size));
-                metrics.pool_issued.set(g(p.issued));
-                metrics.pool_free.set(g(p.size.saturating_sub(p.issued)));
-                metrics.pool_recycled.set(g(p.recycled));
-            }
+}
+
+impl CapacityRefresh {
+    async fn run(self, stop: Stop) {
+        let this = &self;
+        stop.every(Duration::from_secs(5), move || this.refresh())
+            .await;
+    }
+
+    async fn refresh(&self) {
+        let stats = self.shards.pool_stats(&self.pool);
+        if let Ok(Ok(p)) = tokio::time::timeout(Duration::from_secs(2), stats).await {
+            self.issuer.set_capacity(p.size);
+            let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            self.metrics.pool_size.set(g(p.size));
+            self.metrics.pool_issued.set(g(p.issued));
+            self.metrics
+                .pool_free
+                .set(g(p.size.saturating_sub(p.issued)));
+            self.metrics.pool_recycled.set(g(p.recycled));
         }
-    });
+    }
 }
 
 /// How far ahead of now an origin serving permanent redirects moves
@@ -328,17 +373,6 @@ async fn mark_permanent(pool: &mysql_async::Pool) {
         Ok(Err(e)) => tracing::warn!(error = %e, "could not record the permanent redirect policy"),
         Err(_) => tracing::warn!("could not record the permanent redirect policy (timeout)"),
     }
-}
-
-/// Keeps the permanent-redirect mark ahead of now while this origin serves.
-fn spawn_permanent_mark(pool: mysql_async::Pool) {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(PERMANENT_AHEAD_SECS / 3));
-        loop {
-            tick.tick().await;
-            mark_permanent(&pool).await;
-        }
-    });
 }
 
 /// Waits for SIGTERM (on `term`, registered by the caller) or SIGINT.

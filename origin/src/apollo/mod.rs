@@ -33,14 +33,15 @@ use std::sync::{Arc, Mutex};
 
 use crate::whitelist::Whitelist;
 
-/// Loads the dynamic whitelist (Apollo, else the last-good file) and keeps it
-/// fresh in the background. Returns once the first value (or the decision
-/// that there is none) is in place, so the origin starts with its best list.
-/// `None` only when the HTTP client cannot be built (logged).
+/// Loads the dynamic whitelist (Apollo, else the last-good file); returns
+/// once the first value (or the decision that there is none) is in place,
+/// so the origin starts with its best list, with the work that keeps it
+/// fresh (to run in the background). `None` only when the HTTP client
+/// cannot be built (logged).
 pub async fn start(
     cfg: ApolloConfig,
     whitelist: Arc<Whitelist>,
-) -> Option<tokio::task::JoinHandle<()>> {
+) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
     let client = match Client::new(
         cfg.identity.clone(),
         cfg.request_timeout.min(cfg.startup_timeout),
@@ -63,5 +64,5 @@ pub async fn start(
         fetch_lock: tokio::sync::Mutex::new(()),
     });
     let from_apollo = feed.initial().await;
-    Some(tokio::spawn(async move { feed.run(!from_apollo).await }))
+    Some(async move { feed.run(!from_apollo).await })
 }
