@@ -212,13 +212,14 @@ impl Edge {
         Some(Looked::Resolved(resolved))
     }
 
-    /// What [`decide`] says of `looked` for this request (`None`: the
-    /// lookup was not admitted).
+    /// What [`decide`] says of `looked` for this request at `now` (`None`:
+    /// the lookup was not admitted).
     fn verdict<'l>(
         &self,
         req: &RequestHeader,
         ctx: &Ctx,
         looked: &'l Option<Looked>,
+        now: u64,
     ) -> Verdict<'l> {
         match looked {
             Some(l) => decide(
@@ -226,7 +227,7 @@ impl Edge {
                 l.source(),
                 &self.facts(req, ctx),
                 &self.state.limits,
-                now_unix(),
+                now,
             ),
             None => Verdict::TooMany,
         }
@@ -240,14 +241,13 @@ impl Edge {
         code: &str,
     ) -> Result<bool> {
         let looked = self.look_up(session.req_header(), ctx, code).await;
-        match self.verdict(session.req_header(), ctx, &looked) {
+        let now = now_unix();
+        match self.verdict(session.req_header(), ctx, &looked, now) {
             Verdict::Redirect(rec) => {
                 // Counted before the answer is written: a client that got
                 // its redirect has its click queued, so the last flush at
                 // shutdown, which follows every answer, sends it.
-                self.state
-                    .clicks
-                    .record(session.req_header(), code, now_unix());
+                self.state.clicks.record(session.req_header(), code, now);
                 let hsts = self.hsts(ctx);
                 respond::redirect(session, &self.state.cfg.redirect, rec.url, hsts).await?;
                 Ok(true)
@@ -363,7 +363,7 @@ impl Edge {
         code: &CodeBuf,
     ) -> Result<bool> {
         let looked = self.look_up(session.req_header(), ctx, code.as_str()).await;
-        match self.verdict(session.req_header(), ctx, &looked) {
+        match self.verdict(session.req_header(), ctx, &looked, now_unix()) {
             Verdict::Redirect(_) => {}
             Verdict::NotFound { page } => return self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => return self.too_many(session, ctx, Refusal::Unknown).await,
