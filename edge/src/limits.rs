@@ -302,7 +302,6 @@ pub(crate) fn test_config(
 mod tests {
     use super::*;
     use std::net::IpAddr;
-    use std::time::Duration;
 
     fn cfg(unknown: u32, creations: u32, refused: u32, clients: usize) -> LimitsConfig {
         test_config(unknown, creations, refused, clients)

@@ -103,6 +103,9 @@ async fn batches_are_counted_exactly_once_and_reported_exactly() {
     for (code, want) in &sent {
         wait_totals(o, code, (want.human, want.bot)).await;
     }
+    // The counter moves after the commit the totals show, before the
+    // acknowledgement: once nothing is pending, every batch is counted.
+    eventually("nothing pending", WAIT, || async { pending(&s).await == 0 }).await;
     assert_eq!(batches(o, "applied").await, all.len() as u64);
 
     // Hourly series: every hour exactly as sent.
@@ -276,6 +279,8 @@ async fn a_redis_restart_loses_nothing_acknowledged_and_the_consumer_recovers() 
     }
     let want = (want1.0 + sent2[&a].human, want1.1 + sent2[&a].bot);
     wait_totals(&s.origin, &a, want).await;
+    // Counted after the commit, before the acknowledgement (see above).
+    eventually("nothing pending", WAIT, || async { pending(&s).await == 0 }).await;
     assert_eq!(
         batches(&s.origin, "applied").await,
         (first.len() + second.len()) as u64
