@@ -48,6 +48,9 @@ impl Module {
             ("SU_CLICKS_FLUSH_INTERVAL_MS", "100".to_owned()),
             ("SU_CLICKS_EDGE_NAME", name.to_owned()),
             ("SU_UNAVAILABLE_TTL_MS", "1".to_owned()),
+            // The subscriber's every node, subscription and loss in the
+            // log a failure prints.
+            ("SU_ERROR_LOG_LEVEL", "info".to_owned()),
         ];
         if full {
             // Neither TTL nor the unsubscribed grace can explain a change

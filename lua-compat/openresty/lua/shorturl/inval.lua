@@ -36,39 +36,42 @@ end
 
 -- Connects and subscribes (single: the server; sentinel: the master as
 -- the Sentinels name it now; cluster: the next node in turn, since any
--- node delivers every message); returns the socket or nil, err.
+-- node delivers every message); returns the socket and the node's
+-- host:port, or nil, err.
 local function subscribe()
     local r = cfg.redis_conn
     local node, nerr = redis.pubsub_node(r)
     if not node then
         return nil, nerr
     end
+    local where = node.host .. ":" .. node.port
     local sock = ngx.socket.tcp()
     sock:settimeouts(cfg.redis.connect_timeout_ms, FRAME_TIMEOUT_MS, FRAME_TIMEOUT_MS)
     local ok, err = sock:connect(node.host, node.port)
     if not ok then
-        return nil, "connect " .. node.host .. ":" .. node.port .. ": " .. tostring(err)
+        return nil, "connect " .. where .. ": " .. tostring(err)
     end
     local req, setup = redis.setup_commands(r, false)
     req[#req + 1] = redis.command("SUBSCRIBE", proto.INVAL_CHANNEL)
     ok, err = sock:send(req)
     if not ok then
         sock:close()
-        return nil, err
+        return nil, where .. ": " .. tostring(err)
     end
     for _ = 1, setup do
         local v, e = redis.read_reply(sock)
         if v == nil then
             sock:close()
-            return nil, e
+            return nil, where .. ": " .. tostring(e)
         end
     end
     local v, e = redis.read_reply(sock)
     if type(v) ~= "table" or v[1] ~= "subscribe" then
         sock:close()
-        return nil, e or "unexpected answer to SUBSCRIBE"
+        return nil, where .. ": " .. tostring(e or "unexpected answer to SUBSCRIBE")
     end
-    return sock
+    ngx.log(ngx.INFO, "shorturl: subscribed to ", proto.INVAL_CHANNEL, " on ", where)
+    return sock, where
 end
 
 local function on_message(payload)
@@ -147,7 +150,7 @@ local function run(premature)
     local backoff = BACKOFF_MIN
     local failures = 0
     while not ngx.worker.exiting() do
-        local sock, err = subscribe()
+        local sock, what = subscribe() -- the node's host:port, or why not
         if sock then
             cache.subscribed()
             pages.flush()
@@ -159,13 +162,13 @@ local function run(premature)
             cache.unsubscribed(since)
             publish_state(false)
             if not ngx.worker.exiting() then
-                ngx.log(ngx.WARN, "shorturl: invalidation subscription lost (", why, "); reconnecting")
+                ngx.log(ngx.WARN, "shorturl: invalidation subscription on ", what, " lost (", why, "); reconnecting")
             end
         else
             -- The first failure in a row at warn, the retries at info.
             failures = failures + 1
             ngx.log(failures == 1 and ngx.WARN or ngx.INFO, "shorturl: cannot subscribe to ", proto.INVAL_CHANNEL,
-                ": ", err)
+                ": ", what)
             ngx.sleep(backoff * (0.75 + math.random() / 2))
             backoff = min(backoff * 2, BACKOFF_MAX)
         end
