@@ -1,39 +1,15 @@
 //! The links API (`/api/v1/links...`): authentication, request parsing and
 //! answers. The rules live in `crate::links`; this file only translates.
 
+use super::extract::{Authorized, Body, Creator, LinkCode, Manage, One, Read, Search};
 use super::{ok, AppState};
-use crate::body::read_body_max;
 use crate::error::ApiError;
-use crate::links::{CreatedView, Creation, LinkError};
-use crate::tenancy::{Caller, Scope};
-use crate::validate::{parse_create, parse_patch, parse_search};
-use axum::body::{Body, Bytes};
+use crate::links::{CreatedView, Creation};
+use crate::validate::{parse_create, parse_patch};
+use axum::extract::State;
 use axum::response::Response;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
-use shorturl_common::code::is_valid_code;
 use shorturl_common::time::now_unix;
-
-/// Reads a body of at most `links.max_body_bytes` (413 otherwise).
-async fn read_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
-    read_body_max(headers, body, s.links.cfg.links.max_body_bytes).await
-}
-
-pub(super) fn check_code(code: &str) -> Result<(), ApiError> {
-    if is_valid_code(code) {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(
-            "invalid_code",
-            "code must be 4-32 characters of [0-9A-Za-z_-]",
-        ))
-    }
-}
-
-pub(super) fn require(caller: &Caller, scope: Scope) -> Result<(), ApiError> {
-    caller
-        .require(scope)
-        .map_err(|e| ApiError::from(LinkError::from(e)))
-}
 
 /// `If-Match: "<version>"` (or a bare number; `*` matches any version).
 fn if_match(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
@@ -73,9 +49,11 @@ fn with_etag(mut r: Response, version: u64) -> Response {
 }
 
 /// `POST /api/v1/links`.
-pub async fn create(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let caller = s.auth.admit_creations(headers, 1)?;
-    let body = read_body(s, headers, body).await?;
+pub async fn create(
+    State(s): State<AppState>,
+    Creator(caller): Creator,
+    Body(body, ..): Body<One>,
+) -> Result<Response, ApiError> {
     let parsed = parse_create(&body, &s.links.cfg.links)?;
     let (status, link, deduplicated) = match s.links.create(&caller, parsed).await? {
         Creation::New(l) => (StatusCode::CREATED, l, false),
@@ -90,60 +68,58 @@ pub async fn create(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Res
 
 /// `GET /api/v1/links?...`: search and list.
 pub async fn list(
-    s: &AppState,
-    headers: &HeaderMap,
-    query: Option<&str>,
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Read>,
+    Search(req): Search,
 ) -> Result<Response, ApiError> {
-    let caller = s.auth.authenticate(headers)?;
-    require(&caller, Scope::LinksRead)?;
-    let req = parse_search(query, &s.links.cfg.links)?;
     Ok(ok(StatusCode::OK, &s.links.search(&caller, &req).await?))
 }
 
 /// `GET /api/v1/links/{code}`.
-pub async fn read(s: &AppState, headers: &HeaderMap, code: &str) -> Result<Response, ApiError> {
-    let caller = s.auth.authenticate(headers)?;
-    require(&caller, Scope::LinksRead)?;
-    check_code(code)?;
-    let link = s.links.info(&caller, code).await?;
+pub async fn read(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Read>,
+    LinkCode(code): LinkCode,
+) -> Result<Response, ApiError> {
+    let link = s.links.info(&caller, &code).await?;
     let version = link.version;
     Ok(with_etag(ok(StatusCode::OK, &link), version))
 }
 
 /// `PATCH /api/v1/links/{code}`.
 pub async fn edit(
-    s: &AppState,
-    headers: &HeaderMap,
-    code: &str,
-    body: Body,
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Manage>,
+    LinkCode(code): LinkCode,
+    headers: HeaderMap,
+    Body(body, ..): Body<One>,
 ) -> Result<Response, ApiError> {
-    let caller = s.auth.authenticate(headers)?;
-    require(&caller, Scope::LinksManage)?;
-    check_code(code)?;
-    let body = read_body(s, headers, body).await?;
     let patch = parse_patch(&body, &s.links.cfg.links, now_unix())?;
-    let expected = if_match(headers)?;
-    let link = s.links.edit(&caller, code, &patch, expected).await?;
+    let expected = if_match(&headers)?;
+    let link = s.links.edit(&caller, &code, &patch, expected).await?;
     let version = link.version;
     Ok(with_etag(ok(StatusCode::OK, &link), version))
 }
 
 /// `DELETE /api/v1/links/{code}`.
-pub async fn delete(s: &AppState, headers: &HeaderMap, code: &str) -> Result<Response, ApiError> {
-    let caller = s.auth.authenticate(headers)?;
-    require(&caller, Scope::LinksManage)?;
-    check_code(code)?;
-    let expected = if_match(headers)?;
-    let deleted = s.links.delete(&caller, code, expected).await?;
+pub async fn delete(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Manage>,
+    LinkCode(code): LinkCode,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let expected = if_match(&headers)?;
+    let deleted = s.links.delete(&caller, &code, expected).await?;
     Ok(ok(StatusCode::OK, &deleted))
 }
 
 /// `GET /api/v1/links/{code}/history`.
-pub async fn history(s: &AppState, headers: &HeaderMap, code: &str) -> Result<Response, ApiError> {
-    let caller = s.auth.authenticate(headers)?;
-    require(&caller, Scope::LinksRead)?;
-    check_code(code)?;
-    Ok(ok(StatusCode::OK, &s.links.history(&caller, code).await?))
+pub async fn history(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Read>,
+    LinkCode(code): LinkCode,
+) -> Result<Response, ApiError> {
+    Ok(ok(StatusCode::OK, &s.links.history(&caller, &code).await?))
 }
 
 #[cfg(test)]

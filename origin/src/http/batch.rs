@@ -1,14 +1,12 @@
 //! `POST /api/v1/links/batch`: up to 1000 creations, each answered on its
 //! own, in request order.
 
-use super::api::require;
+use super::extract::{Authorized, Batch, Body, Create};
 use super::{ok, AppState};
-use crate::body::read_body_max;
 use crate::error::ApiError;
 use crate::links::{CreatedView, Creation, MAX_BATCH_ITEMS};
-use crate::tenancy::Scope;
 use crate::validate::parse_batch;
-use axum::body::Body;
+use axum::extract::State;
 use axum::response::Response;
 use http::{HeaderMap, StatusCode};
 use serde::Serialize;
@@ -38,13 +36,15 @@ struct BatchView {
 }
 
 /// `POST /api/v1/links/batch`.
-pub async fn batch(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let caller = s.auth.authenticate(headers)?;
-    require(&caller, Scope::LinksCreate)?;
-    let body = read_body_max(headers, body, s.links.cfg.links.max_batch_body_bytes).await?;
+pub async fn batch(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Create>,
+    headers: HeaderMap,
+    Body(body, ..): Body<Batch>,
+) -> Result<Response, ApiError> {
     let items = parse_batch(&body, &s.links.cfg.links, MAX_BATCH_ITEMS)?;
     // One token per item; the items past what the bucket holds are 429.
-    let granted = s.auth.admit_batch(headers, items.len() as u32)? as usize;
+    let granted = s.auth.admit_batch(&headers, items.len() as u32)? as usize;
     let mut results: Vec<Option<ItemResult>> = Vec::with_capacity(items.len());
     let mut valid = Vec::new();
     for (i, item) in items.into_iter().enumerate() {

@@ -1,15 +1,21 @@
-//! HTTP routing. One fallback handler matches method and path itself, so
-//! every answer, including for malformed paths and wrong methods, is ours
-//! (JSON errors, never a framework's plain-text rejection).
+//! HTTP routing on axum's `Router`: one route per path, each method
+//! router ending in a JSON 405 naming what it allows ([`only`]), a JSON
+//! `no_route` for unknown API paths and, for every other path, the
+//! public fallback (redirects and pages). Every answer, including for
+//! malformed paths and wrong methods, is ours (JSON errors, never a
+//! framework's plain-text rejection: the extractors in [`extract`] reject
+//! with [`ApiError`]).
 //!
 //! [`api`] holds the links API handlers, [`batch`] batch creation,
-//! [`stats`] the stats API,
-//! [`openapi`] the API contract, [`resolve`] the record endpoint and
-//! redirects, [`pages`] QR codes, previews and HTML 404 pages; this file
-//! routes and answers the service paths.
+//! [`stats`] the stats API, [`openapi`] the API contract, [`resolve`] the
+//! record endpoint and redirects, [`pages`] QR codes, previews and HTML 404
+//! pages, [`internal`] who may call the edges' routes, [`rules`] the
+//! protocol's request rules; this file routes and answers the service
+//! paths.
 
 mod api;
 mod batch;
+mod extract;
 mod internal;
 pub mod openapi;
 mod pages;
@@ -21,10 +27,13 @@ use crate::auth::Auth;
 use crate::body::read_body_max;
 use crate::error::{json_response, ApiError};
 use crate::links::Links;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, OriginalUri, Request, State};
+use axum::middleware::{from_fn_with_state, map_response, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
-use http::{header, HeaderValue, Method, StatusCode};
+use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use shorturl_common::status::OriginStatus;
 use shorturl_common::PROTOCOL_VERSION;
 use std::net::SocketAddr;
@@ -46,17 +55,104 @@ pub struct AppState {
     pub mysql: Arc<crate::health::MysqlHealth>,
 }
 
-/// The origin's router.
+/// The origin's router. The routes' names label
+/// `shorturl_request_duration_seconds{route}` ([`named`]): the names the
+/// docs and dashboards know, not the path templates.
 pub fn router(state: AppState) -> Router {
-    Router::new().fallback(dispatch).with_state(state)
+    let read = "GET, HEAD";
+    let code = |m| only(read, m);
+    let internal = Router::new()
+        .route("/metrics", only(read, named("metrics", get(metrics))))
+        .route(
+            "/internal/v1/domains",
+            only(read, named("domains", get(domains))),
+        )
+        .route(
+            "/internal/v1/heartbeat",
+            only("POST", named("heartbeat", post(heartbeat))),
+        )
+        .route(
+            "/internal/v1/records/{code}",
+            only(read, named("record", get(record))),
+        )
+        .route_layer(from_fn_with_state(state.clone(), admit_internal));
+    let links = named("list", get(api::list)).merge(named("create", post(api::create)));
+    let link = named("link", get(api::read).patch(api::edit).delete(api::delete));
+    let admin = named("admin", any(admin));
+    Router::new()
+        .route("/shorturl_status", only(read, named("status", get(status))))
+        .route("/healthz", only(read, named("healthz", get(healthz))))
+        .route("/api/v1/links", only("GET, HEAD, POST", links))
+        .route(
+            "/api/v1/links/batch",
+            only("POST", named("batch", post(batch::batch))),
+        )
+        .route(
+            "/api/v1/links/{code}",
+            only("GET, HEAD, PATCH, DELETE", link),
+        )
+        .route(
+            "/api/v1/links/{code}/history",
+            code(named("history", get(api::history))),
+        )
+        .route(
+            "/api/v1/links/{code}/stats",
+            code(named("link_stats", get(stats::link))),
+        )
+        .route(
+            "/api/v1/stats",
+            only(read, named("stats", get(stats::tenant))),
+        )
+        .route(
+            "/api/v1/openapi.json",
+            only(read, named("openapi", get(openapi))),
+        )
+        .route("/admin", admin.clone())
+        .route("/admin/", admin.clone())
+        .route("/admin/{*page}", admin)
+        .merge(internal)
+        .fallback(public)
+        .layer(from_fn_with_state(state.clone(), observe))
+        .with_state(state)
 }
 
-async fn dispatch(State(s): State<AppState>, req: Request) -> Response {
+/// The metrics label of a route, carried on its answers.
+#[derive(Debug, Clone, Copy)]
+struct RouteName(&'static str);
+
+/// Names the answers of `m` (unless an inner layer named them already);
+/// an answer without a name counts as `other`.
+fn named(name: &'static str, m: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    m.layer(map_response(move |mut r: Response| async move {
+        r.extensions_mut().get_or_insert(RouteName(name));
+        r
+    }))
+}
+
+/// `m`, answering any other method with a JSON 405 and `Allow: allow`.
+fn only(allow: &'static str, m: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    m.fallback(move || async move { method_not_allowed(allow) })
+}
+
+/// The request's normalised host (protocol 2.1), for the public routes.
+#[derive(Debug, Clone)]
+struct RequestHost(Option<String>);
+
+/// Around every route: the protocol's request rules (a refused head never
+/// reaches a route), then the request's duration by route and class.
+async fn observe(State(s): State<AppState>, mut req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let (route, resp) = match rules::request_host(&req) {
-        Ok(host) => route(&s, req, host).await,
-        Err(refusal) => ("other", rules::refused(refusal)),
+    let resp = match rules::request_host(&req) {
+        Ok(host) => {
+            req.extensions_mut().insert(RequestHost(host));
+            next.run(req).await
+        }
+        Err(refusal) => rules::refused(refusal),
     };
+    let route = resp
+        .extensions()
+        .get::<RouteName>()
+        .map_or("other", |r| r.0);
     let class = match resp.status().as_u16() {
         200..=299 => "2xx",
         300..=399 => "3xx",
@@ -69,6 +165,72 @@ async fn dispatch(State(s): State<AppState>, req: Request) -> Response {
         .with_label_values(&[route, class])
         .observe(start.elapsed().as_secs_f64());
     resp
+}
+
+/// The TCP peer, when the listener recorded it.
+fn peer_of(req: &Request) -> Option<SocketAddr> {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0)
+}
+
+/// Before the internal routes (any method): who may call them
+/// ([`internal::admit`]); a refusal counts as `other`.
+async fn admit_internal(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    match internal::admit(&s.links.cfg.internal, peer_of(&req), req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(refused) => {
+            let mut r = refused.answer(&s, req.uri().path());
+            r.extensions_mut().insert(RouteName("other"));
+            r
+        }
+    }
+}
+
+/// Every path no route matched: an unknown API or internal path is a JSON
+/// `no_route` (an internal one only for those who may call internal
+/// routes), any other is a short link: its redirect or one of its pages.
+async fn public(
+    State(s): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    req: Request,
+) -> Response {
+    let path = uri.path();
+    if path.starts_with("/internal/") {
+        if let Err(refused) = internal::admit(&s.links.cfg.internal, peer_of(&req), req.headers()) {
+            return refused.answer(&s, path);
+        }
+        return no_route(path);
+    }
+    if path.starts_with("/api/") {
+        return no_route(path);
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return method_not_allowed("GET, HEAD");
+    }
+    let host = req
+        .extensions()
+        .get::<RequestHost>()
+        .and_then(|h| h.0.clone());
+    let headers = req.headers();
+    let (name, r) = if let Some((kind, code)) = crate::pages::PageKind::of_path(path) {
+        let r = pages::page(&s, kind, code, host.as_deref(), headers, uri.query()).await;
+        ("page", r)
+    } else {
+        let r = resolve::redirect(&s, host.as_deref(), path, headers).await;
+        ("redirect", r)
+    };
+    let mut r = r;
+    r.extensions_mut().insert(RouteName(name));
+    r
+}
+
+/// `/admin` and below: the console ([`crate::admin::handle`]).
+async fn admin(State(s): State<AppState>, req: Request) -> Response {
+    let peer = peer_of(&req);
+    let (parts, body) = req.into_parts();
+    let req = crate::admin::Req::of(&parts, peer);
+    crate::admin::handle(&s.links, &s.admin, req, body).await
 }
 
 fn ok<T: serde::Serialize>(status: StatusCode, body: &T) -> Response {
@@ -84,135 +246,43 @@ fn method_not_allowed(allowed: &'static str) -> Response {
     .into_response();
     r.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allowed));
+    r.extensions_mut().insert(RouteName("other"));
     r
 }
 
 fn no_route(path: &str) -> Response {
-    ApiError::new(
+    let mut r = ApiError::new(
         StatusCode::NOT_FOUND,
         "no_route",
         format!("no API route {path}"),
     )
-    .into_response()
+    .into_response();
+    r.extensions_mut().insert(RouteName("other"));
+    r
 }
 
-fn answer(r: Result<Response, ApiError>) -> Response {
-    r.unwrap_or_else(IntoResponse::into_response)
+/// `GET /metrics`.
+async fn metrics(State(s): State<AppState>) -> Response {
+    let mut r = (StatusCode::OK, s.links.metrics.render()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
 }
 
-async fn route(s: &AppState, req: Request, host: Option<String>) -> (&'static str, Response) {
-    // Split early: the body is not `Sync`, so no `&Request` may live across an await.
-    let (parts, body) = req.into_parts();
-    let method = parts.method.clone();
-    let path = parts.uri.path().to_owned();
-    let headers = &parts.headers;
-    let peer = parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0);
-    let is_read = method == Method::GET || method == Method::HEAD;
-    if path == "/metrics" || path.starts_with("/internal/") {
-        if let Err(refused) = internal::admit(&s.links.cfg.internal, peer, headers) {
-            return ("other", refused.answer(s, &path));
-        }
-    }
-    match path.as_str() {
-        // Only to `status_allow`; anyone else gets the unknown-code 404.
-        "/shorturl_status" if is_read && !status_allowed(s, peer) => ("other", not_found(s)),
-        "/shorturl_status" if is_read => ("status", status(s)),
-        "/healthz" if is_read => ("healthz", healthz(s)),
-        "/metrics" if is_read => {
-            let mut r = (StatusCode::OK, s.links.metrics.render()).into_response();
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4"),
-            );
-            ("metrics", r)
-        }
-        "/shorturl_status" | "/healthz" | "/metrics" => ("other", method_not_allowed("GET, HEAD")),
-        "/internal/v1/domains" if is_read => ("domains", domains(s)),
-        "/internal/v1/domains" => ("other", method_not_allowed("GET, HEAD")),
-        "/internal/v1/heartbeat" if method == Method::POST => {
-            ("heartbeat", answer(heartbeat(s, headers, body).await))
-        }
-        "/internal/v1/heartbeat" => ("other", method_not_allowed("POST")),
-        "/api/v1/links" if method == Method::POST => {
-            ("create", answer(api::create(s, headers, body).await))
-        }
-        "/api/v1/links" if is_read => (
-            "list",
-            answer(api::list(s, headers, parts.uri.query()).await),
-        ),
-        "/api/v1/links" => ("other", method_not_allowed("GET, HEAD, POST")),
-        // `batch` is a reserved code: this path is batch creation only.
-        "/api/v1/links/batch" if method == Method::POST => {
-            ("batch", answer(batch::batch(s, headers, body).await))
-        }
-        "/api/v1/links/batch" => ("other", method_not_allowed("POST")),
-        "/api/v1/stats" if is_read => (
-            "stats",
-            answer(stats::tenant(s, headers, parts.uri.query()).await),
-        ),
-        "/api/v1/stats" => ("other", method_not_allowed("GET, HEAD")),
-        "/api/v1/openapi.json" if is_read => ("openapi", openapi::response(&s.openapi)),
-        "/api/v1/openapi.json" => ("other", method_not_allowed("GET, HEAD")),
-        _ => {
-            if let Some(rest) = path.strip_prefix("/api/v1/links/") {
-                return match rest.split('/').collect::<Vec<_>>()[..] {
-                    [code] => match method {
-                        Method::GET | Method::HEAD => {
-                            ("link", answer(api::read(s, headers, code).await))
-                        }
-                        Method::PATCH => ("link", answer(api::edit(s, headers, code, body).await)),
-                        Method::DELETE => ("link", answer(api::delete(s, headers, code).await)),
-                        _ => ("other", method_not_allowed("GET, HEAD, PATCH, DELETE")),
-                    },
-                    [code, "history"] if is_read => {
-                        ("history", answer(api::history(s, headers, code).await))
-                    }
-                    [_, "history"] => ("other", method_not_allowed("GET, HEAD")),
-                    [code, "stats"] if is_read => (
-                        "link_stats",
-                        answer(stats::link(s, headers, code, parts.uri.query()).await),
-                    ),
-                    [_, "stats"] => ("other", method_not_allowed("GET, HEAD")),
-                    _ => ("other", no_route(&path)),
-                };
-            }
-            if let Some(code) = path.strip_prefix("/internal/v1/records/") {
-                if !is_read {
-                    return ("other", method_not_allowed("GET, HEAD"));
-                }
-                return ("record", answer(resolve::record(s, code).await));
-            }
-            if path == "/admin" || path.starts_with("/admin/") {
-                let req = crate::admin::Req::of(&parts, peer);
-                return (
-                    "admin",
-                    crate::admin::handle(&s.links, &s.admin, req, body).await,
-                );
-            }
-            if path.starts_with("/api/") || path.starts_with("/internal/") {
-                return ("other", no_route(&path));
-            }
-            if !is_read {
-                return ("other", method_not_allowed("GET, HEAD"));
-            }
-            if let Some((kind, code)) = crate::pages::PageKind::of_path(&path) {
-                let query = parts.uri.query();
-                let r = pages::page(s, kind, code, host.as_deref(), headers, query).await;
-                return ("page", r);
-            }
-            (
-                "redirect",
-                resolve::redirect(s, host.as_deref(), &path, headers).await,
-            )
-        }
-    }
+/// `GET /api/v1/openapi.json`.
+async fn openapi(State(s): State<AppState>) -> Response {
+    openapi::response(&s.openapi)
+}
+
+/// `GET /internal/v1/records/{code}`.
+async fn record(State(s): State<AppState>, code: extract::LinkCode) -> Result<Response, ApiError> {
+    resolve::record(&s, &code.0).await
 }
 
 /// The whitelist, for the edges' certificate issuer (protocol 5).
-fn domains(s: &AppState) -> Response {
+async fn domains(State(s): State<AppState>) -> Response {
     let w = &s.links.whitelist;
     let body = shorturl_common::tls::DomainList {
         default_domain: w.default_domain().to_owned(),
@@ -223,12 +293,12 @@ fn domains(s: &AppState) -> Response {
 
 /// `POST /internal/v1/heartbeat`: an edge's status summary for the console.
 async fn heartbeat(
-    s: &AppState,
-    headers: &http::HeaderMap,
-    body: axum::body::Body,
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Response, ApiError> {
     use shorturl_common::status::{Heartbeat, HEARTBEAT_MAX_BYTES};
-    let bytes = read_body_max(headers, body, HEARTBEAT_MAX_BYTES).await?;
+    let bytes = read_body_max(&headers, body, HEARTBEAT_MAX_BYTES).await?;
     let hb: Heartbeat = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request("invalid_heartbeat", format!("not a heartbeat: {e}")))?;
     s.admin
@@ -243,7 +313,14 @@ fn status_allowed(s: &AppState, peer: Option<SocketAddr>) -> bool {
     peer.is_some_and(|p| s.links.cfg.status_allow.contains(p.ip()))
 }
 
-fn status(s: &AppState) -> Response {
+/// `GET /shorturl_status`: only to `status_allow`; anyone else gets the
+/// unknown-code 404 (counted as `other`).
+async fn status(State(s): State<AppState>, req: Request) -> Response {
+    if !status_allowed(&s, peer_of(&req)) {
+        let mut r = not_found(&s);
+        r.extensions_mut().insert(RouteName("other"));
+        return r;
+    }
     let m = &s.links.metrics;
     let body = OriginStatus {
         protocol: PROTOCOL_VERSION,
@@ -264,7 +341,7 @@ fn status(s: &AppState) -> Response {
 /// after SIGTERM, 503 `draining`. The
 /// `Shorturl-Health` header says the same for health checks that read only
 /// the head: edges stop choosing an origin that says `draining`.
-fn healthz(s: &AppState) -> Response {
+async fn healthz(State(s): State<AppState>) -> Response {
     let (status, state, body): (_, _, &[u8]) = if s.drain.is_draining() {
         (
             StatusCode::SERVICE_UNAVAILABLE,

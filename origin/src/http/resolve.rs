@@ -5,19 +5,13 @@ use crate::error::ApiError;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
-use shorturl_common::code::{code_from_path, is_valid_code};
+use shorturl_common::code::code_from_path;
 use shorturl_common::record::Lookup;
 use shorturl_common::time::now_unix;
 
 /// The edge's miss path: the record line (`2 <version> ...`, or `- <version>`
-/// with a 404), cacheable for as long as it may live.
+/// with a 404), cacheable for as long as it may live. `code` is valid.
 pub async fn record(s: &AppState, code: &str) -> Result<Response, ApiError> {
-    if !is_valid_code(code) {
-        return Err(ApiError::bad_request(
-            "invalid_code",
-            "code must be 4-32 characters of [0-9A-Za-z_-]",
-        ));
-    }
     let (status, body, max_age) = match s.links.resolve(code).await? {
         Lookup::Found(r) if !r.is_expired() => {
             (StatusCode::OK, r.encode(), s.links.cache.record_ttl(&r))

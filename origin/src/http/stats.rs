@@ -2,42 +2,33 @@
 //! authentication, query parsing and answers. The queries live in
 //! `crate::clicks::stats`; this file only translates.
 
-use super::api::{check_code, require};
+use super::extract::{Authorized, LinkCode, LinkStatsQuery, Stats, TenantStats};
 use super::{ok, AppState};
 use crate::error::ApiError;
-use crate::tenancy::Scope;
-use crate::validate::{parse_link_stats, parse_tenant_stats};
+use axum::extract::State;
 use axum::response::Response;
-use http::{HeaderMap, StatusCode};
-use shorturl_common::time::now_unix;
+use http::StatusCode;
 
 /// `GET /api/v1/links/{code}/stats`.
 pub async fn link(
-    s: &AppState,
-    headers: &HeaderMap,
-    code: &str,
-    query: Option<&str>,
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Stats>,
+    LinkCode(code): LinkCode,
+    LinkStatsQuery(range): LinkStatsQuery,
 ) -> Result<Response, ApiError> {
-    let caller = s.auth.authenticate(headers)?;
-    require(&caller, Scope::StatsRead)?;
-    check_code(code)?;
-    let range = parse_link_stats(query, &s.links.cfg.clicks, now_unix())?;
-    let stats = s.links.link_stats(&caller, code, &range).await?;
+    let stats = s.links.link_stats(&caller, &code, &range).await?;
     Ok(ok(StatusCode::OK, &stats))
 }
 
 /// `GET /api/v1/stats`.
 pub async fn tenant(
-    s: &AppState,
-    headers: &HeaderMap,
-    query: Option<&str>,
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Stats>,
+    q: TenantStats,
 ) -> Result<Response, ApiError> {
-    let caller = s.auth.authenticate(headers)?;
-    require(&caller, Scope::StatsRead)?;
-    let (filter, range, limit) = parse_tenant_stats(query, &s.links.cfg.clicks, now_unix())?;
     let stats = s
         .links
-        .tenant_stats(&caller, &filter, &range, limit)
+        .tenant_stats(&caller, &q.filter, &q.range, q.limit)
         .await?;
     Ok(ok(StatusCode::OK, &stats))
 }

@@ -1,0 +1,183 @@
+//! The API's extractors: who calls (with which scope), the link code of
+//! the path, the bounded body and the validated query strings. Each one
+//! rejects with the protocol's JSON [`ApiError`] (axum's own rejections
+//! are plain text), and a handler lists them in the order the checks run:
+//! authentication, scope, code, then the body, as before the router moved
+//! to axum's (`docs/openapi.yaml` fixes which error wins).
+
+use super::AppState;
+use crate::body::read_body_max;
+use crate::clicks::{StatsRange, TenantFilter};
+use crate::error::ApiError;
+use crate::links::LinkError;
+use crate::tenancy::{Caller, Scope};
+use crate::validate::{parse_link_stats, parse_search, parse_tenant_stats, SearchRequest};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
+use http::request::Parts;
+use shorturl_common::code::is_valid_code;
+use shorturl_common::time::now_unix;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// The scope a route needs, as a type ([`Authorized`]).
+pub trait Need: Send + Sync {
+    const SCOPE: Scope;
+}
+
+/// `links:read`.
+pub struct Read;
+/// `links:manage`.
+pub struct Manage;
+/// `links:create` (batch creation; single creations also spend a token:
+/// [`Creator`]).
+pub struct Create;
+/// `stats:read`.
+pub struct Stats;
+
+impl Need for Read {
+    const SCOPE: Scope = Scope::LinksRead;
+}
+impl Need for Manage {
+    const SCOPE: Scope = Scope::LinksManage;
+}
+impl Need for Create {
+    const SCOPE: Scope = Scope::LinksCreate;
+}
+impl Need for Stats {
+    const SCOPE: Scope = Scope::StatsRead;
+}
+
+/// The caller behind the request's key, holding scope `S`: 401 without a
+/// known key, 403 `insufficient_scope` without the scope.
+pub struct Authorized<S: Need>(pub Arc<Caller>, pub PhantomData<S>);
+
+impl<S: Need> FromRequestParts<AppState> for Authorized<S> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
+        let caller = s.auth.authenticate(&parts.headers)?;
+        caller
+            .require(S::SCOPE)
+            .map_err(|e| ApiError::from(LinkError::from(e)))?;
+        Ok(Authorized(caller, PhantomData))
+    }
+}
+
+/// A caller allowed to create, who has spent one creation token (401, 403
+/// or 429 `rate_limited`).
+pub struct Creator(pub Arc<Caller>);
+
+impl FromRequestParts<AppState> for Creator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
+        s.auth.admit_creations(&parts.headers, 1).map(Creator)
+    }
+}
+
+/// The 400 of a code that cannot be one.
+pub fn invalid_code() -> ApiError {
+    ApiError::bad_request(
+        "invalid_code",
+        "code must be 4-32 characters of [0-9A-Za-z_-]",
+    )
+}
+
+/// The route's `{code}`, a valid code (400 `invalid_code` otherwise, also
+/// for an escape that does not decode to UTF-8).
+pub struct LinkCode(pub String);
+
+impl<St: Send + Sync> FromRequestParts<St> for LinkCode {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, s: &St) -> Result<Self, ApiError> {
+        let params = RawPathParams::from_request_parts(parts, s)
+            .await
+            .map_err(|_| invalid_code())?;
+        match params.iter().find(|(k, _)| *k == "code") {
+            Some((_, code)) if is_valid_code(code) => Ok(LinkCode(code.to_owned())),
+            _ => Err(invalid_code()),
+        }
+    }
+}
+
+/// How much body a route reads.
+pub trait Limit: Send + Sync {
+    fn max(s: &AppState) -> usize;
+}
+
+/// `links.max_body_bytes`: one link.
+pub struct One;
+/// `links.max_batch_body_bytes`: a batch.
+pub struct Batch;
+
+impl Limit for One {
+    fn max(s: &AppState) -> usize {
+        s.links.cfg.links.max_body_bytes
+    }
+}
+impl Limit for Batch {
+    fn max(s: &AppState) -> usize {
+        s.links.cfg.links.max_batch_body_bytes
+    }
+}
+
+/// The whole body, at most `L::max` bytes: 413 `body_too_large` at once
+/// when `Content-Length` says more (the connection then closes), or once
+/// more arrived. The router's `DefaultBodyLimit` does not apply: the
+/// limits are the configuration's, per route.
+pub struct Body<L: Limit>(pub Bytes, pub PhantomData<L>);
+
+impl<L: Limit> FromRequest<AppState> for Body<L> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, s: &AppState) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        let bytes = read_body_max(&parts.headers, body, L::max(s)).await?;
+        Ok(Body(bytes, PhantomData))
+    }
+}
+
+/// The search of `GET /api/v1/links` (`validate::search`).
+pub struct Search(pub SearchRequest);
+
+impl FromRequestParts<AppState> for Search {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
+        parse_search(parts.uri.query(), &s.links.cfg.links).map(Search)
+    }
+}
+
+/// The range of `GET /api/v1/links/{code}/stats` (`validate::stats`).
+pub struct LinkStatsQuery(pub StatsRange);
+
+impl FromRequestParts<AppState> for LinkStatsQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
+        parse_link_stats(parts.uri.query(), &s.links.cfg.clicks, now_unix()).map(LinkStatsQuery)
+    }
+}
+
+/// The filter, range and limit of `GET /api/v1/stats` (`validate::stats`).
+pub struct TenantStats {
+    pub filter: TenantFilter,
+    pub range: StatsRange,
+    pub limit: u32,
+}
+
+impl FromRequestParts<AppState> for TenantStats {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
+        let (filter, range, limit) =
+            parse_tenant_stats(parts.uri.query(), &s.links.cfg.clicks, now_unix())?;
+        Ok(TenantStats {
+            filter,
+            range,
+            limit,
+        })
+    }
+}
