@@ -9,6 +9,7 @@ pub mod batch_items;
 pub mod cidr;
 pub mod clicks;
 pub mod code;
+pub mod config;
 pub mod conn_caps;
 pub mod error;
 pub mod failpoint;

@@ -1,6 +1,7 @@
 //! Redirect response policy shared by the edge and the origin, so both answer
 //! a click with the same status and caching headers.
 
+use crate::config::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// Statuses a redirect may use.
@@ -30,27 +31,25 @@ impl Default for RedirectPolicy {
     }
 }
 
-/// A redirect policy that cannot be served; the message names the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RedirectPolicyError {
-    #[error("redirect.status must be one of 301, 302, 307, 308 (got {0})")]
-    Status(u16),
-    #[error("redirect.{0} must be a non-empty header value")]
-    HeaderValue(&'static str),
-}
-
 impl RedirectPolicy {
-    /// Checks the policy.
-    pub fn validate(&self) -> Result<(), RedirectPolicyError> {
+    /// Checks the policy; `prefix` is the section's path in the file
+    /// (`edge.redirect`, `redirect`), so the error names the field.
+    pub fn validate(&self, prefix: &str) -> Result<(), FieldError> {
         if !ALLOWED_STATUSES.contains(&self.status) {
-            return Err(RedirectPolicyError::Status(self.status));
+            return Err(FieldError::new(
+                format!("{prefix}.status"),
+                format!("must be one of 301, 302, 307, 308 (got {})", self.status),
+            ));
         }
         for (name, v) in [
             ("cache_control", &self.cache_control),
             ("not_found_cache_control", &self.not_found_cache_control),
         ] {
             if v.is_empty() || v.bytes().any(|b| b.is_ascii_control()) {
-                return Err(RedirectPolicyError::HeaderValue(name));
+                return Err(FieldError::new(
+                    format!("{prefix}.{name}"),
+                    "must be a non-empty header value",
+                ));
             }
         }
         Ok(())

@@ -49,7 +49,7 @@ fn test_flag_validates_configs() {
     assert_eq!(keyless.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&keyless.stderr);
     assert!(
-        stderr.contains("edge.tls.store_key is required")
+        stderr.contains("edge.tls.store_key: required")
             && stderr.contains("SHORTURL_EDGE_TLS_STORE_KEY"),
         "{stderr}"
     );

@@ -4,8 +4,31 @@
 //! its own file format (`redis:` section) and calls [`RedisTopology::from_fields`]
 //! with the raw values, so both name the same fields in their errors.
 
+use crate::config::{bad, FieldError};
 use redis::IntoConnectionInfo;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
+
+/// `redis.mode` as written in a file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    #[default]
+    Single,
+    Cluster,
+    Sentinel,
+}
+
+impl RedisMode {
+    /// The name in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RedisMode::Single => "single",
+            RedisMode::Cluster => "cluster",
+            RedisMode::Sentinel => "sentinel",
+        }
+    }
+}
 
 /// The deployment shape of Redis (`redis.mode`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +54,7 @@ pub enum RedisTopology {
 /// The raw `redis:` keys shared by every file format.
 #[derive(Debug, Clone, Default)]
 pub struct TopologyFields {
-    pub mode: Option<String>,
+    pub mode: RedisMode,
     pub url: Option<String>,
     pub nodes: Vec<String>,
     pub sentinels: Vec<String>,
@@ -48,57 +71,59 @@ pub struct ConnOptions {
 impl RedisTopology {
     /// Validates the raw fields; `prefix` is the section's path in the file
     /// (`edge.redis`, `redis`) so errors name the field.
-    pub fn from_fields(f: TopologyFields, prefix: &str) -> Result<RedisTopology, String> {
+    pub fn from_fields(f: TopologyFields, prefix: &str) -> Result<RedisTopology, FieldError> {
+        let field = |name: &str| format!("{prefix}.{name}");
         let url = f.url.filter(|u| !u.trim().is_empty());
         if let Some(u) = &url {
-            check_url(u).map_err(|e| format!("{prefix}.url is invalid: {e}"))?;
+            check_url(u).map_err(|e| FieldError::new(field("url"), format!("invalid: {e}")))?;
         }
-        let unused = |field: &str, present: bool, mode: &str| {
+        let mode = f.mode.as_str();
+        let unused = |name: &str, present: bool| {
             if present {
-                Err(format!("{prefix}.{field} is not used in mode {mode}"))
+                bad(field(name), format!("not used in mode {mode}"))
             } else {
                 Ok(())
             }
         };
-        match f.mode.as_deref().unwrap_or("single") {
-            "single" => {
-                unused("nodes", !f.nodes.is_empty(), "single")?;
-                unused("sentinels", !f.sentinels.is_empty(), "single")?;
-                unused("master_name", f.master_name.is_some(), "single")?;
+        match f.mode {
+            RedisMode::Single => {
+                unused("nodes", !f.nodes.is_empty())?;
+                unused("sentinels", !f.sentinels.is_empty())?;
+                unused("master_name", f.master_name.is_some())?;
                 let Some(url) = url else {
-                    return Err(format!("{prefix}.url is required in mode single"));
+                    return bad(field("url"), "required in mode single");
                 };
                 Ok(RedisTopology::Single { url })
             }
-            "cluster" => {
-                unused("sentinels", !f.sentinels.is_empty(), "cluster")?;
-                unused("master_name", f.master_name.is_some(), "cluster")?;
+            RedisMode::Cluster => {
+                unused("sentinels", !f.sentinels.is_empty())?;
+                unused("master_name", f.master_name.is_some())?;
                 if f.nodes.is_empty() {
-                    return Err(format!(
-                        "{prefix}.nodes must list at least one seed node (host:port) in mode cluster"
-                    ));
+                    return bad(
+                        field("nodes"),
+                        "must list at least one seed node (host:port) in mode cluster",
+                    );
                 }
-                check_nodes(&f.nodes, &format!("{prefix}.nodes"))?;
-                if let Some(u) = &url {
-                    if db_of(u) != 0 {
-                        return Err(format!("{prefix}.url: a cluster has only database 0"));
-                    }
+                check_nodes(&f.nodes, &field("nodes"))?;
+                if url.as_deref().is_some_and(|u| db_of(u) != 0) {
+                    return bad(field("url"), "a cluster has only database 0");
                 }
                 Ok(RedisTopology::Cluster {
                     nodes: f.nodes,
                     url,
                 })
             }
-            "sentinel" => {
-                unused("nodes", !f.nodes.is_empty(), "sentinel")?;
+            RedisMode::Sentinel => {
+                unused("nodes", !f.nodes.is_empty())?;
                 if f.sentinels.is_empty() {
-                    return Err(format!(
-                        "{prefix}.sentinels must list at least one Sentinel (host:port) in mode sentinel"
-                    ));
+                    return bad(
+                        field("sentinels"),
+                        "must list at least one Sentinel (host:port) in mode sentinel",
+                    );
                 }
-                check_nodes(&f.sentinels, &format!("{prefix}.sentinels"))?;
+                check_nodes(&f.sentinels, &field("sentinels"))?;
                 let Some(master_name) = f.master_name.filter(|m| !m.trim().is_empty()) else {
-                    return Err(format!("{prefix}.master_name is required in mode sentinel"));
+                    return bad(field("master_name"), "required in mode sentinel");
                 };
                 Ok(RedisTopology::Sentinel {
                     sentinels: f.sentinels,
@@ -106,18 +131,15 @@ impl RedisTopology {
                     url,
                 })
             }
-            other => Err(format!(
-                "{prefix}.mode must be single, cluster or sentinel, not {other:?}"
-            )),
         }
     }
 
     /// The mode's name as written in the file.
-    pub fn mode(&self) -> &'static str {
+    pub fn mode(&self) -> RedisMode {
         match self {
-            RedisTopology::Single { .. } => "single",
-            RedisTopology::Cluster { .. } => "cluster",
-            RedisTopology::Sentinel { .. } => "sentinel",
+            RedisTopology::Single { .. } => RedisMode::Single,
+            RedisTopology::Cluster { .. } => RedisMode::Cluster,
+            RedisTopology::Sentinel { .. } => RedisMode::Sentinel,
         }
     }
 
@@ -153,14 +175,14 @@ fn db_of(u: &str) -> i64 {
 }
 
 /// `host:port` with a non-zero port; IPv6 literals in brackets.
-fn check_nodes(nodes: &[String], field: &str) -> Result<(), String> {
+fn check_nodes(nodes: &[String], field: &str) -> Result<(), FieldError> {
     for n in nodes {
         let ok = n
             .rsplit_once(':')
             .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p != 0))
             && node_info(n, None).is_ok();
         if !ok {
-            return Err(format!("{field}: {n:?} is not host:port"));
+            return bad(field, format!("{n:?} is not host:port"));
         }
     }
     Ok(())
@@ -186,11 +208,16 @@ pub(crate) fn node_info(
 mod tests {
     use super::*;
 
-    fn fields(mode: &str) -> TopologyFields {
+    fn fields(mode: RedisMode) -> TopologyFields {
         TopologyFields {
-            mode: Some(mode.to_owned()),
+            mode,
             ..TopologyFields::default()
         }
+    }
+
+    fn problem(r: Result<RedisTopology, FieldError>) -> (String, String) {
+        let e = r.unwrap_err();
+        (e.field, e.problem)
     }
 
     #[test]
@@ -209,64 +236,76 @@ mod tests {
             })
         );
         let e = RedisTopology::from_fields(TopologyFields::default(), "edge.redis");
-        assert_eq!(e, Err("edge.redis.url is required in mode single".into()));
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "edge.redis.url: required in mode single"
+        );
     }
 
     #[test]
     fn cluster_needs_nodes() {
-        let e = RedisTopology::from_fields(fields("cluster"), "redis").unwrap_err();
-        assert!(e.starts_with("redis.nodes must list"), "{e}");
-        let mut f = fields("cluster");
+        let (field, p) = problem(RedisTopology::from_fields(
+            fields(RedisMode::Cluster),
+            "redis",
+        ));
+        assert_eq!(field, "redis.nodes");
+        assert!(p.starts_with("must list"), "{p}");
+        let mut f = fields(RedisMode::Cluster);
         f.nodes = vec!["127.0.0.1".into()];
         let e = RedisTopology::from_fields(f, "redis").unwrap_err();
-        assert!(e.starts_with("redis.nodes: \"127.0.0.1\""), "{e}");
-        let mut f = fields("cluster");
+        assert_eq!(e.to_string(), "redis.nodes: \"127.0.0.1\" is not host:port");
+        let mut f = fields(RedisMode::Cluster);
         f.nodes = vec!["127.0.0.1:7000".into(), "[::1]:7001".into()];
         f.url = Some("redis://:pw@x:1/".into());
         assert!(matches!(
             RedisTopology::from_fields(f, "redis"),
             Ok(RedisTopology::Cluster { nodes, url: Some(_) }) if nodes.len() == 2
         ));
-        let mut f = fields("cluster");
+        let mut f = fields(RedisMode::Cluster);
         f.nodes = vec!["127.0.0.1:7000".into()];
         f.url = Some("redis://x:1/3".into());
-        let e = RedisTopology::from_fields(f, "redis").unwrap_err();
-        assert!(e.contains("only database 0"), "{e}");
+        let (field, p) = problem(RedisTopology::from_fields(f, "redis"));
+        assert_eq!(
+            (field.as_str(), p.as_str()),
+            ("redis.url", "a cluster has only database 0")
+        );
     }
 
     #[test]
     fn sentinel_needs_sentinels_and_a_master_name() {
-        let mut f = fields("sentinel");
+        let mut f = fields(RedisMode::Sentinel);
         f.master_name = Some("shorturl".into());
-        let e = RedisTopology::from_fields(f, "edge.redis").unwrap_err();
-        assert!(e.starts_with("edge.redis.sentinels must list"), "{e}");
-        let mut f = fields("sentinel");
+        let (field, _) = problem(RedisTopology::from_fields(f, "edge.redis"));
+        assert_eq!(field, "edge.redis.sentinels");
+        let mut f = fields(RedisMode::Sentinel);
         f.sentinels = vec!["127.0.0.1:26379".into()];
         let e = RedisTopology::from_fields(f, "redis").unwrap_err();
-        assert_eq!(e, "redis.master_name is required in mode sentinel");
-        let mut f = fields("sentinel");
+        assert_eq!(
+            e,
+            FieldError::new("redis.master_name", "required in mode sentinel")
+        );
+        let mut f = fields(RedisMode::Sentinel);
         f.sentinels = vec!["127.0.0.1:26379".into()];
         f.master_name = Some("shorturl".into());
         let t = RedisTopology::from_fields(f, "redis").unwrap();
-        assert_eq!(t.mode(), "sentinel");
+        assert_eq!(t.mode(), RedisMode::Sentinel);
         assert_eq!(t.describe(), "sentinel shorturl@127.0.0.1:26379");
     }
 
     #[test]
-    fn unknown_mode_and_misplaced_fields_are_named() {
-        let e = RedisTopology::from_fields(fields("ring"), "redis").unwrap_err();
-        assert_eq!(
-            e,
-            "redis.mode must be single, cluster or sentinel, not \"ring\""
-        );
-        let mut f = fields("single");
+    fn modes_parse_by_name_and_misplaced_fields_are_named() {
+        let m: RedisMode = serde_json::from_str("\"cluster\"").unwrap();
+        assert_eq!(m, RedisMode::Cluster);
+        assert!(serde_json::from_str::<RedisMode>("\"ring\"").is_err());
+        let mut f = fields(RedisMode::Single);
         f.url = Some("redis://127.0.0.1/".into());
         f.nodes = vec!["127.0.0.1:7000".into()];
         let e = RedisTopology::from_fields(f, "redis").unwrap_err();
-        assert_eq!(e, "redis.nodes is not used in mode single");
-        let mut f = fields("single");
+        assert_eq!(e, FieldError::new("redis.nodes", "not used in mode single"));
+        let mut f = fields(RedisMode::Single);
         f.url = Some("http://127.0.0.1/".into());
-        let e = RedisTopology::from_fields(f, "redis").unwrap_err();
-        assert!(e.starts_with("redis.url is invalid"), "{e}");
+        let (field, p) = problem(RedisTopology::from_fields(f, "redis"));
+        assert_eq!(field, "redis.url");
+        assert!(p.starts_with("invalid"), "{p}");
     }
 }

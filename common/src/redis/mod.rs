@@ -8,5 +8,5 @@ mod conn;
 mod manager;
 mod sentinel;
 
-pub use config::{ConnOptions, RedisTopology, TopologyFields};
+pub use config::{ConnOptions, RedisMode, RedisTopology, TopologyFields};
 pub use conn::RedisConn;

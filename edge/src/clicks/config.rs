@@ -2,6 +2,7 @@
 //! OpenResty module's too).
 
 use serde::Deserialize;
+use shorturl_common::config::{bad, FieldError};
 use std::time::Duration;
 
 /// Longest flush interval: the protocol promises a flush at least every 5 s.
@@ -81,29 +82,31 @@ fn hostname() -> Option<String> {
 }
 
 /// Validates `f`; the error names the field.
-pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, String> {
+pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, FieldError> {
     if !(MIN_FLUSH_INTERVAL_MS..=MAX_FLUSH_INTERVAL_MS).contains(&f.flush_interval_ms) {
-        return Err(format!(
-            "edge.clicks.flush_interval_ms must be between {MIN_FLUSH_INTERVAL_MS} and \
-             {MAX_FLUSH_INTERVAL_MS}"
-        ));
+        return bad(
+            "edge.clicks.flush_interval_ms",
+            format!("must be between {MIN_FLUSH_INTERVAL_MS} and {MAX_FLUSH_INTERVAL_MS}"),
+        );
     }
     let edge_name = match f.edge_name {
         Some(n) if is_id_word(&n) => n,
         Some(n) => {
-            return Err(format!(
-                "edge.clicks.edge_name {n:?} must be 1-64 of [A-Za-z0-9._-]"
-            ))
+            return bad(
+                "edge.clicks.edge_name",
+                format!("{n:?} must be 1-64 of [A-Za-z0-9._-]"),
+            )
         }
         None => default_edge_name(hostname().as_deref()),
     };
     if f.max_buffered_clicks == 0 {
-        return Err("edge.clicks.max_buffered_clicks must be at least 1".into());
+        return bad("edge.clicks.max_buffered_clicks", "must be at least 1");
     }
     if !(1..=MAX_QUEUE_PER_THREAD).contains(&f.queue_per_thread) {
-        return Err(format!(
-            "edge.clicks.queue_per_thread must be between 1 and {MAX_QUEUE_PER_THREAD}"
-        ));
+        return bad(
+            "edge.clicks.queue_per_thread",
+            format!("must be between 1 and {MAX_QUEUE_PER_THREAD}"),
+        );
     }
     Ok(ClicksConfig {
         enabled: f.enabled,
@@ -174,7 +177,7 @@ mod tests {
         for (f, field) in cases {
             match from_file(f) {
                 Ok(_) => panic!("accepted, expected an error on {field}"),
-                Err(e) => assert!(e.contains(field), "{e}"),
+                Err(e) => assert!(e.field.ends_with(field), "{e}"),
             }
         }
     }

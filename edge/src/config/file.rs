@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 use shorturl_common::redirect::RedirectPolicy;
+use shorturl_common::redis::RedisMode;
 
 /// The whole file: Pingora's own `server` section next to ours.
 #[derive(Debug, Deserialize)]
@@ -107,7 +108,7 @@ impl EdgeFile {
 pub struct RedisFile {
     /// `single` (default), `cluster` or `sentinel`.
     #[serde(default)]
-    pub mode: Option<String>,
+    pub mode: RedisMode,
     /// single: the server; cluster/sentinel: credentials (and database) only.
     #[serde(default)]
     pub url: Option<String>,
@@ -130,7 +131,7 @@ impl RedisFile {
     /// `url` with the default timeouts.
     pub fn new(url: String) -> Self {
         RedisFile {
-            mode: None,
+            mode: RedisMode::Single,
             url: Some(url),
             nodes: Vec::new(),
             sentinels: Vec::new(),

@@ -19,8 +19,11 @@ pub use self::redis::RedisConfig;
 
 use crate::net::CidrList;
 use pingora::server::configuration::ServerConf;
+use shorturl_common::config::FieldError;
 use shorturl_common::host::normalize_host;
 use shorturl_common::redirect::RedirectPolicy;
+#[cfg(test)]
+use shorturl_common::redis::RedisMode;
 use shorturl_common::redis::{RedisTopology, TopologyFields};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -33,13 +36,32 @@ pub const ENV_ORIGINS: &str = "SHORTURL_EDGE_ORIGINS";
 /// Environment variable overriding `edge.origin.internal_token` (a secret).
 pub const ENV_INTERNAL_TOKEN: &str = "SHORTURL_EDGE_INTERNAL_TOKEN";
 
-/// A configuration problem, with the offending key in the message.
+/// A configuration problem, naming the field.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid YAML, or not the file format (serde names the field).
+    #[error("invalid config: {0}")]
+    Format(#[from] serde_yaml::Error),
+    /// The `server:` section, as Pingora reads it.
+    #[error("invalid server section: {0}")]
+    Server(#[source] Box<pingora::Error>),
+    /// A value the edge cannot take, and its field.
+    #[error(transparent)]
+    Field(#[from] FieldError),
+    /// A legacy `config.lua` that cannot be mapped or read.
+    #[error(transparent)]
+    Legacy(Box<legacy_lua::LegacyError>),
+}
 
-fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError(msg.into()))
+fn err<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, ConfigError> {
+    Err(FieldError::new(field, problem).into())
 }
 
 /// Everything the edge needs, in the units the code uses.
@@ -125,10 +147,13 @@ impl InternalToken {
     /// Checks a configured value; the error names the setting, never the value.
     pub fn new(value: String) -> Result<Self, ConfigError> {
         if value.is_empty() || value.len() > 512 || !value.bytes().all(|b| b.is_ascii_graphic()) {
-            return err(format!(
-                "edge.origin.internal_token (or {ENV_INTERNAL_TOKEN}) must be 1 to 512 visible \
-                 ASCII characters (no spaces); omit it to send none"
-            ));
+            return err(
+                "edge.origin.internal_token",
+                format!(
+                    "(or {ENV_INTERNAL_TOKEN}) must be 1 to 512 visible ASCII characters (no \
+                     spaces); omit it to send none"
+                ),
+            );
         }
         Ok(InternalToken(value))
     }
@@ -183,15 +208,16 @@ pub struct Loaded {
 
 /// Reads, overrides from the environment, and validates `path`.
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     parse(&text, |k| std::env::var(k).ok())
 }
 
 /// Parses a config text; `env` looks up overrides (injectable for tests).
 pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Loaded, ConfigError> {
-    let file: file::FileConfig =
-        serde_yaml::from_str(text).map_err(|e| ConfigError(format!("invalid config: {e}")))?;
+    let file: file::FileConfig = serde_yaml::from_str(text)?;
     from_file(file, env)
 }
 
@@ -201,17 +227,16 @@ pub fn from_file(
     file: file::FileConfig,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Loaded, ConfigError> {
-    let server_yaml = serde_yaml::to_string(&file.server)
-        .map_err(|e| ConfigError(format!("invalid server section: {e}")))?;
-    let server = ServerConf::from_yaml(&server_yaml)
-        .map_err(|e| ConfigError(format!("invalid server section: {e}")))?;
+    let server_yaml = serde_yaml::to_string(&file.server)?;
+    let server = ServerConf::from_yaml(&server_yaml).map_err(ConfigError::Server)?;
     if server.grace_period_seconds.is_none() || server.graceful_shutdown_timeout_seconds.is_none() {
         return err(
-            "server.grace_period_seconds and server.graceful_shutdown_timeout_seconds must be set",
+            "server.grace_period_seconds",
+            "must be set, as must server.graceful_shutdown_timeout_seconds",
         );
     }
     if server.threads == 0 {
-        return err("server.threads must be at least 1");
+        return err("server.threads", "must be at least 1");
     }
     let edge = edge_from_file(file.edge, &env)?;
     Ok(Loaded { server, edge })
@@ -219,7 +244,7 @@ pub fn from_file(
 
 fn ms(v: u64, name: &str) -> Result<Duration, ConfigError> {
     if v == 0 {
-        return err(format!("{name} must be > 0"));
+        return err(name, "must be > 0");
     }
     Ok(Duration::from_millis(v))
 }
@@ -228,7 +253,9 @@ fn resolve(addr: &str, name: &str) -> Result<SocketAddr, ConfigError> {
     addr.to_socket_addrs()
         .ok()
         .and_then(|mut it| it.next())
-        .ok_or_else(|| ConfigError(format!("{name}: cannot resolve {addr:?} as host:port")))
+        .ok_or_else(|| {
+            FieldError::new(name, format!("cannot resolve {addr:?} as host:port")).into()
+        })
 }
 
 fn edge_from_file(
@@ -236,7 +263,7 @@ fn edge_from_file(
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<EdgeConfig, ConfigError> {
     if f.listen.is_empty() {
-        return err("edge.listen must list at least one address");
+        return err("edge.listen", "must list at least one address");
     }
     for l in &f.listen {
         resolve(l, "edge.listen")?;
@@ -245,10 +272,10 @@ fn edge_from_file(
         resolve(m, "edge.metrics_listen")?;
     }
     let Some(default_domain) = normalize_host(&f.default_domain) else {
-        return err(format!(
-            "edge.default_domain {:?} is not a valid host",
-            f.default_domain
-        ));
+        return err(
+            "edge.default_domain",
+            format!("{:?} is not a valid host", f.default_domain),
+        );
     };
     let topology = RedisTopology::from_fields(
         TopologyFields {
@@ -259,8 +286,7 @@ fn edge_from_file(
             master_name: f.redis.master_name,
         },
         "edge.redis",
-    )
-    .map_err(ConfigError)?;
+    )?;
     let servers_raw: Vec<String> = match env(ENV_ORIGINS) {
         Some(list) => list
             .split(',')
@@ -270,46 +296,52 @@ fn edge_from_file(
         None => f.origin.servers,
     };
     if servers_raw.is_empty() {
-        return err("edge.origin.servers must list at least one origin");
+        return err("edge.origin.servers", "must list at least one origin");
     }
     let servers = servers_raw
         .iter()
         .map(|s| resolve(s, "edge.origin.servers"))
         .collect::<Result<Vec<_>, _>>()?;
     if !f.origin.health_check_path.starts_with('/') {
-        return err("edge.origin.health_check_path must start with /");
+        return err("edge.origin.health_check_path", "must start with /");
     }
-    f.redirect
-        .validate()
-        .map_err(|e| ConfigError(format!("edge.{e}")))?;
+    f.redirect.validate("edge.redirect")?;
     if f.cache.max_bytes < 4096 {
-        return err("edge.cache.max_bytes must be at least 4096");
+        return err("edge.cache.max_bytes", "must be at least 4096");
     }
     if f.cache.positive_ttl_secs == 0 || f.cache.negative_ttl_secs == 0 {
-        return err("edge.cache.positive_ttl_secs and negative_ttl_secs must be > 0");
+        return err(
+            "edge.cache.positive_ttl_secs",
+            "must be > 0, as must edge.cache.negative_ttl_secs",
+        );
     }
     if f.limits.max_uri_bytes < 64 || f.limits.max_header_bytes < 256 {
-        return err("edge.limits.max_uri_bytes must be >= 64 and max_header_bytes >= 256");
+        return err(
+            "edge.limits.max_uri_bytes",
+            "must be >= 64, and edge.limits.max_header_bytes >= 256",
+        );
     }
     if f.limits.clients_tracked == 0 {
-        return err("edge.limits.clients_tracked must be at least 1");
+        return err("edge.limits.clients_tracked", "must be at least 1");
     }
     if !(1..=128).contains(&f.limits.ipv6_prefix_len) {
-        return err("edge.limits.ipv6_prefix_len must be between 1 and 128");
+        return err("edge.limits.ipv6_prefix_len", "must be between 1 and 128");
     }
     if f.limits.header_timeout_secs == 0 {
-        return err("edge.limits.header_timeout_secs must be > 0");
+        return err("edge.limits.header_timeout_secs", "must be > 0");
     }
     let trusted_proxies = CidrList::parse(&f.trusted_proxies)
-        .map_err(|e| ConfigError(format!("edge.trusted_proxies: {e}")))?;
+        .map_err(|e| FieldError::new("edge.trusted_proxies", e.to_string()))?;
     let status_allow = CidrList::parse(&f.status_allow)
-        .map_err(|e| ConfigError(format!("edge.status_allow: {e}")))?;
+        .map_err(|e| FieldError::new("edge.status_allow", e.to_string()))?;
     let tls =
-        crate::tls::config::from_file(f.tls_listen, f.tls, f.https, f.acme, &default_domain, env)
-            .map_err(ConfigError)?;
-    let clicks = crate::clicks::config::from_file(f.clicks).map_err(ConfigError)?;
+        crate::tls::config::from_file(f.tls_listen, f.tls, f.https, f.acme, &default_domain, env)?;
+    let clicks = crate::clicks::config::from_file(f.clicks)?;
     if f.heartbeat_interval_ms != 0 && f.heartbeat_interval_ms < 100 {
-        return err("edge.heartbeat_interval_ms must be 0 (off) or at least 100");
+        return err(
+            "edge.heartbeat_interval_ms",
+            "must be 0 (off) or at least 100",
+        );
     }
     let pages_cache = pages_cache_from_file(&f.pages_cache)?;
     let target = match f.access_log.path.as_deref() {
@@ -397,13 +429,16 @@ fn edge_from_file(
 
 fn pages_cache_from_file(f: &file::PagesCacheFile) -> Result<PagesCacheConfig, ConfigError> {
     if f.max_bytes < 65_536 {
-        return err("edge.pages_cache.max_bytes must be at least 65536");
+        return err("edge.pages_cache.max_bytes", "must be at least 65536");
     }
     if f.max_entry_bytes == 0 || f.max_entry_bytes > f.max_bytes {
-        return err("edge.pages_cache.max_entry_bytes must be > 0 and <= max_bytes");
+        return err(
+            "edge.pages_cache.max_entry_bytes",
+            "must be > 0 and <= max_bytes",
+        );
     }
     if f.stale_if_error_secs > u64::from(u32::MAX) {
-        return err("edge.pages_cache.stale_if_error_secs is too large");
+        return err("edge.pages_cache.stale_if_error_secs", "too large");
     }
     Ok(PagesCacheConfig {
         max_bytes: f.max_bytes,
@@ -436,7 +471,7 @@ edge:
 
     #[test]
     fn loads_defaults() {
-        let l = parse(GOOD, no_env).map_err(|e| e.0);
+        let l = parse(GOOD, no_env).map_err(|e| e.to_string());
         let l = match l {
             Ok(l) => l,
             Err(e) => panic!("{e}"),
@@ -480,7 +515,7 @@ edge:
             r#"redis: { url: "redis://127.0.0.1:6379/" }"#,
             r#"redis: { mode: cluster, nodes: ["127.0.0.1:7000", "127.0.0.1:7001"] }"#,
         );
-        let l = parse(&cluster, no_env).map_err(|e| e.0);
+        let l = parse(&cluster, no_env).map_err(|e| e.to_string());
         assert!(
             matches!(&l, Ok(l) if matches!(&l.edge.redis.topology,
                 RedisTopology::Cluster { nodes, url: None } if nodes.len() == 2)),
@@ -491,25 +526,25 @@ edge:
             r#"redis: { url: "redis://127.0.0.1:6379/" }"#,
             "redis: { mode: cluster }",
         );
-        let e = parse(&no_nodes, no_env).err().map(|e| e.0);
+        let e = parse(&no_nodes, no_env).err().map(|e| e.to_string());
         assert!(
             e.as_deref()
-                .is_some_and(|e| e.starts_with("edge.redis.nodes must list")),
+                .is_some_and(|e| e.starts_with("edge.redis.nodes: must list")),
             "{e:?}"
         );
         let sentinel = GOOD.replace(
             r#"redis: { url: "redis://127.0.0.1:6379/" }"#,
             r#"redis: { mode: sentinel, sentinels: ["127.0.0.1:26379"] }"#,
         );
-        let e = parse(&sentinel, no_env).err().map(|e| e.0);
+        let e = parse(&sentinel, no_env).err().map(|e| e.to_string());
         assert_eq!(
             e.as_deref(),
-            Some("edge.redis.master_name is required in mode sentinel")
+            Some("edge.redis.master_name: required in mode sentinel")
         );
         let sentinel = sentinel.replace("sentinels:", "master_name: shorturl, sentinels:");
-        let l = parse(&sentinel, no_env).map_err(|e| e.0);
+        let l = parse(&sentinel, no_env).map_err(|e| e.to_string());
         assert!(
-            matches!(&l, Ok(l) if l.edge.redis.topology.mode() == "sentinel"),
+            matches!(&l, Ok(l) if l.edge.redis.topology.mode() == RedisMode::Sentinel),
             "{:?}",
             l.map(|l| l.edge.redis)
         );
@@ -518,14 +553,14 @@ edge:
     #[test]
     fn the_internal_token_comes_from_the_file_or_the_environment_and_is_never_shown() {
         let with = GOOD.replace("origin: {", r#"origin: { internal_token: "file-tok3n","#);
-        let l = parse(&with, no_env).map_err(|e| e.0);
+        let l = parse(&with, no_env).map_err(|e| e.to_string());
         let tok = l.map(|l| l.edge.origin.internal_token);
         assert!(
             matches!(&tok, Ok(Some(t)) if t.expose() == "file-tok3n"),
             "{tok:?}"
         );
         let env = |k: &str| (k == ENV_INTERNAL_TOKEN).then(|| "env-tok3n".to_owned());
-        let l = parse(&with, env).map_err(|e| e.0);
+        let l = parse(&with, env).map_err(|e| e.to_string());
         let tok = l.map(|l| l.edge.origin.internal_token);
         assert!(
             matches!(&tok, Ok(Some(t)) if t.expose() == "env-tok3n"),
@@ -535,14 +570,17 @@ edge:
             !format!("{tok:?}").contains("tok3n"),
             "Debug shows the token"
         );
-        let l = parse(GOOD, no_env).map_err(|e| e.0);
+        let l = parse(GOOD, no_env).map_err(|e| e.to_string());
         assert!(matches!(l.map(|l| l.edge.origin.internal_token), Ok(None)));
         for bad in ["", "has space", "tab\there", "é"] {
             let text = GOOD.replace(
                 "origin: {",
                 &format!(r#"origin: {{ internal_token: "{bad}","#),
             );
-            let e = parse(&text, no_env).err().map(|e| e.0).unwrap_or_default();
+            let e = parse(&text, no_env)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(e.contains("edge.origin.internal_token"), "{bad:?}: {e}");
             assert!(
                 bad.is_empty() || !e.contains(bad),
@@ -652,7 +690,10 @@ edge:
         for (text, needle) in cases {
             match parse(&text, no_env) {
                 Ok(_) => panic!("accepted config expected to fail on {needle}"),
-                Err(e) => assert!(e.0.contains(needle), "{needle:?} not in {:?}", e.0),
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(e.contains(needle), "{needle:?} not in {e:?}");
+                }
             }
         }
     }

@@ -9,6 +9,7 @@
 use super::https::{HttpsPolicy, Upgrade};
 use http::HeaderValue;
 use serde::Deserialize;
+use shorturl_common::config::{bad, positive, FieldError};
 use shorturl_common::host::normalize_host;
 use shorturl_common::tls_seal::{StoreKey, StoreKeys};
 use std::net::ToSocketAddrs;
@@ -180,19 +181,12 @@ pub struct TlsSettings {
     pub acme: Option<AcmeConfig>,
 }
 
-fn positive(v: u64, name: &str) -> Result<u64, String> {
-    if v == 0 {
-        return Err(format!("{name} must be > 0"));
-    }
-    Ok(v)
-}
-
 /// `store_key` and `store_old_keys`, the environment's first; `None`
 /// without a current key. Errors name the setting, never the key.
 fn store_keys(
     t: &TlsFile,
     env: &impl Fn(&str) -> Option<String>,
-) -> Result<Option<StoreKeys>, String> {
+) -> Result<Option<StoreKeys>, FieldError> {
     let (current, current_name) = match env(ENV_STORE_KEY).filter(|v| !v.trim().is_empty()) {
         Some(v) => (Some(v), ENV_STORE_KEY),
         None => (t.store_key.clone(), "edge.tls.store_key"),
@@ -210,21 +204,27 @@ fn store_keys(
     };
     let Some(current) = current.filter(|v| !v.trim().is_empty()) else {
         if !old.is_empty() {
-            return Err(format!(
-                "{old_name} needs a current key in edge.tls.store_key ({ENV_STORE_KEY})"
-            ));
+            return bad(
+                old_name,
+                format!("needs a current key in edge.tls.store_key ({ENV_STORE_KEY})"),
+            );
         }
         return Ok(None);
     };
-    let current = StoreKey::from_base64(&current).map_err(|e| format!("{current_name}: {e}"))?;
+    let current = StoreKey::from_base64(&current)
+        .map_err(|e| FieldError::new(current_name, e.to_string()))?;
     let mut old_keys: Vec<StoreKey> = Vec::new();
     for (i, o) in old.iter().enumerate() {
-        let k = StoreKey::from_base64(o).map_err(|e| format!("{old_name}[{i}]: {e}"))?;
+        let field = format!("{old_name}[{i}]");
+        let k = StoreKey::from_base64(o).map_err(|e| FieldError::new(&field, e.to_string()))?;
         if k.id() == current.id() || old_keys.iter().any(|x| x.id() == k.id()) {
-            return Err(format!(
-                "{old_name}[{i}]: key {} is listed twice (the current key is not an old one)",
-                k.id()
-            ));
+            return bad(
+                field,
+                format!(
+                    "key {} is listed twice (the current key is not an old one)",
+                    k.id()
+                ),
+            );
         }
         old_keys.push(k);
     }
@@ -239,16 +239,17 @@ pub fn from_file(
     a: AcmeFile,
     default_domain: &str,
     env: &impl Fn(&str) -> Option<String>,
-) -> Result<TlsSettings, String> {
+) -> Result<TlsSettings, FieldError> {
     for l in &listen {
         if l.to_socket_addrs()
             .ok()
             .and_then(|mut i| i.next())
             .is_none()
         {
-            return Err(format!(
-                "edge.tls_listen: cannot resolve {l:?} as host:port"
-            ));
+            return bad(
+                "edge.tls_listen",
+                format!("cannot resolve {l:?} as host:port"),
+            );
         }
     }
     let redis_timeout =
@@ -258,15 +259,21 @@ pub fn from_file(
         None
     } else {
         if t.cert_dir.is_none() && !t.shared_store {
-            return Err("edge.tls: set cert_dir or shared_store (no certificate source)".into());
+            return bad(
+                "edge.tls",
+                "set cert_dir or shared_store (no certificate source)",
+            );
         }
         if t.shared_store && store_keys.is_none() {
-            return Err(format!(
-                "edge.tls.store_key is required with tls.shared_store on (private keys in Redis \
-                 are sealed with it): base64 of 32 random bytes (`openssl rand -base64 32`), \
-                 best given as {ENV_STORE_KEY} from a file only the service reads; or set \
-                 edge.tls.shared_store: false"
-            ));
+            return bad(
+                "edge.tls.store_key",
+                format!(
+                    "required with tls.shared_store on (private keys in Redis are sealed with \
+                     it): base64 of 32 random bytes (`openssl rand -base64 32`), best given as \
+                     {ENV_STORE_KEY} from a file only the service reads; or set \
+                     edge.tls.shared_store: false"
+                ),
+            );
         }
         let default_cert = match &t.default_cert {
             Some(n) => n.trim().to_ascii_lowercase(),
@@ -301,43 +308,47 @@ pub fn from_file(
         RedirectFile::Word(w) if w == "all" => Upgrade::All,
         RedirectFile::Word(w) if w == "none" || w.is_empty() => Upgrade::Off,
         RedirectFile::Word(w) => {
-            return Err(format!(
-                "edge.https.redirect: {w:?} is neither `all`, `none` nor a list of domains"
-            ))
+            return bad(
+                "edge.https.redirect",
+                format!("{w:?} is neither `all`, `none` nor a list of domains"),
+            )
         }
         RedirectFile::Domains(d) if d.is_empty() => Upgrade::Off,
         RedirectFile::Domains(d) => Upgrade::Domains(
             d.iter()
                 .map(|x| {
-                    normalize_host(x)
-                        .ok_or_else(|| format!("edge.https.redirect: {x:?} is not a valid host"))
+                    normalize_host(x).ok_or_else(|| {
+                        FieldError::new("edge.https.redirect", format!("{x:?} is not a valid host"))
+                    })
                 })
                 .collect::<Result<_, _>>()?,
         ),
     };
     let hsts = match h.hsts.as_deref().map(str::trim) {
         None | Some("") => None,
-        Some(v) if v.starts_with("max-age=") => Some(
-            HeaderValue::from_str(v)
-                .map_err(|_| format!("edge.https.hsts: {v:?} is not a header value"))?,
-        ),
-        Some(v) => return Err(format!("edge.https.hsts: {v:?} must start with max-age=")),
+        Some(v) if v.starts_with("max-age=") => Some(HeaderValue::from_str(v).map_err(|_| {
+            FieldError::new("edge.https.hsts", format!("{v:?} is not a header value"))
+        })?),
+        Some(v) => return bad("edge.https.hsts", format!("{v:?} must start with max-age=")),
     };
     if h.port == 0 {
-        return Err("edge.https.port must be > 0".into());
+        return bad("edge.https.port", "must be greater than zero");
     }
     if upgrade != Upgrade::Off && tls.is_none() {
-        return Err("edge.https.redirect needs a TLS listener (edge.tls_listen)".into());
+        return bad(
+            "edge.https.redirect",
+            "needs a TLS listener (edge.tls_listen)",
+        );
     }
     let acme = if a.enabled {
         if !a.directory_url.starts_with("https://") {
-            return Err("edge.acme.directory_url must be an https:// URL".into());
+            return bad("edge.acme.directory_url", "must be an https:// URL");
         }
         if tls.as_ref().is_none_or(|t| !t.shared_store) {
-            return Err("edge.acme needs a TLS listener with tls.shared_store on".into());
+            return bad("edge.acme", "needs a TLS listener with tls.shared_store on");
         }
         if a.retry_min_secs > a.retry_max_secs {
-            return Err("edge.acme.retry_min_secs must be <= retry_max_secs".into());
+            return bad("edge.acme.retry_min_secs", "must be <= retry_max_secs");
         }
         Some(AcmeConfig {
             directory_url: a.directory_url,
@@ -384,6 +395,10 @@ mod tests {
     const K2: &str = "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
 
     fn tls(t: TlsFile, env: &[(&str, &str)]) -> Result<TlsSettings, String> {
+        tls_checked(t, env).map_err(|e| e.to_string())
+    }
+
+    fn tls_checked(t: TlsFile, env: &[(&str, &str)]) -> Result<TlsSettings, FieldError> {
         let env: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -478,7 +493,7 @@ mod tests {
             &[],
         )
         .unwrap_err();
-        assert!(e.starts_with("edge.tls.store_old_keys needs"), "{e}");
+        assert!(e.starts_with("edge.tls.store_old_keys: needs"), "{e}");
         for old in [vec![K1.into()], vec![K2.into(), K2.into()]] {
             let e = tls(
                 TlsFile {

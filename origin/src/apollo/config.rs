@@ -5,6 +5,7 @@ use super::client::{Identity, Url};
 use super::value::Layout;
 use crate::config::ConfigError;
 use serde::Deserialize;
+use shorturl_common::config::FieldError;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -70,8 +71,8 @@ pub struct ApolloConfig {
     pub refresh_interval: Duration,
 }
 
-fn invalid<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError::Invalid(msg.into()))
+fn invalid<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, ConfigError> {
+    Err(FieldError::new(field, problem).into())
 }
 
 /// Apollo's namespace formats that are not properties.
@@ -84,7 +85,10 @@ impl ApolloConfig {
         env: &impl Fn(&str) -> Option<String>,
     ) -> Result<ApolloConfig, ConfigError> {
         if f.config_servers.is_empty() {
-            return invalid("apollo.config_servers: give at least one config-service URL");
+            return invalid(
+                "apollo.config_servers",
+                "give at least one config-service URL",
+            );
         }
         let mut servers = Vec::new();
         for s in &f.config_servers {
@@ -94,7 +98,10 @@ impl ApolloConfig {
                 source,
             })?;
             if url.scheme() != "http" || url.host_str().is_none() {
-                return invalid(format!("apollo.config_servers: {s:?}: use http://host:port (this build speaks plain HTTP)"));
+                return invalid(
+                    "apollo.config_servers",
+                    format!("{s:?}: use http://host:port (this build speaks plain HTTP)"),
+                );
             }
             servers.push(url);
         }
@@ -104,22 +111,24 @@ impl ApolloConfig {
                     .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
         };
         if !name_ok(&f.app_id) {
-            return invalid(format!(
-                "apollo.app_id: {:?} is not an Apollo app id",
-                f.app_id
-            ));
+            return invalid(
+                "apollo.app_id",
+                format!("{:?} is not an Apollo app id", f.app_id),
+            );
         }
         let cluster = f.cluster.unwrap_or_else(|| "default".into());
         if !name_ok(&cluster) {
-            return invalid(format!(
-                "apollo.cluster: {cluster:?} is not an Apollo cluster name"
-            ));
+            return invalid(
+                "apollo.cluster",
+                format!("{cluster:?} is not an Apollo cluster name"),
+            );
         }
         let namespace = f.namespace.unwrap_or_else(|| "application".into());
         if !name_ok(&namespace) {
-            return invalid(format!(
-                "apollo.namespace: {namespace:?} is not an Apollo namespace name"
-            ));
+            return invalid(
+                "apollo.namespace",
+                format!("{namespace:?} is not an Apollo namespace name"),
+            );
         }
         let suffix = namespace
             .rsplit_once('.')
@@ -127,27 +136,31 @@ impl ApolloConfig {
         let layout = match suffix.as_deref() {
             Some("json") => Layout::Content,
             Some(s) if OTHER_FORMATS.contains(&s) => {
-                return invalid(format!(
-                    "apollo.namespace: {namespace:?}: use a properties or a .json namespace"
-                ));
+                return invalid(
+                    "apollo.namespace",
+                    format!("{namespace:?}: use a properties or a .json namespace"),
+                );
             }
             _ => {
                 let key = f.key.unwrap_or_else(|| "merchant_domains".into());
                 if key.is_empty() {
-                    return invalid("apollo.key: must not be empty");
+                    return invalid("apollo.key", "must not be empty");
                 }
                 Layout::Key(key)
             }
         };
         let secret = env(SECRET_ENV).or(f.secret).filter(|s| !s.is_empty());
         let ms = |v: Option<u64>, default: u64, name: &str| match v.unwrap_or(default) {
-            0 => invalid(format!("apollo.{name}: must be greater than zero")),
+            0 => invalid(format!("apollo.{name}"), "must be greater than zero"),
             n => Ok(Duration::from_millis(n)),
         };
         let backoff_initial = ms(f.backoff_initial_ms, 1_000, "backoff_initial_ms")?;
         let backoff_max = ms(f.backoff_max_ms, 120_000, "backoff_max_ms")?;
         if backoff_initial > backoff_max {
-            return invalid("apollo.backoff_initial_ms: larger than apollo.backoff_max_ms");
+            return invalid(
+                "apollo.backoff_initial_ms",
+                "larger than apollo.backoff_max_ms",
+            );
         }
         Ok(ApolloConfig {
             servers,

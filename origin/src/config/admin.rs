@@ -105,31 +105,33 @@ fn valid_name(n: &str) -> bool {
 
 fn user(u: AdminUserFile) -> Result<AdminUser, ConfigError> {
     if !valid_name(&u.name) {
-        return err(format!(
-            "admin.users: name {:?} must be 1-32 characters of [A-Za-z0-9_.-]",
-            u.name
-        ));
+        return err(
+            "admin.users",
+            format!(
+                "name {:?} must be 1-32 characters of [A-Za-z0-9_.-]",
+                u.name
+            ),
+        );
     }
     if !u.password_hash.starts_with("$argon2id$")
         || argon2::PasswordHash::new(&u.password_hash).is_err()
     {
-        return err(format!(
-            "admin.users.{}.password_hash: expected an argon2id PHC string \
-             (shorturl-origin hash-password)",
-            u.name
-        ));
+        return err(
+            format!("admin.users.{}.password_hash", u.name),
+            "expected an argon2id PHC string (shorturl-origin hash-password)",
+        );
     }
     let Some(role) = Role::parse(&u.role) else {
-        return err(format!(
-            "admin.users.{}.role: must be viewer, operator or admin (got {:?})",
-            u.name, u.role
-        ));
+        return err(
+            format!("admin.users.{}.role", u.name),
+            format!("must be viewer, operator or admin (got {:?})", u.role),
+        );
     };
     if role == Role::Admin && !u.merchants.is_empty() {
-        return err(format!(
-            "admin.users.{}.merchants: an admin sees every tenant; give merchants to a viewer or operator",
-            u.name
-        ));
+        return err(
+            format!("admin.users.{}.merchants", u.name),
+            "an admin sees every tenant; give merchants to a viewer or operator",
+        );
     }
     Ok(AdminUser {
         name: u.name,
@@ -150,12 +152,12 @@ pub fn admin(f: Option<AdminFile>) -> Result<AdminConfig, ConfigError> {
     for u in f.users {
         let u = user(u)?;
         if !names.insert(u.name.clone()) {
-            return err(format!("admin.users: name {:?} is repeated", u.name));
+            return err("admin.users", format!("name {:?} is repeated", u.name));
         }
         users.push(u);
     }
     let secs = |v: Option<u64>, default: Duration, field: &str| match v {
-        Some(0) => err(format!("{field}: must be greater than zero")),
+        Some(0) => err(field, "must be greater than zero"),
         Some(s) => Ok(Duration::from_secs(s)),
         None => Ok(default),
     };
@@ -170,7 +172,10 @@ pub fn admin(f: Option<AdminFile>) -> Result<AdminConfig, ConfigError> {
         "admin.absolute_timeout_secs",
     )?;
     if idle_timeout > absolute_timeout {
-        return err("admin.idle_timeout_secs: larger than admin.absolute_timeout_secs");
+        return err(
+            "admin.idle_timeout_secs",
+            "larger than admin.absolute_timeout_secs",
+        );
     }
     let trusted_proxies =
         CidrList::parse(&f.trusted_proxies).map_err(|source| ConfigError::Cidr {

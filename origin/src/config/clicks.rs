@@ -66,7 +66,7 @@ pub fn clicks(f: ClicksFile) -> Result<ClicksConfig, ConfigError> {
     let d = ClicksConfig::default();
     let block_ms = positive(f.block_ms, d.block.as_millis() as u64, "clicks.block_ms")?;
     if block_ms > 60_000 {
-        return err("clicks.block_ms: at most 60000");
+        return err("clicks.block_ms", "at most 60000");
     }
     let claim_idle_ms = positive(
         f.claim_idle_ms,
@@ -94,9 +94,10 @@ pub fn clicks(f: ClicksFile) -> Result<ClicksConfig, ConfigError> {
         "clicks.referrers_per_day",
     )?;
     if referrers_per_day > MAX_REFERRERS_PER_DAY {
-        return err(format!(
-            "clicks.referrers_per_day: at most {MAX_REFERRERS_PER_DAY}"
-        ));
+        return err(
+            "clicks.referrers_per_day",
+            format!("at most {MAX_REFERRERS_PER_DAY}"),
+        );
     }
     let batch_ids_retention = days(
         f.batch_ids_retention_days,
@@ -109,7 +110,10 @@ pub fn clicks(f: ClicksFile) -> Result<ClicksConfig, ConfigError> {
         "clicks.consumer_idle_secs",
     )?);
     if consumer_idle <= Duration::from_millis(claim_idle_ms) {
-        return err("clicks.consumer_idle_secs: must be longer than clicks.claim_idle_ms");
+        return err(
+            "clicks.consumer_idle_secs",
+            "must be longer than clicks.claim_idle_ms",
+        );
     }
     Ok(ClicksConfig {
         retention_hours,

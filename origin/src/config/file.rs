@@ -1,8 +1,10 @@
 //! The YAML file format of `conf/origin.yaml`. Only serde lives here; the
 //! validated model the service uses is [`super::Config`].
 
+use super::CounterBackend;
 use serde::Deserialize;
 use shorturl_common::redirect::RedirectPolicy;
+use shorturl_common::redis::RedisMode;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -114,7 +116,7 @@ pub struct ShardFile {
 pub struct RedisFile {
     /// `single` (default), `cluster` or `sentinel`.
     #[serde(default)]
-    pub mode: Option<String>,
+    pub mode: RedisMode,
     /// single: the server; cluster/sentinel: credentials (and database) only.
     #[serde(default)]
     pub url: Option<String>,
@@ -141,7 +143,7 @@ pub struct RedisFile {
 #[serde(deny_unknown_fields)]
 pub struct IssuerFile {
     #[serde(default)]
-    pub backend: Option<String>,
+    pub backend: CounterBackend,
     #[serde(default)]
     pub block: Option<u64>,
     #[serde(default)]

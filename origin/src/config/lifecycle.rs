@@ -65,7 +65,7 @@ pub fn lifecycle(f: LifecycleFile) -> Result<LifecycleConfig, ConfigError> {
     let d = LifecycleConfig::default();
     let reap_batch = positive(f.reap_batch, d.reap_batch, "lifecycle.reap_batch")?;
     if reap_batch > MAX_REAP_BATCH {
-        return err(format!("lifecycle.reap_batch: at most {MAX_REAP_BATCH}"));
+        return err("lifecycle.reap_batch", format!("at most {MAX_REAP_BATCH}"));
     }
     let lease_secs = positive(
         f.lease_ttl_secs,
@@ -73,7 +73,10 @@ pub fn lifecycle(f: LifecycleFile) -> Result<LifecycleConfig, ConfigError> {
         "lifecycle.lease_ttl_secs",
     )?;
     if lease_secs < 2 {
-        return err("lifecycle.lease_ttl_secs: at least 2 (the heartbeat is a third of it)");
+        return err(
+            "lifecycle.lease_ttl_secs",
+            "at least 2 (the heartbeat is a third of it)",
+        );
     }
     Ok(LifecycleConfig {
         enabled: f.enabled.unwrap_or(d.enabled),
@@ -139,12 +142,15 @@ pub fn check_quarantine(
     if too_long.is_empty() {
         return Ok(());
     }
-    err(format!(
-        "lifecycle.quarantine_days: {} days ({} s) must be longer than every cache TTL; not longer than {}",
-        cfg.quarantine.as_secs() / DAY,
-        cfg.quarantine.as_secs(),
-        too_long.join(", ")
-    ))
+    err(
+        "lifecycle.quarantine_days",
+        format!(
+            "{} days ({} s) must be longer than every cache TTL; not longer than {}",
+            cfg.quarantine.as_secs() / DAY,
+            cfg.quarantine.as_secs(),
+            too_long.join(", ")
+        ),
+    )
 }
 
 #[cfg(test)]

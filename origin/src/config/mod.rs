@@ -24,6 +24,7 @@ pub use tenancy::AppConfig;
 
 use file::FileConfig;
 use shorturl_common::cidr::{CidrError, CidrList};
+use shorturl_common::config::FieldError;
 use shorturl_common::host::normalize_host;
 use shorturl_common::redirect::RedirectPolicy;
 use shorturl_common::redis::{RedisTopology, TopologyFields};
@@ -32,10 +33,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Which durable counter hands out id blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which durable counter hands out id blocks (`issuer.backend`: `mysql`,
+/// the default, or `redis`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum CounterBackend {
     /// One row in MySQL, `UPDATE ... SET value = LAST_INSERT_ID(value + n)`.
+    #[default]
     Mysql,
     /// Redis `INCRBY` (needs a persistent Redis; claims stay safe either way).
     Redis,
@@ -152,9 +156,6 @@ pub enum ConfigError {
         #[source]
         source: CidrError,
     },
-    /// A redirect policy that cannot be served.
-    #[error(transparent)]
-    Redirect(#[from] shorturl_common::redirect::RedirectPolicyError),
     /// A URL that does not parse.
     #[error("{field}: {value:?}: {source}")]
     Url {
@@ -163,13 +164,14 @@ pub enum ConfigError {
         #[source]
         source: url::ParseError,
     },
-    /// A value out of its range, or inconsistent with another.
-    #[error("{0}")]
-    Invalid(String),
+    /// A value out of its range, or inconsistent with another, and its
+    /// field.
+    #[error(transparent)]
+    Field(#[from] FieldError),
 }
 
-fn err<T>(msg: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError::Invalid(msg.into()))
+fn err<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, ConfigError> {
+    Err(FieldError::new(field, problem).into())
 }
 
 impl Config {
@@ -199,23 +201,23 @@ impl Config {
         env: &impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         let Ok(listen) = f.listen.parse::<SocketAddr>() else {
-            return err(format!("listen: not an address:port: {:?}", f.listen));
+            return err("listen", format!("not an address:port: {:?}", f.listen));
         };
         let Some(default_domain) = normalize_host(&f.default_domain) else {
-            return err(format!(
-                "default_domain: not a valid host: {:?}",
-                f.default_domain
-            ));
+            return err(
+                "default_domain",
+                format!("not a valid host: {:?}", f.default_domain),
+            );
         };
         if f.public_scheme != "http" && f.public_scheme != "https" {
-            return err("public_scheme: must be http or https");
+            return err("public_scheme", "must be http or https");
         }
         if !f.mysql.url.starts_with("mysql://") {
-            return err("mysql.url: must start with mysql://");
+            return err("mysql.url", "must start with mysql://");
         }
         if let Some(u) = &f.redis.url {
             if !(u.starts_with("redis://") || u.starts_with("unix://")) {
-                return err("redis.url: must start with redis:// or unix://");
+                return err("redis.url", "must start with redis:// or unix://");
             }
         }
         let topology = RedisTopology::from_fields(
@@ -227,8 +229,7 @@ impl Config {
                 master_name: f.redis.master_name,
             },
             "redis",
-        )
-        .map_err(ConfigError::Invalid)?;
+        )?;
         let shards = shards::shards(f.mysql.shards, f.mysql.skip_dead_shards, &f.mysql.url)?;
         let mysql = MysqlConfig {
             shards,
@@ -257,19 +258,11 @@ impl Config {
                 "redis.dedup_ttl_secs",
             )?),
         };
-        let backend = match f.issuer.backend.as_deref().unwrap_or("mysql") {
-            "mysql" => CounterBackend::Mysql,
-            "redis" => CounterBackend::Redis,
-            other => {
-                return err(format!(
-                    "issuer.backend: must be mysql or redis (got {other:?})"
-                ))
-            }
-        };
+        let backend = f.issuer.backend;
         let block = positive(f.issuer.block, 100, "issuer.block")?;
         let low_water = f.issuer.low_water.unwrap_or(block / 5);
         if low_water >= block {
-            return err("issuer.low_water: must be smaller than issuer.block");
+            return err("issuer.low_water", "must be smaller than issuer.block");
         }
         let issuer = IssuerConfig {
             backend,
@@ -283,27 +276,30 @@ impl Config {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         {
-            return err("issuer.name: use [A-Za-z0-9_-]");
+            return err("issuer.name", "use [A-Za-z0-9_-]");
         }
         let mut allowed = BTreeSet::new();
         for d in &f.links.allowed_domains {
             let Some(n) = normalize_host(d) else {
-                return err(format!("links.allowed_domains: not a valid host: {d:?}"));
+                return err("links.allowed_domains", format!("not a valid host: {d:?}"));
             };
             allowed.insert(n);
         }
         let default_ttl_days = positive(f.links.default_ttl_days, 730, "links.default_ttl_days")?;
         let max_ttl_days = positive(f.links.max_ttl_days, 3650, "links.max_ttl_days")?;
         if default_ttl_days > max_ttl_days {
-            return err("links.default_ttl_days: larger than links.max_ttl_days");
+            return err("links.default_ttl_days", "larger than links.max_ttl_days");
         }
         let max_url_bytes = positive(f.links.max_url_bytes, 2048, "links.max_url_bytes")?;
         if max_url_bytes > crate::schema::LONG_URL_MAX_BYTES {
             // A longer URL would pass validation and then fail its claim batch.
-            return err(format!(
-                "links.max_url_bytes: at most {} (the size of the long_url column)",
-                crate::schema::LONG_URL_MAX_BYTES
-            ));
+            return err(
+                "links.max_url_bytes",
+                format!(
+                    "at most {} (the size of the long_url column)",
+                    crate::schema::LONG_URL_MAX_BYTES
+                ),
+            );
         }
         let merchant_domains =
             tenancy::merchant_domains(&f.links.merchant_domains, &default_domain)?;
@@ -321,7 +317,7 @@ impl Config {
             merchant_domains,
             custom_code_refusals_per_min: f.links.custom_code_refusals_per_min.unwrap_or(10),
         };
-        f.redirect.validate()?;
+        f.redirect.validate("redirect")?;
         let apps = tenancy::apps(f.apps)?;
         let apollo = match f.apollo {
             Some(a) => Some(crate::apollo::ApolloConfig::from_file(a, env)?),
@@ -333,7 +329,7 @@ impl Config {
         if lifecycle.recycle && mysql.shards.sharded {
             // Recycling appends codes after the table's end: with shards that
             // end is a range boundary (not done yet, see docs/architecture.md).
-            return err("lifecycle.recycle: not supported with mysql.shards yet");
+            return err("lifecycle.recycle", "not supported with mysql.shards yet");
         }
         let pages = pages::pages(f.pages)?;
         let admin = admin::admin(f.admin)?;
@@ -402,16 +398,16 @@ fn private_networks(list: Option<&[String]>, field: &'static str) -> Result<Cidr
     }
 }
 
+/// `v`, or `default` when absent; above zero either way.
 fn positive<T: PartialOrd + Default + Copy>(
     v: Option<T>,
     default: T,
     name: &str,
 ) -> Result<T, ConfigError> {
-    let v = v.unwrap_or(default);
-    if v <= T::default() {
-        return err(format!("{name}: must be greater than zero"));
-    }
-    Ok(v)
+    Ok(shorturl_common::config::positive(
+        v.unwrap_or(default),
+        name,
+    )?)
 }
 
 #[cfg(test)]
@@ -451,24 +447,28 @@ pub(super) mod tests {
         let e = Config::parse(&format!("{base}redis: {{mode: cluster}}\n"), |_| None)
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("redis.nodes must list"), "{e}");
+        assert!(e.starts_with("redis.nodes: must list"), "{e}");
         let e = Config::parse(
             &format!("{base}redis: {{mode: sentinel, master_name: m}}\n"),
             |_| None,
         )
         .unwrap_err()
         .to_string();
-        assert!(e.starts_with("redis.sentinels must list"), "{e}");
+        assert!(e.starts_with("redis.sentinels: must list"), "{e}");
         let e = Config::parse(&format!("{base}redis: {{}}\n"), |_| None)
             .unwrap_err()
             .to_string();
-        assert_eq!(e, "redis.url is required in mode single");
+        assert_eq!(e, "redis.url: required in mode single");
+        let e = Config::parse(&format!("{base}redis: {{mode: ring}}\n"), |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("redis.mode: unknown variant `ring`"), "{e}");
         let c = Config::parse(
             &format!("{base}redis: {{mode: sentinel, master_name: m, sentinels: ['127.0.0.1:26379'], timeout_ms: 80}}\n"),
             |_| None,
         )
         .unwrap();
-        assert_eq!(c.redis.topology.mode(), "sentinel");
+        assert_eq!(c.redis.topology.mode().as_str(), "sentinel");
         assert_eq!(c.redis.timeout, Duration::from_millis(80));
     }
 

@@ -72,21 +72,24 @@ fn theme(f: &ThemeFile, base: &Theme, field: &str) -> Result<Theme, ConfigError>
     let colour = |v: &Option<String>, name: &str, fallback: &str| match v {
         None => Ok(fallback.to_owned()),
         Some(c) if is_colour(c) => Ok(c.to_ascii_lowercase()),
-        Some(c) => err(format!(
-            "{field}.{name}: must be a #rrggbb colour (got {c:?})"
-        )),
+        Some(c) => err(
+            format!("{field}.{name}"),
+            format!("must be a #rrggbb colour (got {c:?})"),
+        ),
     };
     let title = match &f.title {
         None => base.title.clone(),
         Some(t) if t.trim().is_empty() || t.chars().count() > MAX_TITLE_CHARS => {
-            return err(format!(
-                "{field}.title: must be 1-{MAX_TITLE_CHARS} characters"
-            ))
+            return err(
+                format!("{field}.title"),
+                format!("must be 1-{MAX_TITLE_CHARS} characters"),
+            )
         }
         Some(t) if t.chars().any(char::is_control) => {
-            return err(format!(
-                "{field}.title: must not contain control characters"
-            ))
+            return err(
+                format!("{field}.title"),
+                "must not contain control characters",
+            )
         }
         Some(t) => t.clone(),
     };
@@ -104,7 +107,7 @@ pub fn pages(f: PagesFile) -> Result<PagesConfig, ConfigError> {
     let mut domains = BTreeMap::new();
     for (host, t) in &f.domains {
         let Some(n) = normalize_host(host) else {
-            return err(format!("pages.domains: not a valid host: {host:?}"));
+            return err("pages.domains", format!("not a valid host: {host:?}"));
         };
         let th = theme(t, &default, &format!("pages.domains.{host}"))?;
         domains.insert(n, th);

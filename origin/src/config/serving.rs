@@ -32,7 +32,7 @@ pub struct InternalConfig {
 pub(super) fn limits(f: ServeLimitsFile) -> Result<ServeLimits, ConfigError> {
     let v6_prefix = f.ipv6_prefix_len.unwrap_or(64);
     if v6_prefix > 128 {
-        return err("limits.ipv6_prefix_len: at most 128");
+        return err("limits.ipv6_prefix_len", "at most 128");
     }
     Ok(ServeLimits {
         header_timeout: Duration::from_secs(positive(
@@ -61,7 +61,10 @@ pub(super) fn internal(
         Some(hex_text) => {
             let mut out = [0u8; 32];
             if hex::decode_to_slice(hex_text.trim(), &mut out).is_err() {
-                return err("internal.token_sha256: must be 64 hex digits (printf %s \"$TOKEN\" | sha256sum)");
+                return err(
+                    "internal.token_sha256",
+                    "must be 64 hex digits (printf %s \"$TOKEN\" | sha256sum)",
+                );
             }
             Some(out)
         }

@@ -64,12 +64,15 @@ pub fn shards(
 ) -> Result<ShardsConfig, ConfigError> {
     let Some(list) = list else {
         if skip_dead == Some(true) {
-            return err("mysql.skip_dead_shards: needs mysql.shards");
+            return err("mysql.skip_dead_shards", "needs mysql.shards");
         }
         return Ok(ShardsConfig::single(meta_url));
     };
     if list.is_empty() {
-        return err("mysql.shards: must list at least one shard (or be left out)");
+        return err(
+            "mysql.shards",
+            "must list at least one shard (or be left out)",
+        );
     }
     let mut out: Vec<ShardConfig> = Vec::with_capacity(list.len());
     for (i, s) in list.into_iter().enumerate() {
@@ -81,46 +84,50 @@ pub fn shards(
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         {
-            return err(format!(
-                "{at}.name: 1 to 64 of [A-Za-z0-9_-] (got {:?})",
-                s.name
-            ));
+            return err(
+                format!("{at}.name"),
+                format!("1 to 64 of [A-Za-z0-9_-] (got {:?})", s.name),
+            );
         }
         if out.iter().any(|o| o.name == s.name) {
-            return err(format!("{at}.name: {:?} is used twice", s.name));
+            return err(format!("{at}.name"), format!("{:?} is used twice", s.name));
         }
         if s.first_id == 0 {
-            return err(format!("{at}.first_id: must be at least 1"));
+            return err(format!("{at}.first_id"), "must be at least 1");
         }
         if s.last_id < s.first_id {
-            return err(format!("{at}.last_id: must be at least first_id"));
+            return err(format!("{at}.last_id"), "must be at least first_id");
         }
         if s.last_id > CODE_SPACE {
-            return err(format!(
-                "{at}.last_id: at most the code space, {CODE_SPACE}"
-            ));
+            return err(
+                format!("{at}.last_id"),
+                format!("at most the code space, {CODE_SPACE}"),
+            );
         }
         match out.last() {
             None if s.first_id != 1 => {
-                return err(format!("{at}.first_id: the first range starts at 1"))
+                return err(format!("{at}.first_id"), "the first range starts at 1")
             }
             Some(prev) if s.first_id != prev.last_id + 1 => {
-                return err(format!(
-                    "{at}.first_id: ranges must be contiguous and ascending: expected {}",
-                    prev.last_id + 1
-                ))
+                return err(
+                    format!("{at}.first_id"),
+                    format!(
+                        "ranges must be contiguous and ascending: expected {}",
+                        prev.last_id + 1
+                    ),
+                )
             }
             _ => {}
         }
         if !url_ok(&s.url) {
-            return err(format!("{at}.url: must start with mysql://"));
+            return err(format!("{at}.url"), "must start with mysql://");
         }
         if out.iter().any(|o| o.url == s.url) {
-            return err(format!("{at}.url: another shard uses the same database"));
+            return err(format!("{at}.url"), "another shard uses the same database");
         }
         for (j, r) in s.replicas.iter().enumerate() {
             if !url_ok(r) {
-                return err(format!("{at}.replicas[{j}]: must start with mysql://"));
+                return err(format!("{at}.replicas[{j}]"), "must start with mysql://");
             }
         }
         out.push(ShardConfig {

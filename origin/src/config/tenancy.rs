@@ -4,6 +4,7 @@
 use super::file::AppFile;
 use super::{err, ConfigError};
 use crate::tenancy::Scope;
+use shorturl_common::config::FieldError;
 use shorturl_common::host::normalize_host;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,27 +30,27 @@ pub fn apps(list: Vec<AppFile>) -> Result<Vec<AppConfig>, ConfigError> {
     let mut names = BTreeSet::new();
     for a in list {
         if a.name.is_empty() || a.name.len() > 64 || !names.insert(a.name.clone()) {
-            return err(format!(
-                "apps: name {:?} is empty, too long or repeated",
-                a.name
-            ));
+            return err(
+                "apps",
+                format!("name {:?} is empty, too long or repeated", a.name),
+            );
         }
         let key_hash: [u8; 32] = hex::decode(a.key_sha256.trim())
             .ok()
             .and_then(|b| b.try_into().ok())
             .ok_or_else(|| {
-                ConfigError::Invalid(format!(
-                    "apps.{}.key_sha256: expected 64 hex digits",
-                    a.name
+                ConfigError::from(FieldError::new(
+                    format!("apps.{}.key_sha256", a.name),
+                    "expected 64 hex digits",
                 ))
             })?;
         let rate_per_sec = a.rate_per_sec.unwrap_or(1000.0);
         let burst = a.burst.unwrap_or(rate_per_sec * 2.0);
         if !(rate_per_sec > 0.0 && burst >= 1.0) {
-            return err(format!(
-                "apps.{}: rate_per_sec must be > 0 and burst >= 1",
-                a.name
-            ));
+            return err(
+                format!("apps.{}.rate_per_sec", a.name),
+                "must be > 0, and burst >= 1",
+            );
         }
         let scopes = match &a.scopes {
             None => Scope::DEFAULT.into_iter().collect(),
@@ -57,11 +58,13 @@ pub fn apps(list: Vec<AppFile>) -> Result<Vec<AppConfig>, ConfigError> {
                 let mut set = BTreeSet::new();
                 for s in list {
                     let Some(scope) = Scope::parse(s) else {
-                        return err(format!(
-                            "apps.{}.scopes: unknown scope {s:?} (links:create, links:read, \
-                             links:manage, stats:read, admin)",
-                            a.name
-                        ));
+                        return err(
+                            format!("apps.{}.scopes", a.name),
+                            format!(
+                                "unknown scope {s:?} (links:create, links:read, \
+                                 links:manage, stats:read, admin)"
+                            ),
+                        );
                     };
                     set.insert(scope);
                 }
@@ -90,9 +93,10 @@ pub fn merchant_domains(
     let mut out: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
     for (k, domains) in map {
         let Ok(kdt) = k.trim().parse::<u64>() else {
-            return err(format!(
-                "links.merchant_domains: key {k:?} is not a kdt_id (an integer >= 0)"
-            ));
+            return err(
+                "links.merchant_domains",
+                format!("key {k:?} is not a kdt_id (an integer >= 0)"),
+            );
         };
         for d in domains {
             match normalize_host(d) {
@@ -100,14 +104,16 @@ pub fn merchant_domains(
                     out.entry(kdt).or_default().insert(n);
                 }
                 Some(_) => {
-                    return err(format!(
-                        "links.merchant_domains.{kdt}: the default domain belongs to no merchant"
-                    ))
+                    return err(
+                        format!("links.merchant_domains.{kdt}"),
+                        "the default domain belongs to no merchant",
+                    )
                 }
                 None => {
-                    return err(format!(
-                        "links.merchant_domains.{kdt}: not a valid host: {d:?}"
-                    ))
+                    return err(
+                        format!("links.merchant_domains.{kdt}"),
+                        format!("not a valid host: {d:?}"),
+                    )
                 }
             }
         }

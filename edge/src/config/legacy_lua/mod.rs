@@ -59,7 +59,7 @@ impl LegacyError {
 
 impl From<LegacyError> for ConfigError {
     fn from(e: LegacyError) -> Self {
-        ConfigError(e.to_string())
+        ConfigError::Legacy(Box::new(e))
     }
 }
 

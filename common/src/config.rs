@@ -1,0 +1,54 @@
+//! What both binaries' configuration loaders share: the error that names
+//! the field an operator has to fix. Each binary keeps its own file format
+//! (serde structs with their defaults) and turns it into its internal
+//! model; every value the model refuses is a [`FieldError`].
+
+/// A value the configuration cannot take, and the field that holds it
+/// (its path in the file, `edge.redis.nodes`, `admin.users[2].name`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct FieldError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// `Err(FieldError)`, for a loader's early returns.
+pub fn bad<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, FieldError> {
+    Err(FieldError::new(field, problem))
+}
+
+/// `v` when it is above zero (a count, a size, a duration in the file's
+/// unit).
+pub fn positive<T: PartialOrd + Default + Copy>(v: T, field: &str) -> Result<T, FieldError> {
+    if v > T::default() {
+        Ok(v)
+    } else {
+        bad(field, "must be greater than zero")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_field_then_the_problem() {
+        let e = FieldError::new("edge.listen", "must list at least one address");
+        assert_eq!(e.to_string(), "edge.listen: must list at least one address");
+        assert_eq!(bad::<()>("a.b", "c"), Err(FieldError::new("a.b", "c")));
+        assert_eq!(positive(3u64, "x"), Ok(3));
+        assert_eq!(
+            positive(0u64, "x.y").unwrap_err().to_string(),
+            "x.y: must be greater than zero"
+        );
+    }
+}
