@@ -3,6 +3,7 @@
 //! batches here, edits in [`patch`], search queries in [`search`].
 
 mod patch;
+mod query;
 mod search;
 mod stats;
 

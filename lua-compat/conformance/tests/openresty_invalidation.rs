@@ -377,8 +377,7 @@ fn a_silent_subscription_is_noticed_and_treated_as_lost() {
     eprintln!("resubscribed {:?} after the pause began", t0.elapsed());
     let logs = m.edge.logs();
     assert!(
-        logs.contains("invalidation subscription on ")
-            && logs.contains(" lost (no answer to PING"),
+        logs.contains("invalidation subscription on ") && logs.contains(" lost (no answer to PING"),
         "{logs}"
     );
     assert!(all_to(&mut conns, code, "https://example.com/silent-v2"));

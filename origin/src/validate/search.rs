@@ -1,12 +1,12 @@
 //! Validation of search query strings (`GET /api/v1/links?...`).
 
+use super::query::Params;
 use super::validate_url;
 use crate::config::LinksConfig;
 use crate::error::ApiError;
 use crate::store::search::{Filters, StateFilter};
 use shorturl_common::code::is_valid_code;
 use shorturl_common::host::normalize_host;
-use shorturl_common::time::parse_rfc3339;
 
 /// Most links one page may hold.
 pub const MAX_LIMIT: u32 = 1000;
@@ -43,33 +43,8 @@ fn invalid(kind: &'static str, msg: impl Into<String>) -> ApiError {
 
 /// Parses and validates the query string of a search (`None`: no query).
 pub fn parse_search(query: Option<&str>, cfg: &LinksConfig) -> Result<SearchRequest, ApiError> {
-    let mut seen: Vec<(&'static str, String)> = Vec::new();
-    for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        let Some(name) = PARAMS.iter().find(|p| **p == k) else {
-            return Err(invalid(
-                "invalid_query",
-                format!("unknown query parameter {k:?}"),
-            ));
-        };
-        if seen.iter().any(|(n, _)| n == name) {
-            return Err(invalid(
-                "invalid_query",
-                format!("query parameter {name} given twice"),
-            ));
-        }
-        if v.contains('\u{FFFD}') {
-            return Err(invalid(
-                "invalid_query",
-                format!("query parameter {name} is not valid UTF-8"),
-            ));
-        }
-        seen.push((name, v.into_owned()));
-    }
-    let get = |name: &str| {
-        seen.iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
-    };
+    let p = Params::parse(query, &PARAMS)?;
+    let get = |name: &str| p.get(name);
 
     let code = match get("code") {
         Some(c) if is_valid_code(c) => Some(c.to_owned()),
@@ -141,20 +116,8 @@ pub fn parse_search(query: Option<&str>, cfg: &LinksConfig) -> Result<SearchRequ
         })?),
         None => None,
     };
-    let time = |name: &'static str| -> Result<Option<u64>, ApiError> {
-        get(name)
-            .map(|t| {
-                parse_rfc3339(t).ok_or_else(|| {
-                    invalid(
-                        "invalid_date",
-                        format!("{name} must be an RFC 3339 date-time, e.g. 2026-01-31T00:00:00Z"),
-                    )
-                })
-            })
-            .transpose()
-    };
-    let created_from = time("created_from")?;
-    let created_to = time("created_to")?;
+    let created_from = p.time("created_from")?;
+    let created_to = p.time("created_to")?;
     let limit = match get("limit") {
         Some(l) => l
             .parse::<u32>()

@@ -1,11 +1,11 @@
 //! Validation of the stats query strings (`GET /api/v1/links/{code}/stats`,
 //! `GET /api/v1/stats`): the range, the interval, the tenant.
 
+use super::query::Params;
 use crate::clicks::{Interval, StatsRange, TenantFilter};
 use crate::config::ClicksConfig;
 use crate::error::ApiError;
 use shorturl_common::host::normalize_host;
-use shorturl_common::time::parse_rfc3339;
 
 /// The range when `from` is not given: the 7 days before `to`.
 pub const DEFAULT_SPAN_SECS: u64 = 7 * 86_400;
@@ -18,56 +18,18 @@ fn invalid(kind: &'static str, msg: impl Into<String>) -> ApiError {
     ApiError::bad_request(kind, msg)
 }
 
-/// The query's parameters, each at most once and among `allowed`.
-fn params(
-    query: Option<&str>,
-    allowed: &[&'static str],
-) -> Result<Vec<(&'static str, String)>, ApiError> {
-    let mut seen: Vec<(&'static str, String)> = Vec::new();
-    for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        let Some(name) = allowed.iter().find(|p| **p == k) else {
-            return Err(invalid(
-                "invalid_query",
-                format!("unknown query parameter {k:?}"),
-            ));
-        };
-        if seen.iter().any(|(n, _)| n == name) || v.contains('\u{FFFD}') {
-            return Err(invalid(
-                "invalid_query",
-                format!("query parameter {name} is repeated or not UTF-8"),
-            ));
-        }
-        seen.push((name, v.into_owned()));
-    }
-    Ok(seen)
-}
-
-fn get<'a>(p: &'a [(&'static str, String)], name: &str) -> Option<&'a str> {
-    p.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
-}
-
 /// `from`, `to` (RFC 3339; default the 7 days before now) and the
 /// interval, checked against the configured number of points.
 fn range(
-    p: &[(&'static str, String)],
+    p: &Params,
     interval: Interval,
     max_points: u64,
     now: u64,
 ) -> Result<StatsRange, ApiError> {
-    let time = |name: &'static str| -> Result<Option<u64>, ApiError> {
-        get(p, name)
-            .map(|t| {
-                parse_rfc3339(t).ok_or_else(|| {
-                    invalid(
-                        "invalid_date",
-                        format!("{name} must be an RFC 3339 date-time, e.g. 2026-01-31T00:00:00Z"),
-                    )
-                })
-            })
-            .transpose()
-    };
-    let to = time("to")?.unwrap_or(now);
-    let from = time("from")?.unwrap_or(to.saturating_sub(DEFAULT_SPAN_SECS));
+    let to = p.time("to")?.unwrap_or(now);
+    let from = p
+        .time("from")?
+        .unwrap_or(to.saturating_sub(DEFAULT_SPAN_SECS));
     if from > to {
         return Err(invalid("invalid_range", "from is after to"));
     }
@@ -91,8 +53,8 @@ pub fn parse_link_stats(
     cfg: &ClicksConfig,
     now: u64,
 ) -> Result<StatsRange, ApiError> {
-    let p = params(query, &["from", "to", "interval"])?;
-    let (interval, max) = match get(&p, "interval") {
+    let p = Params::parse(query, &["from", "to", "interval"])?;
+    let (interval, max) = match p.get("interval") {
         None | Some("day") => (Interval::Day, cfg.max_day_points),
         Some("hour") => (Interval::Hour, cfg.max_hour_points),
         Some(_) => return Err(invalid("invalid_interval", "interval must be hour or day")),
@@ -107,24 +69,24 @@ pub fn parse_tenant_stats(
     cfg: &ClicksConfig,
     now: u64,
 ) -> Result<(TenantFilter, StatsRange, u32), ApiError> {
-    let p = params(query, &["app", "kdt_id", "domain", "from", "to", "limit"])?;
+    let p = Params::parse(query, &["app", "kdt_id", "domain", "from", "to", "limit"])?;
     let named: Vec<&str> = ["app", "kdt_id", "domain"]
         .into_iter()
-        .filter(|n| get(&p, n).is_some())
+        .filter(|n| p.get(n).is_some())
         .collect();
     let filter = match named[..] {
-        ["app"] => match get(&p, "app") {
+        ["app"] => match p.get("app") {
             Some(a) if !a.is_empty() && a.len() <= 64 => TenantFilter::App(a.to_owned()),
             _ => return Err(invalid("invalid_app", "app must be 1-64 characters")),
         },
         ["kdt_id"] => TenantFilter::KdtId(
-            get(&p, "kdt_id")
+            p.get("kdt_id")
                 .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|k| k.parse().ok())
                 .ok_or_else(|| invalid("invalid_kdt_id", "kdt_id must be an integer >= 0"))?,
         ),
         ["domain"] => TenantFilter::Domain(
-            get(&p, "domain")
+            p.get("domain")
                 .and_then(normalize_host)
                 .ok_or_else(|| invalid("invalid_domain", "domain is not a valid host"))?,
         ),
@@ -135,7 +97,7 @@ pub fn parse_tenant_stats(
             ))
         }
     };
-    let limit = match get(&p, "limit") {
+    let limit = match p.get("limit") {
         Some(l) => l
             .parse::<u32>()
             .ok()

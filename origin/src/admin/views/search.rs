@@ -10,6 +10,7 @@ use crate::links::{LinkView, Links};
 use crate::validate::parse_search;
 use axum::response::Response;
 use http::StatusCode;
+use shorturl_common::config::FieldError;
 use shorturl_common::time::parse_rfc3339;
 
 /// Links per page.
@@ -77,7 +78,7 @@ impl Fields {
 
     /// The API's query string: empty fields left out, dates as the start
     /// of the day (`created_to` inclusive: the start of the next day).
-    fn api_query(&self) -> Result<String, String> {
+    fn api_query(&self) -> Result<String, FieldError> {
         let mut q = url::form_urlencoded::Serializer::new(String::new());
         let mut put = |k: &str, v: &str| {
             if !v.is_empty() {
@@ -93,10 +94,10 @@ impl Fields {
         put("app", &self.app);
         put("kdt_id", &self.kdt_id);
         put("state", &self.state);
-        let date = |name: &str, d: &str, add: u64| -> Result<String, String> {
+        let date = |name: &str, d: &str, add: u64| -> Result<String, FieldError> {
             parse_rfc3339(&format!("{d}T00:00:00Z"))
                 .map(|t| shorturl_common::time::rfc3339(t + add))
-                .ok_or_else(|| format!("{name} must be a date (YYYY-MM-DD)"))
+                .ok_or_else(|| FieldError::new(name, "must be a date (YYYY-MM-DD)"))
         };
         if !self.created_from.is_empty() {
             put(
@@ -197,7 +198,7 @@ pub async fn page(links: &Links, req: &Req, s: &Session) -> Response {
         Err(m) => {
             main.push_str(&format!(
                 "<p class=\"msg error\" id=\"error\">{}</p>",
-                esc(&m)
+                esc(&m.to_string())
             ));
             return html::respond(
                 StatusCode::BAD_REQUEST,
