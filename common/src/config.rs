@@ -3,6 +3,8 @@
 //! (serde structs with their defaults) and turns it into its internal
 //! model; every value the model refuses is a [`FieldError`].
 
+use std::path::{Path, PathBuf};
+
 /// A value the configuration cannot take, and the field that holds it
 /// (its path in the file, `edge.redis.nodes`, `admin.users[2].name`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,6 +21,23 @@ impl FieldError {
             problem: problem.into(),
         }
     }
+}
+
+/// A configuration file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {}: {source}", path.display())]
+pub struct ReadError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// The text of the configuration file at `path`.
+pub fn read(path: &Path) -> Result<String, ReadError> {
+    std::fs::read_to_string(path).map_err(|source| ReadError {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// `Err(FieldError)`, for a loader's early returns.

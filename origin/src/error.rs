@@ -34,6 +34,13 @@ impl ApiError {
     pub fn bad_request(kind: &'static str, message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, kind, message)
     }
+    /// 400 `invalid_code`: not a code (4-32 of `[0-9A-Za-z_-]`).
+    pub fn invalid_code() -> Self {
+        ApiError::bad_request(
+            "invalid_code",
+            "code must be 4-32 characters of [0-9A-Za-z_-]",
+        )
+    }
     /// 404 `not_found`.
     pub fn not_found() -> Self {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such short link")

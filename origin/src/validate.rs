@@ -143,12 +143,7 @@ fn create_of(obj: Map<String, Value>, cfg: &LinksConfig) -> Result<CreateRequest
             ))
         }
         Some(c) if is_valid_code(c) => Some(c.to_owned()),
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "invalid_code",
-                "code must be 4-32 characters of [0-9A-Za-z_-]",
-            ))
-        }
+        Some(_) => return Err(ApiError::invalid_code()),
         None => None,
     };
     let ttl_days = match obj.get("ttl_days") {

@@ -35,6 +35,14 @@ fn whitelist() -> Arc<Whitelist> {
     ))
 }
 
+/// Starts the feed as the origin does (`start` returns once the first
+/// list is in force) and runs its refresh loop in a task (abort it to
+/// stop).
+async fn feed(cfg: ApolloConfig, w: &Arc<Whitelist>) -> tokio::task::JoinHandle<()> {
+    let run = apollo::start(cfg, Arc::clone(w)).await;
+    tokio::spawn(run.expect("the feed starts"))
+}
+
 fn allowed(w: &Whitelist, domain: &str) -> bool {
     w.is_listed(domain)
 }
@@ -206,11 +214,7 @@ async fn releases_are_swapped_in_and_persisted() {
     let dir = TempDir::new("apollo-feed");
     let file = file_in(&dir);
     let w = whitelist();
-    let task = tokio::spawn(
-        apollo::start(config(&[s.url()], &file, ""), Arc::clone(&w))
-            .await
-            .unwrap(),
-    );
+    let task = feed(config(&[s.url()], &file, ""), &w).await;
     // In force before start() returns.
     assert!(
         allowed(&w, "s.shop55.com")
@@ -293,14 +297,11 @@ async fn json_namespace_delivers_content() {
     s.release_content("merchants.json", r#"{"91": "go.brand91.cn"}"#);
     let dir = TempDir::new("apollo-json");
     let w = whitelist();
-    let task = tokio::spawn(
-        apollo::start(
-            config(&[s.url()], &file_in(&dir), "namespace: merchants.json\n"),
-            Arc::clone(&w),
-        )
-        .await
-        .unwrap(),
-    );
+    let task = feed(
+        config(&[s.url()], &file_in(&dir), "namespace: merchants.json\n"),
+        &w,
+    )
+    .await;
     assert!(allowed(&w, "go.brand91.cn"));
     s.release_content(
         "merchants.json",
@@ -320,11 +321,7 @@ async fn failures_keep_the_last_good_value_and_recover() {
     s.release_value("application", KEY, r#"{"55": "s.shop55.com"}"#);
     let dir = TempDir::new("apollo-fail");
     let w = whitelist();
-    let task = tokio::spawn(
-        apollo::start(config(&[s.url()], &file_in(&dir), ""), Arc::clone(&w))
-            .await
-            .unwrap(),
-    );
+    let task = feed(config(&[s.url()], &file_in(&dir), ""), &w).await;
     assert!(allowed(&w, "s.shop55.com"));
     let errors = || w.status().refresh_errors;
 
@@ -367,11 +364,7 @@ async fn second_config_server_is_used_when_the_first_is_down() {
     let dead = format!("http://127.0.0.1:{}", testkit::free_port());
     let dir = TempDir::new("apollo-two");
     let w = whitelist();
-    let task = tokio::spawn(
-        apollo::start(config(&[dead, s.url()], &file_in(&dir), ""), Arc::clone(&w))
-            .await
-            .unwrap(),
-    );
+    let task = feed(config(&[dead, s.url()], &file_in(&dir), ""), &w).await;
     assert_eq!(w.source(), Source::Apollo);
     assert!(allowed(&w, "s.shop55.com"));
     task.abort();
@@ -384,7 +377,7 @@ async fn periodic_refresh_finds_a_lost_notification() {
     let dir = TempDir::new("apollo-refresh");
     let w = whitelist();
     let cfg = config(&[s.url()], &file_in(&dir), "refresh_interval_ms: 300\n");
-    let task = tokio::spawn(apollo::start(cfg, Arc::clone(&w)).await.unwrap());
+    let task = feed(cfg, &w).await;
     s.release_unannounced("application", &[(KEY, r#"{"91": "go.brand91.cn"}"#)]);
     eventually("the unannounced release", WAIT, || {
         allowed(&w, "go.brand91.cn")
@@ -400,21 +393,13 @@ async fn start_up_without_apollo_uses_the_file_or_nothing() {
     let dir = TempDir::new("apollo-start");
     let file = file_in(&dir);
     // A first run writes the last-good file.
-    let task = tokio::spawn(
-        apollo::start(config(&[s.url()], &file, ""), whitelist())
-            .await
-            .unwrap(),
-    );
+    let task = feed(config(&[s.url()], &file, ""), &whitelist()).await;
     task.abort();
     s.stop();
 
     // Apollo down, file present: the file's list, marked as such.
     let w = whitelist();
-    let task = tokio::spawn(
-        apollo::start(config(&[s.url()], &file, ""), Arc::clone(&w))
-            .await
-            .unwrap(),
-    );
+    let task = feed(config(&[s.url()], &file, ""), &w).await;
     let st = w.status();
     assert_eq!(
         (st.source.as_str(), st.release_key.as_deref()),
@@ -432,11 +417,7 @@ async fn start_up_without_apollo_uses_the_file_or_nothing() {
     // Apollo down, no file: static only, and start() still returns.
     std::fs::remove_file(&file).unwrap();
     let w = whitelist();
-    let task = tokio::spawn(
-        apollo::start(config(&[s.url()], &file, ""), Arc::clone(&w))
-            .await
-            .unwrap(),
-    );
+    let task = feed(config(&[s.url()], &file, ""), &w).await;
     assert_eq!(w.source(), Source::StaticOnly);
     assert!(!allowed(&w, "s.shop55.com") && allowed(&w, "static.example") && allowed(&w, "sho.rt"));
     s.restart();
@@ -451,14 +432,7 @@ async fn start_up_without_apollo_uses_the_file_or_nothing() {
     // A file for another namespace is not used.
     s.stop();
     let w = whitelist();
-    let task = tokio::spawn(
-        apollo::start(
-            config(&[s.url()], &file, "namespace: other\n"),
-            Arc::clone(&w),
-        )
-        .await
-        .unwrap(),
-    );
+    let task = feed(config(&[s.url()], &file, "namespace: other\n"), &w).await;
     assert_eq!(w.source(), Source::StaticOnly);
     task.abort();
 }
@@ -470,27 +444,13 @@ async fn a_cluster_without_its_own_release_reads_default_and_its_file_is_used() 
     let dir = TempDir::new("apollo-cluster");
     let file = file_in(&dir);
     let w = whitelist();
-    let task = tokio::spawn(
-        apollo::start(
-            config(&[s.url()], &file, "cluster: sh-idc\n"),
-            Arc::clone(&w),
-        )
-        .await
-        .unwrap(),
-    );
+    let task = feed(config(&[s.url()], &file, "cluster: sh-idc\n"), &w).await;
     assert!(allowed(&w, "s.shop55.com"));
     assert_eq!(saved(&file)["cluster"], "default");
     task.abort();
     s.stop();
     let w = whitelist();
-    let task = tokio::spawn(
-        apollo::start(
-            config(&[s.url()], &file, "cluster: sh-idc\n"),
-            Arc::clone(&w),
-        )
-        .await
-        .unwrap(),
-    );
+    let task = feed(config(&[s.url()], &file, "cluster: sh-idc\n"), &w).await;
     assert_eq!(w.source(), Source::File);
     assert!(allowed(&w, "s.shop55.com"));
     task.abort();

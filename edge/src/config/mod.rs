@@ -19,7 +19,7 @@ pub use self::redis::RedisConfig;
 
 use crate::net::CidrList;
 use pingora::server::configuration::ServerConf;
-use shorturl_common::config::FieldError;
+use shorturl_common::config::{positive, FieldError, ReadError};
 use shorturl_common::host::normalize_host;
 use shorturl_common::redirect::RedirectPolicy;
 #[cfg(test)]
@@ -40,12 +40,8 @@ pub const ENV_INTERNAL_TOKEN: &str = "SHORTURL_EDGE_INTERNAL_TOKEN";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] ReadError),
     /// Not valid YAML, or not the file format (serde names the field).
     #[error("invalid config: {0}")]
     Format(#[from] serde_yaml::Error),
@@ -208,10 +204,7 @@ pub struct Loaded {
 
 /// Reads, overrides from the environment, and validates `path`.
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
+    let text = shorturl_common::config::read(path)?;
     parse(&text, |k| std::env::var(k).ok())
 }
 
@@ -243,10 +236,7 @@ pub fn from_file(
 }
 
 fn ms(v: u64, name: &str) -> Result<Duration, ConfigError> {
-    if v == 0 {
-        return err(name, "must be > 0");
-    }
-    Ok(Duration::from_millis(v))
+    Ok(Duration::from_millis(positive(v, name)?))
 }
 
 fn resolve(addr: &str, name: &str) -> Result<SocketAddr, ConfigError> {

@@ -3,9 +3,8 @@
 
 use super::client::{Identity, Url};
 use super::value::Layout;
-use crate::config::ConfigError;
+use crate::config::{err, ConfigError};
 use serde::Deserialize;
-use shorturl_common::config::FieldError;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -71,10 +70,6 @@ pub struct ApolloConfig {
     pub refresh_interval: Duration,
 }
 
-fn invalid<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, ConfigError> {
-    Err(FieldError::new(field, problem).into())
-}
-
 /// Apollo's namespace formats that are not properties.
 const OTHER_FORMATS: [&str; 4] = ["xml", "yml", "yaml", "txt"];
 
@@ -85,7 +80,7 @@ impl ApolloConfig {
         env: &impl Fn(&str) -> Option<String>,
     ) -> Result<ApolloConfig, ConfigError> {
         if f.config_servers.is_empty() {
-            return invalid(
+            return err(
                 "apollo.config_servers",
                 "give at least one config-service URL",
             );
@@ -98,7 +93,7 @@ impl ApolloConfig {
                 source,
             })?;
             if url.scheme() != "http" || url.host_str().is_none() {
-                return invalid(
+                return err(
                     "apollo.config_servers",
                     format!("{s:?}: use http://host:port (this build speaks plain HTTP)"),
                 );
@@ -111,21 +106,21 @@ impl ApolloConfig {
                     .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
         };
         if !name_ok(&f.app_id) {
-            return invalid(
+            return err(
                 "apollo.app_id",
                 format!("{:?} is not an Apollo app id", f.app_id),
             );
         }
         let cluster = f.cluster.unwrap_or_else(|| "default".into());
         if !name_ok(&cluster) {
-            return invalid(
+            return err(
                 "apollo.cluster",
                 format!("{cluster:?} is not an Apollo cluster name"),
             );
         }
         let namespace = f.namespace.unwrap_or_else(|| "application".into());
         if !name_ok(&namespace) {
-            return invalid(
+            return err(
                 "apollo.namespace",
                 format!("{namespace:?} is not an Apollo namespace name"),
             );
@@ -136,7 +131,7 @@ impl ApolloConfig {
         let layout = match suffix.as_deref() {
             Some("json") => Layout::Content,
             Some(s) if OTHER_FORMATS.contains(&s) => {
-                return invalid(
+                return err(
                     "apollo.namespace",
                     format!("{namespace:?}: use a properties or a .json namespace"),
                 );
@@ -144,20 +139,20 @@ impl ApolloConfig {
             _ => {
                 let key = f.key.unwrap_or_else(|| "merchant_domains".into());
                 if key.is_empty() {
-                    return invalid("apollo.key", "must not be empty");
+                    return err("apollo.key", "must not be empty");
                 }
                 Layout::Key(key)
             }
         };
         let secret = env(SECRET_ENV).or(f.secret).filter(|s| !s.is_empty());
         let ms = |v: Option<u64>, default: u64, name: &str| match v.unwrap_or(default) {
-            0 => invalid(format!("apollo.{name}"), "must be greater than zero"),
+            0 => err(format!("apollo.{name}"), "must be greater than zero"),
             n => Ok(Duration::from_millis(n)),
         };
         let backoff_initial = ms(f.backoff_initial_ms, 1_000, "backoff_initial_ms")?;
         let backoff_max = ms(f.backoff_max_ms, 120_000, "backoff_max_ms")?;
         if backoff_initial > backoff_max {
-            return invalid(
+            return err(
                 "apollo.backoff_initial_ms",
                 "larger than apollo.backoff_max_ms",
             );

@@ -24,13 +24,13 @@ pub use tenancy::AppConfig;
 
 use file::FileConfig;
 use shorturl_common::cidr::{CidrError, CidrList};
-use shorturl_common::config::FieldError;
+use shorturl_common::config::{FieldError, ReadError};
 use shorturl_common::host::normalize_host;
 use shorturl_common::redirect::RedirectPolicy;
 use shorturl_common::redis::{RedisTopology, TopologyFields};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// Which durable counter hands out id blocks (`issuer.backend`: `mysql`,
@@ -140,12 +140,8 @@ pub struct Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] ReadError),
     /// Not valid YAML, or not the file format (serde names the field).
     #[error("config: {0}")]
     Format(#[from] serde_yaml::Error),
@@ -170,17 +166,17 @@ pub enum ConfigError {
     Field(#[from] FieldError),
 }
 
-fn err<T>(field: impl Into<String>, problem: impl Into<String>) -> Result<T, ConfigError> {
+pub(crate) fn err<T>(
+    field: impl Into<String>,
+    problem: impl Into<String>,
+) -> Result<T, ConfigError> {
     Err(FieldError::new(field, problem).into())
 }
 
 impl Config {
     /// Reads, overrides from the environment, and validates `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = shorturl_common::config::read(path)?;
         Config::parse(&text, |k| std::env::var(k).ok())
     }
 

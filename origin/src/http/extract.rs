@@ -76,14 +76,6 @@ impl FromRequestParts<AppState> for Creator {
     }
 }
 
-/// The 400 of a code that cannot be one.
-pub fn invalid_code() -> ApiError {
-    ApiError::bad_request(
-        "invalid_code",
-        "code must be 4-32 characters of [0-9A-Za-z_-]",
-    )
-}
-
 /// The route's `{code}`, a valid code (400 `invalid_code` otherwise, also
 /// for an escape that does not decode to UTF-8).
 pub struct LinkCode(pub String);
@@ -94,10 +86,10 @@ impl<St: Send + Sync> FromRequestParts<St> for LinkCode {
     async fn from_request_parts(parts: &mut Parts, s: &St) -> Result<Self, ApiError> {
         let params = RawPathParams::from_request_parts(parts, s)
             .await
-            .map_err(|_| invalid_code())?;
+            .map_err(|_| ApiError::invalid_code())?;
         match params.iter().find(|(k, _)| *k == "code") {
             Some((_, code)) if is_valid_code(code) => Ok(LinkCode(code.to_owned())),
-            _ => Err(invalid_code()),
+            _ => Err(ApiError::invalid_code()),
         }
     }
 }

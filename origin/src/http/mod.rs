@@ -28,7 +28,7 @@ use crate::body::read_body_max;
 use crate::error::{json_response, ApiError};
 use crate::links::Links;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, OriginalUri, Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::{from_fn_with_state, map_response, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
@@ -60,7 +60,6 @@ pub struct AppState {
 /// docs and dashboards know, not the path templates.
 pub fn router(state: AppState) -> Router {
     let read = "GET, HEAD";
-    let code = |m| only(read, m);
     let internal = Router::new()
         .route("/metrics", only(read, named("metrics", get(metrics))))
         .route(
@@ -93,11 +92,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/api/v1/links/{code}/history",
-            code(named("history", get(api::history))),
+            only(read, named("history", get(api::history))),
         )
         .route(
             "/api/v1/links/{code}/stats",
-            code(named("link_stats", get(stats::link))),
+            only(read, named("link_stats", get(stats::link))),
         )
         .route(
             "/api/v1/stats",
@@ -120,8 +119,9 @@ pub fn router(state: AppState) -> Router {
 #[derive(Debug, Clone, Copy)]
 struct RouteName(&'static str);
 
-/// Names the answers of `m` (unless an inner layer named them already);
-/// an answer without a name counts as `other`.
+/// Names the answers of `m` (unless its handler named them already). An
+/// answer without a name counts as `other`: the refusals and fallbacks
+/// outside `m` (internal admission, [`only`]'s 405, `no_route`) have none.
 fn named(name: &'static str, m: MethodRouter<AppState>) -> MethodRouter<AppState> {
     m.layer(map_response(move |mut r: Response| async move {
         r.extensions_mut().get_or_insert(RouteName(name));
@@ -174,33 +174,30 @@ fn peer_of(req: &Request) -> Option<SocketAddr> {
         .map(|c| c.0)
 }
 
-/// Before the internal routes (any method): who may call them
-/// ([`internal::admit`]); a refusal counts as `other`.
+/// The answer refusing a peer that may not call internal routes
+/// ([`internal::admit`]); `None` when it may.
+fn refusal(s: &AppState, req: &Request) -> Option<Response> {
+    internal::admit(&s.links.cfg.internal, peer_of(req), req.headers())
+        .err()
+        .map(|refused| refused.answer(s, req.uri().path()))
+}
+
+/// Before the internal routes, whatever the method.
 async fn admit_internal(State(s): State<AppState>, req: Request, next: Next) -> Response {
-    match internal::admit(&s.links.cfg.internal, peer_of(&req), req.headers()) {
-        Ok(()) => next.run(req).await,
-        Err(refused) => {
-            let mut r = refused.answer(&s, req.uri().path());
-            r.extensions_mut().insert(RouteName("other"));
-            r
-        }
+    match refusal(&s, &req) {
+        None => next.run(req).await,
+        Some(r) => r,
     }
 }
 
 /// Every path no route matched: an unknown API or internal path is a JSON
 /// `no_route` (an internal one only for those who may call internal
 /// routes), any other is a short link: its redirect or one of its pages.
-async fn public(
-    State(s): State<AppState>,
-    OriginalUri(uri): OriginalUri,
-    req: Request,
-) -> Response {
+async fn public(State(s): State<AppState>, req: Request) -> Response {
+    let uri = req.uri();
     let path = uri.path();
     if path.starts_with("/internal/") {
-        if let Err(refused) = internal::admit(&s.links.cfg.internal, peer_of(&req), req.headers()) {
-            return refused.answer(&s, path);
-        }
-        return no_route(path);
+        return refusal(&s, &req).unwrap_or_else(|| no_route(path));
     }
     if path.starts_with("/api/") {
         return no_route(path);
@@ -246,19 +243,16 @@ fn method_not_allowed(allowed: &'static str) -> Response {
     .into_response();
     r.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allowed));
-    r.extensions_mut().insert(RouteName("other"));
     r
 }
 
 fn no_route(path: &str) -> Response {
-    let mut r = ApiError::new(
+    ApiError::new(
         StatusCode::NOT_FOUND,
         "no_route",
         format!("no API route {path}"),
     )
-    .into_response();
-    r.extensions_mut().insert(RouteName("other"));
-    r
+    .into_response()
 }
 
 /// `GET /metrics`.

@@ -48,12 +48,7 @@ pub fn parse_search(query: Option<&str>, cfg: &LinksConfig) -> Result<SearchRequ
 
     let code = match get("code") {
         Some(c) if is_valid_code(c) => Some(c.to_owned()),
-        Some(_) => {
-            return Err(invalid(
-                "invalid_code",
-                "code must be 4-32 characters of [0-9A-Za-z_-]",
-            ))
-        }
+        Some(_) => return Err(ApiError::invalid_code()),
         None => None,
     };
     let url = get("url")
