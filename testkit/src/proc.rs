@@ -159,6 +159,18 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     p
 }
 
+/// The workspace under test: the nearest directory holding `Cargo.lock`
+/// above the running test's package (cargo sets `CARGO_MANIFEST_DIR` when
+/// it runs a test). Read at run time: testkit's own path, compiled in, may
+/// name another checkout that shared the target directory, since removed.
+fn workspace_root() -> Option<PathBuf> {
+    let package = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
+    package
+        .ancestors()
+        .find(|d| d.join("Cargo.lock").is_file())
+        .map(Path::to_path_buf)
+}
+
 fn build_once(name: &str, profile_dir: &Path) {
     static BUILT: OnceLock<Mutex<std::collections::HashSet<String>>> = OnceLock::new();
     let built = BUILT.get_or_init(Default::default);
@@ -168,15 +180,15 @@ fn build_once(name: &str, profile_dir: &Path) {
     }
     // Only when run by cargo (it sets CARGO); a test binary run by hand uses
     // what is there.
-    let (Some(cargo), Some(target), Some(profile)) = (
+    let (Some(cargo), Some(target), Some(profile), Some(root)) = (
         std::env::var_os("CARGO"),
         profile_dir.parent(),
         profile_dir.file_name().and_then(|p| p.to_str()),
+        workspace_root(),
     ) else {
         return;
     };
     let profile = if profile == "debug" { "dev" } else { profile };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = Command::new(cargo)
         .current_dir(&root)
         .args(["build", "--quiet", "--bin", name, "--profile", profile])
