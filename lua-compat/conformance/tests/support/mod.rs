@@ -245,7 +245,12 @@ edge:
     /// Everything the process and nginx logged (for failure messages).
     pub fn logs(&self) -> String {
         let mut out = String::new();
-        for f in ["edge.log", "start.log", "nginx/logs/error.log"] {
+        for f in [
+            "edge.log",
+            "start.log",
+            "nginx/logs/error.log",
+            "nginx/logs/access.log",
+        ] {
             if let Ok(t) = std::fs::read_to_string(self.dir.path().join(f)) {
                 out.push_str(&format!("--- {f}\n{t}"));
             }
