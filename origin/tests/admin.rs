@@ -604,6 +604,33 @@ async fn pages_assets_csv_tenancy_and_bad_input() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 405);
     let token = csrf_of(&page);
+    // Which console pages exist is told only after the session (and, for
+    // a POST, its token): a stranger is sent to sign in or refused alike.
+    for p in ["/admin/nope", "/admin/links", "/admin/logout"] {
+        let r = c.get(p, "").await;
+        assert_eq!(r.status().as_u16(), 303, "{p}");
+        assert_eq!(r.headers()["location"], "/admin/login", "{p}");
+        assert_eq!(c.post(p, "", "csrf=x").await.status().as_u16(), 403, "{p}");
+        let r = c.post(p, &root, "csrf=forged").await;
+        assert_eq!(r.status().as_u16(), 403, "{p}");
+        assert!(r.text().await.unwrap().contains("CSRF token"), "{p}");
+    }
+    for p in ["/admin/nope", "/admin/links"] {
+        let r = c.post(p, &root, &format!("csrf={token}")).await;
+        assert_eq!(r.status().as_u16(), 404, "{p}");
+    }
+    for p in ["/admin/nope".to_owned(), format!("/admin/links/{other}")] {
+        let r = c
+            .http
+            .delete(c.url(&p))
+            .header("Cookie", &root)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 405, "{p}");
+        let r = c.http.delete(c.url(&p)).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 403, "{p}");
+    }
     let r = c
         .http
         .post(c.url(&format!("/admin/links/{other}")))

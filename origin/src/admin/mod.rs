@@ -7,7 +7,7 @@
 //! checks), [`client`] finds the address they count under, [`csrf`] guards
 //! every form, [`views`] renders the pages, [`charts`] draws their SVG
 //! charts, [`edges`] keeps the edges' heartbeats, [`assets`] serves the
-//! stylesheet and script.
+//! stylesheet and script, [`routes`] maps paths to pages.
 
 mod assets;
 pub mod charts;
@@ -17,28 +17,26 @@ pub mod days;
 pub mod edges;
 mod form;
 pub mod html;
+mod routes;
 pub mod session;
 pub mod users;
 mod views;
 
+use routes::MAX_FORM_BYTES;
+pub use routes::{router, Console};
+
 use crate::config::{AdminConfig, AdminUser};
 use crate::error::ApiError;
-use crate::links::Links;
 use crate::tenancy::{Caller, Scope};
-use axum::body::Body;
 use axum::response::Response;
 use edges::Edges;
 use http::request::Parts;
-use http::{Method, StatusCode};
+use http::Method;
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use session::Session;
-use shorturl_common::time::now_unix;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use users::{Checks, SigninLimiter};
-
-/// Largest form body the console reads.
-const MAX_FORM_BYTES: usize = 16 * 1024;
 
 /// Sign-in attempts by outcome (`shorturl_admin_signins_total{result}`).
 pub struct SigninCounts {
@@ -161,92 +159,4 @@ impl Req {
 /// An error page for a domain or validation error.
 pub fn api_error(session: Option<&Session>, e: ApiError) -> Response {
     html::error(session, e.status, &e.message)
-}
-
-/// Answers a request under `/admin`.
-pub async fn handle(links: &Links, admin: &Admin, req: Req, body: Body) -> Response {
-    let now = now_unix();
-    if req.path == "/admin" {
-        return html::see_other("/admin/", None);
-    }
-    if req.path.starts_with("/admin/assets/") {
-        if !req.is_read() {
-            return html::error(None, StatusCode::METHOD_NOT_ALLOWED, "use GET");
-        }
-        return assets::serve(&req.path)
-            .unwrap_or_else(|| html::error(None, StatusCode::NOT_FOUND, "no such asset"));
-    }
-    if req.path == "/admin/login" {
-        return match req.method {
-            Method::GET | Method::HEAD => views::login::form(admin, &req, now, None),
-            Method::POST => views::login::submit(links, admin, &req, body, now).await,
-            _ => html::error(None, StatusCode::METHOD_NOT_ALLOWED, "use GET or POST"),
-        };
-    }
-    let session = match session::load(&links.store, &admin.cfg, &req.headers, now).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "admin session lookup failed");
-            return api_error(
-                None,
-                ApiError::unavailable(crate::error::DATABASE_UNAVAILABLE),
-            );
-        }
-    };
-    let Some(s) = session else {
-        if req.is_read() {
-            return html::see_other("/admin/login", None);
-        }
-        return html::error(
-            None,
-            StatusCode::FORBIDDEN,
-            "not signed in (or the session has ended): sign in again",
-        );
-    };
-    if req.method == Method::POST {
-        let form = match form::Form::read(&req.headers, body, MAX_FORM_BYTES).await {
-            Ok(f) => f,
-            Err(e) => return api_error(Some(&s), e),
-        };
-        // Every state-changing form carries the session's token.
-        if !csrf::matches(&s.csrf, form.get("csrf")) {
-            tracing::warn!(user = %s.user.name, path = %req.path, "admin POST with a missing or wrong CSRF token");
-            return html::error(
-                Some(&s),
-                StatusCode::FORBIDDEN,
-                "this form is out of date or was not sent by the console (CSRF token missing or wrong): reload the page and try again",
-            );
-        }
-        if req.path == "/admin/logout" {
-            return views::login::logout(links, admin, &req, &s, now).await;
-        }
-        if let Some(code) = req.path.strip_prefix("/admin/links/") {
-            return views::link::post(links, &s, code, &form, now).await;
-        }
-        return html::error(Some(&s), StatusCode::NOT_FOUND, "no such console page");
-    }
-    if !req.is_read() {
-        return html::error(Some(&s), StatusCode::METHOD_NOT_ALLOWED, "use GET or POST");
-    }
-    let global = || {
-        html::error(
-            Some(&s),
-            StatusCode::FORBIDDEN,
-            "this page shows every tenant; your user is bound to merchants: use Search",
-        )
-    };
-    let bound = !s.user.merchants.is_empty();
-    match req.path.as_str() {
-        "/admin/" if bound => global(),
-        "/admin/" => views::overview::page(links, admin, &req, &s, now).await,
-        "/admin/links" => views::search::page(links, &req, &s).await,
-        "/admin/merchants" if bound => global(),
-        "/admin/merchants" => views::merchants::page(links, &s, now).await,
-        "/admin/apps" if bound => global(),
-        "/admin/apps" => views::apps::page(links, &s, now).await,
-        p => match p.strip_prefix("/admin/links/") {
-            Some(code) => views::link::page(links, &req, &s, code, now).await,
-            None => html::error(Some(&s), StatusCode::NOT_FOUND, "no such console page"),
-        },
-    }
 }

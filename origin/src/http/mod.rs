@@ -31,7 +31,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::{from_fn_with_state, map_response, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post, MethodRouter};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use shorturl_common::status::OriginStatus;
@@ -77,7 +77,11 @@ pub fn router(state: AppState) -> Router {
         .route_layer(from_fn_with_state(state.clone(), admit_internal));
     let links = named("list", get(api::list)).merge(named("create", post(api::create)));
     let link = named("link", get(api::read).patch(api::edit).delete(api::delete));
-    let admin = named("admin", any(admin));
+    let console = crate::admin::Console {
+        links: state.links.clone(),
+        admin: state.admin.clone(),
+    };
+    let admin = crate::admin::router(console).layer(map_response(name_answers("admin")));
     Router::new()
         .route("/shorturl_status", only(read, named("status", get(status))))
         .route("/healthz", only(read, named("healthz", get(healthz))))
@@ -106,9 +110,7 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/openapi.json",
             only(read, named("openapi", get(openapi))),
         )
-        .route("/admin", admin.clone())
-        .route("/admin/", admin.clone())
-        .route("/admin/{*page}", admin)
+        .merge(admin)
         .merge(internal)
         .fallback(public)
         .layer(from_fn_with_state(state.clone(), observe))
@@ -123,10 +125,17 @@ struct RouteName(&'static str);
 /// answer without a name counts as `other`: the refusals and fallbacks
 /// outside `m` (internal admission, [`only`]'s 405, `no_route`) have none.
 fn named(name: &'static str, m: MethodRouter<AppState>) -> MethodRouter<AppState> {
-    m.layer(map_response(move |mut r: Response| async move {
+    m.layer(map_response(name_answers(name)))
+}
+
+/// The response mapper of [`named`] (also for the console's router).
+fn name_answers(
+    name: &'static str,
+) -> impl Fn(Response) -> std::future::Ready<Response> + Clone + Send + Sync + 'static {
+    move |mut r: Response| {
         r.extensions_mut().get_or_insert(RouteName(name));
-        r
-    }))
+        std::future::ready(r)
+    }
 }
 
 /// `m`, answering any other method with a JSON 405 and `Allow: allow`.
@@ -220,14 +229,6 @@ async fn public(State(s): State<AppState>, req: Request) -> Response {
     let mut r = r;
     r.extensions_mut().insert(RouteName(name));
     r
-}
-
-/// `/admin` and below: the console ([`crate::admin::handle`]).
-async fn admin(State(s): State<AppState>, req: Request) -> Response {
-    let peer = peer_of(&req);
-    let (parts, body) = req.into_parts();
-    let req = crate::admin::Req::of(&parts, peer);
-    crate::admin::handle(&s.links, &s.admin, req, body).await
 }
 
 fn ok<T: serde::Serialize>(status: StatusCode, body: &T) -> Response {
