@@ -3,18 +3,29 @@
 //! overrides (secrets never have to live in the file) and validates it, so
 //! `shorturl-edge --test -c ...` catches every mistake before a deploy.
 //!
-//! The loader depends on the sections that subsystems keep next to their
+//! One convention for every section: its internal model and the function
+//! that validates it from the file model (`from_file`) live in one file,
+//! and this loader only composes them. Shared sections come from `common`
+//! (`RedisTopology`, `RedirectPolicy`, `FieldError`). The sections here
+//! are `origin`, `cache` (and the page cache), `limits`, `redis` and
+//! `access_log`; the two that belong to one subsystem each live beside its
 //! code (`tls::config`, `clicks::config`). The sections that modules below
-//! it take (`redis`, `limits`) are files of their own that import nothing
-//! of the edge, so those modules import them and never this loader: the
+//! the loader take (`redis`, `limits`) import nothing of the edge but the
+//! file format, so those modules never depend on this loader: the
 //! dependencies run one way, from here down.
 
+pub mod access_log;
+pub mod cache;
 pub mod file;
 pub mod legacy_lua;
 pub mod limits;
+pub mod origin;
 pub mod redis;
 
+pub use self::access_log::{AccessLogConfig, AccessLogTarget};
+pub use self::cache::{CacheConfig, PagesCacheConfig};
 pub use self::limits::LimitsConfig;
+pub use self::origin::{InternalToken, OriginConfig};
 pub use self::redis::RedisConfig;
 
 use crate::net::CidrList;
@@ -26,7 +37,7 @@ use shorturl_common::redirect::RedirectPolicy;
 use shorturl_common::redis::RedisMode;
 use shorturl_common::redis::{RedisTopology, TopologyFields};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// Environment variable overriding `edge.redis.url` (it may carry a password).
@@ -90,110 +101,11 @@ pub struct EdgeConfig {
     pub fast_path: FastPathConfig,
 }
 
-/// The page cache (QR codes and previews proxied through `pingora-cache`).
-#[derive(Debug, Clone)]
-pub struct PagesCacheConfig {
-    /// Byte budget of all cached pages.
-    pub max_bytes: usize,
-    /// Larger answers are not cached.
-    pub max_entry_bytes: usize,
-    /// Stale pages are served this long past their freshness when the
-    /// origin is down or answers 5xx.
-    pub stale_if_error: Duration,
-    /// Longest wait behind another request fetching the same page (the
-    /// cache lock), and longest a fetch holds the lock.
-    pub lock_timeout: Duration,
-}
-
 /// The redirect fast path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FastPathConfig {
     /// Off: every request goes through the Pingora proxy session.
     pub enabled: bool,
-}
-
-/// The origin pool.
-#[derive(Debug, Clone)]
-pub struct OriginConfig {
-    pub servers: Vec<SocketAddr>,
-    pub connect_timeout: Duration,
-    /// Read timeout for forwarded API requests.
-    pub read_timeout: Duration,
-    /// Whole budget of one record fetch on the miss path.
-    pub record_timeout: Duration,
-    /// Whole budget of the status fetch behind `/shorturl_status`.
-    pub status_timeout: Duration,
-    pub health_check_interval: Duration,
-    pub health_check_path: String,
-    /// Longest an idle connection to an origin stays pooled (proxied
-    /// requests and the edge's own): shorter than the origin keeps it.
-    pub pool_idle_timeout: Duration,
-    /// Sent as `Authorization: Bearer` on the edge's own requests (record,
-    /// whitelist, heartbeat, status merge); `None`: no header.
-    pub internal_token: Option<InternalToken>,
-}
-
-/// The shared edge token (`edge.origin.internal_token`, protocol section
-/// 5): 1 to 512 visible ASCII characters. A secret: its `Debug` never
-/// shows it, and no message or status document names it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct InternalToken(String);
-
-impl InternalToken {
-    /// Checks a configured value; the error names the setting, never the value.
-    pub fn new(value: String) -> Result<Self, ConfigError> {
-        if value.is_empty() || value.len() > 512 || !value.bytes().all(|b| b.is_ascii_graphic()) {
-            return err(
-                "edge.origin.internal_token",
-                format!(
-                    "(or {ENV_INTERNAL_TOKEN}) must be 1 to 512 visible ASCII characters (no \
-                     spaces); omit it to send none"
-                ),
-            );
-        }
-        Ok(InternalToken(value))
-    }
-
-    /// The token itself (for the `Authorization` header only).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for InternalToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("InternalToken(<redacted>)")
-    }
-}
-
-/// The in-process cache.
-#[derive(Debug, Clone)]
-pub struct CacheConfig {
-    pub max_bytes: usize,
-    pub positive_ttl: Duration,
-    pub negative_ttl: Duration,
-    pub unavailable_ttl: Duration,
-    /// How long an invalidation's tombstone refuses older answers.
-    pub tombstone_ttl: Duration,
-    /// While unsubscribed from invalidations: how long past the last sign
-    /// of life entries cached before are served, and the longest TTL of
-    /// entries cached meanwhile.
-    pub unsubscribed_grace: Duration,
-}
-
-/// Where access-log lines go.
-#[derive(Debug, Clone)]
-pub enum AccessLogTarget {
-    Off,
-    Stdout,
-    File(PathBuf),
-}
-
-/// Access log settings.
-#[derive(Debug, Clone)]
-pub struct AccessLogConfig {
-    pub target: AccessLogTarget,
-    pub flush_interval: Duration,
 }
 
 /// Both halves of the file, validated.
@@ -277,49 +189,10 @@ fn edge_from_file(
         },
         "edge.redis",
     )?;
-    let servers_raw: Vec<String> = match env(ENV_ORIGINS) {
-        Some(list) => list
-            .split(',')
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect(),
-        None => f.origin.servers,
-    };
-    if servers_raw.is_empty() {
-        return err("edge.origin.servers", "must list at least one origin");
-    }
-    let servers = servers_raw
-        .iter()
-        .map(|s| resolve(s, "edge.origin.servers"))
-        .collect::<Result<Vec<_>, _>>()?;
-    if !f.origin.health_check_path.starts_with('/') {
-        return err("edge.origin.health_check_path", "must start with /");
-    }
+    let origin = origin::from_file(f.origin, env)?;
     f.redirect.validate("edge.redirect")?;
-    if f.cache.max_bytes < 4096 {
-        return err("edge.cache.max_bytes", "must be at least 4096");
-    }
-    if f.cache.positive_ttl_secs == 0 || f.cache.negative_ttl_secs == 0 {
-        return err(
-            "edge.cache.positive_ttl_secs",
-            "must be > 0, as must edge.cache.negative_ttl_secs",
-        );
-    }
-    if f.limits.max_uri_bytes < 64 || f.limits.max_header_bytes < 256 {
-        return err(
-            "edge.limits.max_uri_bytes",
-            "must be >= 64, and edge.limits.max_header_bytes >= 256",
-        );
-    }
-    if f.limits.clients_tracked == 0 {
-        return err("edge.limits.clients_tracked", "must be at least 1");
-    }
-    if !(1..=128).contains(&f.limits.ipv6_prefix_len) {
-        return err("edge.limits.ipv6_prefix_len", "must be between 1 and 128");
-    }
-    if f.limits.header_timeout_secs == 0 {
-        return err("edge.limits.header_timeout_secs", "must be > 0");
-    }
+    let cache = cache::from_file(&f.cache)?;
+    let limits = limits::from_file(&f.limits)?;
     let trusted_proxies = CidrList::parse(&f.trusted_proxies)
         .map_err(|e| FieldError::new("edge.trusted_proxies", e.to_string()))?;
     let status_allow = CidrList::parse(&f.status_allow)
@@ -333,12 +206,8 @@ fn edge_from_file(
             "must be 0 (off) or at least 100",
         );
     }
-    let pages_cache = pages_cache_from_file(&f.pages_cache)?;
-    let target = match f.access_log.path.as_deref() {
-        None | Some("") | Some("off") => AccessLogTarget::Off,
-        Some("-") => AccessLogTarget::Stdout,
-        Some(p) => AccessLogTarget::File(PathBuf::from(p)),
-    };
+    let pages_cache = cache::pages_from_file(&f.pages_cache)?;
+    let access_log = access_log::from_file(&f.access_log)?;
     Ok(EdgeConfig {
         listen: f.listen,
         metrics_listen: f.metrics_listen,
@@ -348,63 +217,11 @@ fn edge_from_file(
             timeout: ms(f.redis.timeout_ms, "edge.redis.timeout_ms")?,
             connect_timeout: ms(f.redis.connect_timeout_ms, "edge.redis.connect_timeout_ms")?,
         },
-        origin: OriginConfig {
-            servers,
-            connect_timeout: ms(
-                f.origin.connect_timeout_ms,
-                "edge.origin.connect_timeout_ms",
-            )?,
-            read_timeout: ms(f.origin.read_timeout_ms, "edge.origin.read_timeout_ms")?,
-            record_timeout: ms(f.origin.record_timeout_ms, "edge.origin.record_timeout_ms")?,
-            status_timeout: ms(f.origin.status_timeout_ms, "edge.origin.status_timeout_ms")?,
-            health_check_interval: ms(
-                f.origin.health_check_interval_ms,
-                "edge.origin.health_check_interval_ms",
-            )?,
-            health_check_path: f.origin.health_check_path,
-            pool_idle_timeout: ms(
-                f.origin.pool_idle_timeout_ms,
-                "edge.origin.pool_idle_timeout_ms",
-            )?,
-            internal_token: env(ENV_INTERNAL_TOKEN)
-                .filter(|t| !t.is_empty())
-                .or(f.origin.internal_token)
-                .map(InternalToken::new)
-                .transpose()?,
-        },
-        cache: CacheConfig {
-            max_bytes: f.cache.max_bytes,
-            positive_ttl: Duration::from_secs(f.cache.positive_ttl_secs),
-            negative_ttl: Duration::from_secs(f.cache.negative_ttl_secs),
-            unavailable_ttl: ms(f.cache.unavailable_ttl_ms, "edge.cache.unavailable_ttl_ms")?,
-            tombstone_ttl: ms(f.cache.tombstone_ttl_ms, "edge.cache.tombstone_ttl_ms")?,
-            unsubscribed_grace: ms(
-                f.cache.unsubscribed_grace_ms,
-                "edge.cache.unsubscribed_grace_ms",
-            )?,
-        },
+        origin,
+        cache,
         redirect: f.redirect,
-        limits: LimitsConfig {
-            unknown_per_ip_per_sec: f.limits.unknown_per_ip_per_sec,
-            creations_per_ip_per_sec: f.limits.creations_per_ip_per_sec,
-            refused_creations_per_ip_per_min: f.limits.refused_creations_per_ip_per_min,
-            clients_tracked: f.limits.clients_tracked,
-            ipv6_prefix_len: f.limits.ipv6_prefix_len,
-            max_uri_bytes: f.limits.max_uri_bytes,
-            max_header_bytes: f.limits.max_header_bytes,
-            client_timeout: Duration::from_secs(f.limits.client_timeout_secs.max(1)),
-            keepalive_timeout_secs: f.limits.keepalive_timeout_secs.max(1),
-            header_timeout: Duration::from_secs(f.limits.header_timeout_secs),
-            max_connections: f.limits.max_connections,
-            max_connections_per_ip: f.limits.max_connections_per_ip,
-        },
-        access_log: AccessLogConfig {
-            target,
-            flush_interval: ms(
-                f.access_log.flush_interval_ms,
-                "edge.access_log.flush_interval_ms",
-            )?,
-        },
+        limits,
+        access_log,
         trusted_proxies,
         status_allow,
         tls,
@@ -414,27 +231,6 @@ fn edge_from_file(
             enabled: f.fast_path.enabled,
         },
         heartbeat_interval: Duration::from_millis(f.heartbeat_interval_ms),
-    })
-}
-
-fn pages_cache_from_file(f: &file::PagesCacheFile) -> Result<PagesCacheConfig, ConfigError> {
-    if f.max_bytes < 65_536 {
-        return err("edge.pages_cache.max_bytes", "must be at least 65536");
-    }
-    if f.max_entry_bytes == 0 || f.max_entry_bytes > f.max_bytes {
-        return err(
-            "edge.pages_cache.max_entry_bytes",
-            "must be > 0 and <= max_bytes",
-        );
-    }
-    if f.stale_if_error_secs > u64::from(u32::MAX) {
-        return err("edge.pages_cache.stale_if_error_secs", "too large");
-    }
-    Ok(PagesCacheConfig {
-        max_bytes: f.max_bytes,
-        max_entry_bytes: f.max_entry_bytes,
-        stale_if_error: Duration::from_secs(f.stale_if_error_secs),
-        lock_timeout: ms(f.lock_timeout_ms, "edge.pages_cache.lock_timeout_ms")?,
     })
 }
 
