@@ -18,6 +18,7 @@ check chromium chromium             # the admin console's browser tests (edge/te
 check chromedriver chromium-driver
 check pkg-config pkg-config
 check openssl openssl
+[ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)   # the ZooKeeper issuer backend (testkit::ZooKeeper)
 [ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)   # Pingora's openssl feature links Debian's OpenSSL
 # The schemathesis test (origin/tests/schemathesis.rs) makes a venv.
 check python3 python3

@@ -18,6 +18,7 @@ use crate::conn::{ConnMetrics, Drain, Listener};
 use crate::health::MysqlHealth;
 use crate::http::{router, AppState};
 use crate::issuer::counter::{Counter, MysqlCounter, RedisCounter};
+use crate::issuer::zookeeper::ZooKeeperCounter;
 use crate::issuer::Issuer;
 use crate::lifecycle::{holder_id, Reaper};
 use crate::links::{Links, Parts};
@@ -40,6 +41,9 @@ pub enum ServeError {
     RedisUrl(#[source] redis::RedisError),
     #[error("reading the issuer floor from MySQL: {0}")]
     IssuerFloor(#[source] mysql_async::Error),
+    /// Unreachable from a validated config (the loader requires the section).
+    #[error("issuer.backend is zookeeper but issuer.zookeeper is missing")]
+    NoZooKeeper,
     #[error("listen {addr}: {source}")]
     Listen {
         addr: std::net::SocketAddr,
@@ -129,6 +133,19 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
                 &cfg.issuer.name,
                 floor,
             ))
+        }
+        CounterBackend::ZooKeeper => {
+            let floor = shards
+                .highest_used_id()
+                .await
+                .map_err(ServeError::IssuerFloor)?;
+            let zk = cfg
+                .issuer
+                .zookeeper
+                .clone()
+                .ok_or(ServeError::NoZooKeeper)?;
+            tracing::info!(hosts = %zk.hosts, root = %zk.root, "issuer counter in zookeeper");
+            Box::new(ZooKeeperCounter::new(zk, &cfg.issuer.name, floor))
         }
     };
     let issuer = Issuer::with_boundaries(

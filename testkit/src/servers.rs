@@ -326,3 +326,85 @@ impl MariaDb {
         self.proc = Some(proc);
     }
 }
+
+/// A private standalone ZooKeeper (Debian's `zookeeper` package, run by
+/// `java`) on a free loopback port, with its own data directory (kept
+/// across [`ZooKeeper::restart`]). A short tick (500 ms) lets sessions be
+/// as short as 1 s.
+pub struct ZooKeeper {
+    port: u16,
+    dir: TempDir,
+    proc: Option<Proc>,
+}
+
+/// The server's jar; its manifest names the libraries it needs.
+const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+
+impl ZooKeeper {
+    /// Starts a server and waits until it answers `ruok`.
+    pub fn start() -> ZooKeeper {
+        assert!(
+            Path::new(ZOOKEEPER_JAR).exists(),
+            "ZooKeeper is not installed: run `make deps` (apt-get install zookeeper)"
+        );
+        let mut z = ZooKeeper {
+            port: free_port(),
+            dir: TempDir::new("zookeeper"),
+            proc: None,
+        };
+        z.restart();
+        z
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The connect string, `127.0.0.1:<port>`.
+    pub fn hosts(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL) and waits until its port is closed.
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+        wait_for("zookeeper port to close", START_TIMEOUT, || {
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
+        });
+    }
+
+    /// (Re)starts the server on the same port with the data it had.
+    pub fn restart(&mut self) {
+        self.stop();
+        let cfg = self.dir.path().join("zoo.cfg");
+        let conf = format!(
+            "tickTime=500\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
+             admin.enableServer=false\n4lw.commands.whitelist=ruok\nmaxClientCnxns=0\n",
+            self.dir.path().join("data").display(),
+            self.port
+        );
+        std::fs::write(&cfg, conf).expect("write zoo.cfg");
+        let mut cmd = Command::new("java");
+        cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_JAR])
+            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(&cfg);
+        let log = self.dir.path().join("zookeeper.log");
+        self.proc = Some(spawn("zookeeper", cmd, &log));
+        let port = self.port;
+        wait_for("zookeeper to answer ruok", START_TIMEOUT, || ruok(port));
+    }
+}
+
+/// Whether the server on `port` answers the `ruok` command with `imok`.
+fn ruok(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut out = String::new();
+    s.write_all(b"ruok").is_ok() && s.read_to_string(&mut out).is_ok() && out == "imok"
+}

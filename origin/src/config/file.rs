@@ -150,6 +150,22 @@ pub struct IssuerFile {
     pub low_water: Option<u64>,
     #[serde(default)]
     pub name: Option<String>,
+    /// Where the counter lives with `backend: zookeeper`.
+    #[serde(default)]
+    pub zookeeper: Option<ZooKeeperFile>,
+}
+
+/// `issuer.zookeeper`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZooKeeperFile {
+    /// The ensemble, `host:port` each.
+    pub hosts: Vec<String>,
+    /// The parent of the counter znodes (default `/shorturl/issuer`).
+    #[serde(default)]
+    pub root: Option<String>,
+    #[serde(default)]
+    pub session_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

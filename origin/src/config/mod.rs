@@ -34,7 +34,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Which durable counter hands out id blocks (`issuer.backend`: `mysql`,
-/// the default, or `redis`).
+/// the default, `redis` or `zookeeper`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CounterBackend {
@@ -43,6 +43,19 @@ pub enum CounterBackend {
     Mysql,
     /// Redis `INCRBY` (needs a persistent Redis; claims stay safe either way).
     Redis,
+    /// A znode's value moved by compare-and-set on its version
+    /// (`issuer.zookeeper`).
+    ZooKeeper,
+}
+
+/// Where the ZooKeeper counter lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZooKeeperConfig {
+    /// The connect string: `host:port` of each member, comma-separated.
+    pub hosts: String,
+    /// The parent znode of the counters; the counter is `<root>/<name>`.
+    pub root: String,
+    pub session_timeout: Duration,
 }
 
 /// MySQL settings.
@@ -79,8 +92,10 @@ pub struct IssuerConfig {
     pub block: u64,
     /// Prefetch the next block when this many ids are left in the current one.
     pub low_water: u64,
-    /// Counter name (row in `counter`, or Redis key suffix).
+    /// Counter name (row in `counter`, Redis key suffix, or znode name).
     pub name: String,
+    /// Set with `backend: zookeeper`.
+    pub zookeeper: Option<ZooKeeperConfig>,
 }
 
 /// Link rules.
@@ -260,11 +275,22 @@ impl Config {
         if low_water >= block {
             return err("issuer.low_water", "must be smaller than issuer.block");
         }
+        let zookeeper = match (backend, f.issuer.zookeeper) {
+            (CounterBackend::ZooKeeper, Some(z)) => Some(zookeeper_from_file(z)?),
+            (CounterBackend::ZooKeeper, None) => {
+                return err(
+                    "issuer.zookeeper.hosts",
+                    "required with issuer.backend: zookeeper",
+                )
+            }
+            _ => None,
+        };
         let issuer = IssuerConfig {
             backend,
             block,
             low_water,
             name: f.issuer.name.unwrap_or_else(|| "default".into()),
+            zookeeper,
         };
         if issuer.name.is_empty()
             || !issuer
@@ -395,6 +421,48 @@ fn private_networks(list: Option<&[String]>, field: &'static str) -> Result<Cidr
 }
 
 /// `v`, or `default` when absent; above zero either way.
+/// `issuer.zookeeper`, checked: members as `host:port`, a root path of
+/// plain segments.
+fn zookeeper_from_file(z: file::ZooKeeperFile) -> Result<ZooKeeperConfig, ConfigError> {
+    if z.hosts.is_empty() {
+        return err("issuer.zookeeper.hosts", "must list at least one host:port");
+    }
+    for h in &z.hosts {
+        let ok = h.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        }) && !h.contains(',')
+            && !h.contains('/');
+        if !ok {
+            return err("issuer.zookeeper.hosts", format!("{h:?} is not host:port"));
+        }
+    }
+    let root = z.root.unwrap_or_else(|| "/shorturl/issuer".into());
+    let plain = |seg: &str| {
+        !seg.is_empty()
+            && seg != "."
+            && seg != ".."
+            && seg
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    };
+    if !root.starts_with('/') || !root[1..].split('/').all(plain) {
+        return err(
+            "issuer.zookeeper.root",
+            format!("{root:?} is not an absolute znode path of [A-Za-z0-9_.-] segments"),
+        );
+    }
+    let ms = positive(
+        z.session_timeout_ms,
+        6_000,
+        "issuer.zookeeper.session_timeout_ms",
+    )?;
+    Ok(ZooKeeperConfig {
+        hosts: z.hosts.join(","),
+        root,
+        session_timeout: Duration::from_millis(ms),
+    })
+}
+
 fn positive<T: PartialOrd + Default + Copy>(
     v: Option<T>,
     default: T,
@@ -506,6 +574,31 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn zookeeper_issuer_section() {
+        let c = Config::parse(
+            &format!("{MIN}issuer: {{backend: zookeeper, name: n1, zookeeper: {{hosts: ['zk1:2181', '10.0.0.2:2181']}}}}\n"),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.issuer.backend, CounterBackend::ZooKeeper);
+        assert_eq!(
+            c.issuer.zookeeper,
+            Some(ZooKeeperConfig {
+                hosts: "zk1:2181,10.0.0.2:2181".into(),
+                root: "/shorturl/issuer".into(),
+                session_timeout: Duration::from_secs(6),
+            })
+        );
+        // The section is read only with the backend that uses it.
+        let c = Config::parse(
+            &format!("{MIN}issuer: {{zookeeper: {{hosts: ['zk1:2181']}}}}\n"),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.issuer.zookeeper, None);
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let cases = [
             (MIN.replace("127.0.0.1:8081", "nope"), "listen"),
@@ -520,6 +613,22 @@ pub(super) mod tests {
             (
                 format!("{MIN}issuer: {{block: 10, low_water: 10}}\n"),
                 "issuer.low_water",
+            ),
+            (
+                format!("{MIN}issuer: {{backend: zookeeper}}\n"),
+                "issuer.zookeeper.hosts",
+            ),
+            (
+                format!("{MIN}issuer: {{backend: zookeeper, zookeeper: {{hosts: ['zk1']}}}}\n"),
+                "issuer.zookeeper.hosts",
+            ),
+            (
+                format!("{MIN}issuer: {{backend: zookeeper, zookeeper: {{hosts: ['zk1:2181'], root: 'a/b'}}}}\n"),
+                "issuer.zookeeper.root",
+            ),
+            (
+                format!("{MIN}issuer: {{backend: zookeeper, zookeeper: {{hosts: ['zk1:2181'], root: '/a/../b'}}}}\n"),
+                "issuer.zookeeper.root",
             ),
             (
                 format!("{MIN}links: {{allowed_domains: ['a b']}}\n"),

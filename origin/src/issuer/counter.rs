@@ -16,6 +16,12 @@ pub enum CounterError {
     NoInsertId,
     #[error("redis counter: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error("zookeeper counter: {0}")]
+    ZooKeeper(#[from] zookeeper_client::Error),
+    #[error("zookeeper counter: {0} does not hold a whole number")]
+    ZooKeeperValue(String),
+    #[error("zookeeper counter: {0} compare-and-set conflicts in a row")]
+    ZooKeeperContended(u32),
     #[error("counter returned {got}, below one block of {block}")]
     BelowBlock { got: u64, block: u64 },
 }

@@ -14,6 +14,7 @@
 //! extends the table the next creation gets exactly the next id.
 
 pub mod counter;
+pub mod zookeeper;
 
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
