@@ -1,8 +1,8 @@
-//! `shorturl-origin`: serve, migrate, pregen, reap, check.
+//! `shorturl-origin`: serve, migrate, pregen, reap, issuer migrate, check.
 
 use clap::{Parser, Subcommand};
-use shorturl_origin::config::Config;
-use shorturl_origin::{bench, db, lifecycle, pregen, schema, serve};
+use shorturl_origin::config::{Config, CounterBackend};
+use shorturl_origin::{bench, db, issuer, lifecycle, pregen, schema, serve};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,6 +55,11 @@ enum Cmd {
         #[arg(long)]
         quiet: bool,
     },
+    /// The issuer's durable counter.
+    Issuer {
+        #[command(subcommand)]
+        cmd: IssuerCmd,
+    },
     /// Validate the configuration and exit.
     Check,
     /// Read a password from stdin (one line) and print its argon2id PHC
@@ -72,6 +77,20 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum IssuerCmd {
+    /// Move the counter (`issuer.name`) from one backend to another, with
+    /// every origin stopped: the destination is raised to the source's
+    /// value (and to the highest id MySQL knows to be used), never lowered.
+    /// Then set `issuer.backend` to the destination and start the origins.
+    Migrate {
+        #[arg(long, value_enum)]
+        from: CounterBackend,
+        #[arg(long, value_enum)]
+        to: CounterBackend,
+    },
+}
+
 /// Why a command failed (printed as `error: …`).
 #[derive(Debug, thiserror::Error)]
 enum CmdError {
@@ -85,6 +104,8 @@ enum CmdError {
     Reap(#[from] lifecycle::cli::ReapRunError),
     #[error(transparent)]
     Bench(#[from] bench::BenchError),
+    #[error(transparent)]
+    IssuerMigrate(#[from] issuer::migrate::MigrateError),
 }
 
 fn main() -> ExitCode {
@@ -158,6 +179,16 @@ fn main() -> ExitCode {
             } => bench::run(&cfg, &what, concurrency.max(1), seconds)
                 .await
                 .map_err(Into::into),
+            Cmd::Issuer {
+                cmd: IssuerCmd::Migrate { from, to },
+            } => {
+                let m = issuer::migrate::run(&cfg, from, to).await?;
+                println!(
+                    "issuer counter {:?}: {from:?} read {}, highest used id {}; {to:?} was {}, now {}",
+                    cfg.issuer.name, m.source, m.floor, m.before, m.after
+                );
+                Ok(())
+            }
             Cmd::Check | Cmd::HashPassword => Ok(()),
         };
         r

@@ -269,6 +269,90 @@ async fn zookeeper_counter_backend_issues_unique_ids_across_four_origins_and_an_
     }
 }
 
+/// `issuer migrate` moves the counter between backends while the origins
+/// are stopped (issue 29): MySQL → ZooKeeper → MySQL, creations on each,
+/// no code twice; the destination is never lowered; the same backend on
+/// both sides is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issuer_migrate_moves_the_counter_between_mysql_and_zookeeper() {
+    let m = shared_mariadb();
+    let url = m.create_database(&fresh_db("mig"));
+    let redis = Redis::start();
+    let zk = ZooKeeper::start();
+    let opts = |backend: &str, pregen| {
+        let mut o = OriginOpts::new(url.clone(), redis.url());
+        o.pregen = pregen;
+        o.extra_yaml = format!(
+            "issuer:\n  backend: {backend}\n  block: 50\n  zookeeper: {{hosts: ['{}'], root: /mig}}\n",
+            zk.hosts()
+        );
+        o
+    };
+    let dir = TempDir::new("migrate");
+    let cfg = write_config(&dir, &opts("mysql", 0));
+    let migrate = |from: &str, to: &str| {
+        testkit::origin::run(&cfg, &["issuer", "migrate", "--from", from, "--to", to])
+    };
+    let mut all: HashSet<String> = HashSet::new();
+    let mut take = |codes: Vec<String>, n: usize| {
+        assert_eq!(codes.len(), n);
+        for c in codes {
+            assert!(all.insert(c), "issued twice");
+        }
+    };
+    let o = Origin::start(opts("mysql", 3_000));
+    take(create_many(&o, "m1".into(), 300, 4).await, 300);
+    drop(o);
+    // (source, highest used id, destination before, after); the counters
+    // run a block ahead of what was issued (prefetch), so read, not known.
+    let moved = |out: String| -> [u64; 4] {
+        let num = |after: &str| -> u64 {
+            let at = out
+                .find(after)
+                .unwrap_or_else(|| panic!("{after:?} in {out}"))
+                + after.len();
+            out[at..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("a number after {after:?} in {out}"))
+        };
+        [
+            num(" read "),
+            num("highest used id "),
+            num(" was "),
+            num(", now "),
+        ]
+    };
+    let [src, floor, before, after] = moved(migrate("mysql", "zookeeper"));
+    assert!(src >= 300 && floor >= 300, "{src} {floor}");
+    assert_eq!((before, after), (0, src.max(floor)));
+    let o = Origin::start(opts("zookeeper", 0));
+    take(create_many(&o, "z1".into(), 300, 4).await, 300);
+    drop(o);
+    // Back: MySQL still holds its old value and is raised to ZooKeeper's.
+    let [zk_value, _, mysql_before, mysql_after] = moved(migrate("zookeeper", "mysql"));
+    assert!(zk_value >= after + 300, "{zk_value}");
+    assert_eq!((mysql_before, mysql_after), (src, zk_value));
+    let o = Origin::start(opts("mysql", 0));
+    take(create_many(&o, "m2".into(), 300, 4).await, 300);
+    drop(o);
+    // ZooKeeper is behind now: raised; and MySQL, ahead of nothing, stays.
+    let [mysql_value, _, before, after] = moved(migrate("mysql", "zookeeper"));
+    assert_eq!((before, after), (zk_value, mysql_value));
+    let [_, _, before, after] = moved(migrate("zookeeper", "mysql"));
+    assert_eq!((before, after), (mysql_value, mysql_value));
+    // Nothing to move between a backend and itself.
+    let same = std::process::Command::new(support::origin_bin())
+        .arg("-c")
+        .arg(&cfg)
+        .args(["issuer", "migrate", "--from", "redis", "--to", "redis"])
+        .output()
+        .unwrap();
+    assert!(!same.status.success());
+    assert!(String::from_utf8_lossy(&same.stderr).contains("same backend"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pregen_is_resumable_extendable_uniform_and_extends_a_running_origin() {
     let m = shared_mariadb();

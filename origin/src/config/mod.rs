@@ -35,8 +35,9 @@ use std::time::Duration;
 
 /// Which durable counter hands out id blocks (`issuer.backend`: `mysql`,
 /// the default, `redis` or `zookeeper`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
+#[value(rename_all = "lowercase")]
 pub enum CounterBackend {
     /// One row in MySQL, `UPDATE ... SET value = LAST_INSERT_ID(value + n)`.
     #[default]
@@ -275,16 +276,15 @@ impl Config {
         if low_water >= block {
             return err("issuer.low_water", "must be smaller than issuer.block");
         }
-        let zookeeper = match (backend, f.issuer.zookeeper) {
-            (CounterBackend::ZooKeeper, Some(z)) => Some(zookeeper_from_file(z)?),
-            (CounterBackend::ZooKeeper, None) => {
-                return err(
-                    "issuer.zookeeper.hosts",
-                    "required with issuer.backend: zookeeper",
-                )
-            }
-            _ => None,
-        };
+        // Checked whenever given (`issuer migrate` may use it with another
+        // backend configured); required with `backend: zookeeper`.
+        let zookeeper = f.issuer.zookeeper.map(zookeeper_from_file).transpose()?;
+        if backend == CounterBackend::ZooKeeper && zookeeper.is_none() {
+            return err(
+                "issuer.zookeeper.hosts",
+                "required with issuer.backend: zookeeper",
+            );
+        }
         let issuer = IssuerConfig {
             backend,
             block,
@@ -589,13 +589,14 @@ pub(super) mod tests {
                 session_timeout: Duration::from_secs(6),
             })
         );
-        // The section is read only with the backend that uses it.
+        // Given with another backend (for `issuer migrate`): read too.
         let c = Config::parse(
-            &format!("{MIN}issuer: {{zookeeper: {{hosts: ['zk1:2181']}}}}\n"),
+            &format!("{MIN}issuer: {{zookeeper: {{hosts: ['zk1:2181'], root: /a}}}}\n"),
             |_| None,
         )
         .unwrap();
-        assert_eq!(c.issuer.zookeeper, None);
+        assert_eq!(c.issuer.backend, CounterBackend::Mysql);
+        assert_eq!(c.issuer.zookeeper.map(|z| z.root), Some("/a".into()));
     }
 
     #[test]

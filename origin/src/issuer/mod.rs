@@ -14,6 +14,7 @@
 //! extends the table the next creation gets exactly the next id.
 
 pub mod counter;
+pub mod migrate;
 pub mod zookeeper;
 
 use crate::metrics::Metrics;
