@@ -25,7 +25,7 @@ pub mod wait;
 
 pub use proc::{spawn, workspace_bin, Proc};
 pub use redis_topology::{RedisCluster, RedisSentinel};
-pub use servers::{MariaDb, Redis, ZooKeeper};
+pub use servers::{MariaDb, Redis, ZooKeeper, ZooKeeperEnsemble};
 pub use wait::{wait_for, wait_for_or, wait_for_tcp};
 
 use std::path::PathBuf;

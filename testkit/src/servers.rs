@@ -400,11 +400,117 @@ impl ZooKeeper {
 
 /// Whether the server on `port` answers the `ruok` command with `imok`.
 fn ruok(port: u16) -> bool {
+    four_letters(port, "ruok").is_some_and(|out| out == "imok")
+}
+
+/// A four-letter command's answer from the server on `port`.
+fn four_letters(port: u16, cmd: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(cmd.as_bytes()).ok()?;
     let mut out = String::new();
-    s.write_all(b"ruok").is_ok() && s.read_to_string(&mut out).is_ok() && out == "imok"
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// A private three-member ZooKeeper ensemble on free loopback ports (each
+/// member a `java` process with its own data directory).
+pub struct ZooKeeperEnsemble {
+    /// Client port of each member.
+    ports: Vec<u16>,
+    members: Vec<Option<Proc>>,
+    dir: TempDir,
+}
+
+impl ZooKeeperEnsemble {
+    /// Starts three members and waits until each is a leader or follower.
+    pub fn start() -> ZooKeeperEnsemble {
+        assert!(
+            Path::new(ZOOKEEPER_JAR).exists(),
+            "ZooKeeper is not installed: run `make deps` (apt-get install zookeeper)"
+        );
+        let dir = TempDir::new("zk-ensemble");
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let quorum: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let servers: String = quorum
+            .iter()
+            .enumerate()
+            .map(|(i, (peer, election))| format!("server.{}=127.0.0.1:{peer}:{election}\n", i + 1))
+            .collect();
+        let mut members = Vec::new();
+        for (i, port) in ports.iter().enumerate() {
+            let data = dir.path().join(format!("member{}", i + 1));
+            std::fs::create_dir_all(&data).expect("member data dir");
+            std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
+            let cfg = data.join("zoo.cfg");
+            let conf = format!(
+                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={port}\n\
+                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
+                 4lw.commands.whitelist=ruok,srvr\nmaxClientCnxns=0\n{servers}",
+                data.display()
+            );
+            std::fs::write(&cfg, conf).expect("write zoo.cfg");
+            let mut cmd = Command::new("java");
+            cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_JAR])
+                .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+                .arg(&cfg);
+            members.push(Some(spawn(
+                &format!("zookeeper-{}", i + 1),
+                cmd,
+                &data.join("zookeeper.log"),
+            )));
+        }
+        let e = ZooKeeperEnsemble {
+            ports,
+            members,
+            dir,
+        };
+        for i in 0..3 {
+            wait_for(
+                "an ensemble member to join the quorum",
+                START_TIMEOUT,
+                || e.mode(i).is_some(),
+            );
+        }
+        e
+    }
+
+    /// The connect string of every member.
+    pub fn hosts(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Member `i`'s role (`leader`, `follower`), or `None` while it is not
+    /// serving (down, or no quorum).
+    pub fn mode(&self, i: usize) -> Option<String> {
+        let out = four_letters(self.ports[i], "srvr")?;
+        let mode = out.lines().find_map(|l| l.strip_prefix("Mode: "))?.trim();
+        matches!(mode, "leader" | "follower").then(|| mode.to_owned())
+    }
+
+    /// The member that leads now, if one does.
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.ports.len()).find(|&i| self.mode(i).as_deref() == Some("leader"))
+    }
+
+    /// Kills member `i` (SIGKILL) and waits until its client port is closed.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].take() {
+            p.kill();
+        }
+        let port = self.ports[i];
+        wait_for("an ensemble member's port to close", START_TIMEOUT, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        });
+    }
+
+    /// Where the members keep their data and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
 }
