@@ -14,7 +14,7 @@ import shutil
 import sys
 
 ORDER = ["nginx-static", "edge-hot", "edge-hot-slowpath", "edge-hot-analytics", "openresty-hot", "edge-redis", "openresty-redis",
-         "edge-redis-cluster", "edge-origin", "miss-storm", "mix", "create", "create-cluster",
+         "edge-redis-cluster", "edge-origin", "miss-storm", "mix", "create", "create-redis", "create-zookeeper", "create-cluster",
          "nginx-static-tls", "edge-hot-tls", "nginx-tls-handshake", "edge-tls-handshake",
          "nginx-qr-static", "qr-hot"]
 WHAT = {
@@ -26,6 +26,8 @@ WHAT = {
     "edge-redis": "edge, Redis GET per request",
     "edge-redis-cluster": "edge-redis on a Redis Cluster (3 masters + 3 replicas, --redis cluster)",
     "create-cluster": "create with the origin and the edge on a Redis Cluster (--redis cluster)",
+    "create-redis": "create with the issuer's counter in Redis (--issuer zookeeper)",
+    "create-zookeeper": "create with the issuer's counter in ZooKeeper (--issuer zookeeper)",
     "openresty-redis": "OpenResty edge, Redis GET per request",
     "edge-origin": "edge → origin → MySQL per request",
     "miss-storm": "edge, unknown codes (404)",
@@ -128,7 +130,7 @@ def load_scenario(d):
         status=st if w.get("status_counted") else {"counted": False, ">=400": w["errors"]["status"]},
         load1_at_start=float(meta["load1"]) if meta.get("load1") else None,
     )
-    if s["name"] in ("create", "create-cluster"):
+    if s["name"] in ("create", "create-cluster", "create-redis", "create-zookeeper"):
         s["created_per_s"] = round(st["2xx"] / dur, 1)
     # Which path answered: deltas of the server's and the origin's status.
     sb, sa = read_json(os.path.join(d, "status-before.json")), read_json(os.path.join(d, "status-after.json"))
