@@ -10,6 +10,14 @@ use std::time::Duration;
 use support::{fresh_db, pregen, shared_mariadb, write_config, Origin, OriginOpts};
 use testkit::{spawn, wait_for, Redis, TempDir, ZooKeeper, ZooKeeperEnsemble};
 
+/// One creation of a URL not sent before (no deduplication).
+async fn create_fresh(o: &Origin) -> (u16, serde_json::Value) {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    o.create(json!({"url": format!("https://load.example/fresh/{n}")}))
+        .await
+}
+
 /// Creates `n` links through `o` with `conc` concurrent clients; returns codes.
 async fn create_many(o: &Origin, tag: String, n: usize, conc: usize) -> Vec<String> {
     let mut tasks = Vec::new();
@@ -267,6 +275,85 @@ async fn zookeeper_counter_backend_issues_unique_ids_across_four_origins_and_an_
         let code = code.expect("the origin issues again once ZooKeeper is back");
         assert!(all.insert(code), "duplicate after the outage");
     }
+}
+
+/// ZooKeeper frozen past the session timeout while two origins create, a
+/// compare-and-set in flight (issue 29): the sessions expire, every origin
+/// answers 503 (never a 500) once its block is spent, then replaces its
+/// session by itself when ZooKeeper goes on and issues again; no code is
+/// issued twice, and each origin skips at most the block whose answer was
+/// lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zookeeper_issuer_replaces_an_expired_session() {
+    let m = shared_mariadb();
+    let url = m.create_database(&fresh_db("zks"));
+    let redis = Redis::start();
+    let zk = ZooKeeper::start();
+    let yaml = format!(
+        "issuer:\n  backend: zookeeper\n  block: 20\n  low_water: 5\n  zookeeper: {{hosts: ['{}'], session_timeout_ms: 2000}}\n",
+        zk.hosts()
+    );
+    let mut origins = Vec::new();
+    for i in 0..2 {
+        let mut o = OriginOpts::new(url.clone(), redis.url());
+        o.pregen = if i == 0 { 10_000 } else { 0 };
+        o.extra_yaml = yaml.clone();
+        origins.push(Origin::start(o));
+    }
+    let mut all: HashSet<String> = HashSet::new();
+    for o in &origins {
+        for _ in 0..50 {
+            let (status, v) = create_fresh(o).await;
+            assert_eq!(status, 201, "{v}");
+            assert!(all.insert(v["code"].as_str().unwrap().to_owned()));
+        }
+    }
+    zk.pause();
+    // Until each origin's block is spent and its next call timed out.
+    for o in &origins {
+        loop {
+            let (status, v) = create_fresh(o).await;
+            if status == 503 {
+                break;
+            }
+            assert_eq!(status, 201, "{v}");
+            assert!(
+                all.insert(v["code"].as_str().unwrap().to_owned()),
+                "duplicate"
+            );
+        }
+    }
+    zk.resume();
+    for o in &origins {
+        let mut back = false;
+        for _ in 0..400 {
+            let (status, v) = create_fresh(o).await;
+            if status == 201 {
+                assert!(
+                    all.insert(v["code"].as_str().unwrap().to_owned()),
+                    "duplicate"
+                );
+                back = true;
+                break;
+            }
+            assert_eq!(status, 503, "{v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(back, "no creation after ZooKeeper went on: {}", o.log());
+    }
+    // Blocks of 20: what the two origins issued spans at most the blocks
+    // they used plus one lost answer each.
+    let highest = futures::future::join_all(origins.iter().map(|o| o.status()))
+        .await
+        .iter()
+        .map(|s| s.issuer.current)
+        .max()
+        .unwrap();
+    let used = all.len() as u64;
+    assert!(
+        highest <= used.div_ceil(20) * 20 + 2 * 20 + 2 * 20,
+        "{highest} for {used} codes"
+    );
 }
 
 /// The ensemble's leader killed while two origins create (issue 29): an

@@ -376,6 +376,22 @@ impl ZooKeeper {
         });
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is
+    /// answered, and sessions time out meanwhile (they expire once it goes
+    /// on).
+    pub fn pause(&self) {
+        if let Some(p) = &self.proc {
+            p.signal(libc::SIGSTOP);
+        }
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        if let Some(p) = &self.proc {
+            p.signal(libc::SIGCONT);
+        }
+    }
+
     /// (Re)starts the server on the same port with the data it had.
     pub fn restart(&mut self) {
         self.stop();
