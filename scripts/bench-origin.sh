@@ -49,6 +49,23 @@ for c in 1 16 64; do
   "$BIN" -c "$B/origin.yaml" bench raw-claims --concurrency $c --seconds "$SECS" | tee -a "$R"
 done
 "$BIN" -c "$B/origin.yaml" bench issuer --concurrency 16 --seconds 5 | tee -a "$R"
+# The same with the counter in Redis and in ZooKeeper (standalone, Debian's
+# package; skipped when it is not installed).
+ZK_PORT=12281
+for backend in redis zookeeper; do
+  if [ $backend = zookeeper ]; then
+    [ -e /usr/share/java/zookeeper.jar ] || { echo "zookeeper not installed: issuer bench skipped"; continue; }
+    mkdir -p "$B/zookeeper"
+    printf 'tickTime=2000\ndataDir=%s\nclientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n' \
+      "$B/zookeeper/data" $ZK_PORT >"$B/zookeeper/zoo.cfg"
+    java -Xmx256m -XX:+UseSerialGC -cp /usr/share/java/zookeeper.jar \
+      org.apache.zookeeper.server.ZooKeeperServerMain "$B/zookeeper/zoo.cfg" >"$B/zookeeper/zookeeper.log" 2>&1 &
+    pids+=($!)
+    wait_tcp $ZK_PORT
+  fi
+  { cat "$B/origin.yaml"; echo "issuer: {backend: $backend, zookeeper: {hosts: [\"127.0.0.1:$ZK_PORT\"]}}"; } >"$B/origin-$backend.yaml"
+  "$BIN" -c "$B/origin-$backend.yaml" bench issuer --concurrency 16 --seconds 5 | tee -a "$R"
+done
 # Click rollups through the consumer's apply: 1 and 4 batches in flight.
 for c in 1 4; do
   "$BIN" -c "$B/origin.yaml" bench rollups --concurrency $c --seconds "$SECS" | tee -a "$R"

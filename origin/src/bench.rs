@@ -1,7 +1,8 @@
 //! `shorturl-origin bench`: measurements that anchor `docs/perf.md`.
 //! Not tests: nothing here asserts a speed.
 //!
-//! - `issuer`: ids/s handed out by the issuer over the real MySQL counter.
+//! - `issuer`: ids/s handed out by the issuer over the configured
+//!   backend's counter (`issuer.backend`; the counter is named `bench`).
 //! - `raw-claims`: the raw capacity of the same MariaDB for durable
 //!   single-row claims (one autocommit `UPDATE ... WHERE id = ? AND state = free`
 //!   per claim, `concurrency` connections), the figure group commit must beat.
@@ -11,7 +12,7 @@
 //!   input, docs/scaling.md).
 
 use crate::config::Config;
-use crate::issuer::counter::MysqlCounter;
+use crate::issuer::counter;
 use crate::issuer::Issuer;
 use crate::metrics::Metrics;
 use crate::store::RowState;
@@ -27,6 +28,10 @@ pub enum BenchError {
     Unknown(String),
     #[error("raw-claims needs pre-generated rows (pregen first)")]
     NoRows,
+    #[error("redis: {0}")]
+    Redis(#[source] redis::RedisError),
+    #[error("issuer.zookeeper.hosts: required with issuer.backend: zookeeper")]
+    NoZooKeeper,
     #[error("mysql: {0}")]
     Mysql(#[from] mysql_async::Error),
     #[error("metrics: {0}")]
@@ -102,9 +107,20 @@ pub async fn run(
     let (count, elapsed) = match what {
         "issuer" => {
             let metrics = Arc::new(Metrics::new()?);
-            let counter = MysqlCounter::new(pool.clone(), "bench".into());
+            // The configured backend's counter, named `bench`.
+            let cache = crate::cache::Cache::new(cfg.redis.clone(), Arc::clone(&metrics))
+                .map_err(BenchError::Redis)?;
+            let counter = counter::open(
+                cfg.issuer.backend,
+                &cfg.issuer,
+                "bench",
+                &pool,
+                cache.connection(),
+                0,
+            )
+            .ok_or(BenchError::NoZooKeeper)?;
             let issuer = Issuer::new(
-                Box::new(counter),
+                counter,
                 cfg.issuer.block,
                 cfg.issuer.low_water,
                 u64::MAX,
@@ -198,8 +214,13 @@ pub async fn run(
         other => return Err(BenchError::Unknown(other.to_owned())),
     };
     let rate = count as f64 / elapsed.as_secs_f64().max(1e-9);
+    // The issuer's figure depends on its counter's backend: named.
+    let backend = match what {
+        "issuer" => format!(",\"backend\":\"{:?}\"", cfg.issuer.backend).to_lowercase(),
+        _ => String::new(),
+    };
     println!(
-        "{{\"bench\":\"{what}\",\"concurrency\":{concurrency},\"seconds\":{:.2},\"count\":{count},\"per_sec\":{rate:.0}}}",
+        "{{\"bench\":\"{what}\"{backend},\"concurrency\":{concurrency},\"seconds\":{:.2},\"count\":{count},\"per_sec\":{rate:.0}}}",
         elapsed.as_secs_f64()
     );
     let _ = pool.disconnect().await;

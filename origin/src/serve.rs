@@ -17,8 +17,7 @@ use crate::config::{Config, CounterBackend};
 use crate::conn::{ConnMetrics, Drain, Listener};
 use crate::health::MysqlHealth;
 use crate::http::{router, AppState};
-use crate::issuer::counter::{Counter, MysqlCounter, RedisCounter};
-use crate::issuer::zookeeper::ZooKeeperCounter;
+use crate::issuer::counter;
 use crate::issuer::Issuer;
 use crate::lifecycle::{holder_id, Reaper};
 use crate::links::{Links, Parts};
@@ -121,33 +120,24 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
     let cache =
         Cache::new(cfg.redis.clone(), Arc::clone(&metrics)).map_err(ServeError::RedisUrl)?;
     tracing::info!(redis = %cfg.redis.topology.describe(), "redis");
-    let counter: Box<dyn Counter> = match cfg.issuer.backend {
-        CounterBackend::Mysql => Box::new(MysqlCounter::new(pool.clone(), cfg.issuer.name.clone())),
-        CounterBackend::Redis => {
-            let floor = shards
-                .highest_used_id()
-                .await
-                .map_err(ServeError::IssuerFloor)?;
-            Box::new(RedisCounter::new(
-                cache.connection(),
-                &cfg.issuer.name,
-                floor,
-            ))
-        }
-        CounterBackend::ZooKeeper => {
-            let floor = shards
-                .highest_used_id()
-                .await
-                .map_err(ServeError::IssuerFloor)?;
-            let zk = cfg
-                .issuer
-                .zookeeper
-                .clone()
-                .ok_or(ServeError::NoZooKeeper)?;
-            tracing::info!(hosts = %zk.hosts, root = %zk.root, "issuer counter in zookeeper");
-            Box::new(ZooKeeperCounter::new(zk, &cfg.issuer.name, floor))
-        }
+    // The Redis and ZooKeeper counters start above every id already used.
+    let floor = match cfg.issuer.backend {
+        CounterBackend::Mysql => 0,
+        _ => shards
+            .highest_used_id()
+            .await
+            .map_err(ServeError::IssuerFloor)?,
     };
+    let counter = counter::open(
+        cfg.issuer.backend,
+        &cfg.issuer,
+        &cfg.issuer.name,
+        &pool,
+        cache.connection(),
+        floor,
+    )
+    .ok_or(ServeError::NoZooKeeper)?;
+    tracing::info!(backend = counter.kind(), floor, "issuer counter");
     let issuer = Issuer::with_boundaries(
         counter,
         cfg.issuer.block,

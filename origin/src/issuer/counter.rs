@@ -1,6 +1,7 @@
 //! Durable counters that hand out id blocks. Each call moves the counter by
 //! a whole block, so the counter sees 1/block of the creation rate.
 
+use crate::config::{CounterBackend, IssuerConfig};
 use futures::future::BoxFuture;
 use mysql_async::prelude::*;
 use mysql_async::Pool;
@@ -24,6 +25,29 @@ pub enum CounterError {
     ZooKeeperContended(u32),
     #[error("counter returned {got}, below one block of {block}")]
     BelowBlock { got: u64, block: u64 },
+}
+
+/// The counter named `cfg.name` on `backend` (the configured one, or another
+/// for `issuer migrate`); `floor` is the highest id known to be used, under
+/// which the Redis and ZooKeeper counters never hand out a block. `None`:
+/// the ZooKeeper backend without `issuer.zookeeper`.
+pub fn open(
+    backend: CounterBackend,
+    cfg: &IssuerConfig,
+    name: &str,
+    mysql: &Pool,
+    redis: RedisConn,
+    floor: u64,
+) -> Option<Box<dyn Counter>> {
+    Some(match backend {
+        CounterBackend::Mysql => Box::new(MysqlCounter::new(mysql.clone(), name.to_owned())),
+        CounterBackend::Redis => Box::new(RedisCounter::new(redis, name, floor)),
+        CounterBackend::ZooKeeper => Box::new(super::zookeeper::ZooKeeperCounter::new(
+            cfg.zookeeper.clone()?,
+            name,
+            floor,
+        )),
+    })
 }
 
 /// A durable, atomic counter.

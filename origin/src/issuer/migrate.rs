@@ -7,8 +7,7 @@
 //! never hand out an id twice, whichever way it goes; the command reads the
 //! destination back and fails if it is not at least there.
 
-use super::counter::{Counter, CounterError, MysqlCounter, RedisCounter};
-use super::zookeeper::ZooKeeperCounter;
+use super::counter::{self, Counter, CounterError};
 use crate::cache::Cache;
 use crate::config::{Config, CounterBackend};
 use crate::metrics::Metrics;
@@ -71,23 +70,16 @@ pub async fn run(
     let floor = shards.highest_used_id().await?;
     let metrics = Arc::new(Metrics::new()?);
     let cache = Cache::new(cfg.redis.clone(), metrics).map_err(MigrateError::Redis)?;
-    let open = |backend| -> Result<Box<dyn Counter>, MigrateError> {
-        Ok(match backend {
-            CounterBackend::Mysql => {
-                Box::new(MysqlCounter::new(pool.clone(), cfg.issuer.name.clone()))
-            }
-            CounterBackend::Redis => {
-                Box::new(RedisCounter::new(cache.connection(), &cfg.issuer.name, 0))
-            }
-            CounterBackend::ZooKeeper => {
-                let zk = cfg
-                    .issuer
-                    .zookeeper
-                    .clone()
-                    .ok_or(MigrateError::NoZooKeeper)?;
-                Box::new(ZooKeeperCounter::new(zk, &cfg.issuer.name, 0))
-            }
-        })
+    let open = |backend| {
+        counter::open(
+            backend,
+            &cfg.issuer,
+            &cfg.issuer.name,
+            &pool,
+            cache.connection(),
+            0,
+        )
+        .ok_or(MigrateError::NoZooKeeper)
     };
     let (src, dst) = (open(from)?, open(to)?);
     let failed = |c: &dyn Counter| {
