@@ -8,12 +8,15 @@
 //! behind (a new ensemble, a deleted znode) never walks back over issued
 //! ids.
 //!
-//! Faults: a call fails (and the issuer answers `503 issuer_unavailable`
-//! once its held block is spent) while no member answers; the client
-//! reconnects by itself, and a session that expired is replaced on the next
-//! call. A write whose answer was lost (the connection dropped after the
-//! ensemble applied it) is never retried blindly: the next call reads the
-//! new value, so that block is skipped, never handed out twice.
+//! Faults: a call fails (and the issuer answers 503 `unavailable` once its
+//! held block is spent) while no member answers; the client reconnects by
+//! itself, and a session that expired is replaced on the next call. A write
+//! whose answer was lost (the connection dropped around it) is read back:
+//! each write carries a tag of its own after the value, so the znode still
+//! at the old version means not written (retried), holding exactly this
+//! write means ours (kept). Only when another write followed it is the
+//! outcome unknown: the call fails and the next one reads the new value,
+//! so that block may be skipped, never handed out twice.
 
 use super::counter::{Counter, CounterError};
 use crate::config::ZooKeeperConfig;
@@ -31,6 +34,44 @@ pub struct ZooKeeperCounter {
     path: String,
     floor: AtomicU64,
     client: tokio::sync::Mutex<Option<zk::Client>>,
+    /// This process's tag in the values it writes (random), and its writes
+    /// so far: together unique to each write.
+    writer: u64,
+    writes: AtomicU64,
+}
+
+/// Whether a compare-and-set whose answer was lost was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applied {
+    Yes,
+    No,
+    /// Another write came after it or instead of it: if it was ours, that
+    /// block is skipped (never handed out twice).
+    Unknown,
+}
+
+/// From a read after the lost answer of a write of `written` expecting
+/// `version`: the znode still at `version` was not written; holding
+/// exactly `written` (a value no other write carries) it was ours.
+fn applied(written: &[u8], version: i32, now: &[u8], now_version: i32) -> Applied {
+    if now_version == version {
+        Applied::No
+    } else if now == written {
+        Applied::Yes
+    } else {
+        Applied::Unknown
+    }
+}
+
+/// The counter's value: the number before the writer's tag (or alone, as a
+/// new counter and older writers keep it).
+fn value_of(data: &[u8]) -> Option<u64> {
+    std::str::from_utf8(data)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl ZooKeeperCounter {
@@ -41,6 +82,8 @@ impl ZooKeeperCounter {
             cfg,
             floor: floor.into(),
             client: tokio::sync::Mutex::new(None),
+            writer: rand::random(),
+            writes: AtomicU64::new(0),
         }
     }
 
@@ -81,21 +124,40 @@ impl ZooKeeperCounter {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let value = std::str::from_utf8(&data)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .ok_or_else(|| CounterError::ZooKeeperValue(self.path.clone()))?;
+            let value =
+                value_of(&data).ok_or_else(|| CounterError::ZooKeeperValue(self.path.clone()))?;
             let next = value.max(self.floor.load(Ordering::Relaxed)) + n;
-            match c
-                .set_data(&self.path, next.to_string().as_bytes(), Some(stat.version))
+            // The value, then a tag no other write carries: a write whose
+            // answer is lost can be recognised when read back.
+            let written = format!(
+                "{next} {}-{}",
+                self.writer,
+                self.writes.fetch_add(1, Ordering::Relaxed)
+            );
+            let outcome = match c
+                .set_data(&self.path, written.as_bytes(), Some(stat.version))
                 .await
             {
-                Ok(_) => {
+                Ok(_) => Applied::Yes,
+                Err(zk::Error::BadVersion) => Applied::No,
+                Err(e) => match c.get_data(&self.path).await {
+                    // The answer was lost: read what is there now.
+                    Ok((now, now_stat)) => {
+                        match applied(written.as_bytes(), stat.version, &now, now_stat.version) {
+                            Applied::Unknown => return Err(e.into()),
+                            known => known,
+                        }
+                    }
+                    Err(_) => return Err(e.into()),
+                },
+            };
+            match outcome {
+                Applied::Yes => {
                     self.floor.fetch_max(next, Ordering::Relaxed);
                     return Ok(next);
                 }
-                Err(zk::Error::BadVersion) => continue,
-                Err(e) => return Err(e.into()),
+                // Nothing written: read again and retry.
+                Applied::No | Applied::Unknown => continue,
             }
         }
         Err(CounterError::ZooKeeperContended(MAX_ATTEMPTS))
@@ -134,5 +196,31 @@ impl Counter for ZooKeeperCounter {
 
     fn kind(&self) -> &'static str {
         "zookeeper"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{applied, value_of, Applied};
+
+    #[test]
+    fn a_lost_answer_is_settled_by_reading_back() {
+        let ours = b"1200 7-3";
+        // Still at the version the write expected: it was not applied.
+        assert_eq!(applied(ours, 5, b"1100 9-1", 5), Applied::No);
+        // The write itself is there: it was applied.
+        assert_eq!(applied(ours, 5, ours, 6), Applied::Yes);
+        // Another write after (or instead of) it: not known.
+        assert_eq!(applied(ours, 5, b"1300 9-2", 7), Applied::Unknown);
+        assert_eq!(applied(ours, 5, b"1200 9-2", 6), Applied::Unknown);
+    }
+
+    #[test]
+    fn values_are_read_with_or_without_a_tag() {
+        assert_eq!(value_of(b"0"), Some(0));
+        assert_eq!(value_of(b"1200 7-3"), Some(1200));
+        assert_eq!(value_of(b" 42\n"), Some(42));
+        assert_eq!(value_of(b"x 7-3"), None);
+        assert_eq!(value_of(b""), None);
     }
 }
