@@ -104,6 +104,8 @@ pub async fn run(
     let pool = crate::db::pool(&cfg.mysql)?;
     crate::schema::migrate(&pool).await?;
     let dur = Duration::from_secs(seconds.max(1));
+    // The issuer's figure depends on its counter's backend: named.
+    let mut backend = String::new();
     let (count, elapsed) = match what {
         "issuer" => {
             let metrics = Arc::new(Metrics::new()?);
@@ -119,6 +121,7 @@ pub async fn run(
                 0,
             )
             .ok_or(BenchError::NoZooKeeper)?;
+            backend = format!(",\"backend\":\"{}\"", counter.kind());
             let issuer = Issuer::new(
                 counter,
                 cfg.issuer.block,
@@ -214,11 +217,6 @@ pub async fn run(
         other => return Err(BenchError::Unknown(other.to_owned())),
     };
     let rate = count as f64 / elapsed.as_secs_f64().max(1e-9);
-    // The issuer's figure depends on its counter's backend: named.
-    let backend = match what {
-        "issuer" => format!(",\"backend\":\"{:?}\"", cfg.issuer.backend).to_lowercase(),
-        _ => String::new(),
-    };
     println!(
         "{{\"bench\":\"{what}\"{backend},\"concurrency\":{concurrency},\"seconds\":{:.2},\"count\":{count},\"per_sec\":{rate:.0}}}",
         elapsed.as_secs_f64()

@@ -18,6 +18,72 @@ async fn create_fresh(o: &Origin) -> (u16, serde_json::Value) {
         .await
 }
 
+/// `n` origins on one database and Redis, with `yaml` in their config; the
+/// first pre-generates `pregen` codes.
+fn start_origins(url: &str, redis: &Redis, n: usize, pregen: u64, yaml: &str) -> Vec<Origin> {
+    (0..n)
+        .map(|i| {
+            let mut o = OriginOpts::new(url.to_owned(), redis.url());
+            o.pregen = if i == 0 { pregen } else { 0 };
+            o.extra_yaml = yaml.to_owned();
+            Origin::start(o)
+        })
+        .collect()
+}
+
+/// The `issuer:` section of the ZooKeeper backend on `hosts` (a connect
+/// string), with more `issuer` lines and `zookeeper` fields.
+fn zookeeper_issuer(hosts: &str, issuer: &str, zookeeper: &str) -> String {
+    let hosts: Vec<String> = hosts.split(',').map(|h| format!("'{h}'")).collect();
+    format!(
+        "issuer:\n  backend: zookeeper\n{issuer}  zookeeper: {{hosts: [{}], {zookeeper}}}\n",
+        hosts.join(", ")
+    )
+}
+
+/// Creates through `o` (the counter down) until it answers 503, at most
+/// `max` issued before (its block); each code issued goes into `all`, never
+/// twice. Returns how many were issued and the 503's body.
+async fn issue_until_unavailable(
+    o: &Origin,
+    all: &mut HashSet<String>,
+    max: usize,
+) -> (usize, serde_json::Value) {
+    let mut issued = 0;
+    loop {
+        let (status, v) = create_fresh(o).await;
+        match status {
+            201 => {
+                assert!(
+                    all.insert(v["code"].as_str().unwrap().to_owned()),
+                    "duplicate"
+                );
+                issued += 1;
+                assert!(issued <= max, "issued past its block");
+            }
+            503 => return (issued, v),
+            s => panic!("{s}: {v}"),
+        }
+    }
+}
+
+/// Creates through `o` (the counter back) until it issues again, 503s
+/// meanwhile, at most `tries` attempts 50 ms apart; the code goes into
+/// `all`, never twice.
+async fn issues_again(o: &Origin, all: &mut HashSet<String>, tries: usize) {
+    for _ in 0..tries {
+        let (status, v) = create_fresh(o).await;
+        if status == 201 {
+            let code = v["code"].as_str().unwrap().to_owned();
+            assert!(all.insert(code), "duplicate after the outage");
+            return;
+        }
+        assert_eq!(status, 503, "{v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no creation once the counter was back: {}", o.log());
+}
+
 /// Creates `n` links through `o` with `conc` concurrent clients; returns codes.
 async fn create_many(o: &Origin, tag: String, n: usize, conc: usize) -> Vec<String> {
     let mut tasks = Vec::new();
@@ -61,12 +127,7 @@ async fn four_origins_create_20k_links_without_a_duplicate_even_across_a_crash()
     let db = fresh_db("conc");
     let url = m.create_database(&db);
     let redis = Redis::start();
-    let mut origins = Vec::new();
-    for i in 0..4 {
-        let mut o = OriginOpts::new(url.clone(), redis.url());
-        o.pregen = if i == 0 { 30_000 } else { 0 };
-        origins.push(Origin::start(o));
-    }
+    let mut origins = start_origins(&url, &redis, 4, 30_000, "");
     // Phase 1: 4 x 4000 concurrently.
     let mut all: Vec<String> = Vec::new();
     let results = futures::future::join_all(
@@ -195,17 +256,12 @@ async fn zookeeper_counter_backend_issues_unique_ids_across_four_origins_and_an_
     let url = m.create_database(&fresh_db("zk"));
     let redis = Redis::start();
     let mut zk = ZooKeeper::start();
-    let yaml = format!(
-        "issuer:\n  backend: zookeeper\n  zookeeper: {{hosts: ['{}'], root: /it/issuer, session_timeout_ms: 4000}}\n",
-        zk.hosts()
+    let yaml = zookeeper_issuer(
+        &zk.hosts(),
+        "",
+        "root: /it/issuer, session_timeout_ms: 4000",
     );
-    let mut origins = Vec::new();
-    for i in 0..4 {
-        let mut o = OriginOpts::new(url.clone(), redis.url());
-        o.pregen = if i == 0 { 25_000 } else { 0 };
-        o.extra_yaml = yaml.clone();
-        origins.push(Origin::start(o));
-    }
+    let origins = start_origins(&url, &redis, 4, 25_000, &yaml);
     let runs = origins
         .iter()
         .enumerate()
@@ -224,28 +280,9 @@ async fn zookeeper_counter_backend_issues_unique_ids_across_four_origins_and_an_
 
     // ZooKeeper down: the block in hand is issued, then 503 with Retry-After.
     zk.stop();
-    let mut issued_while_down = 0;
-    loop {
-        let (status, v) = a
-            .create(json!({"url": format!("https://load.example/down/{issued_while_down}")}))
-            .await;
-        match status {
-            201 => {
-                assert!(
-                    all.insert(v["code"].as_str().unwrap().to_owned()),
-                    "duplicate"
-                );
-                issued_while_down += 1;
-                assert!(issued_while_down <= 100, "issued past its block");
-            }
-            503 => {
-                assert_eq!(v["error"], "unavailable", "{v}");
-                assert!(v["message"].as_str().unwrap().contains("id counter"), "{v}");
-                break;
-            }
-            s => panic!("{s}: {v}"),
-        }
-    }
+    let (_, v) = issue_until_unavailable(a, &mut all, 100).await;
+    assert_eq!(v["error"], "unavailable", "{v}");
+    assert!(v["message"].as_str().unwrap().contains("id counter"), "{v}");
     let r = a
         .http
         .post(a.url("/api/v1/links"))
@@ -259,21 +296,8 @@ async fn zookeeper_counter_backend_issues_unique_ids_across_four_origins_and_an_
 
     // Back: every origin issues again, nothing twice.
     zk.restart();
-    for (i, o) in origins.iter().enumerate() {
-        let mut code = None;
-        for _ in 0..600 {
-            let (status, v) = o
-                .create(json!({"url": format!("https://load.example/back{i}")}))
-                .await;
-            if status == 201 {
-                code = v["code"].as_str().map(str::to_owned);
-                break;
-            }
-            assert_eq!(status, 503, "{v}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let code = code.expect("the origin issues again once ZooKeeper is back");
-        assert!(all.insert(code), "duplicate after the outage");
+    for o in &origins {
+        issues_again(o, &mut all, 600).await;
     }
 }
 
@@ -289,17 +313,12 @@ async fn zookeeper_issuer_replaces_an_expired_session() {
     let url = m.create_database(&fresh_db("zks"));
     let redis = Redis::start();
     let zk = ZooKeeper::start();
-    let yaml = format!(
-        "issuer:\n  backend: zookeeper\n  block: 20\n  low_water: 5\n  zookeeper: {{hosts: ['{}'], session_timeout_ms: 2000}}\n",
-        zk.hosts()
+    let yaml = zookeeper_issuer(
+        &zk.hosts(),
+        "  block: 20\n  low_water: 5\n",
+        "session_timeout_ms: 2000",
     );
-    let mut origins = Vec::new();
-    for i in 0..2 {
-        let mut o = OriginOpts::new(url.clone(), redis.url());
-        o.pregen = if i == 0 { 10_000 } else { 0 };
-        o.extra_yaml = yaml.clone();
-        origins.push(Origin::start(o));
-    }
+    let origins = start_origins(&url, &redis, 2, 10_000, &yaml);
     let mut all: HashSet<String> = HashSet::new();
     for o in &origins {
         for _ in 0..50 {
@@ -311,35 +330,11 @@ async fn zookeeper_issuer_replaces_an_expired_session() {
     zk.pause();
     // Until each origin's block is spent and its next call timed out.
     for o in &origins {
-        loop {
-            let (status, v) = create_fresh(o).await;
-            if status == 503 {
-                break;
-            }
-            assert_eq!(status, 201, "{v}");
-            assert!(
-                all.insert(v["code"].as_str().unwrap().to_owned()),
-                "duplicate"
-            );
-        }
+        issue_until_unavailable(o, &mut all, usize::MAX).await;
     }
     zk.resume();
     for o in &origins {
-        let mut back = false;
-        for _ in 0..400 {
-            let (status, v) = create_fresh(o).await;
-            if status == 201 {
-                assert!(
-                    all.insert(v["code"].as_str().unwrap().to_owned()),
-                    "duplicate"
-                );
-                back = true;
-                break;
-            }
-            assert_eq!(status, 503, "{v}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(back, "no creation after ZooKeeper went on: {}", o.log());
+        issues_again(o, &mut all, 400).await;
     }
     // Blocks of 20: what the two origins issued spans at most the blocks
     // they used plus one lost answer each.
@@ -366,18 +361,12 @@ async fn zookeeper_issuer_rides_out_the_loss_of_the_ensemble_leader() {
     let url = m.create_database(&fresh_db("zke"));
     let redis = Redis::start();
     let mut zk = ZooKeeperEnsemble::start();
-    let hosts: Vec<String> = zk.hosts().split(',').map(|h| format!("'{h}'")).collect();
-    let yaml = format!(
-        "issuer:\n  backend: zookeeper\n  block: 20\n  low_water: 5\n  zookeeper: {{hosts: [{}], session_timeout_ms: 10000}}\n",
-        hosts.join(", ")
+    let yaml = zookeeper_issuer(
+        &zk.hosts(),
+        "  block: 20\n  low_water: 5\n",
+        "session_timeout_ms: 10000",
     );
-    let mut origins = Vec::new();
-    for i in 0..2 {
-        let mut o = OriginOpts::new(url.clone(), redis.url());
-        o.pregen = if i == 0 { 10_000 } else { 0 };
-        o.extra_yaml = yaml.clone();
-        origins.push(Origin::start(o));
-    }
+    let origins = start_origins(&url, &redis, 2, 10_000, &yaml);
     let (a, b) = (&origins[0], &origins[1]);
     let runs = async {
         tokio::join!(

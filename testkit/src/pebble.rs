@@ -120,12 +120,7 @@ impl Pebble {
 
     /// Kills Pebble (SIGKILL); the DNS server keeps running.
     pub fn stop(&mut self) {
-        if let Some(mut p) = self.proc.take() {
-            p.kill();
-        }
-        crate::wait::wait_for("pebble port to close", Duration::from_secs(30), || {
-            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
-        });
+        Proc::kill_listener(&mut self.proc, self.port, "pebble", Duration::from_secs(30));
     }
 
     /// (Re)starts Pebble on the same ports: a fresh CA with no state (new

@@ -96,6 +96,22 @@ impl Proc {
         }
     }
 
+    /// SIGKILL (when `proc` runs), then wait until nothing accepts on
+    /// 127.0.0.1:`port`: a server gone as a crash leaves it.
+    pub fn kill_listener(
+        proc: &mut Option<Proc>,
+        port: u16,
+        name: &str,
+        timeout: std::time::Duration,
+    ) {
+        if let Some(mut p) = proc.take() {
+            p.kill();
+        }
+        crate::wait::wait_for(&format!("{name} port to close"), timeout, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        });
+    }
+
     /// SIGTERM, then wait for exit (SIGKILL after `grace`). Returns the exit code if any.
     pub fn terminate(&mut self, grace: std::time::Duration) -> Option<i32> {
         let mut c = self.child.take()?;

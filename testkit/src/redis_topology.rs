@@ -66,13 +66,7 @@ impl Node {
     }
 
     fn kill(&mut self) {
-        if let Some(mut p) = self.proc.take() {
-            p.kill();
-        }
-        let port = self.port;
-        wait_for("redis port to close", START_TIMEOUT, || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
-        });
+        Proc::kill_listener(&mut self.proc, self.port, "redis", START_TIMEOUT);
     }
 
     fn running(&self) -> bool {

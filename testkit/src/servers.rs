@@ -67,12 +67,7 @@ impl Redis {
 
     /// Kills the server (SIGKILL): a crash, as far as clients can tell.
     pub fn stop(&mut self) {
-        if let Some(mut p) = self.proc.take() {
-            p.kill();
-        }
-        crate::wait::wait_for("redis port to close", START_TIMEOUT, || {
-            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
-        });
+        Proc::kill_listener(&mut self.proc, self.port, "redis", START_TIMEOUT);
     }
 
     /// Freezes the server (SIGSTOP): connections stay open and nothing is
@@ -279,12 +274,7 @@ impl MariaDb {
 
     /// Kills the server (SIGKILL: InnoDB recovers on restart).
     pub fn stop(&mut self) {
-        if let Some(mut p) = self.proc.take() {
-            p.kill();
-        }
-        wait_for("mariadb port to close", START_TIMEOUT, || {
-            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
-        });
+        Proc::kill_listener(&mut self.proc, self.port, "mariadb", START_TIMEOUT);
     }
 
     /// (Re)starts the server on the same port and datadir.
@@ -343,10 +333,7 @@ const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 impl ZooKeeper {
     /// Starts a server and waits until it answers `ruok`.
     pub fn start() -> ZooKeeper {
-        assert!(
-            Path::new(ZOOKEEPER_JAR).exists(),
-            "ZooKeeper is not installed: run `make deps` (apt-get install zookeeper)"
-        );
+        require_zookeeper();
         let mut z = ZooKeeper {
             port: free_port(),
             dir: TempDir::new("zookeeper"),
@@ -368,12 +355,7 @@ impl ZooKeeper {
 
     /// Kills the server (SIGKILL) and waits until its port is closed.
     pub fn stop(&mut self) {
-        if let Some(mut p) = self.proc.take() {
-            p.kill();
-        }
-        wait_for("zookeeper port to close", START_TIMEOUT, || {
-            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
-        });
+        Proc::kill_listener(&mut self.proc, self.port, "zookeeper", START_TIMEOUT);
     }
 
     /// Freezes the server (SIGSTOP): connections stay open, nothing is
@@ -403,15 +385,29 @@ impl ZooKeeper {
             self.port
         );
         std::fs::write(&cfg, conf).expect("write zoo.cfg");
-        let mut cmd = Command::new("java");
-        cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_JAR])
-            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-            .arg(&cfg);
+        let cmd = zookeeper_cmd("org.apache.zookeeper.server.ZooKeeperServerMain", &cfg);
         let log = self.dir.path().join("zookeeper.log");
         self.proc = Some(spawn("zookeeper", cmd, &log));
         let port = self.port;
         wait_for("zookeeper to answer ruok", START_TIMEOUT, || ruok(port));
     }
+}
+
+fn require_zookeeper() {
+    assert!(
+        Path::new(ZOOKEEPER_JAR).exists(),
+        "ZooKeeper is not installed: run `make deps` (apt-get install zookeeper)"
+    );
+}
+
+/// `java` running ZooKeeper's `main` class (standalone or quorum member)
+/// on the config file `cfg`, with a small heap.
+fn zookeeper_cmd(main: &str, cfg: &Path) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_JAR])
+        .arg(main)
+        .arg(cfg);
+    cmd
 }
 
 /// Whether the server on `port` answers the `ruok` command with `imok`.
@@ -442,10 +438,7 @@ pub struct ZooKeeperEnsemble {
 impl ZooKeeperEnsemble {
     /// Starts three members and waits until each is a leader or follower.
     pub fn start() -> ZooKeeperEnsemble {
-        assert!(
-            Path::new(ZOOKEEPER_JAR).exists(),
-            "ZooKeeper is not installed: run `make deps` (apt-get install zookeeper)"
-        );
+        require_zookeeper();
         let dir = TempDir::new("zk-ensemble");
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let quorum: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
@@ -467,10 +460,7 @@ impl ZooKeeperEnsemble {
                 data.display()
             );
             std::fs::write(&cfg, conf).expect("write zoo.cfg");
-            let mut cmd = Command::new("java");
-            cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_JAR])
-                .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-                .arg(&cfg);
+            let cmd = zookeeper_cmd("org.apache.zookeeper.server.quorum.QuorumPeerMain", &cfg);
             members.push(Some(spawn(
                 &format!("zookeeper-{}", i + 1),
                 cmd,
@@ -516,13 +506,12 @@ impl ZooKeeperEnsemble {
 
     /// Kills member `i` (SIGKILL) and waits until its client port is closed.
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut p) = self.members[i].take() {
-            p.kill();
-        }
-        let port = self.ports[i];
-        wait_for("an ensemble member's port to close", START_TIMEOUT, || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
-        });
+        Proc::kill_listener(
+            &mut self.members[i],
+            self.ports[i],
+            "an ensemble member's",
+            START_TIMEOUT,
+        );
     }
 
     /// Where the members keep their data and logs.
