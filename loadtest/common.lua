@@ -53,6 +53,13 @@ function M.get_requests(codes, host, suffix)
   if os.getenv("LOADTEST_CLOSE") == "1" then
     headers["Connection"] = "close"
   end
+  if os.getenv("LOADTEST_BROWSER") == "1" then
+    -- edge-hot-rules: a desktop browser in English behind a trusted proxy,
+    -- client 8.8.8.8 (US in the country database).
+    headers["User-Agent"] = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/126.0 Safari/537.36"
+    headers["Accept-Language"] = "en-US,en;q=0.9"
+    headers["X-Forwarded-For"] = "8.8.8.8"
+  end
   for i, c in ipairs(codes) do
     reqs[i] = wrk.format("GET", "/" .. c .. (suffix or ""), headers)
   end

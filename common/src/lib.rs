@@ -16,6 +16,7 @@ pub mod failpoint;
 pub mod host;
 pub mod inval;
 pub mod keys;
+pub mod link_rules;
 pub mod pages;
 pub mod record;
 pub mod redirect;
@@ -29,5 +30,6 @@ pub mod tls;
 pub mod tls_seal;
 
 /// Version of the wire contract (record format, invalidation channel, HTTP
-/// API, status JSON). 2: versioned records and invalidation messages.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// API, status JSON). 2: versioned records and invalidation messages; 3:
+/// link options (rules) in protocol 3 records.
+pub const PROTOCOL_VERSION: u32 = 3;

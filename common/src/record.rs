@@ -17,11 +17,19 @@
 //! Readers also accept the protocol 1 forms `1 <expires_at> <domain> <url>`
 //! and `-`, as version 0, so a rolling upgrade can meet values written by
 //! older origins.
+//!
+//! A link with options (link rules, protocol 3) is
+//! `3 <version> <expires_at> <domain> <url> <options>`, the options compact
+//! JSON ([`crate::link_rules`]); a link without keeps the protocol 2 line.
 
+use crate::link_rules::LinkOptions;
 use crate::time::now_unix;
+use std::sync::Arc;
 
 /// Leading field of a protocol 2 record.
 pub const RECORD_VERSION: &str = "2";
+/// Leading field of a protocol 3 record (a link with options).
+pub const OPTIONS_RECORD_VERSION: &str = "3";
 /// Leading field of a protocol 1 record (read as version 0, never written).
 pub const LEGACY_RECORD_VERSION: &str = "1";
 /// The protocol 1 negative record (read as version 0, never written).
@@ -38,6 +46,8 @@ pub struct Record {
     pub domain: String,
     /// The long URL (absolute http/https, no whitespace).
     pub url: String,
+    /// The link's options (rules, forwarding, fallback); `None`: a plain link.
+    pub options: Option<Arc<LinkOptions>>,
 }
 
 /// What a record string says about a code.
@@ -72,10 +82,15 @@ fn digits(s: &str) -> Result<u64, MalformedRecord> {
 }
 
 impl Record {
-    /// Serialises to the protocol 2 line format.
+    /// Serialises to the protocol 2 line format, or 3 with options.
     pub fn encode(&self) -> String {
+        let options = self.options.as_deref().filter(|o| !o.is_empty());
         let mut s = String::with_capacity(48 + self.domain.len() + self.url.len());
-        s.push_str(RECORD_VERSION);
+        s.push_str(if options.is_some() {
+            OPTIONS_RECORD_VERSION
+        } else {
+            RECORD_VERSION
+        });
         s.push(' ');
         s.push_str(&self.version.to_string());
         s.push(' ');
@@ -84,6 +99,10 @@ impl Record {
         s.push_str(&self.domain);
         s.push(' ');
         s.push_str(&self.url);
+        if let Some(o) = options {
+            s.push(' ');
+            s.push_str(&o.encode());
+        }
         s
     }
 
@@ -100,6 +119,14 @@ impl Record {
     /// Seconds left before expiry (0 if already expired).
     pub fn remaining_secs(&self, now: u64) -> u64 {
         self.expires_at.saturating_sub(now)
+    }
+
+    /// True when the record answers even once expired: its options have
+    /// an expiry fallback (protocol 3.1.1).
+    pub fn has_fallback(&self) -> bool {
+        self.options
+            .as_ref()
+            .is_some_and(|o| o.expired_url.is_some())
     }
 
     /// True when this link may be served for a request whose normalised host is `host`.
@@ -122,6 +149,7 @@ impl Record {
             expires_at,
             domain: domain.to_owned(),
             url: url.to_owned(),
+            options: None,
         })
     }
 }
@@ -145,6 +173,22 @@ impl Lookup {
                     return Err(MalformedRecord);
                 };
                 Record::from_fields(digits(version)?, exp, domain, url).map(Lookup::Found)
+            }
+            Some((OPTIONS_RECORD_VERSION, rest)) => {
+                let mut parts = rest.splitn(5, ' ');
+                let (Some(version), Some(exp), Some(domain), Some(url), Some(opts)) = (
+                    parts.next(),
+                    parts.next(),
+                    parts.next(),
+                    parts.next(),
+                    parts.next(),
+                ) else {
+                    return Err(MalformedRecord);
+                };
+                let options = LinkOptions::decode(opts).ok_or(MalformedRecord)?;
+                let mut r = Record::from_fields(digits(version)?, exp, domain, url)?;
+                r.options = Some(Arc::new(options));
+                Ok(Lookup::Found(r))
             }
             Some((LEGACY_RECORD_VERSION, rest)) => {
                 let mut parts = rest.splitn(3, ' ');
@@ -187,6 +231,7 @@ mod tests {
             expires_at: 1_900_000_000,
             domain: "s.shop55.com".into(),
             url: "https://example.com/a b".replace(' ', "%20"),
+            options: None,
         };
         let line = r.encode();
         assert_eq!(
@@ -208,7 +253,8 @@ mod tests {
                 version: 0,
                 expires_at: 5,
                 domain: "d.com".into(),
-                url: "https://x/y".into()
+                url: "https://x/y".into(),
+                options: None,
             }))
         );
         assert_eq!(Lookup::decode("-"), Ok(Lookup::Negative(0)));
@@ -239,6 +285,9 @@ mod tests {
             "2 1 5 d.com https://x y",
             "2 1 5  https://x",
             "3 1 5 d.com https://x",
+            "3 1 5 d.com https://x {}x",
+            "3 1 5 d.com https://x {\"z\":1}",
+            "3 1 5 d.com https://x {\"f\":true} y",
             "1 x d.com https://x",
             "1 +5 d.com https://x",
             "1 5 d.com",
@@ -255,12 +304,34 @@ mod tests {
     }
 
     #[test]
+    fn options_make_a_protocol_3_record() {
+        let line =
+            r#"3 4 9 d.com https://x/ {"f":true,"r":[{"c":{"dev":["ios"]},"u":"https://i/"}]}"#;
+        let Ok(Lookup::Found(r)) = Lookup::decode(line) else {
+            panic!("not decoded")
+        };
+        assert_eq!((r.version, r.url.as_str()), (4, "https://x/"));
+        assert!(r
+            .options
+            .as_ref()
+            .is_some_and(|o| o.forward_query && o.rules.len() == 1));
+        assert_eq!(r.encode(), line);
+        // Empty options write protocol 2.
+        let plain = Record {
+            options: Some(Arc::default()),
+            ..r
+        };
+        assert_eq!(plain.encode(), "2 4 9 d.com https://x/");
+    }
+
+    #[test]
     fn expiry_and_binding() {
         let r = Record {
             version: 1,
             expires_at: 100,
             domain: "a.com".into(),
             url: "https://x".into(),
+            options: None,
         };
         assert!(!r.is_expired_at(99));
         assert!(r.is_expired_at(100));

@@ -180,6 +180,25 @@ pub struct EdgeStatus {
     /// module, which has no such split, and on edges that predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FastPathDim>,
+    /// The country database of the link rules (absent when none is
+    /// configured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geo: Option<GeoDim>,
+}
+
+/// The country database an edge reads (protocol 3.1.1 and section 6).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeoDim {
+    /// The configured file.
+    pub path: String,
+    /// Its metadata's `database_type`.
+    pub database_type: String,
+    /// Its metadata's `build_epoch` (Unix seconds) and that day (UTC).
+    pub build_epoch: u64,
+    pub build_date: String,
+    /// Loads (the first included) and files refused since the start.
+    pub loads: u64,
+    pub load_failures: u64,
 }
 
 /// Requests the fast path answered before any proxy session existed, and

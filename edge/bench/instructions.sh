@@ -18,8 +18,13 @@
 # line for binaries whose config format predates a key. PATH_KIND=redis
 # measures the Redis path instead: the memory cache at its smallest
 # (cache.max_bytes 4096, as the load test's edge-redis), no warm-up, and
-# REQUESTS counted as memory misses answered from Redis. Needs valgrind,
-# redis-server, wrk, curl.
+# REQUESTS counted as memory misses answered from Redis. RULES=1 gives
+# every record five link rules ending in a country rule (edge/bench/lib.sh),
+# BENCH_HEADERS=1 sends a browser's headers from behind a trusted proxy (the
+# edge gets `trusted_proxies` and the country database either way, so the
+# three runs RULES/BENCH_HEADERS 0/0, 0/1, 1/1 differ only in what they
+# name). Needs valgrind, redis-server, wrk, curl, scripts/deps.sh's
+# country database.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,25p' "$0"; exit 2; }
 PATH_KIND=${PATH_KIND:-memory}
@@ -38,6 +43,11 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh"
 status_field() { curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$EDGE_PORT/shorturl_status" | sed -n "s/.*\"local\":{[^}]*\"$1\":\\([0-9]*\\).*/\\1/p"; }
 
+GEO_LINES=""
+if [ -e /usr/local/share/shorturl/country.mmdb ] && [ "${GEO:-1}" = 1 ]; then
+  GEO_LINES='trusted_proxies: ["127.0.0.1/32"]
+  geo: { mmdb_path: /usr/local/share/shorturl/country.mmdb }'
+fi
 bench_redis "$REDIS_PORT" "$CODES"
 bench_wrk_scripts "$CODES"
 
@@ -63,6 +73,7 @@ edge:
   ${EDGE_LIMITS:-"limits: { unknown_per_ip_per_sec: 0, max_connections_per_ip: 0 }"}
   access_log: { path: off }
   $fp_line
+  $GEO_LINES
 YAML
   rm -f "$WORK"/callgrind.out.*
   RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \

@@ -6,12 +6,31 @@
 wait_tcp() { for _ in $(seq 1 $(( ${WAIT_TCP_SECS:-30} * 20 ))); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "no listener on $1" >&2; exit 1; }
 
 # bench_redis PORT N: Redis on PORT with N records, valid for a day.
+# RULES=1: each record carries five link rules (protocol 3.1.1) that a
+# bench request (BENCH_HEADERS=1) walks through to the last, a country
+# rule answered from the edge's country database.
+RULES_JSON='{"r":[{"c":{"app":["wechat"]},"u":"https://example.com/wechat"},{"c":{"dev":["ios"]},"u":"https://example.com/ios"},{"c":{"lang":["ja"]},"u":"https://example.com/ja"},{"c":{"q":["ref","x"]},"u":"https://example.com/ref"},{"c":{"cc":["US"]},"u":"https://example.com/us"}]}'
 bench_redis() {
   redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" --daemonize no >"$WORK/redis.log" 2>&1 &
   PIDS+=($!); wait_tcp "$1"
   local exp=$(( $(date +%s) + 86400 ))
-  awk -v ex="$exp" -v n="$2" 'BEGIN { for (i = 0; i < n; i++) printf "SET su:1:link:c%05d \"1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench\"\n", i, ex, i }' \
-    | redis-cli -p "$1" --pipe >/dev/null
+  if [ "${RULES:-0}" = 1 ]; then
+    awk -v ex="$exp" -v n="$2" -v rules="$RULES_JSON" 'BEGIN { gsub(/"/, "\\\"", rules); for (i = 0; i < n; i++) printf "SET su:1:link:c%05d \"3 1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench %s\"\n", i, ex, i, rules }' \
+      | redis-cli -p "$1" --pipe >/dev/null
+  else
+    awk -v ex="$exp" -v n="$2" 'BEGIN { for (i = 0; i < n; i++) printf "SET su:1:link:c%05d \"1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench\"\n", i, ex, i }' \
+      | redis-cli -p "$1" --pipe >/dev/null
+  fi
+}
+
+# The bench requests' headers: Host, and with BENCH_HEADERS=1 those of a
+# desktop browser in English behind a trusted proxy, client 8.8.8.8 (US).
+bench_headers() {
+  if [ "${BENCH_HEADERS:-0}" = 1 ]; then
+    printf '%s' '{ ["Host"] = "s.shop55.com", ["User-Agent"] = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/126.0 Safari/537.36", ["Accept-Language"] = "en-US,en;q=0.9", ["X-Forwarded-For"] = "8.8.8.8" }'
+  else
+    printf '%s' '{ ["Host"] = "s.shop55.com" }'
+  fi
 }
 
 # bench_wrk_scripts N: $WORK/sequential.lua (every code in turn, from the
@@ -22,13 +41,13 @@ local i = -1
 init = function(args) i = (tonumber(args[1]) or 0) - 1 end
 request = function()
   i = (i + 1) % $1
-  return wrk.format("GET", string.format("/c%05d", i), { ["Host"] = "s.shop55.com" })
+  return wrk.format("GET", string.format("/c%05d", i), $(bench_headers))
 end
 LUA
   cat >"$WORK/random.lua" <<LUA
 math.randomseed(42)
 request = function()
-  return wrk.format("GET", string.format("/c%05d", math.random(0, $1 - 1)), { ["Host"] = "s.shop55.com" })
+  return wrk.format("GET", string.format("/c%05d", math.random(0, $1 - 1)), $(bench_headers))
 end
 LUA
 }

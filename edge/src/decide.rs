@@ -3,15 +3,20 @@
 //! the fast path (`fast_path`) and the proxy (`proxy.rs`) each describe
 //! their request through [`Facts`], call [`decide`] and only render the
 //! [`Verdict`], so a redirect, a page and both transports cannot drift
-//! apart. Link rules extend this module and nothing else.
+//! apart. Link rules (protocol 3.1.1) extend this module and nothing else:
+//! a record with options has its destination chosen here
+//! ([`link_rules::choose`]); a plain one keeps its pre-serialised answer.
 
 use crate::cache::{AnswerRef, RecordRef};
 use crate::limits::Limits;
 use crate::net::ClientKey;
+use shorturl_common::link_rules::{self, Destination, Visitor};
+use std::borrow::Cow;
 
 /// What the decision may ask of a request. Each fact is computed only when
-/// a branch needs it: a redirect from memory reads the host alone.
-pub trait Facts {
+/// a branch needs it: a redirect from memory reads the host alone; the
+/// rules' facts ([`Visitor`]) are read only for a link with options.
+pub trait Facts: Visitor {
     /// The request's host without its port, as the protocol rules found it.
     fn host(&self) -> Option<&str>;
     /// The client's key in the per-client limiter (`None`: no address).
@@ -30,11 +35,37 @@ pub enum Source {
     Lookup,
 }
 
+/// Where a redirect goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target<'a> {
+    /// The record's own URL: its pre-serialised answer, when there is one.
+    Link,
+    /// A destination the link's options chose (a rule, a forwarded query,
+    /// the expiry fallback).
+    Chosen(Cow<'a, str>, Destination),
+}
+
+impl Target<'_> {
+    /// The `Location` of this target for record `rec`.
+    pub fn url<'r>(&'r self, rec: &RecordRef<'r>) -> &'r str {
+        match self {
+            Target::Link => rec.url,
+            Target::Chosen(u, _) => u,
+        }
+    }
+
+    /// True for the expiry fallback (no page is served for it).
+    pub fn is_fallback(&self) -> bool {
+        matches!(self, Target::Chosen(_, Destination::Expired))
+    }
+}
+
 /// What to answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict<'a> {
-    /// A live record bound to the request's host: its redirect (or page).
-    Redirect(RecordRef<'a>),
+    /// A record bound to the request's host that answers with a redirect
+    /// (live, or expired with a fallback): where to (or its page).
+    Redirect(RecordRef<'a>, Target<'a>),
     /// The protocol 404 (unknown, expired, another domain's). Rendering it
     /// spends the client's unknown-code budget ([`spend`]). `page`: a
     /// browser, whose 404 is the origin's page.
@@ -52,18 +83,31 @@ pub fn admit_lookup(facts: &impl Facts, limits: &Limits) -> bool {
     !over_budget(facts, limits)
 }
 
-/// The verdict for `answer` (from `source`) at `now` (unix seconds).
+/// The verdict for `answer` of `code` (from `source`) at `now` (unix
+/// seconds).
 #[inline]
 pub fn decide<'a>(
     answer: AnswerRef<'a>,
+    code: &str,
     source: Source,
     facts: &impl Facts,
     limits: &Limits,
     now: u64,
 ) -> Verdict<'a> {
     match answer {
-        AnswerRef::Found(rec) if !rec.is_expired_at(now) && bound(facts.host(), rec.domain) => {
-            Verdict::Redirect(rec)
+        AnswerRef::Found(rec) if bound(facts.host(), rec.domain) => {
+            let expired = rec.is_expired_at(now);
+            match rec.options {
+                None if !expired => Verdict::Redirect(rec, Target::Link),
+                None => not_found(facts),
+                Some(o) => match link_rules::choose(o, rec.url, expired, code, facts, now) {
+                    Some(c) if c.dest == Destination::Link && matches!(c.url, Cow::Borrowed(_)) => {
+                        Verdict::Redirect(rec, Target::Link)
+                    }
+                    Some(c) => Verdict::Redirect(rec, Target::Chosen(c.url, c.dest)),
+                    None => not_found(facts),
+                },
+            }
         }
         AnswerRef::Found(_) => not_found(facts),
         _ if source == Source::Memory && over_budget(facts, limits) => Verdict::TooMany,
@@ -109,6 +153,24 @@ mod tests {
         html: bool,
     }
 
+    impl Visitor for Req {
+        fn user_agent(&self) -> Option<&[u8]> {
+            Some(b"Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148")
+        }
+        fn accept_language(&self) -> Option<&[u8]> {
+            None
+        }
+        fn country(&self) -> Option<[u8; 2]> {
+            None
+        }
+        fn query(&self) -> Option<&str> {
+            Some("ref=tw")
+        }
+        fn split_key(&self) -> Option<String> {
+            self.client.map(link_rules::split_key)
+        }
+    }
+
     impl Facts for Req {
         fn host(&self) -> Option<&str> {
             self.host
@@ -145,6 +207,7 @@ mod tests {
             expires_at,
             domain,
             url: "https://example.com/x",
+            options: None,
         })
     }
 
@@ -160,8 +223,18 @@ mod tests {
         let l = limits(1);
         exhaust(&l, 1); // the budget never blocks a live link
         for source in [Source::Memory, Source::Lookup] {
-            let v = decide(record("s.shop55.com", NOW + 1), source, &req(), &l, NOW);
-            assert!(matches!(v, Verdict::Redirect(r) if r.version == 3), "{v:?}");
+            let v = decide(
+                record("s.shop55.com", NOW + 1),
+                "abc123",
+                source,
+                &req(),
+                &l,
+                NOW,
+            );
+            assert!(
+                matches!(v, Verdict::Redirect(r, Target::Link) if r.version == 3),
+                "{v:?}"
+            );
         }
     }
 
@@ -173,18 +246,26 @@ mod tests {
         };
         let v = decide(
             record("s.shop55.com", NOW + 1),
+            "abc123",
             Source::Memory,
             &r,
             &limits(0),
             NOW,
         );
-        assert!(matches!(v, Verdict::Redirect(_)), "{v:?}");
+        assert!(matches!(v, Verdict::Redirect(_, Target::Link)), "{v:?}");
     }
 
     #[test]
     fn an_expired_record_is_not_found_from_its_expiry_second() {
         let l = limits(0);
-        let v = decide(record("s.shop55.com", NOW), Source::Memory, &req(), &l, NOW);
+        let v = decide(
+            record("s.shop55.com", NOW),
+            "abc123",
+            Source::Memory,
+            &req(),
+            &l,
+            NOW,
+        );
         assert_eq!(v, Verdict::NotFound { page: false });
     }
 
@@ -193,6 +274,7 @@ mod tests {
         let l = limits(0);
         let other = decide(
             record("go.brand91.cn", NOW + 9),
+            "abc123",
             Source::Lookup,
             &req(),
             &l,
@@ -205,6 +287,7 @@ mod tests {
         };
         let v = decide(
             record("s.shop55.com", NOW + 9),
+            "abc123",
             Source::Lookup,
             &no_host,
             &l,
@@ -220,9 +303,23 @@ mod tests {
             ..req()
         };
         let l = limits(0);
-        let v = decide(AnswerRef::Negative(2), Source::Memory, &html, &l, NOW);
+        let v = decide(
+            AnswerRef::Negative(2),
+            "abc123",
+            Source::Memory,
+            &html,
+            &l,
+            NOW,
+        );
         assert_eq!(v, Verdict::NotFound { page: true });
-        let v = decide(record("x.example", NOW + 9), Source::Memory, &html, &l, NOW);
+        let v = decide(
+            record("x.example", NOW + 9),
+            "abc123",
+            Source::Memory,
+            &html,
+            &l,
+            NOW,
+        );
         assert_eq!(v, Verdict::NotFound { page: true });
     }
 
@@ -230,7 +327,7 @@ mod tests {
     fn a_failed_lookup_is_unavailable() {
         let l = limits(0);
         for source in [Source::Memory, Source::Lookup] {
-            let v = decide(AnswerRef::Unavailable, source, &req(), &l, NOW);
+            let v = decide(AnswerRef::Unavailable, "abc123", source, &req(), &l, NOW);
             assert_eq!(v, Verdict::Unavailable);
         }
     }
@@ -240,13 +337,30 @@ mod tests {
         let l = limits(2);
         exhaust(&l, 2);
         for a in [AnswerRef::Negative(1), AnswerRef::Unavailable] {
-            assert_eq!(decide(a, Source::Memory, &req(), &l, NOW), Verdict::TooMany);
+            assert_eq!(
+                decide(a, "abc123", Source::Memory, &req(), &l, NOW),
+                Verdict::TooMany
+            );
         }
         // A lookup was admitted before it ran: its answer stands.
-        let v = decide(AnswerRef::Negative(1), Source::Lookup, &req(), &l, NOW);
+        let v = decide(
+            AnswerRef::Negative(1),
+            "abc123",
+            Source::Lookup,
+            &req(),
+            &l,
+            NOW,
+        );
         assert_eq!(v, Verdict::NotFound { page: false });
         // A cached record that no longer answers is a 404, not a 429.
-        let v = decide(record("s.shop55.com", NOW), Source::Memory, &req(), &l, NOW);
+        let v = decide(
+            record("s.shop55.com", NOW),
+            "abc123",
+            Source::Memory,
+            &req(),
+            &l,
+            NOW,
+        );
         assert_eq!(v, Verdict::NotFound { page: false });
         assert!(!admit_lookup(&req(), &l));
     }
@@ -268,7 +382,116 @@ mod tests {
         };
         spend(&anonymous, &l);
         assert!(admit_lookup(&anonymous, &l));
-        let v = decide(AnswerRef::Negative(1), Source::Memory, &anonymous, &l, NOW);
+        let v = decide(
+            AnswerRef::Negative(1),
+            "abc123",
+            Source::Memory,
+            &anonymous,
+            &l,
+            NOW,
+        );
+        assert_eq!(v, Verdict::NotFound { page: false });
+    }
+
+    fn with_options<'a>(o: &'a link_rules::LinkOptions, expires_at: u64) -> AnswerRef<'a> {
+        AnswerRef::Found(RecordRef {
+            version: 3,
+            expires_at,
+            domain: "s.shop55.com",
+            url: "https://example.com/x",
+            options: Some(o),
+        })
+    }
+
+    fn options(json: &str) -> link_rules::LinkOptions {
+        link_rules::LinkOptions::decode(json).unwrap_or_else(|| panic!("{json}"))
+    }
+
+    #[test]
+    fn options_choose_the_destination() {
+        let l = limits(0);
+        let o = options(r#"{"f":true,"r":[{"c":{"dev":["ios"]},"u":"https://a/ios"}]}"#);
+        let v = decide(
+            with_options(&o, NOW + 9),
+            "abc123",
+            Source::Memory,
+            &req(),
+            &l,
+            NOW,
+        );
+        let want = Target::Chosen(
+            Cow::Owned("https://a/ios?ref=tw".into()),
+            Destination::Rule {
+                rule: 0,
+                variant: None,
+            },
+        );
+        assert!(matches!(&v, Verdict::Redirect(_, t) if *t == want), "{v:?}");
+        // No rule holds and nothing to forward: the record's own answer.
+        let o = options(r#"{"r":[{"c":{"dev":["android"]},"u":"https://a/droid"}]}"#);
+        let v = decide(
+            with_options(&o, NOW + 9),
+            "abc123",
+            Source::Memory,
+            &req(),
+            &l,
+            NOW,
+        );
+        assert!(matches!(v, Verdict::Redirect(_, Target::Link)), "{v:?}");
+        // Another domain's link stays the 404, rules or not.
+        let other = Req {
+            host: Some("go.brand91.cn"),
+            ..req()
+        };
+        let v = decide(
+            with_options(&o, NOW + 9),
+            "abc123",
+            Source::Memory,
+            &other,
+            &l,
+            NOW,
+        );
+        assert_eq!(v, Verdict::NotFound { page: false });
+    }
+
+    #[test]
+    fn an_expired_link_with_a_fallback_redirects_to_it() {
+        let l = limits(0);
+        let o = options(r#"{"x":"https://a/over","r":[{"u":"https://a/any"}]}"#);
+        let v = decide(
+            with_options(&o, NOW),
+            "abc123",
+            Source::Lookup,
+            &req(),
+            &l,
+            NOW,
+        );
+        assert!(
+            matches!(&v, Verdict::Redirect(_, t) if t.is_fallback()),
+            "{v:?}"
+        );
+        let gone = options(r#"{"x":"https://a/over","d":true}"#);
+        let v = decide(
+            with_options(&gone, NOW + 9),
+            "abc123",
+            Source::Memory,
+            &req(),
+            &l,
+            NOW,
+        );
+        assert!(
+            matches!(&v, Verdict::Redirect(_, t) if t.is_fallback()),
+            "{v:?}"
+        );
+        let plain = options(r#"{"f":true}"#);
+        let v = decide(
+            with_options(&plain, NOW),
+            "abc123",
+            Source::Memory,
+            &req(),
+            &l,
+            NOW,
+        );
         assert_eq!(v, Verdict::NotFound { page: false });
     }
 
@@ -277,7 +500,14 @@ mod tests {
         let l = limits(0);
         exhaust(&l, 100);
         assert!(admit_lookup(&req(), &l));
-        let v = decide(AnswerRef::Negative(1), Source::Memory, &req(), &l, NOW);
+        let v = decide(
+            AnswerRef::Negative(1),
+            "abc123",
+            Source::Memory,
+            &req(),
+            &l,
+            NOW,
+        );
         assert_eq!(v, Verdict::NotFound { page: false });
     }
 }

@@ -18,6 +18,7 @@ pub mod config;
 pub mod conn;
 pub mod decide;
 pub mod fast_path;
+pub mod geo;
 pub mod heartbeat;
 pub mod inval;
 pub mod limits;

@@ -45,6 +45,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
 use pingora_cache::{CacheKey, RespCacheable};
 use shorturl_common::batch_items::ItemCounter;
+use shorturl_common::link_rules::{self, Visitor};
 use shorturl_common::pages::PageKind;
 use shorturl_common::status::FastPathDim;
 use shorturl_common::time::now_unix;
@@ -100,6 +101,45 @@ struct ProxyFacts<'a> {
     edge: &'a Edge,
     req: &'a RequestHeader,
     ctx: &'a Ctx,
+}
+
+impl Visitor for ProxyFacts<'_> {
+    fn user_agent(&self) -> Option<&[u8]> {
+        self.req
+            .headers
+            .get(http::header::USER_AGENT)
+            .map(|v| v.as_bytes())
+    }
+
+    fn accept_language(&self) -> Option<&[u8]> {
+        self.req
+            .headers
+            .get(http::header::ACCEPT_LANGUAGE)
+            .map(|v| v.as_bytes())
+    }
+
+    fn country(&self) -> Option<[u8; 2]> {
+        let s = &self.edge.state;
+        let trusted = self
+            .ctx
+            .peer
+            .is_some_and(|p| s.cfg.trusted_proxies.contains(p));
+        let header = s
+            .geo
+            .header()
+            .filter(|_| trusted)
+            .and_then(|h| self.req.headers.get(h))
+            .map(|v| v.as_bytes());
+        s.geo.country(header, self.ctx.client)
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.req.uri.query()
+    }
+
+    fn split_key(&self) -> Option<String> {
+        self.ctx.client.map(link_rules::split_key)
+    }
 }
 
 impl Facts for ProxyFacts<'_> {
@@ -218,12 +258,14 @@ impl Edge {
         &self,
         req: &RequestHeader,
         ctx: &Ctx,
+        code: &str,
         looked: &'l Option<Looked>,
         now: u64,
     ) -> Verdict<'l> {
         match looked {
             Some(l) => decide(
                 l.answer(),
+                code,
                 l.source(),
                 &self.facts(req, ctx),
                 &self.state.limits,
@@ -242,14 +284,15 @@ impl Edge {
     ) -> Result<bool> {
         let looked = self.look_up(session.req_header(), ctx, code).await;
         let now = now_unix();
-        match self.verdict(session.req_header(), ctx, &looked, now) {
-            Verdict::Redirect(rec) => {
+        match self.verdict(session.req_header(), ctx, code, &looked, now) {
+            Verdict::Redirect(rec, target) => {
                 // Counted before the answer is written: a client that got
                 // its redirect has its click queued, so the last flush at
                 // shutdown, which follows every answer, sends it.
                 self.state.clicks.record(session.req_header(), code, now);
                 let hsts = self.hsts(ctx);
-                respond::redirect(session, &self.state.cfg.redirect, rec.url, hsts).await?;
+                let url = target.url(&rec);
+                respond::redirect(session, &self.state.cfg.redirect, url, hsts).await?;
                 Ok(true)
             }
             Verdict::NotFound { page } => self.not_found_code(session, ctx, page).await,
@@ -363,8 +406,20 @@ impl Edge {
         code: &CodeBuf,
     ) -> Result<bool> {
         let looked = self.look_up(session.req_header(), ctx, code.as_str()).await;
-        match self.verdict(session.req_header(), ctx, &looked, now_unix()) {
-            Verdict::Redirect(_) => {}
+        match self.verdict(
+            session.req_header(),
+            ctx,
+            code.as_str(),
+            &looked,
+            now_unix(),
+        ) {
+            // A link kept only for its expiry fallback has no pages.
+            Verdict::Redirect(_, t) if t.is_fallback() => {
+                return self
+                    .not_found_code(session, ctx, prefers_html(session.req_header()))
+                    .await
+            }
+            Verdict::Redirect(..) => {}
             Verdict::NotFound { page } => return self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => return self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => return self.unavailable(session).await,
@@ -551,6 +606,7 @@ impl ProxyHttp for Edge {
                     .document(&self.state.metrics, &self.state.clicks)
                     .await;
                 doc.tls = self.state.tls.status();
+                doc.geo = self.state.geo.status();
                 let fast = &self.state.metrics.fast_path;
                 doc.fast_path = Some(FastPathDim {
                     enabled: self.state.cfg.fast_path.enabled,

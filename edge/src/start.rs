@@ -44,6 +44,8 @@ pub enum StartError {
     Clicks(#[from] InvalidEdgeName),
     #[error(transparent)]
     FastPath(#[from] AnswerError),
+    #[error(transparent)]
+    Geo(#[from] crate::geo::GeoError),
 }
 
 /// The edge for `loaded`, bootstrapped (with `opt`: upgrade, daemon) and
@@ -143,6 +145,14 @@ pub fn build(opt: Opt, loaded: Loaded) -> Result<Server, StartError> {
         metrics.limits_evictions.clone(),
     ));
     let tls_view = Arc::new(TlsView::of(&tls, edge_cfg.tls.https.clone()));
+    let geo = Arc::new(crate::geo::Geo::new(&edge_cfg.geo)?);
+    let geo_reloader = background_service(
+        "geo database",
+        crate::geo::GeoReloader {
+            geo: Arc::clone(&geo),
+            interval: edge_cfg.geo.reload_interval,
+        },
+    );
     let state = Arc::new(EdgeState {
         resolver,
         metrics: Arc::clone(&metrics),
@@ -151,6 +161,7 @@ pub fn build(opt: Opt, loaded: Loaded) -> Result<Server, StartError> {
         clicks,
         cfg: Arc::clone(&edge_cfg),
         tls: tls_view,
+        geo,
     });
     let app = Edge {
         state: Arc::clone(&state),
@@ -204,6 +215,7 @@ pub fn build(opt: Opt, loaded: Loaded) -> Result<Server, StartError> {
     server.add_service(subscriber);
     server.add_service(flusher);
     server.add_service(heartbeat);
+    server.add_service(geo_reloader);
     if let Some(addr) = &edge_cfg.metrics_listen {
         let mut prom = pingora_prometheus::prometheus_http_service();
         prom.add_tcp(addr);

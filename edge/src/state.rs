@@ -5,6 +5,7 @@
 use crate::access_log::AccessLog;
 use crate::clicks::Clicks;
 use crate::config::EdgeConfig;
+use crate::geo::Geo;
 use crate::limits::Limits;
 use crate::lookup::Resolver;
 use crate::metrics::Metrics;
@@ -23,4 +24,6 @@ pub struct EdgeState {
     pub clicks: Arc<Clicks>,
     pub cfg: Arc<EdgeConfig>,
     pub tls: Arc<TlsView>,
+    /// The visitor's country for the link rules.
+    pub geo: Arc<Geo>,
 }

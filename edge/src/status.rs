@@ -163,6 +163,7 @@ fn build(part: OriginPart, m: &Metrics, clicks: &Clicks) -> EdgeStatus {
             }),
             clicks: Some(clicks.status()),
             fast_path: None,
+            geo: None,
         }
     }
 }

@@ -37,13 +37,17 @@
 #   Clicks (protocol 3.4): SU_CLICKS_ENABLED=1|0 (1)  SU_CLICKS_FLUSH_INTERVAL_MS=5000 (50..5000)
 #     SU_CLICKS_EDGE_NAME=<batch-id prefix> (default the host name)  SU_CLICKS_MAX_BUFFERED_CLICKS=1000000
 #     SU_BOTS_FILE=<bot list> (default common/data/bots.txt of this checkout)
+#   Link rules (protocol 3.1.1): SU_INAPP_FILE=<in-app browser patterns> (default
+#     common/data/inapp.txt of this checkout)  SU_GEO_COUNTRY_HEADER=<header> (e.g. CF-IPCountry,
+#     read from SU_TRUSTED_PROXIES only; default none)  SU_GEO_MMDB_PATH=<MaxMind DB> (default none;
+#     needs libmaxminddb0)  SU_GEO_RELOAD_INTERVAL_MS=5000 (how often the database file is checked)
 #   SU_CONF=<file.lua>  use this module config instead of generating one (its `tls` table holds the
 #     store keys then); the config is written mode 0600 (it may hold the store key)
 #   SU_DIE_WITH_MASTER=1  workers exit when the master dies (test harnesses)
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,43p' "$0" >&2
+  sed -n '2,47p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -108,10 +112,17 @@ esac
 edge_name="${SU_CLICKS_EDGE_NAME:-}"
 case "$edge_name" in *[!A-Za-z0-9._-]*) echo "start.sh: SU_CLICKS_EDGE_NAME must be of [A-Za-z0-9._-]" >&2; exit 2 ;; esac
 bots_file="${SU_BOTS_FILE:-$here/../../common/data/bots.txt}"
-if [ "$clicks_enabled" = true ]; then
-  [ -r "$bots_file" ] || { echo "start.sh: cannot read the bot list $bots_file (SU_BOTS_FILE)" >&2; exit 2; }
-  bots_file="$(cd "$(dirname "$bots_file")" && pwd)/$(basename "$bots_file")"
-fi
+# Read with clicks off too: the link rules' device class.
+[ -r "$bots_file" ] || { echo "start.sh: cannot read the bot list $bots_file (SU_BOTS_FILE)" >&2; exit 2; }
+bots_file="$(cd "$(dirname "$bots_file")" && pwd)/$(basename "$bots_file")"
+inapp_file="${SU_INAPP_FILE:-$here/../../common/data/inapp.txt}"
+[ -r "$inapp_file" ] || { echo "start.sh: cannot read the in-app browser patterns $inapp_file (SU_INAPP_FILE)" >&2; exit 2; }
+inapp_file="$(cd "$(dirname "$inapp_file")" && pwd)/$(basename "$inapp_file")"
+country_header="${SU_GEO_COUNTRY_HEADER:-}"
+case "$country_header" in *[!A-Za-z0-9_-]*) echo "start.sh: SU_GEO_COUNTRY_HEADER must be a header name" >&2; exit 2 ;; esac
+mmdb_path="${SU_GEO_MMDB_PATH:-}"
+geo_reload_ms="$(int SU_GEO_RELOAD_INTERVAL_MS "${SU_GEO_RELOAD_INTERVAL_MS:-5000}")"
+case "$mmdb_path" in *[\\\"]*) echo "start.sh: SU_GEO_MMDB_PATH cannot hold \\ or \"" >&2; exit 2 ;; esac
 status_allow=""
 [ -n "${SU_STATUS_ALLOW:-}" ] && status_allow="status_allow = $(lua_list "$SU_STATUS_ALLOW"),"
 store_key="${SU_TLS_STORE_KEY:-}"; store_old_keys="${SU_TLS_STORE_OLD_KEYS:-}"
@@ -174,6 +185,11 @@ return {
     flush_interval_ms = $flush_ms,
     edge_name = "$edge_name",
     max_buffered_clicks = $max_buffered,
+  },
+  geo = {
+    country_header = "$country_header",
+    mmdb_path = "$mmdb_path",
+    reload_interval_ms = $geo_reload_ms,
   },
   tls = {
     store_key = "$store_key",
@@ -257,7 +273,7 @@ for kv in "PREFIX=$prefix" "LUA_DIR=$here/lua" "CONF=$conf" "WORKERS=$workers" \
           "CLIENT_TIMEOUT=${SU_CLIENT_TIMEOUT_SECS:-10}" \
           "ORIGIN_CONNECT_TIMEOUT=${SU_ORIGIN_CONNECT_TIMEOUT_MS:-100}" \
           "ORIGIN_READ_TIMEOUT=${SU_ORIGIN_READ_TIMEOUT_MS:-5000}" \
-          "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" "TLS_LISTENER=$tls_listener" \
+          "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" "INAPP_FILE=$inapp_file" "TLS_LISTENER=$tls_listener" \
           "TLS_CACHE_SECS=$(int SU_TLS_CACHE_SECS "${SU_TLS_CACHE_SECS:-5}")"; do
   sed_args+=(-e "s|@${kv%%=*}@|$(esc "${kv#*=}")|g")
 done

@@ -320,12 +320,14 @@ impl Cache {
         }
     }
 
-    /// Seconds a record may live in Redis.
+    /// Seconds a record may live in Redis: until its expiry, or the whole
+    /// record TTL for one with an expiry fallback (it answers after).
     pub fn record_ttl(&self, r: &Record) -> u64 {
-        self.cfg
-            .record_ttl
-            .as_secs()
-            .min(r.remaining_secs(now_unix()))
+        let ttl = self.cfg.record_ttl.as_secs();
+        if r.has_fallback() {
+            return ttl;
+        }
+        ttl.min(r.remaining_secs(now_unix()))
     }
 
     /// The code of a recent creation with dedup key `key`, refreshing its TTL.

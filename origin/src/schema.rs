@@ -46,6 +46,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "referrer_retention",
         include_str!("../migrations/0010_referrer_retention.sql"),
     ),
+    (
+        11,
+        "link_options",
+        include_str!("../migrations/0011_link_options.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

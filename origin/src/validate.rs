@@ -13,6 +13,7 @@ pub use stats::{parse_link_stats, parse_tenant_stats};
 
 use crate::config::LinksConfig;
 use crate::error::ApiError;
+use crate::links::options::Settings;
 use serde_json::{Map, Value};
 use shorturl_common::code::{is_reserved_code, is_valid_code};
 use shorturl_common::host::normalize_host;
@@ -28,9 +29,12 @@ pub struct CreateRequest {
     pub kdt_id: Option<u64>,
     pub code: Option<String>,
     pub ttl_days: Option<u32>,
+    /// Options, rules and UTM fields (`links::options`); the URL above
+    /// already carries the UTM fields.
+    pub settings: Settings,
 }
 
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 16] = [
     "url",
     "domain",
     "app",
@@ -39,6 +43,14 @@ const FIELDS: [&str; 8] = [
     "kdt_id",
     "code",
     "ttl_days",
+    "forward_query",
+    "expired_url",
+    "rules",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "utm_term",
+    "utm_content",
 ];
 
 /// A JSON object with only `fields` in it, or the 400 saying why not.
@@ -164,6 +176,19 @@ fn create_of(obj: Map<String, Value>, cfg: &LinksConfig) -> Result<CreateRequest
             ))
         }
     };
+    let mut settings = Settings::default();
+    settings.o.forward_query = cfg.forward_query;
+    settings.apply(&obj)?;
+    let url = settings.merge_utm(&url);
+    if url.len() > cfg.max_url_bytes {
+        return Err(ApiError::bad_request(
+            "url_too_long",
+            format!(
+                "url with its UTM fields is over {} bytes",
+                cfg.max_url_bytes
+            ),
+        ));
+    }
     Ok(CreateRequest {
         url,
         domain,
@@ -172,6 +197,7 @@ fn create_of(obj: Map<String, Value>, cfg: &LinksConfig) -> Result<CreateRequest
         kdt_id,
         code,
         ttl_days,
+        settings,
     })
 }
 
@@ -260,6 +286,7 @@ pub(crate) mod tests {
     /// The limits every validation test runs with.
     pub(crate) fn cfg() -> LinksConfig {
         LinksConfig {
+            forward_query: false,
             default_ttl_days: 730,
             max_ttl_days: 3650,
             max_url_bytes: 2048,

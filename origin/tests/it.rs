@@ -22,6 +22,7 @@ mod invalidation;
 mod issuing;
 mod lifecycle;
 mod lifecycle_scale;
+mod link_rules;
 mod manage;
 mod odd_requests;
 mod openapi;

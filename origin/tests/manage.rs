@@ -45,14 +45,22 @@ async fn a_link_is_read_edited_disabled_enabled_deleted_and_its_history_kept() {
             "code",
             "created_at",
             "domain",
+            "expired_url",
             "expires_at",
             "expires_at_unix",
+            "forward_query",
             "kdt_id",
             "reaped_at",
+            "rules",
             "short_url",
             "state",
             "updated_at",
             "url",
+            "utm_campaign",
+            "utm_content",
+            "utm_medium",
+            "utm_source",
+            "utm_term",
             "version"
         ]
     );

@@ -38,6 +38,18 @@ pub fn free_port() -> u16 {
     ports::reserve_port()
 }
 
+/// The country database `scripts/deps.sh` installs (the link rules'
+/// `country` condition): ip-location-db's CC0 MMDB, a pinned version.
+pub fn country_mmdb() -> PathBuf {
+    let p = PathBuf::from("/usr/local/share/shorturl/country.mmdb");
+    assert!(
+        p.exists(),
+        "{} is missing: run `make deps` (scripts/deps.sh fetches it)",
+        p.display()
+    );
+    p
+}
+
 /// A fresh private directory under the system temp dir, removed on drop.
 pub struct TempDir(PathBuf);
 

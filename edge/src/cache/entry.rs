@@ -10,6 +10,7 @@
 //! really occupy under the edge's allocator (see [`allocation_size`]), so
 //! the cache's byte count is its memory.
 
+use shorturl_common::link_rules::LinkOptions;
 use shorturl_common::record::Record;
 use std::fmt;
 use std::mem::size_of;
@@ -53,6 +54,8 @@ pub struct RecordRef<'a> {
     pub domain: &'a str,
     /// The long URL.
     pub url: &'a str,
+    /// The link's options (protocol 3.1.1); `None` for a plain link.
+    pub options: Option<&'a LinkOptions>,
 }
 
 impl RecordRef<'_> {
@@ -71,6 +74,7 @@ impl Answer {
                 expires_at: r.expires_at,
                 domain: &r.domain,
                 url: &r.url,
+                options: r.options.as_deref(),
             }),
             Answer::Negative(v) => AnswerRef::Negative(*v),
             Answer::Unavailable => AnswerRef::Unavailable,
@@ -122,6 +126,9 @@ pub struct Entry {
     pub(super) gen: u32,
     /// Hits since insertion or the last pass of the eviction hand (capped).
     freq: AtomicU8,
+    /// The link's options, shared with the record it was built from
+    /// (`None` for nearly every link: one word per entry).
+    options: Option<Arc<LinkOptions>>,
     /// `SMALL` or `MAIN`; written under the shard lock only.
     pub(super) queue: AtomicU8,
     /// Links of the shard's eviction queue; used under the shard lock only.
@@ -158,16 +165,17 @@ impl Entry {
         gen: u32,
         serialise: Option<&Serialiser>,
     ) -> Option<Entry> {
-        let (kind, version, expires_at, domain, url) = match answer {
+        let (kind, version, expires_at, domain, url, options) = match answer {
             Answer::Found(r) => (
                 FOUND,
                 r.version,
                 r.expires_at,
                 r.domain.as_str(),
                 r.url.as_str(),
+                r.options.clone(),
             ),
-            Answer::Negative(v) => (NEGATIVE, *v, 0, "", ""),
-            Answer::Unavailable => (UNAVAILABLE, 0, 0, "", ""),
+            Answer::Negative(v) => (NEGATIVE, *v, 0, "", "", None),
+            Answer::Unavailable => (UNAVAILABLE, 0, 0, "", "", None),
         };
         // The response, if any, holds the URL where the serialiser says.
         let response = serialise
@@ -209,6 +217,7 @@ impl Entry {
             code_len: code.len() as u8,
             kind,
             gen,
+            options,
             freq: AtomicU8::new(0),
             queue: AtomicU8::new(SMALL),
             prev: AtomicPtr::new(std::ptr::null_mut()),
@@ -242,6 +251,7 @@ impl Entry {
                     expires_at: self.expires_at,
                     domain: self.str_at(d, u),
                     url: self.str_at(u + usize::from(self.url_in_response), self.url_end as usize),
+                    options: self.options.as_deref(),
                 })
             }
             NEGATIVE => AnswerRef::Negative(self.version),
@@ -260,6 +270,16 @@ impl Entry {
         self.bytes.get(start..)
     }
 
+    /// The pre-serialised redirect cut around its URL: what comes before
+    /// and after it, so a chosen destination can take its place.
+    pub fn response_around_url(&self) -> Option<(&[u8], &[u8])> {
+        let response = self.response()?;
+        let at = usize::from(self.url_in_response);
+        let url_len =
+            self.url_end as usize - (self.code_len as usize + self.domain_len as usize + at);
+        Some((response.get(..at)?, response.get(at + url_len..)?))
+    }
+
     /// The answer as an owned value (allocates: for the miss path only).
     pub fn to_answer(&self) -> Answer {
         match self.answer() {
@@ -268,6 +288,7 @@ impl Entry {
                 expires_at: r.expires_at,
                 domain: r.domain.to_owned(),
                 url: r.url.to_owned(),
+                options: self.options.clone(),
             })),
             AnswerRef::Negative(v) => Answer::Negative(v),
             AnswerRef::Unavailable => Answer::Unavailable,
@@ -275,9 +296,11 @@ impl Entry {
     }
 
     /// Bytes this entry is charged in the cache (computed, not stored: the
-    /// four bytes a field would take hold the generation instead).
+    /// four bytes a field would take hold the generation instead). Options
+    /// are charged at their record form's length (their parsed form is of
+    /// that order, and shared with the record).
     pub fn weight(&self) -> usize {
-        entry_weight(self.bytes.len())
+        entry_weight(self.bytes.len()) + self.options.as_deref().map_or(0, options_weight)
     }
 
     /// The record version of the answer (0 for a failed lookup).
@@ -316,6 +339,41 @@ impl fmt::Debug for Entry {
             .field("gen", &self.gen)
             .finish()
     }
+}
+
+/// What a link's options are charged: their blocks and strings, roughly
+/// as allocated (cheap and the same on every call, as the cache needs).
+fn options_weight(o: &LinkOptions) -> usize {
+    use shorturl_common::link_rules::Rule;
+    let strings = |v: &[String]| {
+        v.iter()
+            .map(|s| allocation_size(s.len()) + 24)
+            .sum::<usize>()
+    };
+    let rules: usize = o
+        .rules
+        .iter()
+        .map(|r| {
+            size_of::<Rule>()
+                + r.url.as_ref().map_or(0, |u| allocation_size(u.len()))
+                + r.split
+                    .iter()
+                    .map(|(u, _)| allocation_size(u.len()) + 32)
+                    .sum::<usize>()
+                + strings(&r.when.cc)
+                + strings(&r.when.lang)
+                + r.when.dev.len()
+                + r.when.app.len()
+                + r.when.q.as_ref().map_or(0, |(k, v)| {
+                    allocation_size(k.len()) + allocation_size(v.len())
+                })
+        })
+        .sum();
+    allocation_size(2 * size_of::<usize>() + size_of::<LinkOptions>())
+        + allocation_size(rules)
+        + o.expired_url
+            .as_ref()
+            .map_or(0, |x| allocation_size(x.len()))
 }
 
 /// What one entry with `len` bytes of code, domain and URL occupies: the
@@ -382,6 +440,7 @@ mod tests {
             expires_at: 99,
             domain: "s.example.com".into(),
             url: "https://x.example/é?q=1".into(),
+            options: None,
         }));
         let e = match Entry::new("abc123", &rec, 7, 0, 0) {
             Some(e) => e,
@@ -408,6 +467,7 @@ mod tests {
             expires_at: 99,
             domain: "s.example.com".into(),
             url: "https://x.example/a?b=1".into(),
+            options: None,
         }));
         let ser = |url: &str| {
             let mut r = b"HTTP/1.1 302 Found\r\nLocation: ".to_vec();
@@ -424,6 +484,10 @@ mod tests {
             Some(&b"HTTP/1.1 302 Found\r\nLocation: https://x.example/a?b=1\r\n"[..])
         );
         assert_eq!(e.weight(), entry_weight(6 + 13 + 55));
+        assert_eq!(
+            e.response_around_url(),
+            Some((&b"HTTP/1.1 302 Found\r\nLocation: "[..], &b"\r\n"[..]))
+        );
         // A serialiser that misplaces the URL is not believed.
         let bad = |url: &str| Some((url.as_bytes().to_vec(), 1));
         let e = Entry::build("abc123", &rec, 7, 0, 0, Some(&bad));

@@ -64,6 +64,7 @@ fn rec(url: &str) -> Answer {
         expires_at: u64::MAX,
         domain: "a.com".into(),
         url: url.into(),
+        options: None,
     }))
 }
 
@@ -156,9 +157,10 @@ fn an_entry_is_charged_what_it_occupies() {
         + allocation_size(6 + "a.com".len() + url.len());
     assert_eq!(e.weight(), want);
     assert_eq!(c.bytes() - before, want);
-    // The Arc block stays small: counts, fixed fields, two links.
+    // The Arc block stays small: counts, fixed fields, two links, the
+    // options pointer (issue 25: one word, `None` for a plain link).
     assert!(
-        std::mem::size_of::<Entry>() <= 80,
+        std::mem::size_of::<Entry>() <= 88,
         "{}",
         std::mem::size_of::<Entry>()
     );
@@ -446,6 +448,7 @@ fn rec_v(url: &str, version: u64) -> Answer {
         expires_at: u64::MAX,
         domain: "a.com".into(),
         url: url.into(),
+        options: None,
     }))
 }
 
@@ -579,4 +582,39 @@ fn store_entry_hands_back_the_cached_entry_untouched() {
     assert!(Arc::ptr_eq(&e, &cached), "the same entry the cache serves");
     let (stored, e) = c.store_entry("zero00", rec("https://z.example/"), Duration::ZERO, gen);
     assert_eq!((stored, e.is_none()), (Stored::NotCached, true));
+}
+
+#[test]
+fn an_entry_with_options_keeps_them_and_is_charged_for_them() {
+    let o = shorturl_common::link_rules::LinkOptions::decode(
+        r#"{"f":true,"r":[{"c":{"dev":["ios"]},"u":"https://a.example/ios"}]}"#,
+    )
+    .unwrap_or_else(|| panic!("options"));
+    let with = Answer::Found(Arc::new(Record {
+        version: 1,
+        expires_at: u64::MAX,
+        domain: "a.com".into(),
+        url: "https://a.example/".into(),
+        options: Some(Arc::new(o.clone())),
+    }));
+    let c = LocalCache::new(1 << 20);
+    c.put("abc123", with, MIN);
+    c.put("abc124", rec("https://a.example/"), MIN);
+    let (Some(e), Some(plain)) = (
+        c.get("abc123", Instant::now()),
+        c.get("abc124", Instant::now()),
+    ) else {
+        panic!("not cached")
+    };
+    let AnswerRef::Found(r) = e.answer() else {
+        panic!("not a record")
+    };
+    assert_eq!(r.options, Some(&o));
+    assert!(
+        e.weight() > plain.weight(),
+        "{} {}",
+        e.weight(),
+        plain.weight()
+    );
+    assert!(matches!(e.to_answer(), Answer::Found(r) if r.options.as_deref() == Some(&o)));
 }

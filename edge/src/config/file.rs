@@ -64,6 +64,38 @@ pub struct EdgeFile {
     /// Status heartbeat to every origin (admin console); 0: off.
     #[serde(default = "d_heartbeat_interval_ms")]
     pub heartbeat_interval_ms: u64,
+    /// The visitor's country for the link rules (`config::geo`).
+    #[serde(default)]
+    pub geo: GeoFile,
+}
+
+/// `edge.geo`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeoFile {
+    /// Header with the country a trusted proxy or CDN sets.
+    #[serde(default)]
+    pub country_header: Option<String>,
+    /// MMDB country database.
+    #[serde(default)]
+    pub mmdb_path: Option<String>,
+    /// How often the database file is checked for a change.
+    #[serde(default = "d_geo_reload_interval_ms")]
+    pub reload_interval_ms: u64,
+}
+
+impl Default for GeoFile {
+    fn default() -> Self {
+        GeoFile {
+            country_header: None,
+            mmdb_path: None,
+            reload_interval_ms: d_geo_reload_interval_ms(),
+        }
+    }
+}
+
+fn d_geo_reload_interval_ms() -> u64 {
+    5_000
 }
 
 fn d_heartbeat_interval_ms() -> u64 {
@@ -99,6 +131,7 @@ impl EdgeFile {
             pages_cache: Default::default(),
             fast_path: FastPathFile::default(),
             heartbeat_interval_ms: d_heartbeat_interval_ms(),
+            geo: GeoFile::default(),
         }
     }
 }

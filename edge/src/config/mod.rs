@@ -7,8 +7,8 @@
 //! that validates it from the file model (`from_file`) live in one file,
 //! and this loader only composes them. Shared sections come from `common`
 //! (`RedisTopology`, `RedirectPolicy`, `FieldError`). The sections here
-//! are `origin`, `cache` (and the page cache), `limits`, `redis` and
-//! `access_log`; the two that belong to one subsystem each live beside its
+//! are `origin`, `cache` (and the page cache), `limits`, `redis`,
+//! `access_log` and `geo`; the two that belong to one subsystem each live beside its
 //! code (`tls::config`, `clicks::config`). The sections that modules below
 //! the loader take (`redis`, `limits`) import nothing of the edge but the
 //! file format, so those modules never depend on this loader: the
@@ -17,6 +17,7 @@
 pub mod access_log;
 pub mod cache;
 pub mod file;
+pub mod geo;
 pub mod legacy_lua;
 pub mod limits;
 pub mod origin;
@@ -24,6 +25,7 @@ pub mod redis;
 
 pub use self::access_log::{AccessLogConfig, AccessLogTarget};
 pub use self::cache::{CacheConfig, PagesCacheConfig};
+pub use self::geo::GeoConfig;
 pub use self::limits::LimitsConfig;
 pub use self::origin::{InternalToken, OriginConfig};
 pub use self::redis::RedisConfig;
@@ -99,6 +101,8 @@ pub struct EdgeConfig {
     pub pages_cache: PagesCacheConfig,
     /// The redirect fast path (`crate::fast_path`).
     pub fast_path: FastPathConfig,
+    /// The visitor's country for the link rules (`crate::geo`).
+    pub geo: GeoConfig,
 }
 
 /// The redirect fast path.
@@ -208,6 +212,7 @@ fn edge_from_file(
     }
     let pages_cache = cache::pages_from_file(&f.pages_cache)?;
     let access_log = access_log::from_file(&f.access_log)?;
+    let geo = geo::from_file(&f.geo)?;
     Ok(EdgeConfig {
         listen: f.listen,
         metrics_listen: f.metrics_listen,
@@ -231,6 +236,7 @@ fn edge_from_file(
             enabled: f.fast_path.enabled,
         },
         heartbeat_interval: Duration::from_millis(f.heartbeat_interval_ms),
+        geo,
     })
 }
 

@@ -88,10 +88,13 @@ impl Answers {
         })
     }
 
-    /// Appends a redirect: the entry's pre-serialised `response`, HSTS
-    /// over TLS, then `Date` and `Connection`.
-    pub fn redirect(&self, out: &mut Vec<u8>, response: &[u8], tls: bool, end: &End) {
-        out.extend_from_slice(response);
+    /// Appends a redirect: `parts` make the head (the entry's
+    /// pre-serialised one whole, or cut around its URL with a chosen URL
+    /// between), then HSTS over TLS, `Date` and `Connection`.
+    pub fn redirect_parts(&self, out: &mut Vec<u8>, parts: [&[u8]; 3], tls: bool, end: &End) {
+        for p in parts {
+            out.extend_from_slice(p);
+        }
         if tls {
             out.extend_from_slice(&self.hsts_line);
         }
@@ -195,7 +198,7 @@ mod tests {
             panic!("no bytes")
         };
         out.clear();
-        a.redirect(&mut out, &r, true, &end);
+        a.redirect_parts(&mut out, [&r, &[], &[]], true, &end);
         assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 301 Moved Permanently\r\n"));
     }
 }

@@ -43,6 +43,12 @@ pub struct Request<'b> {
     pub referer: Option<&'b [u8]>,
     /// The first `Accept` value (a browser's 404 is the proxy's: the page).
     pub accept: Option<&'b [u8]>,
+    /// The target's query (after `?`), for the link rules.
+    pub query: Option<&'b str>,
+    /// The first `Accept-Language` value (link rules).
+    pub accept_language: Option<&'b [u8]>,
+    /// The first value of the configured country header (link rules).
+    pub country: Option<&'b [u8]>,
     xff: [&'b [u8]; MAX_XFF],
     xff_len: usize,
 }
@@ -56,6 +62,10 @@ impl<'b> Request<'b> {
 
 /// What the bytes read so far hold.
 #[derive(Debug)]
+// Returned once per request, by value on the stack: boxing the large
+// variant would cost an allocation on the hot path to save a few bytes of
+// stack.
+#[allow(clippy::large_enum_variant)]
 pub enum Parsed<'b> {
     /// A whole head, and nothing after it, the fast path may answer.
     Plain(Request<'b>),
@@ -92,8 +102,9 @@ fn plain_target(t: &[u8]) -> bool {
     true
 }
 
-/// Parses `buf` (everything read since the last answer).
-pub fn parse(buf: &[u8]) -> Parsed<'_> {
+/// Parses `buf` (everything read since the last answer); `country_header`
+/// (lower case) is the header a trusted proxy sets the country in.
+pub fn parse<'b>(buf: &'b [u8], country_header: Option<&str>) -> Parsed<'b> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
     let mut req = httparse::Request::new(&mut fields);
     let len = match req.parse(buf) {
@@ -126,6 +137,8 @@ pub fn parse(buf: &[u8]) -> Parsed<'_> {
     let mut user_agent = None;
     let mut referer = None;
     let mut accept = None;
+    let mut accept_language = None;
+    let mut country = None;
     let mut xff: [&[u8]; MAX_XFF] = [&[]; MAX_XFF];
     let mut xff_len = 0;
     let mut header_bytes = 0;
@@ -143,6 +156,10 @@ pub fn parse(buf: &[u8]) -> Parsed<'_> {
             referer = referer.or(Some(value));
         } else if is("accept") {
             accept = accept.or(Some(value));
+        } else if is("accept-language") {
+            accept_language = accept_language.or(Some(value));
+        } else if country_header.is_some_and(is) {
+            country = country.or(Some(value));
         } else if is("x-forwarded-for") {
             let Some(slot) = xff.get_mut(xff_len) else {
                 return Parsed::HandOver;
@@ -185,7 +202,10 @@ pub fn parse(buf: &[u8]) -> Parsed<'_> {
         return Parsed::HandOver; // the proxy refuses it with its 400/405/431
     };
     // memchr: `split_once('?')` cost ~90 instructions here (callgrind).
-    let path = memchr::memchr(b'?', target.as_bytes()).map_or(target, |i| &target[..i]);
+    let (path, query) = match memchr::memchr(b'?', target.as_bytes()) {
+        Some(i) => (&target[..i], target.get(i + 1..)),
+        None => (target, None),
+    };
     Parsed::Plain(Request {
         head,
         method,
@@ -197,6 +217,9 @@ pub fn parse(buf: &[u8]) -> Parsed<'_> {
         user_agent,
         referer,
         accept,
+        query,
+        accept_language,
+        country,
         xff,
         xff_len,
     })
@@ -207,14 +230,14 @@ mod tests {
     use super::*;
 
     fn plain(head: &str) -> Request<'_> {
-        match parse(head.as_bytes()) {
+        match parse(head.as_bytes(), None) {
             Parsed::Plain(r) => r,
             other => panic!("{head:?}: {other:?}"),
         }
     }
 
     fn handed_over(head: &str) -> bool {
-        matches!(parse(head.as_bytes()), Parsed::HandOver)
+        matches!(parse(head.as_bytes(), None), Parsed::HandOver)
     }
 
     #[test]
@@ -248,7 +271,7 @@ mod tests {
         let head = "GET /abcdef HTTP/1.1\r\nHost: x\r\n\r\n";
         for cut in 0..head.len() {
             assert!(
-                matches!(parse(&head.as_bytes()[..cut]), Parsed::Partial),
+                matches!(parse(&head.as_bytes()[..cut], None), Parsed::Partial),
                 "{cut}"
             );
         }
@@ -284,7 +307,7 @@ mod tests {
         }
         // A TLS ClientHello on the plain port.
         assert!(matches!(
-            parse(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"),
+            parse(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", None),
             Parsed::HandOver
         ));
         let many: String = (0..MAX_FIELDS + 1)

@@ -6,7 +6,7 @@ use super::parse::{parse, Parsed, Request};
 use crate::access_log::LogLine;
 use crate::cache::{AnswerRef, Serialiser};
 use crate::clicks::record::ClickParts;
-use crate::decide::{self, decide, Facts, Source, Verdict};
+use crate::decide::{self, decide, Facts, Source, Target, Verdict};
 use crate::net::{client_of_values, ClientKey};
 use crate::outcome::Outcome;
 use crate::proxy::Edge;
@@ -19,6 +19,7 @@ use pingora::protocols::http::ServerSession;
 use pingora::protocols::{Stream, ALPN};
 use pingora::proxy::HttpProxy;
 use pingora::server::ShutdownWatch;
+use shorturl_common::link_rules::{self, Visitor};
 use shorturl_common::time::now_unix;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -127,7 +128,7 @@ impl FastPath {
                     Ok(0) | Err(_) => break Step::HandOver,     // the proxy's error path
                     Ok(_) => {}
                 }
-                match parse(&buf) {
+                match parse(&buf, self.s.geo.header()) {
                     Parsed::Partial if buf.len() < HEAD_BUF => continue,
                     Parsed::Plain(req) => {
                         out.clear();
@@ -249,13 +250,31 @@ impl FastPath {
         let facts = self.facts(req, conn);
         let now = now_unix();
         let answer = entry.answer();
-        match decide(answer, Source::Memory, &facts, &s.limits, now) {
-            Verdict::Redirect(_) => {
+        match decide(
+            answer,
+            code.as_str(),
+            Source::Memory,
+            &facts,
+            &s.limits,
+            now,
+        ) {
+            Verdict::Redirect(_, Target::Link) => {
                 let Some(response) = entry.response() else {
                     return Decision::HandOver;
                 };
                 s.metrics.local_hit.inc();
-                self.redirect(req, conn, code.as_str(), now, response, out);
+                self.redirect(req, conn, code.as_str(), now, [response, &[], &[]], out);
+                s.metrics.fast_path.hit.inc();
+                Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
+            }
+            Verdict::Redirect(_, Target::Chosen(url, _)) => {
+                // The record's head with the chosen URL in its place.
+                let Some((before, after)) = entry.response_around_url() else {
+                    return Decision::HandOver;
+                };
+                s.metrics.local_hit.inc();
+                let parts = [before, url.as_bytes(), after];
+                self.redirect(req, conn, code.as_str(), now, parts, out);
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
@@ -293,23 +312,25 @@ impl FastPath {
         let now = now_unix();
         let status = match decide(
             resolved.answer.view(),
+            code,
             Source::Lookup,
             &facts,
             &s.limits,
             now,
         ) {
-            Verdict::Redirect(rec) => {
+            Verdict::Redirect(rec, target) => {
                 // The bytes the lookup stored, else made here (the cache
-                // may not have kept them).
+                // may not have kept them, or the rules chose another URL).
                 let made;
-                let response = match resolved.entry.as_ref().and_then(|e| e.response()) {
-                    Some(r) => r,
-                    None => {
-                        made = (self.serialiser)(rec.url)?;
+                let stored = resolved.entry.as_ref().and_then(|e| e.response());
+                let response = match (&target, stored) {
+                    (Target::Link, Some(r)) => r,
+                    _ => {
+                        made = (self.serialiser)(target.url(&rec))?;
                         &made.0[..]
                     }
                 };
-                self.redirect(req, conn, code, now, response, out);
+                self.redirect(req, conn, code, now, [response, &[], &[]], out);
                 s.cfg.redirect.status
             }
             Verdict::Unavailable => {
@@ -327,15 +348,15 @@ impl FastPath {
         Some((status, resolved.source, start))
     }
 
-    /// Counts the click and appends the redirect (`response`: the record's
-    /// pre-serialised head).
+    /// Counts the click and appends the redirect (`parts`: the record's
+    /// pre-serialised head, whole or cut around another URL).
     fn redirect(
         &self,
         req: &Request<'_>,
         conn: &Conn,
         code: &str,
         now: u64,
-        response: &[u8],
+        head: [&[u8]; 3],
         out: &mut Vec<u8>,
     ) {
         let parts = ClickParts {
@@ -346,7 +367,7 @@ impl FastPath {
         // Counted before the answer is written (see `proxy.rs`).
         self.s.clicks.record_parts(parts, code, now);
         self.answers
-            .redirect(out, response, conn.tls, &self.end(req));
+            .redirect_parts(out, head, conn.tls, &self.end(req));
     }
 
     /// Counts the unknown code against the client and appends the 404.
@@ -396,6 +417,36 @@ struct FastFacts<'a> {
     fp: &'a FastPath,
     req: &'a Request<'a>,
     conn: &'a Conn,
+}
+
+impl Visitor for FastFacts<'_> {
+    fn user_agent(&self) -> Option<&[u8]> {
+        self.req.user_agent
+    }
+
+    fn accept_language(&self) -> Option<&[u8]> {
+        self.req.accept_language
+    }
+
+    fn country(&self) -> Option<[u8; 2]> {
+        let s = &self.fp.s;
+        let trusted = self
+            .conn
+            .peer
+            .is_some_and(|p| s.cfg.trusted_proxies.contains(p));
+        let header = self.req.country.filter(|_| trusted);
+        s.geo.country(header, self.fp.client(self.req, self.conn))
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.req.query
+    }
+
+    fn split_key(&self) -> Option<String> {
+        self.fp
+            .client(self.req, self.conn)
+            .map(link_rules::split_key)
+    }
 }
 
 impl Facts for FastFacts<'_> {

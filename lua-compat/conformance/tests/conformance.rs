@@ -69,6 +69,9 @@ struct Fixture {
     /// first edge lookup misses Redis).
     #[serde(default)]
     keep_in_redis: bool,
+    /// More fields of the creation (link options: `rules`, ...).
+    #[serde(default)]
+    with: Option<serde_json::Map<String, Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -802,33 +805,78 @@ fn check_raw_expectation(case: &RawCase, o: &RawOutcome) -> Vec<String> {
 
 #[test]
 fn both_edges_answer_every_case_identically() {
-    run_suite(Store::Single(Redis::start()));
+    run_suite(Store::Single(Redis::start()), &Table::MAIN);
 }
 
 /// The same table with Redis as a cluster (3 masters + 3 replicas): the
 /// origin, the Pingora edge and the OpenResty module all in cluster mode.
 #[test]
 fn both_edges_answer_every_case_identically_on_a_redis_cluster() {
-    run_suite(Store::Cluster(RedisCluster::start()));
+    run_suite(Store::Cluster(RedisCluster::start()), &Table::MAIN);
 }
 
-fn run_suite(redis: Store) {
+/// The link rules' table (protocol 3.1.1): both edges behind a trusted
+/// proxy (loopback, so a case's `X-Forwarded-For` is its client) with the
+/// country database `scripts/deps.sh` installs and a country header.
+#[test]
+fn both_edges_evaluate_link_rules_identically() {
+    let mmdb = testkit::country_mmdb();
+    let lua_env = [
+        ("SU_TRUSTED_PROXIES", "127.0.0.1/32".to_string()),
+        ("SU_GEO_COUNTRY_HEADER", "CF-IPCountry".to_string()),
+        ("SU_GEO_MMDB_PATH", mmdb.display().to_string()),
+    ];
+    let pingora = format!(
+        "  trusted_proxies: [\"127.0.0.1/32\"]\n  geo: {{ country_header: CF-IPCountry, mmdb_path: \"{}\" }}\n",
+        mmdb.display()
+    );
+    let table = Table {
+        file: "link_rules.yaml",
+        min_cases: 30,
+        pingora_extra: &pingora,
+        lua_env: &lua_env,
+    };
+    run_suite(Store::Single(Redis::start()), &table);
+}
+
+/// A case table and the edges' settings it runs with.
+struct Table<'a> {
+    file: &'a str,
+    min_cases: usize,
+    /// More lines of the Pingora edge's `edge:` section.
+    pingora_extra: &'a str,
+    /// More `SU_*` settings of the OpenResty module.
+    lua_env: &'a [(&'static str, String)],
+}
+
+impl Table<'static> {
+    const MAIN: Table<'static> = Table {
+        file: "cases.yaml",
+        min_cases: 40,
+        pingora_extra: "",
+        lua_env: &[],
+    };
+}
+
+fn run_suite(redis: Store, table: &Table<'_>) {
     // One run at a time: the table's timing (a message applied before the
     // next request) is what it was with one run on the machine.
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
     let t0 = Instant::now();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cases.yaml");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(table.file);
     let suite: Suite = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap())
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(
-        suite.cases.len() >= 40,
-        "the table must hold at least 40 cases"
+        suite.cases.len() >= table.min_cases,
+        "the table must hold at least {} cases",
+        table.min_cases
     );
 
     let origin = Origin::start_on(&redis.yaml(), 500, &[]);
-    let pingora = Edge::pingora_on(&redis.yaml(), &origin.addr(), "");
-    let (env, addr) = redis.openresty();
+    let pingora = Edge::pingora_on(&redis.yaml(), &origin.addr(), table.pingora_extra);
+    let (mut env, addr) = redis.openresty();
+    env.extend(table.lua_env.iter().cloned());
     let lua = Edge::openresty_with(&addr, &origin.addr(), &env);
     eprintln!("stack up in {:?}", t0.elapsed());
 
@@ -842,6 +890,9 @@ fn run_suite(redis: Store) {
         let mut body = serde_json::json!({ "url": f.url });
         if let Some(d) = &f.domain {
             body["domain"] = Value::from(d.as_str());
+        }
+        for (k, v) in f.with.iter().flatten() {
+            body[k] = v.clone();
         }
         let resp = http::send(
             w.origin.port,

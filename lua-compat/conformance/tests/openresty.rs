@@ -774,3 +774,27 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
     assert!(done > 0);
     eprintln!("{done} creations, each followed, across a rolling restart of 4 origins, 0 failed");
 }
+
+/// The module's own Lua-level tests (`lua-compat/openresty/t/run.sh`: the
+/// link rules' evaluator and reader against the Rust tables, the country
+/// database reader, and the module end to end on protocol 3 records), so
+/// `make test` runs them.
+#[test]
+fn the_modules_lua_tests_pass() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../openresty/t/run.sh");
+    let mut cmd = std::process::Command::new("bash");
+    cmd.arg(&script);
+    for i in 1..=4 {
+        cmd.env(format!("SU_T_PORT{i}"), free_port().to_string());
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{}:\n{text}", script.display());
+    assert!(text.contains("all passed"), "{text}");
+}

@@ -177,6 +177,9 @@ pub struct LinksFile {
     pub max_ttl_days: Option<u32>,
     #[serde(default)]
     pub max_url_bytes: Option<usize>,
+    /// Default of a new link's `forward_query` (false).
+    #[serde(default)]
+    pub forward_query: Option<bool>,
     #[serde(default)]
     pub max_body_bytes: Option<usize>,
     #[serde(default)]

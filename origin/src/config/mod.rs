@@ -116,6 +116,8 @@ pub struct LinksConfig {
     /// Custom codes one app may be refused per minute (0 = no limit): a
     /// refused code says the code exists somewhere, so probing is metered.
     pub custom_code_refusals_per_min: u32,
+    /// Default of a new link's `forward_query` (`links.forward_query`).
+    pub forward_query: bool,
 }
 
 /// The whole validated configuration.
@@ -338,6 +340,7 @@ impl Config {
             allowed_domains: allowed,
             merchant_domains,
             custom_code_refusals_per_min: f.links.custom_code_refusals_per_min.unwrap_or(10),
+            forward_query: f.links.forward_query.unwrap_or(false),
         };
         f.redirect.validate("redirect")?;
         let apps = tenancy::apps(f.apps)?;

@@ -223,7 +223,8 @@ async fn public(State(s): State<AppState>, req: Request) -> Response {
         let r = pages::page(&s, kind, code, host.as_deref(), headers, uri.query()).await;
         ("page", r)
     } else {
-        let r = resolve::redirect(&s, host.as_deref(), path, headers).await;
+        let peer = peer_of(&req).map(|p| p.ip());
+        let r = resolve::redirect(&s, host.as_deref(), path, uri.query(), peer, headers).await;
         ("redirect", r)
     };
     let mut r = r;

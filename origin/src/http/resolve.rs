@@ -6,14 +6,17 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use shorturl_common::code::code_from_path;
+use shorturl_common::link_rules::{self, Visitor};
 use shorturl_common::record::Lookup;
 use shorturl_common::time::now_unix;
+use std::borrow::Cow;
+use std::net::IpAddr;
 
 /// The edge's miss path: the record line (`2 <version> ...`, or `- <version>`
 /// with a 404), cacheable for as long as it may live. `code` is valid.
 pub async fn record(s: &AppState, code: &str) -> Result<Response, ApiError> {
     let (status, body, max_age) = match s.links.resolve(code).await? {
-        Lookup::Found(r) if !r.is_expired() => {
+        Lookup::Found(r) if !r.is_expired() || r.has_fallback() => {
             (StatusCode::OK, r.encode(), s.links.cache.record_ttl(&r))
         }
         other => (
@@ -38,6 +41,8 @@ pub async fn redirect(
     s: &AppState,
     host: Option<&str>,
     path: &str,
+    query: Option<&str>,
+    peer: Option<IpAddr>,
     headers: &HeaderMap,
 ) -> Response {
     let Some(code) = code_from_path(path) else {
@@ -50,11 +55,26 @@ pub async fn redirect(
         Ok(l) => l,
         Err(e) => return ApiError::from(e).into_response(),
     };
-    match lookup {
-        Lookup::Found(r) if r.binds(host) && !r.is_expired_at(now_unix()) => {
+    let now = now_unix();
+    let visitor = OriginVisitor {
+        headers,
+        query,
+        peer,
+    };
+    let target = match &lookup {
+        Lookup::Found(r) if r.binds(host) => match &r.options {
+            None if !r.is_expired_at(now) => Some(Cow::Borrowed(r.url.as_str())),
+            None => None,
+            Some(o) => link_rules::choose(o, &r.url, r.is_expired_at(now), code, &visitor, now)
+                .map(|c| c.url),
+        },
+        _ => None,
+    };
+    match target {
+        Some(url) => {
             let policy = &s.links.cfg.redirect;
             let (Ok(loc), Ok(cc), Ok(status)) = (
-                HeaderValue::from_str(&r.url),
+                HeaderValue::from_str(&url),
                 HeaderValue::from_str(&policy.cache_control),
                 StatusCode::from_u16(policy.status),
             ) else {
@@ -68,6 +88,36 @@ pub async fn redirect(
             h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
             resp
         }
-        other => pages::not_found(s, headers, Some(host), code, Some(&other)).await,
+        None => pages::not_found(s, headers, Some(host), code, Some(&lookup)).await,
+    }
+}
+
+/// A request to the origin as the link rules see it. The origin has no
+/// country source: a country condition never holds here (protocol 3.1.1).
+struct OriginVisitor<'a> {
+    headers: &'a HeaderMap,
+    query: Option<&'a str>,
+    peer: Option<IpAddr>,
+}
+
+impl Visitor for OriginVisitor<'_> {
+    fn user_agent(&self) -> Option<&[u8]> {
+        self.headers
+            .get(header::USER_AGENT)
+            .map(HeaderValue::as_bytes)
+    }
+    fn accept_language(&self) -> Option<&[u8]> {
+        self.headers
+            .get(header::ACCEPT_LANGUAGE)
+            .map(HeaderValue::as_bytes)
+    }
+    fn country(&self) -> Option<[u8; 2]> {
+        None
+    }
+    fn query(&self) -> Option<&str> {
+        self.query
+    }
+    fn split_key(&self) -> Option<String> {
+        self.peer.map(link_rules::split_key)
     }
 }

@@ -136,6 +136,7 @@ mod tests {
                 expires_at: Some(NOW),
                 version: 2,
                 reaped_at: None,
+                options: None,
             },
         }
     }

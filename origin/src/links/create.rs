@@ -92,6 +92,7 @@ impl Links {
             created_at: now,
             expires_at: now + u64::from(ttl_days) * 86_400,
             redirect_status: self.cfg.redirect.status,
+            options: req.settings.to_column(),
         });
 
         if let Some(code) = req.code {
@@ -123,9 +124,13 @@ impl Links {
         }
 
         let dedup_key = keys::dedup_key(&data.domain, &data.app, data.kdt_id, ttl_days, &data.url);
-        if let Some(existing) = self.recent_duplicate(&dedup_key, &data).await {
-            self.metrics.creations.with_label_values(&["dedup"]).inc();
-            return Ok(Creation::Deduplicated(self.view(&existing, now)));
+        // A link with options is never another creation's duplicate: the
+        // dedup window compares URLs, not rules.
+        if data.options.is_none() {
+            if let Some(existing) = self.recent_duplicate(&dedup_key, &data).await {
+                self.metrics.creations.with_label_values(&["dedup"]).inc();
+                return Ok(Creation::Deduplicated(self.view(&existing, now)));
+            }
         }
 
         let mut skips = 0;
@@ -169,7 +174,7 @@ impl Links {
             .put_created(
                 &claimed.code,
                 &data.record(claimed.version),
-                Some(&dedup_key),
+                data.options.is_none().then_some(dedup_key.as_str()),
             )
             .await;
         Ok(Creation::New(

@@ -4,6 +4,7 @@
 //! commit together; then the outbox row is applied (Redis record and
 //! invalidation message) before the caller is answered.
 
+use super::options::Settings;
 use super::view::{DeletedView, HistoryEntry, HistoryView};
 use super::{LinkError, LinkView, Links};
 use crate::store::{AuditAction, Change, LinkRow, Modified, RowState};
@@ -42,6 +43,17 @@ fn edit(row: &LinkRow, patch: &Patch) -> Option<Change> {
     }
     if let Some(e) = patch.expires_at {
         after.expires_at = Some(e);
+    }
+    if patch.url.is_some() || patch.options.is_some() {
+        let before = Settings::from_column(row.options.as_deref());
+        let mut settings = before.clone();
+        if let Some(given) = &patch.options {
+            // Checked when the body was parsed; the rules replace whole.
+            settings.apply(given).ok()?;
+        }
+        let url = after.url.clone().unwrap_or_default();
+        after.url = Some(settings.merge_utm_after(&url, &before));
+        after.options = settings.to_column();
     }
     match patch.state {
         Some(PatchState::Active) => after.state = RowState::Active,
@@ -201,6 +213,7 @@ mod tests {
             expires_at: Some(100),
             version: 3,
             reaped_at: None,
+            options: None,
         }
     }
 
@@ -209,6 +222,7 @@ mod tests {
             url: url.map(str::to_owned),
             expires_at: exp,
             state,
+            options: None,
         }
     }
 

@@ -13,6 +13,7 @@ mod batch;
 mod create;
 mod error;
 mod manage;
+pub mod options;
 mod resolve;
 mod search;
 mod view;

@@ -1,13 +1,14 @@
 //! The link JSON of the API (protocol section 5): one shape for reads,
 //! creations, edits and history entries.
 
+use super::options::Settings;
 use crate::config::Config;
 use crate::store::{AuditEntry, LinkRow, RowState};
 use serde::Serialize;
 use shorturl_common::time::{rfc3339, rfc3339_ms};
 
 /// A link as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LinkView {
     pub code: String,
     pub short_url: String,
@@ -30,6 +31,10 @@ pub struct LinkView {
     pub expires_at_unix: u64,
     /// When the reaper marked it expired (RFC 3339); `null` otherwise.
     pub reaped_at: Option<String>,
+    /// `forward_query`, `expired_url`, `rules` and the UTM fields
+    /// (`links::options`).
+    #[serde(flatten)]
+    pub options: serde_json::Map<String, serde_json::Value>,
     /// Total human clicks: only in search results (`GET /api/v1/links`),
     /// which read them for the whole page in one statement.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,6 +71,7 @@ impl LinkView {
             expires_at: rfc3339(expires),
             expires_at_unix: expires,
             reaped_at: row.reaped_at.map(rfc3339),
+            options: Settings::from_column(row.options.as_deref()).view(),
             clicks: None,
         }
     }

@@ -2,7 +2,9 @@
 
 use super::audit::{self, AuditAction, AuditRow};
 use super::CREATED_VERSION;
-use super::{Claimed, DbError, LinkData, RowState, Store, NEW_LINK_COLUMNS};
+use super::{
+    new_row_marks, Claimed, DbError, LinkData, RowState, Store, NEW_LINK_COLUMNS, NEW_LINK_VALUES,
+};
 use mysql_async::prelude::*;
 use mysql_async::TxOpts;
 use shorturl_common::failpoint;
@@ -86,8 +88,9 @@ impl Store {
                 })
                 .collect();
             if !free.is_empty() {
-                let rows = vec!["(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"; free.len()].join(",");
-                let mut params: Vec<mysql_async::Value> = Vec::with_capacity(free.len() * 14);
+                let rows = vec![new_row_marks(); free.len()].join(",");
+                let mut params: Vec<mysql_async::Value> =
+                    Vec::with_capacity(free.len() * (NEW_LINK_VALUES + 2));
                 let mut created = Vec::with_capacity(free.len());
                 for ((id, d), c) in items.iter().zip(&claimed) {
                     let Some(c) = c else { continue };
@@ -103,7 +106,7 @@ impl Store {
                          client_app = VALUES(client_app), client_version = VALUES(client_version), \
                          kdt_id = VALUES(kdt_id), created_at = VALUES(created_at), updated_at = VALUES(updated_at), \
                          expires_at = VALUES(expires_at), version = version + VALUES(version), \
-                         redirect_status = VALUES(redirect_status)"
+                         redirect_status = VALUES(redirect_status), options = VALUES(options)"
                     ),
                     params,
                 )

@@ -14,7 +14,7 @@
 
 use super::audit::{self, AuditAction, AuditRow};
 use super::error::{is_lock_conflict, server_code};
-use super::{DbError, LinkData, RowState, Store, CREATED_VERSION, NEW_LINK_COLUMNS};
+use super::{new_row_marks, DbError, LinkData, RowState, Store, CREATED_VERSION, NEW_LINK_COLUMNS};
 use crate::schema::CUSTOM_ID_BASE;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, TxOpts};
@@ -114,7 +114,8 @@ async fn claim_once(
             tx.exec_drop(
                 "UPDATE short_code SET state = ?, long_url = ?, domain = ?, app = ?, client_app = ?, \
                  client_version = ?, kdt_id = ?, created_at = ?, updated_at = ?, expires_at = ?, \
-                 version = version + ?, redirect_status = ? WHERE id = ? AND state = ? AND version = ?",
+                 version = version + ?, redirect_status = ?, options = ? \
+                 WHERE id = ? AND state = ? AND version = ?",
                 mysql_async::Params::Positional(
                     d.new_link_values()
                         .into_iter()
@@ -129,8 +130,8 @@ async fn claim_once(
             let r = tx
                 .exec_drop(
                     format!(
-                        "INSERT INTO short_code (id, code, {NEW_LINK_COLUMNS}) \
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        "INSERT INTO short_code (id, code, {NEW_LINK_COLUMNS}) VALUES {}",
+                        new_row_marks()
                     ),
                     mysql_async::Params::Positional(
                         [id.into(), code.into()]

@@ -149,6 +149,7 @@ mod tests {
             expires_at: Some(100),
             version: 4,
             reaped_at: None,
+            options: None,
         };
         let after = reaped(&before, 150);
         assert_eq!(

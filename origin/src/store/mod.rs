@@ -38,6 +38,7 @@ pub use row::LinkRow;
 pub use shards::{Shard, ShardMap};
 pub use state::RowState;
 
+use crate::links::options::Settings;
 use crate::metrics::Metrics;
 use mysql_async::prelude::*;
 use mysql_async::Pool;
@@ -61,12 +62,24 @@ pub struct LinkData {
     /// recorded so recycling never reuses a code a browser may have cached
     /// for good (301/308).
     pub redirect_status: u16,
+    /// The options column (`links::options::Settings`), `None`: plain.
+    pub options: Option<String>,
 }
 
 /// The columns [`LinkData::new_link_values`] fills, in its order.
 pub const NEW_LINK_COLUMNS: &str =
     "state, long_url, domain, app, client_app, client_version, kdt_id, \
-     created_at, updated_at, expires_at, version, redirect_status";
+     created_at, updated_at, expires_at, version, redirect_status, options";
+
+/// One row's placeholders for `(id, code, NEW_LINK_COLUMNS)`, so the
+/// statements that bind [`LinkData::new_link_values`] never miscount.
+pub fn new_row_marks() -> String {
+    let n = 2 + NEW_LINK_COLUMNS.split(',').count();
+    format!("({})", vec!["?"; n].join(","))
+}
+
+/// How many values [`LinkData::new_link_values`] binds.
+pub const NEW_LINK_VALUES: usize = 13;
 
 /// A claimed row: its code and the version the new link got.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +101,9 @@ impl LinkData {
             expires_at: self.expires_at,
             domain: self.domain.clone(),
             url: self.url.clone(),
+            options: Settings::from_column(self.options.as_deref())
+                .live_options()
+                .map(Arc::new),
         }
     }
 
@@ -95,7 +111,7 @@ impl LinkData {
     /// [`NEW_LINK_COLUMNS`]: the single list every creation statement binds
     /// (group commit, custom-code insert and takeover), so the three never
     /// drift apart.
-    pub fn new_link_values(&self) -> [mysql_async::Value; 12] {
+    pub fn new_link_values(&self) -> [mysql_async::Value; NEW_LINK_VALUES] {
         [
             RowState::Active.into(),
             self.url.as_str().into(),
@@ -109,6 +125,7 @@ impl LinkData {
             self.expires_at.into(),
             CREATED_VERSION.into(),
             self.redirect_status.into(),
+            self.options.as_deref().into(),
         ]
     }
 
@@ -128,6 +145,7 @@ impl LinkData {
             expires_at: Some(self.expires_at),
             version,
             reaped_at: None,
+            options: self.options.clone(),
         }
     }
 }
@@ -148,23 +166,48 @@ pub struct Store {
     metrics: Arc<Metrics>,
 }
 
-/// `state, long_url, domain, expires_at, version`.
-type LookupCols = (u8, Option<String>, Option<String>, Option<u64>, u64);
+/// `state, long_url, domain, expires_at, version, options`.
+type LookupCols = (
+    u8,
+    Option<String>,
+    Option<String>,
+    Option<u64>,
+    u64,
+    Option<String>,
+);
 
-/// What a row in `LookupCols` form resolves to at `now`.
+/// The columns of [`LookupCols`], in order.
+pub(crate) const LOOKUP_COLUMNS: &str = "state, long_url, domain, expires_at, version, options";
+
+/// What a row in `LookupCols` form resolves to at `now`: its record while
+/// active and unexpired; a disabled or expired link with an expiry
+/// fallback is a record of its fallback alone (protocol 3.1.1); anything
+/// else is a negative.
 fn lookup_of(row: Option<LookupCols>, now: u64) -> Lookup {
     match row {
-        Some((state, Some(url), Some(domain), Some(expires_at), version))
-            if state == RowState::Active.code() && expires_at > now =>
-        {
+        Some((state, Some(url), Some(domain), Some(expires_at), version, options)) => {
+            let settings = Settings::from_column(options.as_deref());
+            let live = state == RowState::Active.code() && expires_at > now;
+            let ended = state == RowState::Disabled.code()
+                || state == RowState::Expired.code()
+                || state == RowState::Active.code();
+            let options = match (live, ended) {
+                (true, _) => settings.live_options(),
+                (false, true) => match settings.gone_options() {
+                    Some(o) => Some(o),
+                    None => return Lookup::Negative(version),
+                },
+                (false, false) => return Lookup::Negative(version),
+            };
             Lookup::Found(Record {
                 version,
                 expires_at,
                 domain,
                 url,
+                options: options.map(Arc::new),
             })
         }
-        Some((_, _, _, _, version)) => Lookup::Negative(version),
+        Some((_, _, _, _, version, _)) => Lookup::Negative(version),
         None => Lookup::Negative(0),
     }
 }
@@ -299,7 +342,7 @@ impl Store {
                 let mut conn = pool.get_conn().await?;
                 Ok(conn
                     .exec_first(
-                        "SELECT state, long_url, domain, expires_at, version FROM short_code WHERE code = ?",
+                        format!("SELECT {LOOKUP_COLUMNS} FROM short_code WHERE code = ?"),
                         (code,),
                     )
                     .await?)
@@ -315,5 +358,16 @@ impl Store {
             Ok(conn.query_drop("SELECT 1").await?)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_new_link_columns_and_values_agree() {
+        assert_eq!(NEW_LINK_COLUMNS.split(',').count(), NEW_LINK_VALUES);
+        assert_eq!(new_row_marks().matches('?').count(), NEW_LINK_VALUES + 2);
     }
 }

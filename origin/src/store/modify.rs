@@ -139,6 +139,7 @@ impl Store {
                 after.version.into(),
                 after.updated_at.into(),
                 after.reaped_at.into(),
+                after.options.as_deref().into(),
                 ended_now.into(),
                 is_permanent(serving).into(),
                 serving.into(),
@@ -146,7 +147,7 @@ impl Store {
             ];
             tx.exec_drop(
                 "UPDATE short_code SET state = ?, long_url = ?, expires_at = ?, version = ?, updated_at = ?, \
-                 reaped_at = ?, ended_at = ?, redirect_status = CASE WHEN ? AND redirect_status IS NOT NULL \
+                 reaped_at = ?, options = ?, ended_at = ?, redirect_status = CASE WHEN ? AND redirect_status IS NOT NULL \
                  THEN ? ELSE redirect_status END WHERE id = ?",
                 params,
             )

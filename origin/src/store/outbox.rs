@@ -9,7 +9,7 @@
 //! drainer polls several times a second and would drown the request
 //! counts); their outcome is in the `outbox` dimension instead.
 
-use super::{lookup_of, DbError, LookupCols, Store};
+use super::{lookup_of, DbError, LookupCols, Store, LOOKUP_COLUMNS};
 use futures::future::BoxFuture;
 use mysql_async::prelude::*;
 use mysql_async::{IsolationLevel, TxOpts, Value};
@@ -18,7 +18,15 @@ use shorturl_common::time::now_unix;
 use std::collections::HashMap;
 
 /// `code` and the [`LookupCols`] of its row.
-type CodeLookupCols = (String, u8, Option<String>, Option<String>, Option<u64>, u64);
+type CodeLookupCols = (
+    String,
+    u8,
+    Option<String>,
+    Option<String>,
+    Option<u64>,
+    u64,
+    Option<String>,
+);
 
 /// Which rows an apply takes.
 #[derive(Debug, Clone, Copy)]
@@ -162,8 +170,7 @@ impl Store {
             let current: Vec<CodeLookupCols> = tx
                 .exec(
                     format!(
-                        "SELECT code, state, long_url, domain, expires_at, version FROM short_code \
-                         WHERE code IN ({marks})"
+                        "SELECT code, {LOOKUP_COLUMNS} FROM short_code WHERE code IN ({marks})"
                     ),
                     params,
                 )
@@ -171,8 +178,8 @@ impl Store {
             let now = now_unix();
             let mut state: HashMap<String, Lookup> = current
                 .into_iter()
-                .map(|(code, s, url, domain, exp, v)| {
-                    let cols: LookupCols = (s, url, domain, exp, v);
+                .map(|(code, s, url, domain, exp, v, o)| {
+                    let cols: LookupCols = (s, url, domain, exp, v, o);
                     (code, lookup_of(Some(cols), now))
                 })
                 .collect();

@@ -311,6 +311,7 @@ pub fn freed(old: &LinkRow) -> LinkRow {
         expires_at: None,
         version: old.version + 1,
         reaped_at: None,
+        options: None,
     }
 }
 

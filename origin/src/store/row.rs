@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// The columns [`LinkRow::from_row`] reads, in order.
 pub const COLUMNS: &str = "code, state, long_url, domain, app, client_app, client_version, \
-                           kdt_id, created_at, updated_at, expires_at, version, reaped_at";
+                           kdt_id, created_at, updated_at, expires_at, version, reaped_at, options";
 
 /// A link as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +25,9 @@ pub struct LinkRow {
     pub version: u64,
     /// When the reaper marked it expired (Unix seconds); `None` otherwise.
     pub reaped_at: Option<u64>,
+    /// The `options` column: JSON of `links::options::Settings`, `None`
+    /// for a plain link.
+    pub options: Option<String>,
 }
 
 impl LinkRow {
@@ -64,6 +67,7 @@ impl LinkRow {
             expires_at: conv(col(&mut r, 10), 10)?,
             version: conv(col(&mut r, 11), 11)?,
             reaped_at: conv(col(&mut r, 12), 12)?,
+            options: conv(col(&mut r, 13), 13)?,
         })
     }
 
@@ -82,6 +86,7 @@ impl LinkRow {
             updated_at: self.updated_at,
             expires_at: self.expires_at,
             reaped_at: self.reaped_at,
+            options: self.options.clone(),
         }
     }
 }
@@ -103,6 +108,9 @@ pub struct Snapshot {
     /// Absent in snapshots written before the lifecycle (issue 11).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reaped_at: Option<u64>,
+    /// The options column (issue 25); absent in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<String>,
 }
 
 impl Snapshot {
@@ -123,6 +131,7 @@ impl Snapshot {
             expires_at: self.expires_at,
             version: self.version,
             reaped_at: self.reaped_at,
+            options: self.options,
         })
     }
 
@@ -152,6 +161,7 @@ mod tests {
             expires_at: Some(30),
             version: 3,
             reaped_at: Some(40),
+            options: Some(r#"{"o":{"f":true}}"#.into()),
         };
         let json = row.snapshot().to_json();
         let back: Snapshot = serde_json::from_str(&json).unwrap();

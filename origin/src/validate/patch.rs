@@ -3,7 +3,8 @@
 use super::{json_object, validate_url};
 use crate::config::LinksConfig;
 use crate::error::ApiError;
-use serde_json::Value;
+use crate::links::options::{self, Settings};
+use serde_json::{Map, Value};
 use shorturl_common::time::parse_rfc3339;
 
 /// The state an edit may set (deleting is `DELETE`, for good).
@@ -21,9 +22,24 @@ pub struct Patch {
     /// The new expiry, Unix seconds (in the future, within the maximum lifetime).
     pub expires_at: Option<u64>,
     pub state: Option<PatchState>,
+    /// The option fields given (`links::options::FIELDS`), checked on
+    /// their own; applied to the link's current options by the edit.
+    pub options: Option<Map<String, Value>>,
 }
 
-const FIELDS: [&str; 3] = ["url", "expires_at", "state"];
+const FIELDS: [&str; 11] = [
+    "url",
+    "expires_at",
+    "state",
+    "forward_query",
+    "expired_url",
+    "rules",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "utm_term",
+    "utm_content",
+];
 
 /// Parses and validates an edit body at `now` (Unix seconds).
 pub fn parse_patch(body: &[u8], cfg: &LinksConfig, now: u64) -> Result<Patch, ApiError> {
@@ -68,10 +84,22 @@ pub fn parse_patch(body: &[u8], cfg: &LinksConfig, now: u64) -> Result<Patch, Ap
             ))
         }
     };
+    let given: Map<String, Value> = obj
+        .iter()
+        .filter(|(k, _)| options::FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let options = if given.is_empty() {
+        None
+    } else {
+        Settings::default().apply(&given)?;
+        Some(given)
+    };
     Ok(Patch {
         url,
         expires_at,
         state,
+        options,
     })
 }
 
@@ -84,6 +112,7 @@ mod tests {
     /// Tighter limits than the shared ones, so their errors are easy to reach.
     fn cfg() -> LinksConfig {
         LinksConfig {
+            forward_query: false,
             max_ttl_days: 10,
             max_url_bytes: 64,
             ..crate::validate::tests::cfg()
@@ -166,6 +195,7 @@ mod tests {
                 url: Some("https://n.example/".into()),
                 expires_at: parse_rfc3339("2027-01-16T00:00:00Z"),
                 state: Some(PatchState::Disabled),
+                options: None,
             }
         );
     }

@@ -259,6 +259,26 @@ impl Origin {
         (r.status().as_u16(), loc)
     }
 
+    /// GET `path` (code and query) with `Host` and more headers; returns
+    /// (status, Location).
+    pub async fn follow_with(
+        &self,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, Option<String>) {
+        let mut req = self.http.get(self.url(path)).header("Host", host);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let r = req.send().await.unwrap();
+        let loc = r
+            .headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (r.status().as_u16(), loc)
+    }
+
     /// `GET /shorturl_status`, parsed into the protocol's type.
     pub async fn status(&self) -> OriginStatus {
         let r = self

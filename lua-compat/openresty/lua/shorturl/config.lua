@@ -104,6 +104,25 @@ local function defaults()
             store_key = "",
             store_old_keys = {},
         },
+        -- The visitor's country, for the link rules' `cc` condition
+        -- (protocol section 3.1.1), the Pingora edge's `geo:`.
+        geo = {
+            -- A request header carrying it (e.g. CF-IPCountry), read only
+            -- from a peer in trusted_proxies; "" = none.
+            country_header = "",
+            -- A MaxMind DB country database (ip-location-db's
+            -- `country_code`, GeoLite2's `country.iso_code`) for the
+            -- client's address, when the header gives none; "" = none.
+            mmdb_path = "",
+            -- How often each worker checks the file for a change.
+            reload_interval_ms = 5000,
+        },
+        -- Link rules (protocol section 3.1.1).
+        link_rules = {
+            -- common/data/inapp.txt (the `app` condition); "" = the path
+            -- start.sh rendered.
+            inapp_file = "",
+        },
         -- Workers exit with the master (tests kill the master with SIGKILL).
         die_with_master = false,
     }
@@ -292,13 +311,41 @@ local function store_keys(t, tls_listener)
     return keys
 end
 
+-- An RFC 9110 field name (token).
+local function field_name(s)
+    return #s >= 1 and not s:find("[^!#$%%&'*+%-.^_`|~0-9A-Za-z]")
+end
+
+local function check_geo(c, nginx)
+    local g = c.geo
+    if g.country_header ~= "" and not field_name(g.country_header) then
+        error("geo.country_header must be a header name such as CF-IPCountry (got " .. g.country_header .. ")", 0)
+    end
+    g.country_header_lc = g.country_header:lower()
+    local ms = g.reload_interval_ms
+    if ms % 1 ~= 0 or ms < 1 then
+        error("geo.reload_interval_ms must be a whole number > 0 (got " .. tostring(ms) .. ")", 0)
+    end
+    if g.country_header ~= "" and #c.trusted == 0 then
+        -- Believed only from a trusted proxy: with none it is never read.
+        ngx.log(ngx.WARN, "shorturl: geo.country_header is set but trusted_proxies is empty: it is never read")
+    end
+    local l = c.link_rules
+    if l.inapp_file == "" then
+        l.inapp_file = nginx.inapp_file or ""
+    end
+    if l.inapp_file == "" then
+        error("link_rules.inapp_file must name the in-app browser patterns (common/data/inapp.txt)", 0)
+    end
+end
+
 -- Limits that are nginx directives, not module settings: nginx.conf is
 -- rendered with them before the module loads its config.
 local NGINX_LIMITS = { "header_timeout_secs", "max_connections", "max_connections_per_ip", "keepalive_timeout_secs",
     "clients_tracked" }
--- (`nginx.bots_file`, also rendered by start.sh, is the default of
--- clicks.bots_file; `nginx.tls_listener` says whether it rendered a TLS
--- listener.)
+-- (`nginx.bots_file` and `nginx.inapp_file`, also rendered by start.sh,
+-- are the defaults of clicks.bots_file and link_rules.inapp_file;
+-- `nginx.tls_listener` says whether it rendered a TLS listener.)
 
 -- Loads and validates `path`; returns the config or raises a message.
 -- `nginx` holds the values start.sh rendered into nginx.conf for the
@@ -404,6 +451,7 @@ function M.load(path, nginx)
     c.store_keys = store_keys(c.tls, nginx.tls_listener)
     c.trusted = net.parse_list(c.trusted_proxies, "trusted_proxies")
     c.status_cidrs = net.parse_list(c.status_allow, "status_allow")
+    check_geo(c, nginx)
     return c
 end
 

@@ -21,6 +21,8 @@ local clicks_stats = require("shorturl.clicks_stats")
 local pages = require("shorturl.pages")
 local accept = require("shorturl.accept")
 local batch = require("shorturl.batch")
+local link_rules = require("shorturl.link_rules")
+local geo = require("shorturl.geo")
 
 local ngx = ngx
 local var, header, now = ngx.var, ngx.header, ngx.now
@@ -47,6 +49,8 @@ function M.init(path, nginx_limits)
     status_doc.init(cfg)
     clicks.init(cfg)
     clicks_stats.init(cfg)
+    link_rules.init(cfg)
+    geo.init(cfg)
 end
 
 -- The validated `redis` section as a connection spec (tls.lua builds its
@@ -72,6 +76,7 @@ function M.init_worker()
     lookup.init_worker(cfg)
     inval.init_worker(cfg)
     clicks.init_worker()
+    geo.init_worker()
 end
 
 ---------------------------------------------------------------- routes
@@ -120,10 +125,10 @@ end
 
 -- What a looked-up code is for this request (Edge::decide): "live" (a live
 -- record bound to `host`), "unav" (the lookup failed), or "not_found" (the
--- protocol 404: unknown, expired, another domain's), which spends the
--- client's unknown-code budget.
+-- protocol 404: unknown, expired, disabled (`d`), another domain's), which
+-- spends the client's unknown-code budget.
 local function decide(ans, host)
-    if ans.kind == "found" and ans.exp > floor(now()) and host == ans.domain then
+    if ans.kind == "found" and ans.exp > floor(now()) and host == ans.domain and not (ans.opts and ans.opts.d) then
         return "live"
     elseif ans.kind == "unav" then
         return "unav"
@@ -167,11 +172,50 @@ local function unavailable()
     return error_response(503, "unavailable", "link lookup temporarily unavailable", RETRY_AFTER)
 end
 
--- `head`: the request head (read_head); a redirect answered is a click.
-local function redirect_or_404(code, host, head)
+-- The link rules' view of a request (link_rules.choose), each part read
+-- only when a rule asks for it.
+local function visitor_country(v)
+    return geo.country(v.headers, var.remote_addr, (clients.client()))
+end
+
+local function visitor_key()
+    return link_rules.split_key((clients.client()))
+end
+
+local function visitor(head, pq)
+    local q = find(pq, "?", 1, true)
+    local headers = head.headers
+    local lang = headers and headers["accept-language"]
+    if type(lang) == "table" then
+        lang = lang[1]
+    end
+    return { ua = head.ua, lang = lang, query = q and sub(pq, q + 1) or nil, headers = headers,
+        country = visitor_country, key = visitor_key }
+end
+
+-- A record with options bound to `host` (protocol 3.1.1): the rules'
+-- destination, or for an expired or disabled link its fallback, else the
+-- protocol 404.
+local function redirect_by_rules(code, ans, head, pq)
+    local t = floor(now())
+    local url = link_rules.choose(ans.opts, ans.url, ans.exp <= t, code, visitor(head, pq), t)
+    if url then
+        clicks.count(code, head.method == "HEAD", head.ua, head.referer)
+        return respond.redirect(url)
+    end
+    clients.count_unknown()
+    return not_found_code(head)
+end
+
+-- `head`: the request head (read_head), `pq` its path and query; a
+-- redirect answered is a click.
+local function redirect_or_404(code, host, head, pq)
     local ans = look_up(code)
     if not ans then
         return too_many("unknown")
+    end
+    if ans.opts and host == ans.domain then
+        return redirect_by_rules(code, ans, head, pq)
     end
     local verdict = decide(ans, host)
     if verdict == "live" then
@@ -293,7 +337,8 @@ local function read_head()
         end
     end
     return { method = method, target = target, version = rules.version(vtoken), hosts = hosts, fields = fields,
-        bytes = bytes, ua = ua, referer = referer, accept = accept_v, repeated_single = repeated_single }
+        bytes = bytes, ua = ua, referer = referer, accept = accept_v, repeated_single = repeated_single,
+        headers = ok and headers or nil }
 end
 
 -- For a refused head: its status and whether the answer is Pingora's bare
@@ -366,7 +411,7 @@ local function route(head, host, path, pq)
             var.su_outcome = "BAD"
             return error_response(405, "method_not_allowed", "only GET and HEAD resolve a short link")
         end
-        return redirect_or_404(code, host, head)
+        return redirect_or_404(code, host, head, pq)
     end
     if path == "/api" or sub(path, 1, 5) == "/api/" then
         return forward(method, path)

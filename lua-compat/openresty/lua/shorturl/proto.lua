@@ -1,6 +1,8 @@
 -- Protocol 2 rules (docs/protocol.md), mirroring common/src/{code,host,record,keys,inval}.rs
 -- byte for byte: the Pingora edge and this module must agree on every input.
-local byte, sub, find, lower = string.byte, string.sub, string.find, string.lower
+-- Protocol 3 adds the record of a link with options (link_rules.lua).
+local link_rules = require("shorturl.link_rules")
+local byte, sub, find, lower, format = string.byte, string.sub, string.find, string.lower, string.format
 
 local M = {}
 
@@ -99,9 +101,11 @@ function M.link_key(code)
 end
 
 -- Parsed answers: tables of `kind` "found" ({v=, exp=, domain=, url=,
--- line=}), "neg" ({v=}) or "unav" (the lookup failed). `v` is the link's
--- row version; protocol 1 values read as version 0. Each answer is its own
--- table: the caches annotate it (`at`, the time it was stored).
+-- line=, and for a protocol 3 record options= (the JSON as stored) and
+-- opts= (link_rules.decode's table, shared: never modified)}), "neg"
+-- ({v=}) or "unav" (the lookup failed). `v` is the link's row version;
+-- protocol 1 values read as version 0. Each answer is its own table: the
+-- caches annotate it (`at`, the time it was stored).
 local U64_MAX = "18446744073709551615"
 
 -- record::digits: a non-empty run of ASCII digits (Lua's %d+: no sign)
@@ -131,9 +135,51 @@ local function found(v, exp, domain, url, line)
     return { kind = "found", v = v, exp = exp, domain = domain, url = url, line = line }
 end
 
--- Lookup::decode: "2 <v> <exp> <domain> <url>" or "- <v>", and the
--- protocol 1 forms "1 <exp> <domain> <url>" and "-" as version 0; nil when
--- malformed.
+-- Options read per worker once per distinct options string (a worker
+-- decodes a record again on every copy from the node cache or Redis);
+-- false: malformed.
+local options_cache
+
+local function options(raw)
+    if not options_cache then
+        options_cache = require("resty.lrucache").new(1024)
+    end
+    local o = options_cache:get(raw)
+    if o == nil then
+        o = link_rules.decode(raw) or false
+        options_cache:set(raw, o)
+    end
+    return o
+end
+
+-- "3 <v> <exp> <domain> <url> <options>" (`a`: the space after the `3`):
+-- rest.splitn(5, ' '), the options validated (link_rules.decode).
+local function decode_options_record(s, a)
+    local fields = {}
+    for k = 1, 4 do
+        local b = find(s, " ", a + 1, true)
+        if not b then
+            return nil
+        end
+        fields[k] = sub(s, a + 1, b - 1)
+        a = b
+    end
+    local raw = sub(s, a + 1)
+    local o = options(raw)
+    local v = digits(fields[1])
+    if not o or not v then
+        return nil
+    end
+    local ans = found(v, fields[2], fields[3], fields[4], s)
+    if ans then
+        ans.options, ans.opts = raw, o
+    end
+    return ans
+end
+
+-- Lookup::decode: "2 <v> <exp> <domain> <url>", "3 <v> <exp> <domain>
+-- <url> <options>" or "- <v>", and the protocol 1 forms "1 <exp> <domain>
+-- <url>" and "-" as version 0; nil when malformed.
 function M.decode(s)
     if s == "-" then
         return { kind = "neg", v = 0 }
@@ -161,6 +207,8 @@ function M.decode(s)
         a = b
     elseif head == "1" then
         v = 0
+    elseif head == "3" then
+        return decode_options_record(s, a)
     else
         return nil
     end
@@ -176,7 +224,19 @@ function M.decode(s)
     return found(v, sub(s, a + 1, b - 1), sub(s, b + 1, c - 1), sub(s, c + 1), s)
 end
 
--- The cached form of an answer (shared dict, coalesced results).
+-- Record::encode: the record line of a link; protocol 3 when it has
+-- options that change anything (`opts`: link_rules.decode's table), else
+-- protocol 2.
+function M.encode_record(v, exp, domain, url, opts)
+    local line = format("%d %d %s %s", v, exp, domain, url)
+    if opts and not link_rules.is_empty(opts) then
+        return "3 " .. line .. " " .. link_rules.encode(opts)
+    end
+    return "2 " .. line
+end
+
+-- The cached form of an answer (shared dict, coalesced results): the
+-- record line as read, options included.
 function M.encode(ans)
     if ans.kind == "found" then
         return ans.line

@@ -7,6 +7,7 @@ local counters = require("shorturl.counters")
 local origins = require("shorturl.origins")
 local inval = require("shorturl.inval")
 local clicks_stats = require("shorturl.clicks_stats")
+local geo = require("shorturl.geo")
 
 local now, update_time = ngx.now, ngx.update_time
 local format = string.format
@@ -21,7 +22,7 @@ function M.init(c)
 end
 
 -- docs/protocol.md's version (PROTOCOL_VERSION in common/).
-local PROTOCOL = 2
+local PROTOCOL = 3
 
 -- How long one fetch of the origin's status part serves the whole node.
 local ORIGIN_PART_TTL = 1
@@ -107,10 +108,10 @@ function M.document()
     local c = counters.get
     return format('{"protocol":%d,"service":"edge","local":{"hit":%d,"miss":%d},'
         .. '"redis":{"hit":%d,"miss":%d,"error":%d},"origin":{"forward":%d,"error":%d},'
-        .. '"lock":{"get":%d,"error":%d},%s,%s,%s}',
+        .. '"lock":{"get":%d,"error":%d},%s,%s,%s%s}',
         PROTOCOL, c("local_hit"), c("local_miss"), c("redis_hit"), c("redis_miss"), c("redis_error"),
         c("origin_forward"), c("origin_error"), c("lock_get"), c("lock_error"), inval_part(), clicks_stats.status_part(),
-        origin_part())
+        origin_part(), geo.status_part())
 end
 
 return M

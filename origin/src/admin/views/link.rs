@@ -375,6 +375,7 @@ pub async fn post(links: &Links, s: &Session, code: &str, f: &Form, now: u64) ->
                 } else {
                     PatchState::Active
                 }),
+                options: None,
             };
             links
                 .edit(&c, code, &p, version)

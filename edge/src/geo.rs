@@ -1,0 +1,230 @@
+//! The visitor's country for the link rules (protocol 3.1.1): a header a
+//! trusted proxy or CDN sets, else an MMDB country database. The database
+//! is read whole into memory (a few MB) and swapped atomically when its
+//! file changes ([`GeoReloader`], a background service), so a lookup never
+//! waits and a bad new file keeps the last good one (logged, counted).
+
+use crate::config::GeoConfig;
+use arc_swap::ArcSwapOption;
+use async_trait::async_trait;
+use maxminddb::Reader;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use serde::Deserialize;
+use shorturl_common::status::GeoDim;
+use shorturl_common::time::rfc3339;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// Why a database could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum GeoError {
+    #[error("geo database {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("geo database {path}: {source}")]
+    Format {
+        path: PathBuf,
+        #[source]
+        source: maxminddb::MaxMindDbError,
+    },
+}
+
+/// One loaded database and what identifies its file.
+struct Db {
+    reader: Reader<Vec<u8>>,
+    /// The file's modification time and length when read.
+    stamp: (Option<SystemTime>, u64),
+}
+
+/// What a country database record may hold: ip-location-db's
+/// `country_code` or GeoLite2's `country.iso_code`.
+#[derive(Deserialize)]
+struct CountryRecord<'a> {
+    #[serde(borrow, default)]
+    country_code: Option<&'a str>,
+    #[serde(borrow, default)]
+    country: Option<IsoCode<'a>>,
+}
+
+#[derive(Deserialize)]
+struct IsoCode<'a> {
+    #[serde(borrow, default)]
+    iso_code: Option<&'a str>,
+}
+
+/// The country sources of one edge.
+pub struct Geo {
+    header: Option<String>,
+    path: Option<PathBuf>,
+    db: ArcSwapOption<Db>,
+    /// Successful loads (the first included) and refused files.
+    pub loads: AtomicU64,
+    pub load_failures: AtomicU64,
+}
+
+fn stamp(path: &Path) -> (Option<SystemTime>, u64) {
+    std::fs::metadata(path).map_or((None, 0), |m| (m.modified().ok(), m.len()))
+}
+
+fn two_letters(s: &[u8]) -> Option<[u8; 2]> {
+    match s {
+        [a, b] if a.is_ascii_alphabetic() && b.is_ascii_alphabetic() => {
+            Some([a.to_ascii_uppercase(), b.to_ascii_uppercase()])
+        }
+        _ => None,
+    }
+}
+
+impl Geo {
+    /// The sources of `cfg`; the database, when configured, must load.
+    pub fn new(cfg: &GeoConfig) -> Result<Geo, GeoError> {
+        let geo = Geo {
+            header: cfg.country_header.clone(),
+            path: cfg.mmdb_path.clone(),
+            db: ArcSwapOption::empty(),
+            loads: AtomicU64::new(0),
+            load_failures: AtomicU64::new(0),
+        };
+        if let Some(p) = &geo.path {
+            geo.db.store(Some(Arc::new(load(p)?)));
+            geo.loads.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(geo)
+    }
+
+    /// The header a trusted proxy sets (lower case), if configured.
+    pub fn header(&self) -> Option<&str> {
+        self.header.as_deref()
+    }
+
+    /// The country of a request: the header's value when the peer is a
+    /// trusted proxy (`trusted_value`), else the database's for `client`.
+    pub fn country(&self, trusted_value: Option<&[u8]>, client: Option<IpAddr>) -> Option<[u8; 2]> {
+        if let Some(c) = trusted_value.and_then(two_letters) {
+            return Some(c);
+        }
+        self.lookup(client?)
+    }
+
+    /// The database's country for `ip`.
+    pub fn lookup(&self, ip: IpAddr) -> Option<[u8; 2]> {
+        let db = self.db.load();
+        let db = db.as_ref()?;
+        let rec: CountryRecord<'_> = db.reader.lookup(ip).ok()?.decode().ok()??;
+        let code = rec.country_code.or(rec.country.and_then(|c| c.iso_code))?;
+        two_letters(code.as_bytes())
+    }
+
+    /// Loads the file again if it changed since it was read; a file that
+    /// does not load keeps the last good database.
+    pub fn reload_if_changed(&self) -> Result<bool, GeoError> {
+        let Some(path) = &self.path else {
+            return Ok(false);
+        };
+        let now = stamp(path);
+        if self.db.load().as_ref().is_some_and(|d| d.stamp == now) {
+            return Ok(false);
+        }
+        match load(path) {
+            Ok(db) => {
+                self.db.store(Some(Arc::new(db)));
+                self.loads.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            Err(e) => {
+                self.load_failures.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// The loaded database, for the status (`None`: not configured).
+    pub fn status(&self) -> Option<GeoDim> {
+        let path = self.path.as_ref()?;
+        let db = self.db.load();
+        let meta = db.as_ref().map(|d| d.reader.metadata());
+        let build_epoch = meta.map_or(0, |m| m.build_epoch);
+        Some(GeoDim {
+            path: path.display().to_string(),
+            database_type: meta.map(|m| m.database_type.clone()).unwrap_or_default(),
+            build_epoch,
+            build_date: rfc3339(build_epoch).chars().take(10).collect(),
+            loads: self.loads.load(Ordering::Relaxed),
+            load_failures: self.load_failures.load(Ordering::Relaxed),
+        })
+    }
+}
+
+fn load(path: &Path) -> Result<Db, GeoError> {
+    let before = stamp(path);
+    let bytes = std::fs::read(path).map_err(|source| GeoError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let reader = Reader::from_source(bytes).map_err(|source| GeoError::Format {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(Db {
+        reader,
+        stamp: before,
+    })
+}
+
+/// Checks the database file every `interval` and swaps in a changed one.
+pub struct GeoReloader {
+    pub geo: Arc<Geo>,
+    pub interval: std::time::Duration,
+}
+
+#[async_trait]
+impl BackgroundService for GeoReloader {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        if self.geo.path.is_none() {
+            return;
+        }
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            let geo = Arc::clone(&self.geo);
+            match tokio::task::spawn_blocking(move || geo.reload_if_changed()).await {
+                Ok(Ok(true)) => tracing::info!("geo database reloaded"),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "geo database not reloaded; keeping the last good one")
+                }
+                Err(e) => tracing::warn!(error = %e, "geo reload task failed"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_are_two_letters() {
+        assert_eq!(two_letters(b"cn"), Some(*b"CN"));
+        assert_eq!(two_letters(b"USA"), None);
+        assert_eq!(two_letters(b"1A"), None);
+        let geo = Geo::new(&GeoConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(geo.country(Some(b"de"), None), Some(*b"DE"));
+        assert_eq!(
+            geo.country(Some(b"xx1"), Some(IpAddr::from([8, 8, 8, 8]))),
+            None
+        );
+        assert!(geo.status().is_none());
+    }
+}

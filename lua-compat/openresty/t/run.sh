@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Runs the module's Lua-level tests:
+#
+#   lua-compat/openresty/t/run.sh
+#
+# 1. every t/*_test.lua in a throwaway nginx (Debian nginx +
+#    libnginx-mod-http-lua, content_by_lua_file, a free 127.0.0.1 port):
+#    each answers 200 "PASS ..." or 500 with its failures;
+# 2. unless SU_SKIP_E2E=1 (or without redis-server): the module itself
+#    (start.sh) in front of a private Redis holding protocol 3 records,
+#    checking the redirects link rules answer (Location, 404s, the country
+#    header from a trusted proxy, forwarding, pages of a disabled link).
+#
+# Ports: SU_T_PORT1..4 (the unit nginx, Redis, the module, an origin port
+# nobody listens on; the conformance suite's test passes reserved ones),
+# else free ones from the kernel. Exits non-zero when a check fails. Every process it starts is stopped by
+# its pid, and its directory removed (SU_KEEP_TMP=1 keeps it).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+openresty="$(cd "$here/.." && pwd)"
+repo="$(cd "$openresty/../.." && pwd)"
+nginx_bin="${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/su-lua-t.XXXXXX")"
+pids=()
+
+stop() { # pid: SIGQUIT, then SIGKILL after 5 s
+  local pid="$1"
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -QUIT "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+cleanup() {
+  local i
+  for (( i=${#pids[@]}-1; i>=0; i-- )); do stop "${pids[$i]}"; done
+  wait 2>/dev/null || true
+  if [ "${SU_KEEP_TMP:-0}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+wait_port() { # port: up to 10 s
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on 127.0.0.1:$1" >&2
+  return 1
+}
+
+failed=0
+
+# ---------------------------------------------------------------- 1. unit tests
+port="${SU_T_PORT1:-$(free_port)}"
+mkdir -p "$tmp/unit/logs" "$tmp/w"
+# Started as root, nginx's workers run as nobody: they write the test
+# database into $tmp/w.
+chmod 755 "$tmp"; chmod 1777 "$tmp/w"
+locations=""
+for f in "$here"/*_test.lua; do
+  name="$(basename "$f" .lua)"
+  locations="$locations
+        location = /t/$name { content_by_lua_file $f; }"
+done
+cat > "$tmp/unit/nginx.conf" <<CONF
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+worker_processes 1;
+pid $tmp/unit/nginx.pid;
+error_log $tmp/unit/logs/error.log warn;
+events { worker_connections 64; }
+http {
+    lua_package_path "$openresty/lua/?.lua;/usr/share/lua/5.1/?.lua;;";
+    init_by_lua_block { require("resty.core") }
+    access_log off;
+    server {
+        listen 127.0.0.1:$port;
+        set \$su_repo $repo;
+        set \$su_tmp $tmp/w;$locations
+    }
+}
+CONF
+"$nginx_bin" -p "$tmp/unit" -c "$tmp/unit/nginx.conf" -g 'daemon off; master_process on;' &
+pids+=("$!")
+wait_port "$port"
+for f in "$here"/*_test.lua; do
+  name="$(basename "$f" .lua)"
+  code="$(curl -sS -o "$tmp/unit/$name.out" -w '%{http_code}' --max-time 120 "http://127.0.0.1:$port/t/$name" || true)"
+  echo "$name: $(head -1 "$tmp/unit/$name.out" 2>/dev/null || echo 'no answer')"
+  if [ "$code" != 200 ]; then
+    tail -n +2 "$tmp/unit/$name.out" 2>/dev/null || true
+    grep -E '\[(error|crit|alert|emerg)\]' "$tmp/unit/logs/error.log" | tail -5 || true
+    failed=1
+  fi
+done
+stop "${pids[-1]}"
+
+# ---------------------------------------------------------------- 2. end to end
+if [ "${SU_SKIP_E2E:-0}" = 1 ] || ! command -v redis-server >/dev/null; then
+  echo "end to end: skipped"
+  exit "$failed"
+fi
+rport="${SU_T_PORT2:-$(free_port)}"
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1 &
+pids+=("$!")
+wait_port "$rport"
+eport="${SU_T_PORT3:-$(free_port)}"
+oport="${SU_T_PORT4:-$(free_port)}" # no origin listens there: every record comes from Redis
+# geo_test.lua left a database placing 127.0.0.0/8 in KR (when libmaxminddb is there).
+mmdb=""
+[ -s "$tmp/w/test.mmdb" ] && mmdb="$tmp/w/test.mmdb"
+SU_DIE_WITH_MASTER=1 SU_CLICKS_ENABLED=0 SU_DEFAULT_DOMAIN=s.test SU_TRUSTED_PROXIES=127.0.0.1/32 \
+  SU_GEO_COUNTRY_HEADER=CF-IPCountry SU_GEO_MMDB_PATH="$mmdb" SU_ACCESS_LOG=off SU_UNKNOWN_LIMIT=0 \
+  "$openresty/start.sh" "$tmp/edge" "$eport" "127.0.0.1:$rport" "127.0.0.1:$oport" >"$tmp/edge.log" 2>&1 &
+pids+=("$!")
+wait_port "$eport"
+
+rset() { redis-cli -p "$rport" SET "su:1:link:$1" "$2" >/dev/null; }
+far=4102444800 # 2100-01-01
+rset rules01 "3 1 $far s.test https://x.example/base {\"f\":true,\"r\":[{\"c\":{\"dev\":[\"ios\"]},\"u\":\"https://a/ios?src=sl\"},{\"c\":{\"cc\":[\"CN\"]},\"u\":\"https://a/cn\"},{\"c\":{\"cc\":[\"KR\"],\"lang\":[\"ko\"]},\"u\":\"https://a/kr\"},{\"c\":{\"lang\":[\"de\"]},\"u\":\"https://a/de#top\"}]}"
+rset expx01 "3 2 5 s.test https://x.example/old {\"x\":\"https://a/over\",\"f\":true}"
+rset gone01 "3 3 $far s.test https://x.example/off {\"x\":\"https://a/gone\",\"d\":true}"
+rset expd01 "3 2 5 s.test https://x.example/old {\"f\":true}"
+rset plain1 "2 1 $far s.test https://x.example/plain"
+rset bad001 "3 1 $far s.test https://x.example/bad {\"f\": true}"
+rset split1 "3 1 $far s.test https://x.example/base {\"r\":[{\"s\":[[\"https://a/A\",1],[\"https://a/B\",1]]}]}"
+
+IOS="Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148"
+DESKTOP="Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/126.0 Safari/537.36"
+e2e() { # name want-status want-location path [curl args...]
+  local name="$1" want="$2" want_loc="$3" path="$4"; shift 4
+  local code loc
+  code="$(curl -sS -D "$tmp/headers" -o /dev/null -w '%{http_code}' -H "Host: ${E2E_HOST:-s.test}" "$@" \
+    "http://127.0.0.1:$eport$path" 2>/dev/null || true)"
+  loc="$(tr -d '\r' < "$tmp/headers" | awk -F': ' 'tolower($1) == "location" { print $2 }')"
+  local got="$code ${loc:--}"
+  if [ "$got" = "$want ${want_loc:--}" ]; then
+    echo "  ok   $name"
+  else
+    echo "  FAIL $name: got '$got', want '$want ${want_loc:--}'"
+    failed=1
+  fi
+}
+echo "end to end (start.sh, Redis on $rport):"
+e2e "rule: iOS, query forwarded" 302 "https://a/ios?src=sl&utm=1" "/rules01?src=x&utm=1" -A "$IOS"
+e2e "no rule: the link, query forwarded" 302 "https://x.example/base?a=b%22" "/rules01?a=b%22" -A "$DESKTOP"
+e2e "country header from a trusted proxy" 302 "https://a/cn" "/rules01" -A "$DESKTOP" -H "CF-IPCountry: cn"
+e2e "country header not two letters" 302 "https://x.example/base" "/rules01" -A "$DESKTOP" -H "CF-IPCountry: XX1"
+if [ -n "$mmdb" ]; then
+  e2e "country from the database" 302 "https://a/kr" "/rules01" -A "$DESKTOP" -H "Accept-Language: ko"
+  e2e "country header before the database" 302 "https://a/cn" "/rules01" -A "$DESKTOP" -H "Accept-Language: ko" -H "CF-IPCountry: CN"
+  st="$(curl -sS -H 'Host: s.test' "http://127.0.0.1:$eport/shorturl_status" || true)"
+  case "$st" in
+    *'"geo":{"path":"'"$mmdb"'","database_type":"Test-Country","build_epoch":1800000000,"build_date":"2027-01-15","loads":1,"load_failures":0}'*)
+      echo "  ok   status: the geo member" ;;
+    *) echo "  FAIL status: no geo member in $st"; failed=1 ;;
+  esac
+else
+  echo "  (no database: the MMDB checks skipped)"
+fi
+e2e "language" 302 "https://a/de?x=1#top" "/rules01?x=1" -A "$DESKTOP" -H "Accept-Language: en;q=0.5, de"
+e2e "HEAD answers alike" 302 "https://a/ios?src=sl" "/rules01" -A "$IOS" -I
+e2e "expired with x: the fallback, nothing forwarded" 302 "https://a/over" "/expx01?a=1"
+e2e "disabled (d) with x: the fallback" 302 "https://a/gone" "/gone01"
+e2e "expired without x: 404" 404 "" "/expd01"
+E2E_HOST=other.test e2e "another domain's record: 404" 404 "" "/gone01"
+E2E_HOST=other.test e2e "another domain's expired record: 404" 404 "" "/expx01"
+e2e "protocol 2 record unchanged" 302 "https://x.example/plain" "/plain1?a=1"
+e2e "malformed options: a miss (no origin: 503)" 503 "" "/bad001"
+e2e "page of a disabled link: 404" 404 "" "/gone01.png"
+a="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
+b="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
+if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "  ok   split: stable ($a)"; else echo "  FAIL split: '$a' then '$b'"; failed=1; fi
+if grep -E '\[(error|crit|alert|emerg)\]' "$tmp/edge/logs/error.log" | grep -v -E 'connect\(\) failed|health|origin' | head -5 | grep .; then
+  echo "  FAIL errors in the edge's error.log"
+  failed=1
+fi
+[ "$failed" = 0 ] && echo "all passed"
+exit "$failed"
