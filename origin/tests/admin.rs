@@ -745,3 +745,164 @@ async fn edges_report_in_by_heartbeat() {
     let page = c.get("/admin/", &root).await.text().await.unwrap();
     assert!(page.contains("edge edge-7@10.0.0.7:8080</td><td class=\"dim-ok\">ok</td><td>hit 3 · miss 4 · error 0</td>"), "{page}");
 }
+
+/// A form body (URL-encoded pairs).
+fn form(pairs: &[(&str, &str)]) -> String {
+    let mut s = url::form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        s.append_pair(k, v);
+    }
+    s.finish()
+}
+
+#[tokio::test]
+async fn link_rules_are_shown_edited_and_previewed_in_the_console() {
+    let c = start();
+    let (st, v) =
+        c.s.origin
+            .create(serde_json::json!({
+                "url": "https://a.example/shop",
+                "utm_source": "mail",
+                "expired_url": "https://a.example/over",
+                "rules": [
+                    {"when": {"device": ["ios"]}, "url": "https://a.example/<ios>"},
+                    {"when": {"country": ["CN"], "language": ["zh"]}, "url": "https://a.example/cn"}
+                ]
+            }))
+            .await;
+    assert_eq!(st, 201, "{v}");
+    let code = v["code"].as_str().unwrap().to_owned();
+    let root = c.session("root", "root-pw").await;
+    let path = format!("/admin/links/{code}");
+    let page = c.get(&path, &root).await.text().await.unwrap();
+    // Shown, escaped.
+    assert!(page.contains("<table id=\"rules\">"), "{page}");
+    assert!(
+        page.contains("https://a.example/&lt;ios&gt;") && !page.contains("/<ios>"),
+        "{page}"
+    );
+    assert!(page.contains("country: CN; language: zh"), "{page}");
+    assert!(page.contains("utm_source=mail"));
+    assert!(page.contains("id=\"expired-url\">https://a.example/over<"));
+
+    // The preview: which destination a visitor gets.
+    let q = form(&[
+        ("preview", "1"),
+        (
+            "ua",
+            "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X)",
+        ),
+    ]);
+    let p = c
+        .get(&format!("{path}?{q}"), &root)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        p.contains("Goes to <span class=\"url\">https://a.example/&lt;ios&gt;</span> (r1)"),
+        "{p}"
+    );
+    let q = form(&[
+        ("preview", "1"),
+        ("country", "cn"),
+        ("language", "zh-CN,zh;q=0.9"),
+    ]);
+    let p = c
+        .get(&format!("{path}?{q}"), &root)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        p.contains("Goes to <span class=\"url\">https://a.example/cn</span> (r2)"),
+        "{p}"
+    );
+    let q = form(&[("preview", "1"), ("country", "US")]);
+    let p = c
+        .get(&format!("{path}?{q}"), &root)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        p.contains("https://a.example/shop?utm_source=mail</span> (link)"),
+        "{p}"
+    );
+
+    // Edited through the form: new rules, forwarding on, fallback cleared.
+    let token = csrf_of(&page);
+    let rules = r#"[{"when": {"device": ["android"]}, "url": "https://a.example/droid"}]"#;
+    let r = c
+        .post(
+            &path,
+            &root,
+            &form(&[
+                ("csrf", &token),
+                ("action", "edit"),
+                ("version", "1"),
+                ("url", "https://a.example/shop?utm_source=mail"),
+                ("expires_at", v["expires_at"].as_str().unwrap()),
+                ("options_form", "1"),
+                ("forward_query", "on"),
+                ("expired_url", ""),
+                ("rules", rules),
+            ]),
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 303, "{}", r.text().await.unwrap());
+    let (st, after, _) =
+        c.s.origin
+            .call(
+                reqwest::Method::GET,
+                &format!("/api/v1/links/{code}"),
+                support::KEY,
+                None,
+                &[],
+            )
+            .await;
+    assert_eq!(st, 200);
+    assert_eq!(after["version"], 2);
+    assert_eq!(after["forward_query"], true);
+    assert_eq!(after["expired_url"], serde_json::Value::Null);
+    assert_eq!(after["rules"][0]["url"], "https://a.example/droid");
+    assert_eq!(
+        count(&c.s, &format!("SELECT COUNT(*) FROM link_audit WHERE code = '{code}' AND actor = 'admin:root' AND action = 'edit'")),
+        1
+    );
+
+    // Bad rules: a page saying why, nothing changed.
+    for bad in [
+        "[{\"when\": {\"os\": [\"ios\"]}, \"url\": \"https://a.example/i\"}]",
+        "[{not json",
+    ] {
+        let r = c
+            .post(
+                &path,
+                &root,
+                &form(&[
+                    ("csrf", &token),
+                    ("action", "edit"),
+                    ("version", "2"),
+                    ("options_form", "1"),
+                    ("forward_query", "on"),
+                    ("rules", bad),
+                ]),
+            )
+            .await;
+        assert_eq!(r.status().as_u16(), 400, "{bad}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains("rules"), "{text}");
+    }
+    let (_, still, _) =
+        c.s.origin
+            .call(
+                reqwest::Method::GET,
+                &format!("/api/v1/links/{code}"),
+                support::KEY,
+                None,
+                &[],
+            )
+            .await;
+    assert_eq!(still["version"], 2);
+}

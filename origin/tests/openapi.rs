@@ -73,7 +73,12 @@ fn link() -> Value {
         "client_app": null, "client_version": null, "kdt_id": 55,
         "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
         "expires_at": "2028-01-01T00:00:00Z", "expires_at_unix": 1830297600u64,
-        "reaped_at": null
+        "reaped_at": null, "forward_query": false, "expired_url": null,
+        "rules": [{"when": {"device": ["ios"]}, "url": "https://x.example/ios"},
+                  {"when": {}, "split": [{"url": "https://x.example/a", "weight": 1},
+                                         {"url": "https://x.example/b", "weight": 3}]}],
+        "utm_source": "mail", "utm_medium": null, "utm_campaign": null,
+        "utm_term": null, "utm_content": null
     })
 }
 
@@ -96,6 +101,9 @@ fn the_checker_refuses_what_the_contract_does_not_say() {
     missing.as_object_mut().unwrap().remove("version");
     let mut extra = link();
     extra["secret"] = json!(1);
+    let mut both = link();
+    both["rules"][0]["split"] = json!([{"url": "https://x.example/a", "weight": 1}, {"url": "https://x.example/b", "weight": 1}]);
+    assert!(check(Method::GET, read, 200, &etag, &both).is_err());
     let mut bad_time = link();
     bad_time["created_at"] = json!("yesterday");
     let mut bad_state = link();

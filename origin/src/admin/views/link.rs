@@ -11,6 +11,7 @@ use super::super::{api_error, caller, Req};
 use crate::clicks::{Interval, LinkStats, StatsRange};
 use crate::config::Role;
 use crate::error::ApiError;
+use crate::links::options::{Settings, UTM_FIELDS};
 use crate::links::{HistoryView, LinkView, Links};
 use crate::pages::qr::{self, QrParams};
 use crate::validate::{parse_patch, Patch, PatchState};
@@ -18,6 +19,7 @@ use axum::response::Response;
 use http::StatusCode;
 use shorturl_common::clicks::{day_start, hour_start};
 use shorturl_common::code::is_valid_code;
+use shorturl_common::link_rules::{self, LinkOptions, Visitor};
 use shorturl_common::time::{now_unix_ms, rfc3339_ms};
 use std::fmt::Write;
 
@@ -109,13 +111,95 @@ fn fields(l: &LinkView) -> String {
         ("Updated", esc(&l.updated_at)),
         ("Expires", esc(&l.expires_at)),
         ("Reaped", esc(l.reaped_at.as_deref().unwrap_or(""))),
+        (
+            "Forward query",
+            if l.options["forward_query"] == true {
+                "yes".into()
+            } else {
+                "no".into()
+            },
+        ),
+        (
+            "Expiry fallback",
+            format!(
+                "<span class=\"url\" id=\"expired-url\">{}</span>",
+                esc(l.options["expired_url"].as_str().unwrap_or(""))
+            ),
+        ),
+        ("UTM", esc(&utm_text(l))),
     ];
     let mut s = String::from("<table id=\"fields\">");
     for (k, v) in rows {
         let _ = write!(s, "<tr><th>{k}</th><td>{v}</td></tr>");
     }
     s.push_str("</table>");
+    s.push_str(&rules_table(l));
     s
+}
+
+/// The UTM fields set, `name=value` joined by spaces.
+fn utm_text(l: &LinkView) -> String {
+    UTM_FIELDS
+        .iter()
+        .filter_map(|f| l.options[*f].as_str().map(|v| format!("{f}={v}")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The rules as a table: conditions, then where they send a visitor.
+fn rules_table(l: &LinkView) -> String {
+    let Some(rules) = l.options["rules"].as_array().filter(|r| !r.is_empty()) else {
+        return "<p id=\"rules-none\">No targeting rules: every visitor goes to the long URL.</p>"
+            .into();
+    };
+    let mut s = String::from(
+        "<table id=\"rules\"><thead><tr><th>#</th><th>When</th><th>Goes to</th></tr></thead><tbody>",
+    );
+    for (i, r) in rules.iter().enumerate() {
+        let when = match r["when"].as_object() {
+            Some(w) if !w.is_empty() => w
+                .iter()
+                .map(|(k, v)| format!("{k}: {}", compact(v)))
+                .collect::<Vec<_>>()
+                .join("; "),
+            _ => "everyone".into(),
+        };
+        let to = match (r["url"].as_str(), r["split"].as_array()) {
+            (Some(u), _) => u.to_owned(),
+            (None, Some(split)) => split
+                .iter()
+                .map(|v| format!("{} ({})", v["url"].as_str().unwrap_or(""), v["weight"]))
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => String::new(),
+        };
+        let _ = write!(
+            s,
+            "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"url\">{}</td></tr>",
+            i + 1,
+            esc(&when),
+            esc(&to)
+        );
+    }
+    s.push_str("</tbody></table>");
+    s
+}
+
+/// A condition's value as text: lists joined by commas.
+fn compact(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Array(xs) => xs
+            .iter()
+            .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_owned))
+            .collect::<Vec<_>>()
+            .join(","),
+        serde_json::Value::Object(o) => o
+            .values()
+            .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_owned))
+            .collect::<Vec<_>>()
+            .join("="),
+        other => other.to_string(),
+    }
 }
 
 fn history(h: &HistoryView) -> String {
@@ -190,9 +274,16 @@ fn controls(s: &Session, l: &LinkView) -> String {
          <input type=\"hidden\" name=\"action\" value=\"edit\"><input type=\"hidden\" name=\"version\" value=\"{version}\">\
          <label>Long URL<input name=\"url\" id=\"edit-url\" size=\"48\" value=\"{url}\"></label>\
          <label>Expires (RFC 3339, UTC)<input name=\"expires_at\" id=\"edit-expires\" value=\"{exp}\"></label>\
+         <label>Expiry fallback URL<input name=\"expired_url\" id=\"edit-expired-url\" size=\"48\" value=\"{xurl}\"></label>\
+         <label><input type=\"checkbox\" name=\"forward_query\" id=\"edit-forward\" value=\"on\"{fq}> Forward the query string</label>\
+         <input type=\"hidden\" name=\"options_form\" value=\"1\">\
+         <label>Rules (JSON, as in the API; docs/protocol.md 3.1.1)<textarea name=\"rules\" id=\"edit-rules\" rows=\"8\" cols=\"60\">{rules}</textarea></label>\
          <button type=\"submit\" id=\"save\">Save</button></form>",
         url = esc(&l.url),
         exp = esc(&l.expires_at),
+        xurl = esc(l.options["expired_url"].as_str().unwrap_or("")),
+        fq = if l.options["forward_query"] == true { " checked" } else { "" },
+        rules = esc(&rules_json(l)),
     );
     let (action, label, confirm) = if l.state == "disabled" {
         ("enable", "Enable", "")
@@ -219,6 +310,103 @@ fn controls(s: &Session, l: &LinkView) -> String {
     }
     out.push_str("</div>");
     out
+}
+
+/// The link's rules as the edit form shows them: pretty JSON, `[]` for none.
+fn rules_json(l: &LinkView) -> String {
+    serde_json::to_string_pretty(&l.options["rules"]).unwrap_or_else(|_| "[]".into())
+}
+
+/// The preview form and, when asked (`?preview=1`), which destination a
+/// visitor with that User-Agent, country, Accept-Language and query gets
+/// (the edges' evaluator, at this moment; a split shows the variant of a
+/// client without an address, the first, unless a client address is given).
+fn preview(req: &Req, l: &LinkView, now: u64) -> String {
+    let p = |k: &str| req.param(k).unwrap_or_default();
+    let (ua, country, lang, query, client) = (
+        p("ua"),
+        p("country"),
+        p("language"),
+        p("query"),
+        p("client"),
+    );
+    let mut out = format!(
+        "<h2>Preview</h2><form method=\"get\" action=\"/admin/links/{code}\" id=\"preview-form\">\
+         <input type=\"hidden\" name=\"preview\" value=\"1\">\
+         <label>User-Agent<input name=\"ua\" id=\"preview-ua\" size=\"48\" value=\"{ua}\"></label>\
+         <label>Country<input name=\"country\" id=\"preview-country\" size=\"3\" value=\"{country}\"></label>\
+         <label>Accept-Language<input name=\"language\" id=\"preview-language\" size=\"16\" value=\"{lang}\"></label>\
+         <label>Query<input name=\"query\" id=\"preview-query\" size=\"24\" value=\"{query}\"></label>\
+         <label>Client address<input name=\"client\" id=\"preview-client\" size=\"16\" value=\"{client}\"></label>\
+         <button type=\"submit\" id=\"preview\">Which destination?</button></form>",
+        code = esc(&l.code),
+        ua = esc(&ua),
+        country = esc(&country),
+        lang = esc(&lang),
+        query = esc(&query),
+        client = esc(&client),
+    );
+    if req.param("preview").is_none() {
+        return out;
+    }
+    let mut settings = Settings::default();
+    if settings.apply(&l.options).is_err() {
+        out.push_str("<p id=\"preview-result\">The link's options cannot be read.</p>");
+        return out;
+    }
+    let options = settings.o;
+    let visitor = PreviewVisitor {
+        ua,
+        lang,
+        country: country.to_ascii_uppercase().as_bytes().try_into().ok(),
+        query: (!query.is_empty()).then(|| query.trim_start_matches('?').to_owned()),
+        client: client.parse().ok(),
+    };
+    let expired = l.state == "expired" || l.expires_at_unix <= now;
+    let gone = l.state == "disabled";
+    let options = LinkOptions { gone, ..options };
+    let result = if options.gone && options.expired_url.is_none() {
+        None
+    } else {
+        link_rules::choose(&options, &l.url, expired, &l.code, &visitor, now)
+    };
+    let _ = match result {
+        Some(c) => write!(
+            out,
+            "<p id=\"preview-result\">Goes to <span class=\"url\">{}</span> ({}).</p>",
+            esc(&c.url),
+            esc(&c.dest.label())
+        ),
+        None => write!(out, "<p id=\"preview-result\">Not found (404).</p>"),
+    };
+    out
+}
+
+/// The preview's visitor.
+struct PreviewVisitor {
+    ua: String,
+    lang: String,
+    country: Option<[u8; 2]>,
+    query: Option<String>,
+    client: Option<std::net::IpAddr>,
+}
+
+impl Visitor for PreviewVisitor {
+    fn user_agent(&self) -> Option<&[u8]> {
+        Some(self.ua.as_bytes())
+    }
+    fn accept_language(&self) -> Option<&[u8]> {
+        Some(self.lang.as_bytes())
+    }
+    fn country(&self) -> Option<[u8; 2]> {
+        self.country
+    }
+    fn query(&self) -> Option<&str> {
+        self.query.as_deref()
+    }
+    fn split_key(&self) -> Option<String> {
+        self.client.map(link_rules::split_key)
+    }
 }
 
 /// `GET /admin/links/{code}` (`?chart=hour|day&format=csv`: a chart's CSV).
@@ -304,10 +492,11 @@ pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -
     };
     let _ = write!(
         main,
-        "<div class=\"grid\"><div>{fields}{outbox}</div><div class=\"qr\" id=\"qr\">{qr}</div></div>{controls}\
+        "<div class=\"grid\"><div>{fields}{outbox}</div><div class=\"qr\" id=\"qr\">{qr}</div></div>{controls}{preview}\
          <h2>Clicks</h2><p id=\"totals\">Human {h} · bot {b} in the last 90 days.</p>{hc}{dc}{breakdown}<h2>History</h2>{history}",
         fields = fields(&link),
         controls = controls(s, &link),
+        preview = preview(req, &link, now),
         h = num(daily.totals.human),
         b = num(daily.totals.bot),
         hc = hc.html(),
@@ -332,6 +521,34 @@ fn patch(links: &Links, current: &LinkView, f: &Form, now: u64) -> Result<Patch,
         .filter(|e| *e != current.expires_at)
     {
         body.insert("expires_at".into(), e.into());
+    }
+    // The options, only from a form that shows them (an older page's
+    // form leaves them as they are).
+    if f.get("options_form").is_some() {
+        let fq = f.get("forward_query") == Some("on");
+        if current.options["forward_query"] != fq {
+            body.insert("forward_query".into(), fq.into());
+        }
+        let x = f.get("expired_url").map(str::trim).unwrap_or("");
+        if current.options["expired_url"].as_str().unwrap_or("") != x {
+            let v = if x.is_empty() {
+                serde_json::Value::Null
+            } else {
+                x.into()
+            };
+            body.insert("expired_url".into(), v);
+        }
+        let text = f.get("rules").map(str::trim).unwrap_or("");
+        let rules: serde_json::Value = if text.is_empty() {
+            serde_json::Value::Array(Vec::new())
+        } else {
+            serde_json::from_str(text).map_err(|e| {
+                ApiError::bad_request("invalid_rules", format!("rules are not valid JSON: {e}"))
+            })?
+        };
+        if rules != current.options["rules"] {
+            body.insert("rules".into(), rules);
+        }
     }
     let bytes = serde_json::to_vec(&body).unwrap_or_default();
     parse_patch(&bytes, &links.cfg.links, now)
