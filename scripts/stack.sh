@@ -181,6 +181,10 @@ from its page cache):
 Over HTTPS (HTTP/2), trusting the development CA:
   curl -i --cacert var/tls/ca.pem https://localhost:8443/<code>
   curl -i --cacert var/tls/ca.pem --resolve s.shop55.com:8443:127.0.0.1 https://s.shop55.com:8443/<code>
+A link with rules (iPhones to the App Store, the query forwarded):
+  curl -s -X POST http://127.0.0.1:$PORT/api/v1/links -H "Authorization: Bearer \$(cat var/dev-api-key)" \\
+       -H 'Content-Type: application/json' \\
+       -d '{"url":"https://example.com/shop","forward_query":true,"rules":[{"when":{"device":["ios"]},"url":"https://apps.apple.com/app/id1"}]}'
 Edit it, then read its history (README.md, "Quick start"):
   curl -s -X PATCH http://127.0.0.1:$PORT/api/v1/links/<code> -H "Authorization: Bearer \$(cat var/dev-api-key)" \\
        -H 'Content-Type: application/json' -d '{"url":"https://example.com/edited"}'
@@ -199,6 +203,13 @@ MSG
         curl -s -o /dev/null --cacert "$VAR/tls/ca.pem" -w '  HTTPS (HTTP/%{http_version}): %{http_code} -> %{redirect_url}\n' \
           "https://localhost:8443/$CODE" || true
       fi
+    fi
+    if [ -x "$BIN/shorturl-edge" ]; then
+      # The link rules' country database, as the edge reports it.
+      curl -s -H 'Host: localhost' "http://127.0.0.1:$EDGE_PORT/shorturl_status" | python3 -c '
+import json, sys
+g = json.load(sys.stdin).get("geo")
+print("Country database (link rules): " + ("{path}, {database_type}, built {build_date}".format(**g) if g else "none"))' || true
     fi
     ;;
   down)

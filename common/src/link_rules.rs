@@ -393,7 +393,7 @@ pub fn choose<'a>(
         });
     }
     let mut ua: Option<UaFacts> = None;
-    let mut lang: Option<Option<String>> = None;
+    let mut lang: Option<Option<Lang>> = None;
     let mut country: Option<Option<[u8; 2]>> = None;
     let mut chosen = Choice {
         url: Cow::Borrowed(url),
@@ -435,7 +435,7 @@ impl When {
         v: &impl Visitor,
         now: u64,
         ua: &mut Option<UaFacts>,
-        lang: &mut Option<Option<String>>,
+        lang: &mut Option<Option<Lang>>,
         country: &mut Option<Option<[u8; 2]>>,
     ) -> bool {
         if self.from.is_some_and(|f| now < f) || self.until.is_some_and(|u| now >= u) {
@@ -448,7 +448,7 @@ impl When {
         }
         if !self.dev.is_empty() || !self.app.is_empty() {
             let f = ua.get_or_insert_with(|| UaFacts::of(v.user_agent().unwrap_or_default()));
-            if !self.dev.is_empty() && !self.dev.iter().any(|d| f.is(*d)) {
+            if !self.dev.is_empty() && !self.dev.iter().any(|d| f.is(*d, v)) {
                 return false;
             }
             if !self.app.is_empty() && !f.app.is_some_and(|a| self.app.contains(&a)) {
@@ -456,8 +456,11 @@ impl When {
             }
         }
         if !self.lang.is_empty() {
-            let l = lang.get_or_insert_with(|| preferred_language(v.accept_language()));
-            if !l.as_ref().is_some_and(|l| self.lang.iter().any(|x| x == l)) {
+            let l = lang.get_or_insert_with(|| preferred_language_of(v.accept_language()));
+            if !l
+                .as_ref()
+                .is_some_and(|l| self.lang.iter().any(|x| x.as_bytes() == l.as_bytes()))
+            {
                 return false;
             }
         }
@@ -471,60 +474,140 @@ impl When {
     }
 }
 
-/// What the rules read off a User-Agent, computed once per request.
+/// What the rules read off a User-Agent, computed once per request: the
+/// platform and the in-app browser (one automaton pass each); the device
+/// class, which needs the bot list, only when a rule asks for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UaFacts {
-    pub device: Device,
     pub ios: bool,
     pub android: bool,
     pub app: Option<App>,
+    device: Option<Device>,
 }
 
 impl UaFacts {
-    /// The facts of `ua` (empty: a bot, no app).
+    /// The platform and app of `ua` (empty: neither).
     pub fn of(ua: &[u8]) -> UaFacts {
-        let has = |t: &[u8]| ua.windows(t.len()).any(|w| w.eq_ignore_ascii_case(t));
+        let (ios, android) = platform(ua);
         UaFacts {
-            device: device_class_bytes(ua),
-            ios: has(b"iphone") || has(b"ipad") || has(b"ipod"),
-            android: has(b"android"),
+            ios,
+            android,
             app: in_app(ua),
+            device: None,
         }
     }
 
-    fn is(&self, d: DeviceCond) -> bool {
+    /// The click device class of `ua` (see `clicks::ua`).
+    pub fn device(&mut self, ua: &[u8]) -> Device {
+        *self.device.get_or_insert_with(|| device_class_bytes(ua))
+    }
+
+    fn is(&mut self, d: DeviceCond, v: &impl Visitor) -> bool {
         match d {
             DeviceCond::Ios => self.ios,
             DeviceCond::Android => self.android,
-            DeviceCond::Mobile => self.device == Device::Mobile,
-            DeviceCond::Tablet => self.device == Device::Tablet,
-            DeviceCond::Desktop => self.device == Device::Desktop,
+            DeviceCond::Mobile => self.device(v.user_agent().unwrap_or_default()) == Device::Mobile,
+            DeviceCond::Tablet => self.device(v.user_agent().unwrap_or_default()) == Device::Tablet,
+            DeviceCond::Desktop => {
+                self.device(v.user_agent().unwrap_or_default()) == Device::Desktop
+            }
         }
     }
 }
 
-/// `(app, token)` pairs of [`INAPP_TXT`], in file order.
-fn inapp_patterns() -> &'static [(App, Vec<u8>)] {
-    static P: OnceLock<Vec<(App, Vec<u8>)>> = OnceLock::new();
-    P.get_or_init(|| {
-        INAPP_TXT
+/// The in-app tokens of [`INAPP_TXT`] in file order, each with a searcher
+/// built once (SIMD `memmem`: a few dozen instructions a token for a
+/// User-Agent; an Aho-Corasick pass that reports overlapping matches cost
+/// ~1,700).
+struct InApp {
+    tokens: Vec<(App, memchr::memmem::Finder<'static>)>,
+}
+
+fn inapp() -> &'static InApp {
+    static P: OnceLock<InApp> = OnceLock::new();
+    P.get_or_init(|| InApp {
+        tokens: INAPP_TXT
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
             .filter_map(|l| {
                 let (app, token) = l.split_once(' ')?;
-                Some((App::parse(app)?, token.trim().as_bytes().to_vec()))
+                let finder = memchr::memmem::Finder::new(token.trim().as_bytes()).into_owned();
+                Some((App::parse(app)?, finder))
             })
-            .collect()
+            .collect(),
     })
 }
 
-/// The in-app browser `ua` belongs to: the first pattern it contains.
+/// The link rules' platform facts of `ua`: whether it contains `iphone`,
+/// `ipad` or `ipod` (iOS) and `android`, ASCII-case-insensitive.
+pub fn platform(ua: &[u8]) -> (bool, bool) {
+    static F: OnceLock<[memchr::memmem::Finder<'static>; 4]> = OnceLock::new();
+    let [iphone, ipad, ipod, android] = F.get_or_init(|| {
+        ["iphone", "ipad", "ipod", "android"]
+            .map(|t| memchr::memmem::Finder::new(t.as_bytes()).into_owned())
+    });
+    let mut buf = [0u8; 512];
+    let lowered;
+    let lower: &[u8] = match buf.get_mut(..ua.len()) {
+        Some(b) => {
+            for (d, s) in b.iter_mut().zip(ua) {
+                *d = s.to_ascii_lowercase();
+            }
+            b
+        }
+        None => {
+            lowered = ua.to_ascii_lowercase();
+            &lowered
+        }
+    };
+    let has = |f: &memchr::memmem::Finder<'_>| f.find(lower).is_some();
+    (has(iphone) || has(ipad) || has(ipod), has(android))
+}
+
+/// Builds the automatons the rules read a User-Agent with (the in-app
+/// tokens, the device tokens and the bot list: a few milliseconds, ~7 MB)
+/// now rather than on the first request that needs them.
+pub fn warm_up() {
+    let _ = inapp();
+    crate::clicks::ua::warm_up();
+}
+
+/// The in-app browser `ua` belongs to: that of the first pattern (in file
+/// order) it contains.
 pub fn in_app(ua: &[u8]) -> Option<App> {
-    inapp_patterns()
+    inapp()
+        .tokens
         .iter()
-        .find(|(_, t)| memchr::memmem::find(ua, t).is_some())
+        .find(|(_, f)| f.find(ua).is_some())
         .map(|(a, _)| *a)
+}
+
+/// A primary language subtag, lower case, without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lang {
+    buf: [u8; 8],
+    len: u8,
+}
+
+impl Lang {
+    fn of_bytes(tag: &[u8]) -> Option<Lang> {
+        if !(1..=8).contains(&tag.len()) || !tag.iter().all(u8::is_ascii_alphabetic) {
+            return None;
+        }
+        let mut buf = [0u8; 8];
+        for (d, b) in buf.iter_mut().zip(tag) {
+            *d = b.to_ascii_lowercase();
+        }
+        Some(Lang {
+            buf,
+            len: tag.len() as u8,
+        })
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
 }
 
 /// The visitor's language: the primary subtag (lower case) of the
@@ -532,25 +615,28 @@ pub fn in_app(ua: &[u8]) -> Option<App> {
 /// skipping `*`, q=0 and anything that is not a language range. At most
 /// the first 32 ranges are read.
 pub fn preferred_language(header: Option<&[u8]>) -> Option<String> {
-    let s = std::str::from_utf8(header?).ok()?;
-    let mut best: Option<(u32, &str)> = None;
-    for item in s.split(',').take(32) {
-        let mut parts = item.split(';');
-        let range = parts.next().unwrap_or_default().trim_matches([' ', '\t']);
+    preferred_language_of(header).map(|l| String::from_utf8_lossy(l.as_bytes()).into_owned())
+}
+
+/// [`preferred_language`] without allocating.
+fn preferred_language_of(header: Option<&[u8]>) -> Option<Lang> {
+    let h = header?;
+    std::str::from_utf8(h).ok()?;
+    let mut best: Option<(u32, &[u8])> = None;
+    for item in h.split(|&b| b == b',').take(32) {
+        let mut parts = item.split(|&b| b == b';');
+        let range = trim_ows(parts.next().unwrap_or_default());
         let mut q = 1000;
         for p in parts {
-            let p = p.trim_matches([' ', '\t']);
-            if let Some(v) = p.strip_prefix("q=").or_else(|| p.strip_prefix("Q=")) {
-                match qvalue(v) {
-                    Some(v) => q = v,
-                    None => q = 0,
-                }
+            let p = trim_ows(p);
+            if let Some(v) = p.strip_prefix(b"q=").or_else(|| p.strip_prefix(b"Q=")) {
+                q = qvalue(v).unwrap_or(0);
             }
         }
-        let primary = range.split('-').next().unwrap_or_default();
+        let primary = range.split(|&b| b == b'-').next().unwrap_or_default();
         if q == 0
             || !(1..=8).contains(&primary.len())
-            || !primary.bytes().all(|b| b.is_ascii_alphabetic())
+            || !primary.iter().all(u8::is_ascii_alphabetic)
         {
             continue;
         }
@@ -558,23 +644,38 @@ pub fn preferred_language(header: Option<&[u8]>) -> Option<String> {
             best = Some((q, primary));
         }
     }
-    best.map(|(_, p)| p.to_ascii_lowercase())
+    best.and_then(|(_, p)| Lang::of_bytes(p))
+}
+
+/// `b` without the spaces and tabs around it.
+fn trim_ows(mut b: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = b {
+        b = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = b {
+        b = rest;
+    }
+    b
 }
 
 /// An RFC 9110 qvalue in thousandths: `0`, `0.5`, `1`, `1.000`.
-fn qvalue(v: &str) -> Option<u32> {
-    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
-    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+fn qvalue(v: &[u8]) -> Option<u32> {
+    let (int, frac) = match v.iter().position(|&b| b == b'.') {
+        Some(i) => (&v[..i], &v[i + 1..]),
+        None => (v, &b""[..]),
+    };
+    if frac.len() > 3 || !frac.iter().all(u8::is_ascii_digit) {
         return None;
     }
     let thousandths = frac
-        .bytes()
+        .iter()
+        .copied()
         .chain(std::iter::repeat(b'0'))
         .take(3)
         .fold(0u32, |a, b| a * 10 + u32::from(b - b'0'));
     match int {
-        "0" => Some(thousandths),
-        "1" if thousandths == 0 => Some(1000),
+        b"0" => Some(thousandths),
+        b"1" if thousandths == 0 => Some(1000),
         _ => None,
     }
 }

@@ -38,7 +38,9 @@ CODES=2000
 REDIS_PORT=${REDIS_PORT:-26479}; EDGE_PORT=${EDGE_PORT:-28180}
 WORK=$(mktemp -d /tmp/shorturl-instr.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+# Waits for each to exit: a Redis still shutting down would hold the port
+# the next run's Redis binds (its writes would reach the old one).
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 . "$(dirname "$0")/lib.sh"
 status_field() { curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$EDGE_PORT/shorturl_status" | sed -n "s/.*\"local\":{[^}]*\"$1\":\\([0-9]*\\).*/\\1/p"; }

@@ -11,6 +11,7 @@ wait_tcp() { for _ in $(seq 1 $(( ${WAIT_TCP_SECS:-30} * 20 ))); do (echo >/dev/
 # rule answered from the edge's country database.
 RULES_JSON='{"r":[{"c":{"app":["wechat"]},"u":"https://example.com/wechat"},{"c":{"dev":["ios"]},"u":"https://example.com/ios"},{"c":{"lang":["ja"]},"u":"https://example.com/ja"},{"c":{"q":["ref","x"]},"u":"https://example.com/ref"},{"c":{"cc":["US"]},"u":"https://example.com/us"}]}'
 bench_redis() {
+  if (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null; then echo "port $1 is taken: another Redis still runs there" >&2; exit 1; fi
   redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" --daemonize no >"$WORK/redis.log" 2>&1 &
   PIDS+=($!); wait_tcp "$1"
   local exp=$(( $(date +%s) + 86400 ))

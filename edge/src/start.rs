@@ -93,10 +93,10 @@ pub fn build(opt: Opt, loaded: Loaded) -> Result<Server, StartError> {
         AccessLogWriter::new(Arc::clone(&log), edge_cfg.access_log.clone()),
     );
 
-    if edge_cfg.clicks.enabled {
-        // The bot list's automaton, built now rather than on the first click.
-        shorturl_common::clicks::ua::warm_up();
-    }
+    // The User-Agent automatons (bot list, device and in-app tokens), built
+    // now rather than on the first click or the first link with rules,
+    // which would stall its worker for the build.
+    shorturl_common::link_rules::warm_up();
     let clicks = Arc::new(Clicks::new(
         &edge_cfg.clicks,
         &boot_nonce(),

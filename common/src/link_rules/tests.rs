@@ -109,12 +109,28 @@ fn preferred_language_by_q_value() {
 
 #[test]
 fn user_agent_facts() {
-    let f = UaFacts::of(WECHAT.as_bytes());
-    assert!(f.ios && !f.android && f.app == Some(App::Wechat) && f.device == Device::Mobile);
+    let mut f = UaFacts::of(WECHAT.as_bytes());
+    assert!(f.ios && !f.android && f.app == Some(App::Wechat));
+    assert_eq!(f.device(WECHAT.as_bytes()), Device::Mobile);
     let f = UaFacts::of(ANDROID.as_bytes());
     assert!(f.android && !f.ios && f.app.is_none());
-    assert_eq!(UaFacts::of(IPAD.as_bytes()).device, Device::Tablet);
-    assert_eq!(UaFacts::of(DESKTOP.as_bytes()).device, Device::Desktop);
+    assert_eq!(
+        UaFacts::of(IPAD.as_bytes()).device(IPAD.as_bytes()),
+        Device::Tablet
+    );
+    assert_eq!(
+        UaFacts::of(DESKTOP.as_bytes()).device(DESKTOP.as_bytes()),
+        Device::Desktop
+    );
+    // "Contains", whatever else overlaps: `opera mini` ends where `iphone`
+    // starts; case-blind.
+    assert!(UaFacts::of(b"Opera MiniPhone").ios);
+    assert!(UaFacts::of(b"x ANDROID y").android);
+    // The first pattern in file order wins, wherever it is in the UA.
+    assert_eq!(
+        in_app(b"Instagram 300 ... MicroMessenger/8"),
+        Some(App::Wechat)
+    );
     for (ua, app) in [
         (
             "Mozilla/5.0 (Linux; Android 13) QQ/9.0.0.1 V1_AND_SQ",
@@ -139,7 +155,7 @@ fn user_agent_facts() {
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .count();
-    assert_eq!(inapp_patterns().len(), lines);
+    assert_eq!(inapp().tokens.len(), lines);
 }
 
 #[test]

@@ -140,6 +140,10 @@ for _, c in ipairs({
     eq(link_rules.in_app(c[1]), c[2], "in_app(" .. c[1] .. ")")
 end
 eq(link_rules.in_app("Mozilla/5.0 MQQBrowser/6.2"), nil, "in_app(MQQBrowser)")
+-- "Contains", whatever overlaps; case-blind; the first pattern in file order.
+eq(link_rules.ua_facts("Opera MiniPhone").ios, true, "ios of an overlapping token")
+eq(link_rules.ua_facts("x ANDROID y").android, true, "android, case-blind")
+eq(link_rules.in_app("Instagram 300 ... MicroMessenger/8"), "wechat", "in_app: file order wins")
 eq(link_rules.in_app("micromessenger"), nil, "in_app is case-sensitive")
 do
     local lines = 0

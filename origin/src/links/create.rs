@@ -68,6 +68,9 @@ impl Links {
     ) -> Result<Creation, LinkError> {
         caller.require(Scope::LinksCreate)?;
         self.check_target(caller, &req.url)?;
+        for d in req.settings.destinations() {
+            self.check_target(caller, d)?;
+        }
         let domain = req
             .domain
             .clone()

@@ -147,6 +147,16 @@ impl Links {
             caller.require(Scope::LinksManage)?;
             self.check_target(caller, url)?;
         }
+        if let Some(given) = &patch.options {
+            // Checked on their own (the body's); a destination on one of
+            // this fleet's domains would chain short links.
+            let mut s = Settings::default();
+            if s.apply(given).is_ok() {
+                for d in s.destinations() {
+                    self.check_target(caller, d)?;
+                }
+            }
+        }
         let row = self
             .change(caller, code, |row| {
                 if row.state == RowState::Deleted {

@@ -6,7 +6,8 @@
 //! [`modify`] the one transaction every change of a link goes through,
 //! [`audit`] the audit trail, [`outbox`] the invalidation outbox,
 //! [`lifecycle`] the reaper's batch, [`recycle`] the recycler's batch,
-//! `lease` the one-origin-at-a-time leases, [`meta`] the installation's
+//! `lease` the one-origin-at-a-time leases, [`options`] the options column
+//! and the record options derived from it, [`meta`] the installation's
 //! `meta` rows (keys, capacity, marks), [`search`]
 //! the search statement, [`state`]
 //! the row states every statement binds, [`row`] the link as read.
@@ -21,6 +22,7 @@ mod lease;
 pub mod lifecycle;
 pub mod meta;
 mod modify;
+pub mod options;
 pub mod outbox;
 pub mod recycle;
 pub mod retention;
@@ -34,11 +36,11 @@ pub use batch::ClaimItem;
 pub use custom::CustomClaim;
 pub use error::DbError;
 pub use modify::{is_permanent, Change, Modified};
+pub use options::Settings;
 pub use row::LinkRow;
 pub use shards::{Shard, ShardMap};
 pub use state::RowState;
 
-use crate::links::options::Settings;
 use crate::metrics::Metrics;
 use mysql_async::prelude::*;
 use mysql_async::Pool;

@@ -1,0 +1,127 @@
+//! A link's options as the `short_code.options` column stores them (JSON)
+//! and as its record carries them to the edges
+//! (`shorturl_common::link_rules`, protocol 3.1.1): the storage side of
+//! `links::options`, which reads and shows them in the API's form. Kept
+//! here so the store derives records without depending on the API layer.
+
+use serde::{Deserialize, Serialize};
+use shorturl_common::link_rules::LinkOptions;
+
+/// The UTM fields, in the order the API lists them.
+pub const UTM_FIELDS: [&str; 5] = [
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "utm_term",
+    "utm_content",
+];
+/// What `short_code.options` holds (JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Forwarding, fallback and rules, in the record's form (never `gone`).
+    #[serde(default, skip_serializing_if = "LinkOptions::is_empty")]
+    pub o: LinkOptions,
+    /// UTM values by field index of [`UTM_FIELDS`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub utm: Vec<Option<String>>,
+}
+
+impl Settings {
+    /// The column's value (`None`: a plain link, NULL).
+    pub fn to_column(&self) -> Option<String> {
+        (!self.is_empty()).then(|| serde_json::to_string(self).unwrap_or_default())
+    }
+
+    /// Reads the column (NULL or unreadable: no options, logged).
+    pub fn from_column(col: Option<&str>) -> Settings {
+        let Some(s) = col.filter(|s| !s.is_empty()) else {
+            return Settings::default();
+        };
+        serde_json::from_str(s).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "unreadable link options column");
+            Settings::default()
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.o.is_empty() && self.utm.iter().all(Option::is_none)
+    }
+
+    /// The UTM value of field `i`.
+    pub fn utm(&self, i: usize) -> Option<&str> {
+        self.utm.get(i).and_then(|v| v.as_deref())
+    }
+
+    /// Every URL the options may send a visitor to (rule destinations,
+    /// split variants, the expiry fallback).
+    pub fn destinations(&self) -> impl Iterator<Item = &str> {
+        self.o
+            .rules
+            .iter()
+            .flat_map(|r| {
+                r.url
+                    .iter()
+                    .map(String::as_str)
+                    .chain(r.split.iter().map(|(u, _)| u.as_str()))
+            })
+            .chain(self.o.expired_url.as_deref())
+    }
+
+    /// The options a record of a live link carries (`None`: none).
+    pub fn live_options(&self) -> Option<LinkOptions> {
+        (!self.o.is_empty()).then(|| self.o.clone())
+    }
+
+    /// The options of a disabled or expired link: its fallback alone.
+    pub fn gone_options(&self) -> Option<LinkOptions> {
+        self.o.expired_url.as_ref().map(|x| LinkOptions {
+            expired_url: Some(x.clone()),
+            gone: true,
+            ..LinkOptions::default()
+        })
+    }
+
+    /// `url` with the UTM fields set: each replaces a parameter of the same
+    /// name (all of them), in field order, appended before the fragment.
+    pub fn merge_utm(&self, url: &str) -> String {
+        self.merge_utm_after(url, &Settings::default())
+    }
+
+    /// [`Settings::merge_utm`] for an edit from `before`: a field `before`
+    /// set and this clears also takes its parameter out of the URL.
+    pub fn merge_utm_after(&self, url: &str, before: &Settings) -> String {
+        let touched = |i: usize| self.utm(i).is_some() || before.utm(i).is_some();
+        if !(0..UTM_FIELDS.len()).any(touched) {
+            return url.to_owned();
+        }
+        let Ok(mut u) = url::Url::parse(url) else {
+            return url.to_owned();
+        };
+        let kept: Vec<(String, String)> = u
+            .query_pairs()
+            .filter(|(k, _)| {
+                !UTM_FIELDS
+                    .iter()
+                    .enumerate()
+                    .any(|(i, f)| k == f && touched(i))
+            })
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        {
+            let mut q = u.query_pairs_mut();
+            q.clear();
+            for (k, v) in &kept {
+                q.append_pair(k, v);
+            }
+            for (i, f) in UTM_FIELDS.iter().enumerate() {
+                if let Some(v) = self.utm(i) {
+                    q.append_pair(f, v);
+                }
+            }
+        }
+        if u.query() == Some("") {
+            u.set_query(None);
+        }
+        u.to_string()
+    }
+}
