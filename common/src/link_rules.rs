@@ -11,6 +11,7 @@
 //! query forwarding; a fallback URL for an expired or disabled link.
 
 use crate::clicks::ua::{device_class_bytes, Device};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -516,27 +517,47 @@ impl UaFacts {
 }
 
 /// The in-app tokens of [`INAPP_TXT`] in file order, each with a searcher
-/// built once (SIMD `memmem`: a few dozen instructions a token for a
-/// User-Agent; an Aho-Corasick pass that reports overlapping matches cost
-/// ~1,700).
+/// built once (SIMD `memmem`: ~100 instructions a token for a User-Agent;
+/// an Aho-Corasick pass reporting overlapping matches cost ~1,700), behind
+/// one prefilter pass.
 struct InApp {
     tokens: Vec<(App, memchr::memmem::Finder<'static>)>,
+    /// Whether any token occurs: one DFA pass, so a User-Agent of no
+    /// in-app browser (nearly all) skips the searchers.
+    any: Option<AhoCorasick>,
 }
 
 fn inapp() -> &'static InApp {
     static P: OnceLock<InApp> = OnceLock::new();
-    P.get_or_init(|| InApp {
-        tokens: INAPP_TXT
+    P.get_or_init(|| {
+        let pairs: Vec<(App, &str)> = INAPP_TXT
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
             .filter_map(|l| {
                 let (app, token) = l.split_once(' ')?;
-                let finder = memchr::memmem::Finder::new(token.trim().as_bytes()).into_owned();
-                Some((App::parse(app)?, finder))
+                Some((App::parse(app)?, token.trim()))
             })
-            .collect(),
+            .collect();
+        InApp {
+            any: prefilter(pairs.iter().map(|(_, t)| *t), false),
+            tokens: pairs
+                .iter()
+                .map(|(a, t)| (*a, memchr::memmem::Finder::new(t.as_bytes()).into_owned()))
+                .collect(),
+        }
     })
+}
+
+/// A DFA that tells whether any of `tokens` occurs (`None` if it cannot be
+/// built: then every search runs).
+fn prefilter<'a>(tokens: impl IntoIterator<Item = &'a str>, caseless: bool) -> Option<AhoCorasick> {
+    AhoCorasickBuilder::new()
+        .ascii_case_insensitive(caseless)
+        .match_kind(MatchKind::LeftmostFirst)
+        .kind(Some(AhoCorasickKind::DFA))
+        .build(tokens)
+        .ok()
 }
 
 /// The link rules' platform facts of `ua`: whether it contains `iphone`,
@@ -576,8 +597,11 @@ pub fn warm_up() {
 /// The in-app browser `ua` belongs to: that of the first pattern (in file
 /// order) it contains.
 pub fn in_app(ua: &[u8]) -> Option<App> {
-    inapp()
-        .tokens
+    let p = inapp();
+    if p.any.as_ref().is_some_and(|ac| !ac.is_match(ua)) {
+        return None;
+    }
+    p.tokens
         .iter()
         .find(|(_, f)| f.find(ua).is_some())
         .map(|(a, _)| *a)
