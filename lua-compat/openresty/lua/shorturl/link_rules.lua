@@ -798,6 +798,18 @@ local function get(v, k)
     return x or nil
 end
 
+-- Whether `x` (nil or false: nothing) is one of `list`'s values.
+local function listed(list, x)
+    if x then
+        for i = 1, #list do
+            if list[i] == x then
+                return true
+            end
+        end
+    end
+    return false
+end
+
 -- Whether rule conditions `w` hold for visitor `v` at `now`. `memo`
 -- carries what was worked out for an earlier rule.
 local function holds(w, v, now, memo)
@@ -831,20 +843,8 @@ local function holds(w, v, now, memo)
             end
         end
         local app = w.app
-        if app and #app > 0 then
-            local a = f.app
-            local any = false
-            if a then
-                for i = 1, #app do
-                    if app[i] == a then
-                        any = true
-                        break
-                    end
-                end
-            end
-            if not any then
-                return false
-            end
+        if app and #app > 0 and not listed(app, f.app) then
+            return false
         end
     end
     local langs = w.lang
@@ -854,34 +854,13 @@ local function holds(w, v, now, memo)
             l = M.preferred_language(get(v, "lang")) or false
             memo.lang = l
         end
-        local any = false
-        if l then
-            for i = 1, #langs do
-                if langs[i] == l then
-                    any = true
-                    break
-                end
-            end
-        end
-        if not any then
+        if not listed(langs, l) then
             return false
         end
     end
     local ccs = w.cc
-    if ccs and #ccs > 0 then
-        local c = get(v, "country")
-        local any = false
-        if c then
-            for i = 1, #ccs do
-                if ccs[i] == c then
-                    any = true
-                    break
-                end
-            end
-        end
-        if not any then
-            return false
-        end
+    if ccs and #ccs > 0 and not listed(ccs, get(v, "country")) then
+        return false
     end
     return true
 end
