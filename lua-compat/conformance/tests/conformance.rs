@@ -214,7 +214,8 @@ impl Store {
         }
     }
 
-    /// Waits until every message published so far was applied by `edge`.
+    /// Waits until every message published so far was applied by every
+    /// edge in `edges`.
     /// PUBLISH returns once Redis has written the message to the
     /// subscribers' sockets, not once an edge has read and applied it: the
     /// next request can reach the edge first, even on one server (seen
@@ -223,14 +224,21 @@ impl Store {
     /// (for the origin's, the master of the link's slot) to the edge's
     /// subscription node over the cluster bus. A barrier message published
     /// on every master (the one server) comes after every earlier message
-    /// on each path, so once the edge applied the barriers, it applied them
+    /// on each path, so once an edge applied the barriers, it applied them
     /// all (the status counts messages as one subscriber heard them:
     /// OpenResty's sum over workers divided by the workers, so every worker
     /// must have had each barrier).
-    fn barrier(&self, edge: &Edge) {
+    ///
+    /// The wait is by count, so it holds only if no other message is on its
+    /// way when it starts: every edge hears every message, so a change made
+    /// through one edge is waited for on all of them. Waiting on the edge
+    /// that made it alone let the message arrive late at the other edge,
+    /// inside that edge's next barrier, standing in for one of its barriers
+    /// (a CI failure on the cluster, where the bus adds the delay).
+    fn barrier(&self, edges: &[&Edge]) {
         static N: AtomicU64 = AtomicU64::new(0);
-        let messages = || edge.status()["inval"]["messages"].as_i64().unwrap();
-        let before = messages();
+        let messages = |edge: &Edge| edge.status()["inval"]["messages"].as_i64().unwrap();
+        let before: Vec<i64> = edges.iter().map(|e| messages(e)).collect();
         let publish = |port: u16| {
             let code = format!("barrier{:05}", N.fetch_add(1, Ordering::Relaxed));
             redis_cli(
@@ -256,16 +264,18 @@ impl Store {
                 masters.len()
             }
         };
-        let want = before + barriers as i64;
         let deadline = Instant::now() + Duration::from_secs(15);
-        while messages() < want {
-            assert!(
-                Instant::now() < deadline,
-                "{} did not receive the barrier messages ({before} -> want {want}): {}",
-                edge.name,
-                edge.status()
-            );
-            std::thread::sleep(Duration::from_millis(5));
+        for (edge, before) in edges.iter().zip(before) {
+            let want = before + barriers as i64;
+            while messages(edge) < want {
+                assert!(
+                    Instant::now() < deadline,
+                    "{} did not receive the barrier messages ({before} -> want {want}): {}",
+                    edge.name,
+                    edge.status()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
     }
 
@@ -292,11 +302,13 @@ impl Store {
 }
 
 /// Everything the two stacks share, plus per-edge state.
-struct World {
+struct World<'e> {
     redis: Store,
     redis_up: bool,
     origin: Origin,
     codes: BTreeMap<String, String>,
+    /// Every edge of the run: each hears every message (see `Store::barrier`).
+    edges: &'e [&'e Edge],
 }
 
 /// Per-edge placeholders.
@@ -514,7 +526,7 @@ fn apply(action: &Action, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) {
             let msg = expand(msg, w, ctx);
             w.redis
                 .cmd(&["PUBLISH", shorturl_common::keys::INVAL_CHANNEL, &msg]);
-            w.redis.barrier(edge);
+            w.redis.barrier(w.edges);
         }
         Action::Let(name, value) => {
             let v = expand(value, w, ctx);
@@ -642,7 +654,7 @@ fn run_case(case: &Case, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) -> (Outc
     // A change through the API publishes its message: let it arrive before
     // the next request (see Store::barrier).
     if !matches!(req.method.as_str(), "GET" | "HEAD") && w.redis_up && resp.status < 300 {
-        w.redis.barrier(edge);
+        w.redis.barrier(w.edges);
     }
     let reached = origin_up && w.origin.handled() > before_origin;
     let diff = after
@@ -880,11 +892,13 @@ fn run_suite(redis: Store, table: &Table<'_>) {
     let lua = Edge::openresty_with(&addr, &origin.addr(), &env);
     eprintln!("stack up in {:?}", t0.elapsed());
 
+    let edges = [&pingora, &lua];
     let mut w = World {
         redis,
         redis_up: true,
         origin,
         codes: BTreeMap::new(),
+        edges: &edges,
     };
     for (name, f) in &suite.links {
         let mut body = serde_json::json!({ "url": f.url });
@@ -921,7 +935,8 @@ fn run_suite(redis: Store, table: &Table<'_>) {
         w.codes.insert(name.clone(), code);
     }
 
-    let edges = [&pingora, &lua];
+    // The fixtures' creations published messages too.
+    w.redis.barrier(&edges);
     let mut ctxs = [
         EdgeCtx {
             run: RUN_TAGS[0],
