@@ -51,6 +51,24 @@ pub struct LinkOptions {
     pub rules: Vec<Rule>,
 }
 
+impl LinkOptions {
+    /// The URL `dest` names for a link whose own URL is `url` (`None`: the
+    /// options have no such destination, e.g. since an edit removed it).
+    pub fn url_of<'a>(&'a self, dest: Destination, url: &'a str) -> Option<&'a str> {
+        match dest {
+            Destination::Link => Some(url),
+            Destination::Expired => self.expired_url.as_deref(),
+            Destination::Rule { rule, variant } => {
+                let r = self.rules.get(usize::from(rule))?;
+                match variant {
+                    None => r.url.as_deref(),
+                    Some(v) => r.split.get(usize::from(v)).map(|(u, _)| u.as_str()),
+                }
+            }
+        }
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -340,7 +358,8 @@ pub trait Visitor {
 }
 
 /// Which destination answered: what the clicks of a link are split by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Ordered as a link lists them: its URL, the rules in order, the fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Destination {
     /// The link's own URL (no rule matched).
     Link,
@@ -366,6 +385,39 @@ impl Destination {
                 variant: Some(v),
             } => format!("r{}v{}", rule + 1, v + 1),
             Destination::Expired => "expired".into(),
+        }
+    }
+
+    /// The destination a [`Destination::label`] names: `link`, `expired`,
+    /// `r<rule>` (1 to [`MAX_RULES`]) or `r<rule>v<variant>` (1 to
+    /// [`MAX_VARIANTS`]), without leading zeros. What the origin accepts
+    /// in a click batch, so no label outside that set is stored.
+    pub fn parse(label: &str) -> Option<Destination> {
+        fn ordinal(s: &str, max: usize) -> Option<u8> {
+            if s.is_empty()
+                || s.starts_with('0')
+                || s.len() > 2
+                || !s.bytes().all(|b| b.is_ascii_digit())
+            {
+                return None;
+            }
+            let n: usize = s.parse().ok()?;
+            (1..=max).contains(&n).then(|| (n - 1) as u8)
+        }
+        match label {
+            "link" => Some(Destination::Link),
+            "expired" => Some(Destination::Expired),
+            _ => {
+                let rest = label.strip_prefix('r')?;
+                let (rule, variant) = match rest.split_once('v') {
+                    Some((r, v)) => (r, Some(ordinal(v, MAX_VARIANTS)?)),
+                    None => (rest, None),
+                };
+                Some(Destination::Rule {
+                    rule: ordinal(rule, MAX_RULES)?,
+                    variant,
+                })
+            }
         }
     }
 }

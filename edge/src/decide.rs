@@ -54,6 +54,15 @@ impl Target<'_> {
         }
     }
 
+    /// The destination its clicks count under: `None` for a link without
+    /// options (no destination lines: protocol section 3.4).
+    pub fn destination(&self, rec: &RecordRef<'_>) -> Option<Destination> {
+        match self {
+            Target::Link => rec.options.map(|_| Destination::Link),
+            Target::Chosen(_, d) => Some(*d),
+        }
+    }
+
     /// True for the expiry fallback (no page is served for it).
     pub fn is_fallback(&self) -> bool {
         matches!(self, Target::Chosen(_, Destination::Expired))

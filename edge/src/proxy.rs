@@ -289,7 +289,10 @@ impl Edge {
                 // Counted before the answer is written: a client that got
                 // its redirect has its click queued, so the last flush at
                 // shutdown, which follows every answer, sends it.
-                self.state.clicks.record(session.req_header(), code, now);
+                let dest = target.destination(&rec);
+                self.state
+                    .clicks
+                    .record(session.req_header(), code, dest, now);
                 let hsts = self.hsts(ctx);
                 let url = target.url(&rec);
                 respond::redirect(session, &self.state.cfg.redirect, url, hsts).await?;

@@ -51,6 +51,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "link_options",
         include_str!("../migrations/0011_link_options.sql"),
     ),
+    (
+        12,
+        "click_destinations",
+        include_str!("../migrations/0012_click_destinations.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

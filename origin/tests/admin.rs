@@ -785,6 +785,28 @@ async fn link_rules_are_shown_edited_and_previewed_in_the_console() {
     assert!(page.contains("utm_source=mail"));
     assert!(page.contains("id=\"expired-url\">https://a.example/over<"));
 
+    // Clicks per destination (the A/B result), as the consumer files them.
+    c.s.sql(&format!(
+        "INSERT INTO click_day_destination (code, day, dest, n) VALUES \
+         ('{code}', UNIX_TIMESTAMP() - MOD(UNIX_TIMESTAMP(), 86400), 'r1', 3), \
+         ('{code}', UNIX_TIMESTAMP() - MOD(UNIX_TIMESTAMP(), 86400), 'link', 1)"
+    ));
+    let page = c.get(&path, &root).await.text().await.unwrap();
+    let table = page
+        .split("<table id=\"destinations\">")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no destinations table: {page}"));
+    let rows: Vec<&str> = table
+        .split("</table>")
+        .next()
+        .unwrap()
+        .split("<tr>")
+        .skip(2)
+        .collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(rows[0].starts_with("<td>link</td><td>https://a.example/shop?utm_source=mail</td><td class=\"n\">1</td><td class=\"n\">25.0%</td>"), "{table}");
+    assert!(rows[1].starts_with("<td>r1</td><td>https://a.example/&lt;ios&gt;</td><td class=\"n\">3</td><td class=\"n\">75.0%</td>"), "{table}");
+
     // The preview: which destination a visitor gets.
     let q = form(&[
         ("preview", "1"),

@@ -70,6 +70,7 @@ fn clicks(
             head,
             user_agent: Some(ua),
             referer: (!r.is_empty()).then_some(r),
+            destination: None,
         }));
         if (i + 1) % flush_every == 0 {
             out.extend(acc.take_batches(&ids, 1000));
@@ -324,6 +325,7 @@ async fn rotating_referrer_hosts_keep_a_link_day_bounded() {
                     head: false,
                     user_agent: Some(UAS[0]),
                     referer,
+                    destination: None,
                 }));
             };
             for (r, n) in real {
@@ -389,4 +391,112 @@ async fn rotating_referrer_hosts_keep_a_link_day_bounded() {
         ]
     );
     assert_eq!(refs.iter().map(|(_, n)| n).sum::<u64>(), clicks);
+}
+
+/// Destination lines (batch format 2): applied exactly once like the rest,
+/// shown per destination with the URL each names now, in the link's
+/// order; a version 1 batch carrying them is rejected whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clicks_per_destination_are_the_ab_result() {
+    use shorturl_common::link_rules::Destination;
+    let s = setup_with(None);
+    let o = &s.origin;
+    let code = create(
+        &s,
+        SHOP,
+        json!({
+            "url": "https://a.example/shop",
+            "expired_url": "https://a.example/over",
+            "rules": [
+                {"when": {"device": ["ios"]}, "url": "https://a.example/ios"},
+                {"split": [{"url": "https://a.example/A", "weight": 1},
+                           {"url": "https://a.example/B", "weight": 1}]}
+            ]
+        }),
+    )
+    .await;
+    let ids = BatchIds::new("edge-d", "n1").unwrap();
+    let mut acc = Accumulator::new();
+    let ua = UAS[0];
+    let r2 = |v| Destination::Rule {
+        rule: 1,
+        variant: Some(v),
+    };
+    let mut add = |dest: Destination, head: bool, n: u64| {
+        for i in 0..n {
+            assert!(acc.add(&Click {
+                code: &code,
+                at_unix: DAY + 3600 + i,
+                head,
+                user_agent: Some(ua),
+                referer: None,
+                destination: Some(dest),
+            }));
+        }
+    };
+    add(r2(0), false, 30);
+    add(r2(1), false, 45);
+    add(r2(1), true, 7); // HEADs: bot clicks, in no destination
+    add(
+        Destination::Rule {
+            rule: 0,
+            variant: None,
+        },
+        false,
+        5,
+    );
+    add(Destination::Expired, false, 2);
+    let made = acc.take_batches(&ids, 1000);
+    assert_eq!(made.len(), 1);
+    assert_eq!(made[0].version(), "2");
+    // The same lines as version 1: rejected whole, nothing counted.
+    xadd_fields(
+        &s,
+        &[
+            ("id", "edge-d:n1:99"),
+            ("v", "1"),
+            ("b", &made[0].encode_body()),
+        ],
+    )
+    .await;
+    eventually("the version 1 batch rejected", WAIT, || async {
+        batches(o, "malformed").await == 1
+    })
+    .await;
+    xadd(&s, &made[0]).await;
+    xadd(&s, &made[0]).await; // redelivered: once
+    wait_totals(o, &code, (82, 7)).await;
+    eventually("the duplicate", WAIT, || async {
+        batches(o, "duplicate").await == 1
+    })
+    .await;
+    let (st, v) = link_stats(o, ADMIN, &code, &range()).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v["destinations"],
+        json!([
+            {"destination": "r1", "url": "https://a.example/ios", "human": 5},
+            {"destination": "r2v1", "url": "https://a.example/A", "human": 30},
+            {"destination": "r2v2", "url": "https://a.example/B", "human": 45},
+            {"destination": "expired", "url": "https://a.example/over", "human": 2},
+        ]),
+        "{v}"
+    );
+    // An edit that drops the split: its clicks stay, without a URL.
+    let (st, e) = o
+        .patch(
+            ADMIN,
+            &code,
+            json!({"rules": [{"when": {"device": ["ios"]}, "url": "https://a.example/ios2"}]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{e}");
+    let (_, v) = link_stats(o, ADMIN, &code, &range()).await;
+    assert_eq!(v["destinations"][0]["url"], "https://a.example/ios2", "{v}");
+    assert_eq!(v["destinations"][1]["url"], json!(null), "{v}");
+    assert_eq!(v["destinations"][1]["human"], 30, "{v}");
+    // A plain link has none.
+    let plain = create(&s, SHOP, json!({"url": "https://a.example/plain"})).await;
+    let (_, v) = link_stats(o, ADMIN, &plain, &range()).await;
+    assert_eq!(v["destinations"], json!([]), "{v}");
 }

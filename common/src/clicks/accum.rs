@@ -2,14 +2,16 @@
 //! and what the tests use to produce exactly the batches an edge would.
 //!
 //! Counts are kept per link-hour (human, bot) and per link-day (referrer
-//! host, device class). Every click lands in all three, so for every
-//! link-day the referrer counts and the device counts each sum to the
-//! human plus bot clicks of that day's hours.
+//! host, device class, and for links with options the destination that
+//! answered). Every click lands in each, so for every link-day the
+//! referrer counts, the device counts and any destination counts each sum
+//! to the human plus bot clicks of that day's hours.
 
-use super::batch::{is_valid_batch_id, Batch, DeviceLine, HourLine, ReferrerLine};
+use super::batch::{is_valid_batch_id, Batch, DestinationLine, DeviceLine, HourLine, ReferrerLine};
 use super::{day_start, device_class, hour_start, referrer_host, Device};
 use super::{OTHER_REFERRER, TOP_REFERRERS};
 use crate::code::is_valid_code;
+use crate::link_rules::Destination;
 use std::collections::{BTreeMap, HashMap};
 
 /// Maps the flusher updates on every click: a fast non-cryptographic hash
@@ -27,12 +29,20 @@ pub struct Click<'a> {
     pub head: bool,
     pub user_agent: Option<&'a str>,
     pub referer: Option<&'a str>,
+    /// The destination that answered, for a link whose record carries
+    /// options (`None` for a plain link: no destination lines).
+    pub destination: Option<Destination>,
 }
 
 #[derive(Debug, Default)]
 struct DayCounts {
     referrers: FastMap<String, u64>,
     devices: [u64; 5],
+    /// Every human click's destination (a plain link's click is `link`),
+    /// sent only when `routed`: some click that day was on a link with
+    /// options, so the lines sum to the day's human clicks across an edit.
+    destinations: Vec<(Destination, u64)>,
+    routed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -92,12 +102,26 @@ impl Accumulator {
         } else {
             device_class(c.user_agent.unwrap_or(""))
         };
-        self.add_classified(c.code, c.at_unix, device, &referrer_host(c.referer))
+        self.add_classified(
+            c.code,
+            c.at_unix,
+            device,
+            &referrer_host(c.referer),
+            c.destination,
+        )
     }
 
     /// Counts one click already classified (`device` is [`Device::Bot`] for
-    /// a bot click; `host` is a [`referrer_host`] value).
-    pub fn add_classified(&mut self, code: &str, at_unix: u64, device: Device, host: &str) -> bool {
+    /// a bot click; `host` is a [`referrer_host`] value; `destination` as in
+    /// [`Click`]).
+    pub fn add_classified(
+        &mut self,
+        code: &str,
+        at_unix: u64,
+        device: Device,
+        host: &str,
+        destination: Option<Destination>,
+    ) -> bool {
         if !is_valid_code(code) {
             return false;
         }
@@ -121,6 +145,14 @@ impl Accumulator {
             Some(n) => *n += 1,
             None => {
                 day.referrers.insert(host.to_owned(), 1);
+            }
+        }
+        day.routed |= destination.is_some();
+        if device != Device::Bot {
+            let dest = destination.unwrap_or(Destination::Link);
+            match day.destinations.iter_mut().find(|(d, _)| *d == dest) {
+                Some((_, n)) => *n += 1,
+                None => day.destinations.push((dest, 1)),
             }
         }
         self.clicks += 1;
@@ -156,6 +188,7 @@ impl Accumulator {
             cur.hours.extend(part.hours);
             cur.referrers.extend(part.referrers);
             cur.devices.extend(part.devices);
+            cur.destinations.extend(part.destinations);
         }
         if cur.lines() > 0 {
             out.push(cur);
@@ -212,6 +245,23 @@ fn link_lines(code: &str, counts: LinkCounts) -> Batch {
                 });
             }
         }
+        if d.routed {
+            // By label, so the Lua twin writes the same order.
+            let mut dests: Vec<(String, Destination, u64)> = d
+                .destinations
+                .into_iter()
+                .map(|(dest, n)| (dest.label(), dest, n))
+                .collect();
+            dests.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            for (_, destination, n) in dests {
+                b.destinations.push(DestinationLine {
+                    code: code.to_owned(),
+                    day,
+                    destination,
+                    n,
+                });
+            }
+        }
     }
     b
 }
@@ -229,6 +279,7 @@ mod tests {
             head,
             user_agent: Some(ua),
             referer: r,
+            destination: None,
         }
     }
 
@@ -290,5 +341,61 @@ mod tests {
         }
         assert_eq!(batches[1].id, "e:n:1");
         assert!(BatchIds::new("a:b", "n").is_none());
+    }
+
+    #[test]
+    fn destinations_of_links_with_options() {
+        let ids = BatchIds::new("e", "n").unwrap();
+        let mut a = Accumulator::new();
+        let t = 86_400 * 20_000;
+        let r1v2 = Destination::Rule {
+            rule: 0,
+            variant: Some(1),
+        };
+        for (dest, n) in [
+            (Some(r1v2), 3),
+            (Some(Destination::Link), 2),
+            (Some(Destination::Expired), 1),
+            // A click before the link had options (the same day): `link`.
+            (None, 1),
+        ] {
+            for _ in 0..n {
+                a.add(&Click {
+                    destination: dest,
+                    ..click("abcdef", t, false, CHROME, None)
+                });
+            }
+        }
+        // A bot is in the day's clicks, not in a destination's.
+        a.add(&Click {
+            destination: Some(r1v2),
+            ..click("abcdef", t, true, CHROME, None)
+        });
+        // A plain link has no destination lines, and its batch stays v1.
+        a.add(&click("plainx", t, false, CHROME, None));
+        let batches = a.take_batches(&ids, 1000);
+        let b = &batches[0];
+        let body = b.encode_body();
+        assert!(
+            body.ends_with(
+                "t abcdef 1728000000 expired 1\nt abcdef 1728000000 link 3\n\
+                 t abcdef 1728000000 r1v2 3\n"
+            ),
+            "{body}"
+        );
+        assert!(!body.contains("t plainx"));
+        assert_eq!(b.version(), "2");
+        assert_eq!(Batch::decode(&b.id, "2", &body).as_ref(), Ok(b));
+        // Strict: not in a version 1 batch, sums checked, labels checked.
+        assert!(Batch::decode(&b.id, "1", &body).is_err());
+        let short = body.replace("link 3", "link 2");
+        assert!(matches!(
+            Batch::decode(&b.id, "2", &short),
+            Err(super::super::BatchError::Inconsistent { .. })
+        ));
+        let bad = body.replace("r1v2", "r0v2");
+        assert!(Batch::decode(&b.id, "2", &bad).is_err());
+        a.add(&click("plainx", t, false, CHROME, None));
+        assert_eq!(a.take_batches(&ids, 1000)[0].version(), "1");
     }
 }

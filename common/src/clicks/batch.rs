@@ -7,8 +7,9 @@
 //! counts, logs and acknowledges it) rather than half-applied.
 
 use super::referrer::is_valid_host_field;
-use super::{Device, BATCH_VERSION, OTHER_REFERRER, TOP_REFERRERS};
+use super::{Device, BATCH_VERSION, BATCH_VERSION_DESTINATIONS, OTHER_REFERRER, TOP_REFERRERS};
 use crate::code::is_valid_code;
+use crate::link_rules::Destination;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
@@ -49,6 +50,18 @@ pub struct DeviceLine {
     pub n: u64,
 }
 
+/// `t <code> <day_start_unix> <destination> <n>`: human clicks on a link
+/// with options (rules or an expiry fallback) that one destination
+/// answered (`link`, `r<rule>`, `r<rule>v<variant>`, `expired`): the A/B
+/// result, without the bots a split also answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DestinationLine {
+    pub code: String,
+    pub day: u64,
+    pub destination: Destination,
+    pub n: u64,
+}
+
 /// One batch: its unique id (`<edge-name>:<boot-nonce>:<seq>`) and lines.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
@@ -56,6 +69,9 @@ pub struct Batch {
     pub hours: Vec<HourLine>,
     pub referrers: Vec<ReferrerLine>,
     pub devices: Vec<DeviceLine>,
+    /// Only for links whose record carries options; a batch with any is
+    /// format version 2 ([`Batch::version`]).
+    pub destinations: Vec<DestinationLine>,
 }
 
 /// Why a batch was rejected (whole).
@@ -82,7 +98,8 @@ pub enum BatchError {
     /// A link-day's lines do not add up: its `r` counts and its `d` counts
     /// must each sum to its hours' human + bot, and its `d ... bot` count
     /// must equal their bot clicks (every click is on one line of each
-    /// kind, and the class `bot` is exactly the bot clicks).
+    /// kind, and the class `bot` is exactly the bot clicks); its `t`
+    /// counts, when it has any, must sum to its human clicks.
     #[error("the counts of {code} on day {day} do not add up")]
     Inconsistent { code: String, day: u64 },
 }
@@ -134,7 +151,18 @@ impl Batch {
 
     /// Number of lines.
     pub fn lines(&self) -> usize {
-        self.hours.len() + self.referrers.len() + self.devices.len()
+        self.hours.len() + self.referrers.len() + self.devices.len() + self.destinations.len()
+    }
+
+    /// The format version of the entry (`v`): `2` when the batch has
+    /// destination lines, else `1`, which origins of every version read
+    /// (an edge counting only plain links needs no upgraded origin).
+    pub fn version(&self) -> &'static str {
+        if self.destinations.is_empty() {
+            BATCH_VERSION
+        } else {
+            BATCH_VERSION_DESTINATIONS
+        }
     }
 
     /// Human and bot clicks in the batch (its hour lines).
@@ -156,6 +184,16 @@ impl Batch {
         for l in &self.devices {
             let _ = writeln!(out, "d {} {} {} {}", l.code, l.day, l.device.as_str(), l.n);
         }
+        for l in &self.destinations {
+            let _ = writeln!(
+                out,
+                "t {} {} {} {}",
+                l.code,
+                l.day,
+                l.destination.label(),
+                l.n
+            );
+        }
         out
     }
 
@@ -164,9 +202,11 @@ impl Batch {
     /// batch, a zero count, a time not on its hour or day, a link-day with
     /// more than [`TOP_REFERRERS`] named hosts are defects.
     pub fn decode(id: &str, version: &str, body: &str) -> Result<Batch, BatchError> {
-        if version != BATCH_VERSION {
-            return Err(BatchError::Version(version.chars().take(16).collect()));
-        }
+        let destinations_allowed = match version {
+            BATCH_VERSION => false,
+            BATCH_VERSION_DESTINATIONS => true,
+            _ => return Err(BatchError::Version(version.chars().take(16).collect())),
+        };
         if !is_valid_batch_id(id) {
             return Err(BatchError::Id(id.chars().take(80).collect()));
         }
@@ -181,6 +221,7 @@ impl Batch {
         let mut hour_keys = HashSet::new();
         let mut ref_keys = HashSet::new();
         let mut dev_keys = HashSet::new();
+        let mut dest_keys = HashSet::new();
         let mut named: HashMap<(String, u64), usize> = HashMap::new();
         for (i, line) in body.split('\n').enumerate() {
             let bad = |reason| BatchError::Line {
@@ -257,6 +298,23 @@ impl Batch {
                         n,
                     });
                 }
+                "t" if destinations_allowed => {
+                    let day = time(f[2], 86_400).ok_or_else(|| bad("invalid day start"))?;
+                    let destination =
+                        Destination::parse(f[3]).ok_or_else(|| bad("invalid destination"))?;
+                    let n = count(f[4])
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| bad("invalid count"))?;
+                    if !dest_keys.insert((code.clone(), day, destination)) {
+                        return Err(bad("repeated link-day destination"));
+                    }
+                    b.destinations.push(DestinationLine {
+                        code,
+                        day,
+                        destination,
+                        n,
+                    });
+                }
                 _ => return Err(bad("unknown line kind")),
             }
         }
@@ -264,12 +322,14 @@ impl Batch {
         Ok(b)
     }
 
-    /// Per link-day: Σ h (human + bot) = Σ r = Σ d, and d `bot` = Σ h bot.
+    /// Per link-day: Σ h (human + bot) = Σ r = Σ d, and d `bot` = Σ h bot;
+    /// Σ t = Σ h human where the link-day has `t` lines.
     /// What makes the daily rollups exact on their own (the hourly rows
     /// are pruned after their retention, the daily ones are not).
     fn check_sums(&self) -> Result<(), BatchError> {
-        // (code, day) → [hour clicks, hour bots, referrer clicks, device clicks, device bots]
-        let mut sums: HashMap<(&str, u64), [u64; 5]> = HashMap::new();
+        // (code, day) → [hour clicks, hour bots, referrer clicks, device
+        // clicks, device bots, destination clicks, destination lines]
+        let mut sums: HashMap<(&str, u64), [u64; 7]> = HashMap::new();
         for h in &self.hours {
             let s = sums.entry((&h.code, super::day_start(h.hour))).or_default();
             s[0] += h.human + h.bot;
@@ -285,10 +345,14 @@ impl Batch {
                 s[4] += d.n;
             }
         }
-        match sums
-            .into_iter()
-            .find(|(_, s)| s[0] != s[2] || s[0] != s[3] || s[1] != s[4])
-        {
+        for t in &self.destinations {
+            let s = sums.entry((&t.code, t.day)).or_default();
+            s[5] += t.n;
+            s[6] += 1;
+        }
+        match sums.into_iter().find(|(_, s)| {
+            s[0] != s[2] || s[0] != s[3] || s[1] != s[4] || (s[6] > 0 && s[0] - s[1] != s[5])
+        }) {
             Some(((code, day), _)) => Err(BatchError::Inconsistent {
                 code: code.to_owned(),
                 day,
@@ -339,6 +403,7 @@ mod tests {
                     n: 1,
                 },
             ],
+            destinations: Vec::new(),
         }
     }
 
@@ -376,7 +441,7 @@ mod tests {
         let ok = "h abcdef 3600 1 0\nr abcdef 0 - 1\nd abcdef 0 desktop 1\n";
         assert!(Batch::decode(id, "1", ok).is_ok());
         assert!(matches!(
-            Batch::decode(id, "2", ok),
+            Batch::decode(id, "3", ok),
             Err(BatchError::Version(_))
         ));
         assert!(matches!(

@@ -14,7 +14,7 @@ pub mod referrer;
 pub mod ua;
 
 pub use accum::{Accumulator, BatchIds, Click};
-pub use batch::{Batch, BatchError, DeviceLine, HourLine, ReferrerLine};
+pub use batch::{Batch, BatchError, DestinationLine, DeviceLine, HourLine, ReferrerLine};
 pub use referrer::{referrer_host, referrer_host_buf, HostBuf};
 pub use ua::{device_class, device_class_bytes, is_bot, Device};
 
@@ -31,8 +31,14 @@ pub const STREAM_MAXLEN: u64 = 1_000_000;
 /// The consumer group of the origins.
 pub const CONSUMER_GROUP: &str = "origins";
 
-/// The batch format version (`v` field of an entry).
+/// The batch format version (`v` field of an entry) of a batch without
+/// destination lines.
 pub const BATCH_VERSION: &str = "1";
+
+/// The version of a batch with destination lines (`t`): origins read both;
+/// an origin older than this version rejects such a batch whole, so
+/// origins are upgraded before edges (`docs/protocol.md`, "Click batches").
+pub const BATCH_VERSION_DESTINATIONS: &str = "2";
 
 /// Referrer hosts kept per link-day in one batch; the rest are summed under
 /// [`OTHER_REFERRER`], so a link shared on many sites cannot blow up a batch.

@@ -378,3 +378,29 @@ fn validation_bounds() {
     assert!(!o.encode().contains(' '));
     assert!(LinkOptions::default().is_empty());
 }
+
+#[test]
+fn destination_labels_round_trip_and_nothing_else_parses() {
+    let mut all = vec![Destination::Link, Destination::Expired];
+    for rule in 0..MAX_RULES as u8 {
+        all.push(Destination::Rule {
+            rule,
+            variant: None,
+        });
+        for v in 0..MAX_VARIANTS as u8 {
+            all.push(Destination::Rule {
+                rule,
+                variant: Some(v),
+            });
+        }
+    }
+    for d in &all {
+        assert_eq!(Destination::parse(&d.label()), Some(*d), "{}", d.label());
+    }
+    for bad in [
+        "", "r", "r0", "r01", "r21", "r1v", "r1v0", "r1v11", "r1v01", "R1", "rv1", "r1v1v1",
+        "links", "r+1", "r-1", "r 1", "expired ", "r100",
+    ] {
+        assert_eq!(Destination::parse(bad), None, "{bad:?}");
+    }
+}

@@ -25,9 +25,8 @@ pub use metrics::ClicksMetrics;
 use pending::{Pending, Unsent};
 use pingora::http::RequestHeader;
 use record::Registry;
-use shorturl_common::clicks::{
-    Accumulator, BatchIds, Device, BATCH_VERSION, STREAM_KEY, STREAM_MAXLEN,
-};
+use shorturl_common::clicks::{Accumulator, BatchIds, Device, STREAM_KEY, STREAM_MAXLEN};
+use shorturl_common::link_rules::Destination;
 use shorturl_common::status::ClicksDim;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -109,11 +108,25 @@ impl Clicks {
     }
 
     /// The redirect path: counts one redirect answered for `code` at
-    /// `at_unix` (nothing but a flag test when counting is off).
+    /// `at_unix` by `destination` (`None`: a link without options; nothing
+    /// but a flag test when counting is off).
     #[inline]
-    pub fn record(&self, req: &RequestHeader, code: &str, at_unix: u64) {
+    pub fn record(
+        &self,
+        req: &RequestHeader,
+        code: &str,
+        destination: Option<Destination>,
+        at_unix: u64,
+    ) {
         if self.enabled {
-            record::record(&self.registry, &self.metrics, req, code, at_unix);
+            record::record(
+                &self.registry,
+                &self.metrics,
+                req,
+                code,
+                destination,
+                at_unix,
+            );
         }
     }
 
@@ -144,10 +157,13 @@ impl Clicks {
         let mut st = self.state();
         let (mut human, mut bot) = (0, 0);
         let n = self.registry.drain(|e| {
-            if st
-                .acc
-                .add_classified(e.code(), e.at_unix, e.device, e.host.as_str())
-            {
+            if st.acc.add_classified(
+                e.code(),
+                e.at_unix,
+                e.device,
+                e.host.as_str(),
+                e.destination,
+            ) {
                 if e.device == Device::Bot {
                     bot += 1;
                 } else {
@@ -172,6 +188,7 @@ impl Clicks {
         for b in batches {
             let (human, bot) = b.totals();
             let dropped = st.pending.push(Unsent {
+                version: b.version(),
                 body: b.encode_body(),
                 id: b.id,
                 clicks: human + bot,
@@ -205,7 +222,7 @@ impl Clicks {
             .arg("id")
             .arg(&b.id)
             .arg("v")
-            .arg(BATCH_VERSION)
+            .arg(b.version)
             .arg("b")
             .arg(&b.body)
             .cmd("XLEN")

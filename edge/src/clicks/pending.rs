@@ -10,6 +10,8 @@ use std::collections::VecDeque;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unsent {
     pub id: String,
+    /// The format version (`v`): [`shorturl_common::clicks::Batch::version`].
+    pub version: &'static str,
     pub body: String,
     /// Human plus bot clicks in it.
     pub clicks: u64,
@@ -84,6 +86,7 @@ mod tests {
     fn b(id: &str, clicks: u64) -> Unsent {
         Unsent {
             id: id.into(),
+            version: "1",
             body: String::new(),
             clicks,
         }

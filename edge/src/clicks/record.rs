@@ -14,6 +14,7 @@ use crossbeam_queue::ArrayQueue;
 use http::Method;
 use pingora::http::RequestHeader;
 use shorturl_common::clicks::{device_class_bytes, referrer_host_buf, Device, HostBuf};
+use shorturl_common::link_rules::Destination;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,11 +35,19 @@ pub struct Event {
     /// [`Device::Bot`] for a bot click.
     pub device: Device,
     pub host: HostBuf,
+    /// For a link with options: the destination that answered.
+    pub destination: Option<Destination>,
 }
 
 impl Event {
     /// A click on `code` (`None` when the code is longer than any valid one).
-    pub fn new(code: &str, at_unix: u64, device: Device, host: HostBuf) -> Option<Event> {
+    pub fn new(
+        code: &str,
+        at_unix: u64,
+        device: Device,
+        host: HostBuf,
+        destination: Option<Destination>,
+    ) -> Option<Event> {
         let len = code.len();
         if len > MAX_CODE_LEN {
             return None;
@@ -51,6 +60,7 @@ impl Event {
             at_unix,
             device,
             host,
+            destination,
         })
     }
 
@@ -184,6 +194,8 @@ pub struct ClickParts<'a> {
     pub user_agent: Option<&'a [u8]>,
     /// The first `Referer` value.
     pub referer: Option<&'a [u8]>,
+    /// For a link with options: the destination that answered.
+    pub destination: Option<Destination>,
 }
 
 /// Counts one redirect answered for `code` at `at_unix`.
@@ -192,6 +204,7 @@ pub fn record(
     metrics: &ClicksMetrics,
     req: &RequestHeader,
     code: &str,
+    destination: Option<Destination>,
     at_unix: u64,
 ) {
     let parts = ClickParts {
@@ -201,6 +214,7 @@ pub fn record(
             .get(http::header::USER_AGENT)
             .map(|v| v.as_bytes()),
         referer: req.headers.get(http::header::REFERER).map(|v| v.as_bytes()),
+        destination,
     };
     record_parts(registry, metrics, parts, code, at_unix);
 }
@@ -216,7 +230,7 @@ pub fn record_parts(
 ) {
     let device = classify_parts(parts.head, parts.user_agent);
     let host = referrer_host_buf(parts.referer);
-    let Some(event) = Event::new(code, at_unix, device, host) else {
+    let Some(event) = Event::new(code, at_unix, device, host, parts.destination) else {
         return;
     };
     let pushed = LOCAL.with(|l| {
@@ -269,11 +283,11 @@ mod tests {
         assert_eq!(classify(&req("GET", Some("curl/8"), None)), Device::Bot);
         let r = req("GET", Some(CHROME), Some("https://News.Example.com:8443/a"));
         for _ in 0..4 {
-            record(&reg, &m, &r, "abcdef", 7200);
+            record(&reg, &m, &r, "abcdef", None, 7200);
         }
         assert_eq!(m.dropped_queue_full.get(), 1);
         let other = std::thread::spawn(move || {
-            record(&reg, &m, &req("GET", None, None), "ghijkl", 10);
+            record(&reg, &m, &req("GET", None, None), "ghijkl", None, 10);
             (reg, m)
         });
         let (reg, m) = match other.join() {

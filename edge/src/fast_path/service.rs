@@ -19,7 +19,7 @@ use pingora::protocols::http::ServerSession;
 use pingora::protocols::{Stream, ALPN};
 use pingora::proxy::HttpProxy;
 use pingora::server::ShutdownWatch;
-use shorturl_common::link_rules::{self, Visitor};
+use shorturl_common::link_rules::{self, Destination, Visitor};
 use shorturl_common::time::now_unix;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -258,23 +258,26 @@ impl FastPath {
             &s.limits,
             now,
         ) {
-            Verdict::Redirect(_, Target::Link) => {
+            Verdict::Redirect(rec, Target::Link) => {
                 let Some(response) = entry.response() else {
                     return Decision::HandOver;
                 };
                 s.metrics.local_hit.inc();
-                self.redirect(req, conn, code.as_str(), now, [response, &[], &[]], out);
+                let dest = Target::Link.destination(&rec);
+                let click = (code.as_str(), dest);
+                self.redirect(req, conn, click, now, [response, &[], &[]], out);
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
-            Verdict::Redirect(_, Target::Chosen(url, _)) => {
+            Verdict::Redirect(_, Target::Chosen(url, dest)) => {
                 // The record's head with the chosen URL in its place.
                 let Some((before, after)) = entry.response_around_url() else {
                     return Decision::HandOver;
                 };
                 s.metrics.local_hit.inc();
                 let parts = [before, url.as_bytes(), after];
-                self.redirect(req, conn, code.as_str(), now, parts, out);
+                let click = (code.as_str(), Some(dest));
+                self.redirect(req, conn, click, now, parts, out);
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
@@ -330,7 +333,8 @@ impl FastPath {
                         &made.0[..]
                     }
                 };
-                self.redirect(req, conn, code, now, [response, &[], &[]], out);
+                let click = (code, target.destination(&rec));
+                self.redirect(req, conn, click, now, [response, &[], &[]], out);
                 s.cfg.redirect.status
             }
             Verdict::Unavailable => {
@@ -354,7 +358,7 @@ impl FastPath {
         &self,
         req: &Request<'_>,
         conn: &Conn,
-        code: &str,
+        (code, destination): (&str, Option<Destination>),
         now: u64,
         head: [&[u8]; 3],
         out: &mut Vec<u8>,
@@ -363,6 +367,7 @@ impl FastPath {
             head: req.head,
             user_agent: req.user_agent,
             referer: req.referer,
+            destination,
         };
         // Counted before the answer is written (see `proxy.rs`).
         self.s.clicks.record_parts(parts, code, now);

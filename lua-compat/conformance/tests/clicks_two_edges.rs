@@ -5,12 +5,17 @@
 //! `su:1:clicks` (grouped by batch-id prefix, decoded strictly) sum to the
 //! same lines — which are what `common::clicks::Accumulator` counts.
 //!
+//! Two links carry options (protocol 3.1.1): one with a device rule and a
+//! split, one expired with a fallback, so the destination lines (`t`,
+//! batch format 2) are compared too.
+//!
 //! No link gets more than 20 referrer hosts a day here, so the sums do not
 //! depend on when each edge flushed (past 20, each flush picks its own top
 //! 20: openresty_clicks.rs tests that on the module alone).
 
 use crate::support;
 
+use shorturl_common::link_rules::LinkOptions;
 use support::clicks::{self, bot_list_user_agents, record, Req, BROWSERS, CHROME_WIN, REFERERS};
 use support::http::Conn;
 use support::Edge;
@@ -47,6 +52,28 @@ fn requests(a: &str, b: &str, elsewhere: &str, unknown: &str) -> Vec<Req> {
     out
 }
 
+/// The options of the routed link: phones to one URL, everyone else split.
+const RULES: &str = r#"{"r":[{"c":{"dev":["mobile"]},"u":"https://m.example.com/r"},{"c":{},"s":[["https://a.example.com/r",1],["https://b.example.com/r",3]]}]}"#;
+/// The options of the expired link.
+const FALLBACK: &str = r#"{"x":"https://example.com/fallback"}"#;
+
+/// Every browser (and a HEAD, a bot) on the routed and the expired link.
+fn routed_requests(routed: &str, expired: &str) -> Vec<Req> {
+    let rules = LinkOptions::decode(RULES).expect("valid rules");
+    let fallback = LinkOptions::decode(FALLBACK).expect("valid fallback");
+    let mut out = Vec::new();
+    for (i, ua) in BROWSERS.iter().enumerate() {
+        let mut r = Req::get(routed, Some(ua), None);
+        r.head = i == 3;
+        r.route(&rules, &format!("https://example.com/{routed}"), false);
+        out.push(r);
+        let mut x = Req::get(expired, Some(ua), Some("https://t.co/x"));
+        x.route(&fallback, "https://example.com/gone", true);
+        out.push(x);
+    }
+    out
+}
+
 #[test]
 fn the_pingora_edge_and_the_module_count_the_same_requests_alike() {
     let redis = Redis::start();
@@ -56,6 +83,12 @@ fn the_pingora_edge_and_the_module_count_the_same_requests_alike() {
     record(&url, b, "localhost");
     record(&url, elsewhere, "s.shop55.com");
     support::redis_cmd(&url, &["SET", &format!("su:1:link:{unknown}"), "- 1"]).unwrap();
+    let (routed, expired) = ("cmpRouted1", "cmpExpired");
+    let now = shorturl_common::time::now_unix();
+    for (code, exp, opts) in [(routed, now + 3600, RULES), (expired, now - 10, FALLBACK)] {
+        let line = format!("3 1 {exp} localhost https://example.com/{code} {opts}");
+        support::redis_cmd(&url, &["SET", &format!("su:1:link:{code}"), &line]).unwrap();
+    }
     let origin = format!("127.0.0.1:{}", free_port());
     let pingora = Edge::pingora_with(
         &url,
@@ -70,7 +103,17 @@ fn the_pingora_edge_and_the_module_count_the_same_requests_alike() {
             ("SU_CLICKS_FLUSH_INTERVAL_MS", "100".into()),
         ],
     );
-    let reqs = requests(a, b, elsewhere, unknown);
+    let mut reqs = requests(a, b, elsewhere, unknown);
+    let routed_reqs = routed_requests(routed, expired);
+    let dests: std::collections::BTreeSet<String> = routed_reqs
+        .iter()
+        .filter_map(|r| r.destination.map(|d| d.label()))
+        .collect();
+    assert!(
+        dests.len() >= 3 && dests.contains("expired") && dests.contains("r1"),
+        "the requests reach several destinations: {dests:?}"
+    );
+    reqs.extend(routed_reqs);
     clicks::away_from_hour_end(120);
 
     let mut answers = Vec::new();
@@ -98,4 +141,11 @@ fn the_pingora_edge_and_the_module_count_the_same_requests_alike() {
     }
     assert_eq!(p, l, "the two edges' lines");
     assert_eq!(l, want, "the lines against common::clicks::Accumulator");
+    let t_lines = |lines: &clicks::Lines| lines.keys().filter(|k| k.0 == 't').count();
+    assert!(t_lines(&p) >= 3, "destination lines: {p:?}");
+    // Only the links with options have them.
+    assert!(p
+        .keys()
+        .filter(|k| k.0 == 't')
+        .all(|k| k.1 == routed || k.1 == expired));
 }

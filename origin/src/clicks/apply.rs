@@ -294,6 +294,27 @@ async fn apply_once(
         },
     )
     .await?;
+    let mut dests: Vec<(&str, u64, String, u64)> = batch
+        .destinations
+        .iter()
+        .map(|l| (l.code.as_str(), l.day, l.destination.label(), l.n))
+        .collect();
+    dests.sort();
+    upsert(
+        &mut tx,
+        "INSERT INTO click_day_destination (code, day, dest, n)",
+        "ON DUPLICATE KEY UPDATE n = n + VALUES(n)",
+        &dests,
+        |(code, day, dest, n)| {
+            [
+                (*code).into(),
+                (*day).into(),
+                dest.as_str().into(),
+                (*n).into(),
+            ]
+        },
+    )
+    .await?;
     tx.commit().await?;
     Ok(Applied::Applied)
 }

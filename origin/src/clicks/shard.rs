@@ -55,6 +55,7 @@ async fn split(store: &Store, batch: &Batch) -> Result<BTreeMap<usize, Batch>, D
         .map(|l| l.code.as_str())
         .chain(batch.referrers.iter().map(|l| l.code.as_str()))
         .chain(batch.devices.iter().map(|l| l.code.as_str()))
+        .chain(batch.destinations.iter().map(|l| l.code.as_str()))
         .collect();
     let mut parts: BTreeMap<usize, Batch> = BTreeMap::new();
     if codes.is_empty() {
@@ -83,6 +84,13 @@ async fn split(store: &Store, batch: &Batch) -> Result<BTreeMap<usize, Batch>, D
             .entry(shard(&l.code))
             .or_insert_with(new)
             .devices
+            .push(l.clone());
+    }
+    for l in &batch.destinations {
+        parts
+            .entry(shard(&l.code))
+            .or_insert_with(new)
+            .destinations
             .push(l.clone());
     }
     Ok(parts)
@@ -117,6 +125,7 @@ pub async fn apply_sharded(
             a.hours.extend(part.hours);
             a.referrers.extend(part.referrers);
             a.devices.extend(part.devices);
+            a.destinations.extend(part.destinations);
         }
     }
     Ok(added)

@@ -8,12 +8,13 @@
 
 use crate::links::{tenant, visible, LinkError, Links};
 use crate::store::search::Tenant;
-use crate::store::{DbError, RowState};
+use crate::store::{DbError, LinkRow, RowState, Settings};
 use crate::tenancy::{Caller, Scope};
 use mysql_async::prelude::*;
 use mysql_async::Value;
 use serde::Serialize;
 use shorturl_common::clicks::{day_start, hour_start, Device, OTHER_REFERRER, TOP_REFERRERS};
+use shorturl_common::link_rules::Destination;
 use shorturl_common::time::rfc3339;
 use std::collections::HashMap;
 
@@ -91,6 +92,17 @@ pub struct Devices {
     pub other: u64,
 }
 
+/// Human clicks one destination of a link with options answered (the A/B
+/// result; protocol section 3.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DestinationClicks {
+    /// `link`, `r<rule>`, `r<rule>v<variant>` or `expired`.
+    pub destination: String,
+    /// Where it points now (`None`: an edit removed it since).
+    pub url: Option<String>,
+    pub human: u64,
+}
+
 /// `GET /api/v1/links/{code}/stats`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LinkStats {
@@ -104,6 +116,9 @@ pub struct LinkStats {
     /// Top hosts over the range's days, most clicks first, then `~other`.
     pub referrers: Vec<HostCount>,
     pub devices: Devices,
+    /// Per destination, in the link's order (its URL, its rules, the
+    /// fallback); empty for a link that never had options.
+    pub destinations: Vec<DestinationClicks>,
 }
 
 /// Clicks on one link of a tenant.
@@ -180,8 +195,34 @@ fn devices(rows: &[(String, u64)]) -> Devices {
     d
 }
 
-/// Hour rows, referrer sums, device sums of one link.
-type Rows = (Vec<(u64, u64, u64)>, Vec<(String, u64)>, Vec<(String, u64)>);
+/// The destination sums of `row` in the link's order, each with the URL it
+/// names now (labels are positions: an edit that reorders the rules
+/// changes what a label's earlier clicks mean, as `docs/protocol.md` says).
+fn destinations(row: Option<&LinkRow>, rows: Vec<(String, u64)>) -> Vec<DestinationClicks> {
+    let settings = Settings::from_column(row.and_then(|r| r.options.as_deref()));
+    let url = row.and_then(|r| r.url.as_deref()).unwrap_or("");
+    let mut out: Vec<(Destination, u64)> = rows
+        .into_iter()
+        .filter_map(|(label, n)| Some((Destination::parse(&label)?, n)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    out.sort();
+    out.into_iter()
+        .map(|(d, human)| DestinationClicks {
+            destination: d.label(),
+            url: settings.o.url_of(d, url).map(str::to_owned),
+            human,
+        })
+        .collect()
+}
+
+/// Hour rows, referrer sums, device sums, destination sums of one link.
+type Rows = (
+    Vec<(u64, u64, u64)>,
+    Vec<(String, u64)>,
+    Vec<(String, u64)>,
+    Vec<(String, u64)>,
+);
 /// A tenant's totals and top links `(code, human, bot)`.
 type TenantRows = (Option<(u64, u64)>, Vec<(String, u64, u64)>);
 
@@ -217,7 +258,7 @@ impl Links {
             Some(i) => self.store.on(i),
             None => self.store.clone(),
         };
-        let (hours, refs, devs): Rows = here
+        let (hours, refs, devs, dests): Rows = here
             .bounded(async {
                 let mut c = here.pool.get_conn().await?;
                 // Hourly rows are pruned after `clicks.retention_hours_days`;
@@ -257,7 +298,14 @@ impl Links {
                         (code, day_from, range.to),
                     )
                     .await?;
-                Ok::<_, DbError>((hours, refs, devs))
+                let dests = c
+                    .exec(
+                        "SELECT dest, CAST(SUM(n) AS UNSIGNED) FROM click_day_destination \
+                         WHERE code = ? AND day >= ? AND day < ? GROUP BY dest",
+                        (code, day_from, range.to),
+                    )
+                    .await?;
+                Ok::<_, DbError>((hours, refs, devs, dests))
             })
             .await?;
         let totals = hours.iter().fold(Totals::default(), |t, (_, h, b)| Totals {
@@ -273,6 +321,7 @@ impl Links {
             series: series(range, &hours),
             referrers: top_referrers(refs),
             devices: devices(&devs),
+            destinations: destinations(row.as_ref(), dests),
         })
     }
 

@@ -5,8 +5,8 @@ use super::{eventually, sha256_hex, Origin, Setup};
 use reqwest::Method;
 use serde_json::Value;
 use shorturl_common::clicks::{
-    day_start, Batch, Device, DeviceLine, HourLine, ReferrerLine, BATCH_VERSION, CONSUMER_GROUP,
-    NO_REFERRER, STREAM_KEY, STREAM_MAXLEN,
+    day_start, Batch, Device, DeviceLine, HourLine, ReferrerLine, CONSUMER_GROUP, NO_REFERRER,
+    STREAM_KEY, STREAM_MAXLEN,
 };
 use shorturl_common::time::rfc3339;
 use std::collections::BTreeMap;
@@ -53,11 +53,11 @@ pub fn hours_batch(id: &str, hours: &[(&str, u64, u64, u64)]) -> Batch {
     b
 }
 
-/// `XADD su:1:clicks MAXLEN ~ 1000000 * id <id> v 1 b <body>`, as an edge does.
+/// `XADD su:1:clicks MAXLEN ~ 1000000 * id <id> v <1|2> b <body>`, as an edge does.
 pub async fn xadd(s: &Setup, b: &Batch) {
     xadd_fields(
         s,
-        &[("id", &b.id), ("v", BATCH_VERSION), ("b", &b.encode_body())],
+        &[("id", &b.id), ("v", b.version()), ("b", &b.encode_body())],
     )
     .await;
 }
@@ -71,7 +71,7 @@ pub async fn xadd_to(url: &str, b: &Batch) {
         .unwrap();
     xadd_on(
         &mut c,
-        &[("id", &b.id), ("v", BATCH_VERSION), ("b", &b.encode_body())],
+        &[("id", &b.id), ("v", b.version()), ("b", &b.encode_body())],
     )
     .await;
 }

@@ -6,6 +6,7 @@
 use super::http::Conn;
 use shorturl_common::clicks::ua::BOTS_TXT;
 use shorturl_common::clicks::{Accumulator, Batch, BatchIds, Click, STREAM_KEY};
+use shorturl_common::link_rules::{self, Destination, LinkOptions, Visitor};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
@@ -18,6 +19,9 @@ pub struct Req {
     pub head: bool,
     pub ua: Option<String>,
     pub referer: Option<String>,
+    /// On a link with options: the destination that answers it
+    /// ([`Req::route`]).
+    pub destination: Option<Destination>,
 }
 
 impl Req {
@@ -28,13 +32,43 @@ impl Req {
             head: false,
             ua: ua.map(str::to_owned),
             referer: referer.map(str::to_owned),
+            destination: None,
         }
+    }
+
+    /// Sets the destination the link's options `o` (URL `url`, expired or
+    /// not) choose for this request from 127.0.0.1, as `link_rules::choose`
+    /// decides it (`None`: the 404).
+    pub fn route(&mut self, o: &LinkOptions, url: &str, expired: bool) {
+        let now = shorturl_common::time::now_unix();
+        self.destination =
+            link_rules::choose(o, url, expired, &self.code, &*self, now).map(|c| c.dest);
     }
 }
 
-/// Counts summed over batches: (`h`|`r`|`d`, code, hour or day, key) → n,
-/// where the key of an `h` line is `human` or `bot` (zeros left out), of an
-/// `r` line the host, of a `d` line the class. Batch boundaries vanish, so
+/// A request from 127.0.0.1, as the rules see it.
+impl Visitor for Req {
+    fn user_agent(&self) -> Option<&[u8]> {
+        self.ua.as_deref().map(str::as_bytes)
+    }
+    fn accept_language(&self) -> Option<&[u8]> {
+        None
+    }
+    fn country(&self) -> Option<[u8; 2]> {
+        None
+    }
+    fn query(&self) -> Option<&str> {
+        None
+    }
+    fn split_key(&self) -> Option<String> {
+        Some(link_rules::split_key([127, 0, 0, 1].into()))
+    }
+}
+
+/// Counts summed over batches: (`h`|`r`|`d`|`t`, code, hour or day, key) →
+/// n, where the key of an `h` line is `human` or `bot` (zeros left out), of
+/// an `r` line the host, of a `d` line the class, of a `t` line the
+/// destination. Batch boundaries vanish, so
 /// two edges that flushed at different moments compare equal.
 pub type Lines = BTreeMap<(char, String, u64, String), u64>;
 
@@ -56,6 +90,9 @@ pub fn add_batch(lines: &mut Lines, b: &Batch) {
     }
     for d in &b.devices {
         add('d', &d.code, d.day, d.device.as_str(), d.n);
+    }
+    for t in &b.destinations {
+        add('t', &t.code, t.day, &t.destination.label(), t.n);
     }
 }
 
@@ -110,6 +147,7 @@ pub fn expected(reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
                 head: r.head,
                 user_agent: r.ua.as_deref(),
                 referer: r.referer.as_deref(),
+                destination: r.destination,
             }));
         }
     }

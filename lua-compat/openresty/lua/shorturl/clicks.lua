@@ -36,7 +36,7 @@ local device_class, ref_host = clicks_ua.device_class, clicks_ref.host
 
 -- Per worker.
 local ua_cache, ref_cache    -- resty.lrucache: user agent -> class, referer -> host
-local links = {}             -- code -> { h = {[hour] = {human, bot}}, d = {[day] = {r = {[host] = n}, 5 classes}} }
+local links = {}             -- code -> { h = {[hour] = {human, bot}}, d = {[day] = {r = {[host] = n}, t = {[dest] = n}, routed, 5 classes}} }
 local human_new, bot_new = 0, 0 -- counted since the last flush (reported then)
 local queue, q_first, q_last = {}, 1, 0 -- unsent batches, oldest first
 local buffered = 0           -- clicks in `queue`
@@ -82,8 +82,10 @@ local function referrer(v)
 end
 
 -- Counts one redirect answered for `code`: `head` for a HEAD request, the
--- User-Agent and Referer header values (nil when absent).
-function M.count(code, head, ua, referer)
+-- User-Agent and Referer header values (nil when absent), and for a link
+-- with options the label of the destination that answered (nil for a
+-- plain link: no destination lines; a human click without one is `link`).
+function M.count(code, head, ua, referer, dest)
     if not M.enabled then
         return
     end
@@ -104,8 +106,11 @@ function M.count(code, head, ua, referer)
     local day = t - t % 86400
     local dc = link.d[day]
     if not dc then
-        dc = { r = {}, 0, 0, 0, 0, 0 }
+        dc = { r = {}, t = {}, routed = false, 0, 0, 0, 0, 0 }
         link.d[day] = dc
+    end
+    if dest then
+        dc.routed = true
     end
     if class == BOT then
         hc[2] = hc[2] + 1
@@ -113,6 +118,9 @@ function M.count(code, head, ua, referer)
     else
         hc[1] = hc[1] + 1
         human_new = human_new + 1
+        local label = dest or "link"
+        local tc = dc.t
+        tc[label] = (tc[label] or 0) + 1
     end
     dc[class] = dc[class] + 1
     local r = dc.r
@@ -157,7 +165,7 @@ end
 local function xadd(b)
     local replies, err = redis.run(cfg.redis_conn, STREAM, {
         redis.command("XLEN", STREAM),
-        redis.command("XADD", STREAM, "MAXLEN", "~", tostring(STREAM_MAXLEN), "*", "id", b.id, "v", "1", "b",
+        redis.command("XADD", STREAM, "MAXLEN", "~", tostring(STREAM_MAXLEN), "*", "id", b.id, "v", b.v, "b",
             b.body),
     }, SEND_TIMEOUT_MS)
     if not replies then

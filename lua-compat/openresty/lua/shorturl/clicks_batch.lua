@@ -2,8 +2,10 @@
 -- (as common/src/clicks/accum.rs `take_batches` writes them): per link,
 -- `h` lines by hour, `r` lines by day (the 20 hosts with the most clicks,
 -- ties by host in byte order, the rest summed as `~other`), `d` lines by
--- day and class; a batch holds whole links only and stays within the
--- decoder's limits.
+-- day and class, `t` lines by day and destination label (byte order) for
+-- a link-day counted on a link with options (human clicks only); a batch
+-- holds whole links only and stays within the decoder's limits, and is
+-- format version 2 when it has `t` lines, else 1.
 local clicks_ua = require("shorturl.clicks_ua")
 
 local format, concat, sort = string.format, table.concat, table.sort
@@ -34,10 +36,11 @@ local function by_count_then_host(a, b)
 end
 
 -- The lines of one link (`link` as clicks.lua counts: `h[hour] = {human,
--- bot}`, `d[day] = {r = {[host] = n}, [1..5] = per class}`): three arrays,
--- their total byte size, and the link's human and bot clicks.
+-- bot}`, `d[day] = {r = {[host] = n}, t = {[dest] = n}, routed, [1..5] =
+-- per class}`): four arrays, their total byte size, and the link's human
+-- and bot clicks.
 local function link_lines(code, link)
-    local hl, rl, dl = {}, {}, {}
+    local hl, rl, dl, tl = {}, {}, {}, {}
     local bytes, human, bot = 0, 0, 0
     for _, hour in ipairs(sorted_keys(link.h)) do
         local c = link.h[hour]
@@ -76,12 +79,19 @@ local function link_lines(code, link)
                 bytes = bytes + #l
             end
         end
+        if d.routed then
+            for _, dest in ipairs(sorted_keys(d.t)) do
+                local l = format("t %s %d %s %d\n", code, day, dest, d.t[dest])
+                tl[#tl + 1] = l
+                bytes = bytes + #l
+            end
+        end
     end
-    return hl, rl, dl, bytes, human, bot
+    return hl, rl, dl, tl, bytes, human, bot
 end
 
 local function new_batch()
-    return { h = {}, r = {}, d = {}, lines = 0, bytes = 0, human = 0, bot = 0 }
+    return { h = {}, r = {}, d = {}, t = {}, lines = 0, bytes = 0, human = 0, bot = 0 }
 end
 
 local function append(dst, src)
@@ -91,18 +101,19 @@ local function append(dst, src)
 end
 
 local function finish(b, id)
-    return { id = id, body = concat(b.h) .. concat(b.r) .. concat(b.d), human = b.human, bot = b.bot }
+    return { id = id, v = #b.t > 0 and "2" or "1", body = concat(b.h) .. concat(b.r) .. concat(b.d) .. concat(b.t),
+        human = b.human, bot = b.bot }
 end
 
--- Turns `links` (code -> counts) into batches `{id, body, human, bot}`,
+-- Turns `links` (code -> counts) into batches `{id, v, body, human, bot}`,
 -- ids from `next_id()`, links in code order (byte order, as the Rust
 -- accumulator's BTreeMap).
 function M.build(links, next_id)
     local out = {}
     local cur = new_batch()
     for _, code in ipairs(sorted_keys(links)) do
-        local hl, rl, dl, bytes, human, bot = link_lines(code, links[code])
-        local lines = #hl + #rl + #dl
+        local hl, rl, dl, tl, bytes, human, bot = link_lines(code, links[code])
+        local lines = #hl + #rl + #dl + #tl
         if cur.lines > 0 and (cur.lines + lines > M.MAX_LINES or cur.bytes + bytes > M.MAX_BODY_BYTES) then
             out[#out + 1] = finish(cur, next_id())
             cur = new_batch()
@@ -110,6 +121,7 @@ function M.build(links, next_id)
         append(cur.h, hl)
         append(cur.r, rl)
         append(cur.d, dl)
+        append(cur.t, tl)
         cur.lines = cur.lines + lines
         cur.bytes = cur.bytes + bytes
         cur.human, cur.bot = cur.human + human, cur.bot + bot

@@ -198,9 +198,9 @@ end
 -- protocol 404.
 local function redirect_by_rules(code, ans, head, pq)
     local t = floor(now())
-    local url = link_rules.choose(ans.opts, ans.url, ans.exp <= t, code, visitor(head, pq), t)
+    local url, dest = link_rules.choose(ans.opts, ans.url, ans.exp <= t, code, visitor(head, pq), t)
     if url then
-        clicks.count(code, head.method == "HEAD", head.ua, head.referer)
+        clicks.count(code, head.method == "HEAD", head.ua, head.referer, dest)
         return respond.redirect(url)
     end
     clients.count_unknown()

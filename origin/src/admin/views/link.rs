@@ -255,6 +255,24 @@ fn breakdown(st: &LinkStats) -> String {
         num(d.bot),
         num(d.other)
     );
+    if !st.destinations.is_empty() {
+        s.push_str(
+            "<h2>Destinations (90 days, human clicks)</h2><table id=\"destinations\"><thead><tr>\
+             <th>Destination</th><th>URL now</th><th class=\"n\">Clicks</th><th class=\"n\">Share</th></tr></thead><tbody>",
+        );
+        let total: u64 = st.destinations.iter().map(|d| d.human).sum();
+        for d in &st.destinations {
+            let share = d.human as f64 * 100.0 / total.max(1) as f64;
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{share:.1}%</td></tr>",
+                esc(&d.destination),
+                esc(d.url.as_deref().unwrap_or("(removed since)")),
+                num(d.human)
+            );
+        }
+        s.push_str("</tbody></table>");
+    }
     s
 }
 
