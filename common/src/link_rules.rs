@@ -718,6 +718,10 @@ fn preferred_language_of(header: Option<&[u8]>) -> Option<Lang> {
         }
         if best.is_none_or(|(bq, _)| q > bq) {
             best = Some((q, primary));
+            if q == 1000 {
+                // Nothing later can rank higher (ties keep the first).
+                break;
+            }
         }
     }
     best.and_then(|(_, p)| Lang::of_bytes(p))

@@ -48,6 +48,13 @@ impl AccessLog {
     }
 
     /// Appends one line.
+    /// Whether lines are written: callers skip what only a line needs
+    /// (the client behind the proxies is parsed from `X-Forwarded-For`).
+    #[inline]
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     pub fn write(&self, l: &LogLine<'_>) {
         use std::fmt::Write as _;
         if !self.enabled {

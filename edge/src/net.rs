@@ -15,9 +15,45 @@ pub use shorturl_common::conn_caps::ClientKey;
 /// `1.2.3.4:5678` / `[::1]:5678` forms some proxies write.
 fn parse_hop(hop: &str) -> Option<IpAddr> {
     let hop = hop.trim();
+    if let Some(v4) = dotted_quad(hop.as_bytes()) {
+        return Some(IpAddr::V4(v4));
+    }
     hop.parse::<IpAddr>()
         .ok()
         .or_else(|| hop.parse::<SocketAddr>().ok().map(|s| s.ip()))
+}
+
+/// The common hop, `a.b.c.d`, read byte by byte: a fifth of std's
+/// `IpAddr` parser, which tries every form in turn (the link rules read
+/// the client on every request with a country rule). Accepts exactly
+/// what std accepts for this form (1-3 digits, no leading zero, at most
+/// 255); anything else is left to std.
+fn dotted_quad(b: &[u8]) -> Option<std::net::Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut i = 0;
+    for (n, o) in octets.iter_mut().enumerate() {
+        if n > 0 {
+            if b.get(i) != Some(&b'.') {
+                return None;
+            }
+            i += 1;
+        }
+        let start = i;
+        let mut v: u32 = 0;
+        while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
+            v = v * 10 + u32::from(d - b'0');
+            i += 1;
+            if i - start > 3 {
+                return None;
+            }
+        }
+        let len = i - start;
+        if len == 0 || (len > 1 && b[start] == b'0') {
+            return None;
+        }
+        *o = u8::try_from(v).ok()?;
+    }
+    (i == b.len()).then(|| std::net::Ipv4Addr::from(octets))
 }
 
 /// Every `X-Forwarded-For` hop, right to left (nearest proxy first), over
@@ -121,6 +157,41 @@ mod tests {
             h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
         }
         h
+    }
+
+    #[test]
+    fn dotted_quads_read_as_std_reads_them() {
+        for s in [
+            "8.8.8.8",
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.0.0.1",
+            "1.2.3.04",
+            "1.2.3.256",
+            "1.2.3",
+            "1.2.3.4.5",
+            "1..2.3",
+            ".1.2.3",
+            "1.2.3.",
+            "01.2.3.4",
+            "1.2.3.4:80",
+            "1.2.3.1000",
+            "",
+            "a.b.c.d",
+            "1.2.3.4 ",
+            "00.1.2.3",
+            "1.2.3.00",
+            "999.1.1.1",
+            "1.2.3.-4",
+            "+1.2.3.4",
+            "1.2.3.4\0",
+        ] {
+            assert_eq!(
+                dotted_quad(s.as_bytes()),
+                s.parse::<std::net::Ipv4Addr>().ok(),
+                "{s:?}"
+            );
+        }
     }
 
     #[test]

@@ -387,6 +387,7 @@ impl FastPath {
             fp: self,
             req,
             conn,
+            client: std::cell::OnceCell::new(),
         }
     }
 
@@ -406,6 +407,9 @@ impl FastPath {
     fn log(&self, req: &Request<'_>, conn: &Conn, status: u16, outcome: Outcome, start: Instant) {
         let took = start.elapsed();
         self.s.metrics.observe(outcome, took);
+        if !self.s.log.enabled() {
+            return;
+        }
         self.s.log.write(&LogLine {
             client: self.client(req, conn),
             method: req.method,
@@ -422,6 +426,17 @@ struct FastFacts<'a> {
     fp: &'a FastPath,
     req: &'a Request<'a>,
     conn: &'a Conn,
+    /// The client behind the trusted proxies, parsed once (the country,
+    /// the split and the limits may each ask).
+    client: std::cell::OnceCell<Option<IpAddr>>,
+}
+
+impl FastFacts<'_> {
+    fn client_ip(&self) -> Option<IpAddr> {
+        *self
+            .client
+            .get_or_init(|| self.fp.client(self.req, self.conn))
+    }
 }
 
 impl Visitor for FastFacts<'_> {
@@ -440,7 +455,7 @@ impl Visitor for FastFacts<'_> {
             .peer
             .is_some_and(|p| s.cfg.trusted_proxies.contains(p));
         let header = self.req.country.filter(|_| trusted);
-        s.geo.country(header, self.fp.client(self.req, self.conn))
+        s.geo.country(header, self.client_ip())
     }
 
     fn query(&self) -> Option<&str> {
@@ -448,9 +463,7 @@ impl Visitor for FastFacts<'_> {
     }
 
     fn split_key(&self) -> Option<String> {
-        self.fp
-            .client(self.req, self.conn)
-            .map(link_rules::split_key)
+        self.client_ip().map(link_rules::split_key)
     }
 }
 
@@ -460,8 +473,7 @@ impl Facts for FastFacts<'_> {
     }
 
     fn client(&self) -> Option<ClientKey> {
-        self.fp
-            .client(self.req, self.conn)
+        self.client_ip()
             .map(|ip| ClientKey::new(ip, self.fp.s.cfg.limits.ipv6_prefix_len))
     }
 

@@ -12,7 +12,12 @@
 //!   starts; if its code was purged (or everything was dropped) after that,
 //!   the finished fill is discarded instead of bringing the old page back.
 //!   Purges of the last [`PURGE_MEMORY`] are remembered for that, and fills
-//!   never take longer (the origin read timeout is far shorter).
+//!   never take longer (the origin read timeout is far shorter). They are
+//!   kept in the order they happened, so forgetting the expired ones costs
+//!   amortised O(1) per message (a scan of the whole table per message made
+//!   a burst of invalidations quadratic: issue 30); at most
+//!   [`MAX_PURGES_REMEMBERED`] are kept, and a fill that started before a
+//!   purge forgotten early is discarded as if it had been purged.
 //!
 //! The lock is a plain mutex held for a map operation, never across an
 //! `await`; a page hit costs one lock and a header clone.
@@ -36,6 +41,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How long a purge is remembered against fills that started before it.
 pub const PURGE_MEMORY: Duration = Duration::from_secs(60);
+/// Purges remembered at most (about 100 bytes each); past it the oldest
+/// are forgotten early, conservatively (see the module documentation).
+pub const MAX_PURGES_REMEMBERED: usize = 1 << 16;
 /// Weight of an entry besides its body and headers.
 const ENTRY_OVERHEAD: usize = 256;
 
@@ -93,8 +101,11 @@ struct Inner {
     bytes: usize,
     /// Bumped by every purge and clear.
     epoch: u64,
-    /// Code → (epoch of its last purge, when).
-    purged: HashMap<Box<str>, (u64, Instant)>,
+    /// Code → (epoch of its last purge, when), least recent purge first.
+    purged: lru::LruCache<Box<str>, (u64, Instant)>,
+    /// Newest epoch of a purge forgotten before its [`PURGE_MEMORY`] was
+    /// up: fills that started before it are discarded.
+    forgotten: u64,
     /// Epoch of the last clear.
     cleared: u64,
 }
@@ -130,7 +141,8 @@ impl PageStore {
                 by_code: HashMap::new(),
                 bytes: 0,
                 epoch: 0,
-                purged: HashMap::new(),
+                purged: lru::LruCache::unbounded(),
+                forgotten: 0,
                 cleared: 0,
             }),
             max_bytes,
@@ -158,12 +170,19 @@ impl PageStore {
         inner.epoch += 1;
         let epoch = inner.epoch;
         let now = Instant::now();
-        if inner.purged.len() >= 4096 {
-            inner
-                .purged
-                .retain(|_, (_, at)| now.duration_since(*at) < PURGE_MEMORY);
+        while inner
+            .purged
+            .peek_lru()
+            .is_some_and(|(_, (_, at))| now.duration_since(*at) >= PURGE_MEMORY)
+        {
+            inner.purged.pop_lru();
         }
-        inner.purged.insert(code.into(), (epoch, now));
+        inner.purged.put(code.into(), (epoch, now));
+        while inner.purged.len() > MAX_PURGES_REMEMBERED {
+            if let Some((_, (e, _))) = inner.purged.pop_lru() {
+                inner.forgotten = inner.forgotten.max(e);
+            }
+        }
         let hashes: Vec<HashBinary> = inner
             .by_code
             .get(code)
@@ -203,13 +222,19 @@ impl PageStore {
         self.lock().lru.len()
     }
 
+    /// Purges remembered now.
+    #[cfg(test)]
+    pub fn purges_remembered(&self) -> usize {
+        self.lock().purged.len()
+    }
+
     fn commit(&self, hash: HashBinary, entry: Entry, started: u64) -> bool {
         let mut inner = self.lock();
         let purged_since = inner
             .purged
-            .get(&entry.code)
+            .peek(&entry.code)
             .is_some_and(|(e, _)| *e > started);
-        if inner.cleared > started || purged_since {
+        if inner.cleared > started || inner.forgotten > started || purged_since {
             return false;
         }
         inner.remove(&hash);

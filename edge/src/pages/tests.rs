@@ -189,6 +189,36 @@ async fn a_fill_that_started_before_a_purge_is_not_stored() {
     }
 }
 
+/// A burst of invalidations keeps the purge memory bounded, at O(1) a
+/// message; a fill that started before a purge forgotten early is still
+/// discarded.
+#[tokio::test]
+async fn a_burst_of_purges_stays_bounded_and_safe() {
+    use super::store::MAX_PURGES_REMEMBERED;
+    let s = store(1 << 20);
+    let span = Span::inactive().handle();
+    let key = k("a.com", PageKind::Png, "abc123", None);
+    let mut m = match s.get_miss_handler(&key, &meta(60), &span).await {
+        Ok(m) => m,
+        Err(e) => panic!("{e}"),
+    };
+    s.purge_code("abc123");
+    for i in 0..MAX_PURGES_REMEMBERED + 10 {
+        s.purge_code(&format!("c{i:07}"));
+    }
+    assert_eq!(s.purges_remembered(), MAX_PURGES_REMEMBERED);
+    if let Err(e) = m.write_body(Bytes::from_static(b"old"), true).await {
+        panic!("{e}");
+    }
+    if let Err(e) = m.finish().await {
+        panic!("{e}");
+    }
+    assert!(body_of(s, &key).await.is_none(), "a purged fill came back");
+    // A fill that starts now is stored.
+    fill(s, &key, b"new").await;
+    assert!(body_of(s, &key).await.is_some());
+}
+
 #[test]
 fn only_fresh_public_200s_are_kept() {
     let cfg = crate::config::PagesCacheConfig {
