@@ -372,20 +372,9 @@ pub enum Destination {
 
 impl Destination {
     /// The label clicks and logs use: `link`, `r<rule>` or
-    /// `r<rule>v<variant>` (1-based), `expired`.
+    /// `r<rule>v<variant>` (1-based), `expired` (also its `Display`).
     pub fn label(&self) -> String {
-        match self {
-            Destination::Link => "link".into(),
-            Destination::Rule {
-                rule,
-                variant: None,
-            } => format!("r{}", rule + 1),
-            Destination::Rule {
-                rule,
-                variant: Some(v),
-            } => format!("r{}v{}", rule + 1, v + 1),
-            Destination::Expired => "expired".into(),
-        }
+        self.to_string()
     }
 
     /// The destination a [`Destination::label`] names: `link`, `expired`,
@@ -418,6 +407,23 @@ impl Destination {
                     variant,
                 })
             }
+        }
+    }
+}
+
+impl std::fmt::Display for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Destination::Link => f.write_str("link"),
+            Destination::Rule {
+                rule,
+                variant: None,
+            } => write!(f, "r{}", rule + 1),
+            Destination::Rule {
+                rule,
+                variant: Some(v),
+            } => write!(f, "r{}v{}", rule + 1, v + 1),
+            Destination::Expired => f.write_str("expired"),
         }
     }
 }

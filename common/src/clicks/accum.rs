@@ -185,10 +185,7 @@ impl Accumulator {
                 let next = Batch::new(ids.next_id());
                 out.push(std::mem::replace(&mut cur, next));
             }
-            cur.hours.extend(part.hours);
-            cur.referrers.extend(part.referrers);
-            cur.devices.extend(part.devices);
-            cur.destinations.extend(part.destinations);
+            cur.append(part);
         }
         if cur.lines() > 0 {
             out.push(cur);

@@ -165,6 +165,23 @@ impl Batch {
         }
     }
 
+    /// Moves `other`'s lines after this batch's, kind by kind (the id stays).
+    pub fn append(&mut self, other: Batch) {
+        self.hours.extend(other.hours);
+        self.referrers.extend(other.referrers);
+        self.devices.extend(other.devices);
+        self.destinations.extend(other.destinations);
+    }
+
+    /// Every code the batch names (with repeats).
+    pub fn codes(&self) -> impl Iterator<Item = &str> {
+        let hours = self.hours.iter().map(|l| l.code.as_str());
+        let refs = self.referrers.iter().map(|l| l.code.as_str());
+        let devs = self.devices.iter().map(|l| l.code.as_str());
+        let dests = self.destinations.iter().map(|l| l.code.as_str());
+        hours.chain(refs).chain(devs).chain(dests)
+    }
+
     /// Human and bot clicks in the batch (its hour lines).
     pub fn totals(&self) -> (u64, u64) {
         self.hours
@@ -185,14 +202,7 @@ impl Batch {
             let _ = writeln!(out, "d {} {} {} {}", l.code, l.day, l.device.as_str(), l.n);
         }
         for l in &self.destinations {
-            let _ = writeln!(
-                out,
-                "t {} {} {} {}",
-                l.code,
-                l.day,
-                l.destination.label(),
-                l.n
-            );
+            let _ = writeln!(out, "t {} {} {} {}", l.code, l.day, l.destination, l.n);
         }
         out
     }

@@ -49,51 +49,48 @@ async fn shards_of(
 
 /// `batch` split into one part per shard, each with the batch's id.
 async fn split(store: &Store, batch: &Batch) -> Result<BTreeMap<usize, Batch>, DbError> {
-    let codes: BTreeSet<&str> = batch
-        .hours
-        .iter()
-        .map(|l| l.code.as_str())
-        .chain(batch.referrers.iter().map(|l| l.code.as_str()))
-        .chain(batch.devices.iter().map(|l| l.code.as_str()))
-        .chain(batch.destinations.iter().map(|l| l.code.as_str()))
-        .collect();
+    let codes: BTreeSet<&str> = batch.codes().collect();
     let mut parts: BTreeMap<usize, Batch> = BTreeMap::new();
     if codes.is_empty() {
         parts.insert(0, batch.clone());
         return Ok(parts);
     }
     let of = shards_of(store, &codes).await?;
-    let shard = |code: &str| of.get(code).copied().unwrap_or(0);
-    let new = || Batch::new(batch.id.clone());
-    for l in &batch.hours {
-        parts
-            .entry(shard(&l.code))
-            .or_insert_with(new)
-            .hours
-            .push(l.clone());
+    let mut to = Parts {
+        parts,
+        id: &batch.id,
+        shard: |code: &str| of.get(code).copied().unwrap_or(0),
+    };
+    to.file(&batch.hours, |l| &l.code, |b| &mut b.hours);
+    to.file(&batch.referrers, |l| &l.code, |b| &mut b.referrers);
+    to.file(&batch.devices, |l| &l.code, |b| &mut b.devices);
+    to.file(&batch.destinations, |l| &l.code, |b| &mut b.destinations);
+    Ok(to.parts)
+}
+
+/// The parts being filled, by shard.
+struct Parts<'a, F> {
+    parts: BTreeMap<usize, Batch>,
+    id: &'a str,
+    shard: F,
+}
+
+impl<F: Fn(&str) -> usize> Parts<'_, F> {
+    /// Files each of `lines` (one kind) in the part of its code's shard.
+    fn file<T: Clone>(
+        &mut self,
+        lines: &[T],
+        code: impl Fn(&T) -> &String,
+        kind: impl Fn(&mut Batch) -> &mut Vec<T>,
+    ) {
+        for l in lines {
+            let part = self
+                .parts
+                .entry((self.shard)(code(l)))
+                .or_insert_with(|| Batch::new(self.id));
+            kind(part).push(l.clone());
+        }
     }
-    for l in &batch.referrers {
-        parts
-            .entry(shard(&l.code))
-            .or_insert_with(new)
-            .referrers
-            .push(l.clone());
-    }
-    for l in &batch.devices {
-        parts
-            .entry(shard(&l.code))
-            .or_insert_with(new)
-            .devices
-            .push(l.clone());
-    }
-    for l in &batch.destinations {
-        parts
-            .entry(shard(&l.code))
-            .or_insert_with(new)
-            .destinations
-            .push(l.clone());
-    }
-    Ok(parts)
 }
 
 /// Applies `batch` at `now`: unsharded as one transaction; sharded, each
@@ -121,11 +118,9 @@ pub async fn apply_sharded(
             continue;
         };
         if apply(&shard.pool, &part, now, referrers_per_day).await? == Applied::Applied {
-            let a = added.get_or_insert_with(|| Batch::new(batch.id.clone()));
-            a.hours.extend(part.hours);
-            a.referrers.extend(part.referrers);
-            a.devices.extend(part.devices);
-            a.destinations.extend(part.destinations);
+            added
+                .get_or_insert_with(|| Batch::new(batch.id.clone()))
+                .append(part);
         }
     }
     Ok(added)

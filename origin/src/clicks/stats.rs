@@ -284,27 +284,17 @@ impl Links {
                         .await?
                     }
                 };
-                let refs = c
-                    .exec(
-                        "SELECT host, CAST(SUM(n) AS UNSIGNED) FROM click_day_referrer \
-                         WHERE code = ? AND day >= ? AND day < ? GROUP BY host",
-                        (code, day_from, range.to),
+                // The daily rollups, each summed per key over the range's days.
+                let days = (code, day_from, range.to);
+                let sql = |table: &str, key: &str| {
+                    format!(
+                        "SELECT {key}, CAST(SUM(n) AS UNSIGNED) FROM {table} \
+                         WHERE code = ? AND day >= ? AND day < ? GROUP BY {key}"
                     )
-                    .await?;
-                let devs = c
-                    .exec(
-                        "SELECT class, CAST(SUM(n) AS UNSIGNED) FROM click_day_device \
-                         WHERE code = ? AND day >= ? AND day < ? GROUP BY class",
-                        (code, day_from, range.to),
-                    )
-                    .await?;
-                let dests = c
-                    .exec(
-                        "SELECT dest, CAST(SUM(n) AS UNSIGNED) FROM click_day_destination \
-                         WHERE code = ? AND day >= ? AND day < ? GROUP BY dest",
-                        (code, day_from, range.to),
-                    )
-                    .await?;
+                };
+                let refs = c.exec(sql("click_day_referrer", "host"), days).await?;
+                let devs = c.exec(sql("click_day_device", "class"), days).await?;
+                let dests = c.exec(sql("click_day_destination", "dest"), days).await?;
                 Ok::<_, DbError>((hours, refs, devs, dests))
             })
             .await?;
