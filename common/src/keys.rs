@@ -11,8 +11,17 @@ pub const PREFIX: &str = "su:1:";
 /// The pub/sub channel of invalidation messages ([`crate::inval`]).
 pub const INVAL_CHANNEL: &str = "su:1:inval";
 
-/// Key of the link record for `code` (value: a [`crate::record`] line).
-pub fn link_key(code: &str) -> String {
+/// Key of the record of the link `code` on `domain` (normalised; value: a
+/// [`crate::record`] line). Keyed by both (protocol 3.5) so a custom code
+/// can be one merchant's on one domain and another's on another. A code
+/// never contains `/`, so these keys never meet [`legacy_link_key`]'s.
+pub fn link_key(domain: &str, code: &str) -> String {
+    format!("{PREFIX}link:{domain}/{code}")
+}
+
+/// The key of `code`'s record before protocol 3.5, still written (with
+/// `redis.legacy_keys`) for edges of the previous version during an upgrade.
+pub fn legacy_link_key(code: &str) -> String {
     format!("{PREFIX}link:{code}")
 }
 
@@ -72,9 +81,14 @@ mod tests {
 
     #[test]
     fn keys_are_stable() {
-        assert_eq!(link_key("aB3xYz"), "su:1:link:aB3xYz");
+        assert_eq!(
+            link_key("s.shop55.com", "aB3xYz"),
+            "su:1:link:s.shop55.com/aB3xYz"
+        );
+        assert_eq!(legacy_link_key("aB3xYz"), "su:1:link:aB3xYz");
         // Case matters: codes are case-sensitive everywhere.
-        assert_ne!(link_key("aB3xYz"), link_key("Ab3xYz"));
+        assert_ne!(link_key("s.com", "aB3xYz"), link_key("s.com", "Ab3xYz"));
+        assert_ne!(link_key("a.com", "sale"), link_key("b.com", "sale"));
         let k = dedup_key("s.com", "demo", None, 730, "https://example.com/");
         // sha256("demo\n\n730\nhttps://example.com/"), first 16 bytes.
         let want = Sha256::digest(b"demo\n\n730\nhttps://example.com/");

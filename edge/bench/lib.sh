@@ -16,10 +16,10 @@ bench_redis() {
   PIDS+=($!); wait_tcp "$1"
   local exp=$(( $(date +%s) + 86400 ))
   if [ "${RULES:-0}" = 1 ]; then
-    awk -v ex="$exp" -v n="$2" -v rules="$RULES_JSON" 'BEGIN { gsub(/"/, "\\\"", rules); for (i = 0; i < n; i++) printf "SET su:1:link:c%05d \"3 1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench %s\"\n", i, ex, i, rules }' \
+    awk -v ex="$exp" -v n="$2" -v rules="$RULES_JSON" 'BEGIN { gsub(/"/, "\\\"", rules); for (i = 0; i < n; i++) printf "SET su:1:link:s.shop55.com/c%05d \"3 1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench %s\"\n", i, ex, i, rules }' \
       | redis-cli -p "$1" --pipe >/dev/null
   else
-    awk -v ex="$exp" -v n="$2" 'BEGIN { for (i = 0; i < n; i++) printf "SET su:1:link:c%05d \"1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench\"\n", i, ex, i }' \
+    awk -v ex="$exp" -v n="$2" 'BEGIN { for (i = 0; i < n; i++) printf "SET su:1:link:s.shop55.com/c%05d \"1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench\"\n", i, ex, i }' \
       | redis-cli -p "$1" --pipe >/dev/null
   fi
 }

@@ -1,5 +1,6 @@
-//! The miss path: in-process cache → Redis → origin, with concurrent misses
-//! for one code coalesced into a single lookup by
+//! The miss path: in-process cache → Redis → origin, keyed by (domain, code)
+//! (protocol 3.5), with concurrent misses for one key coalesced into a
+//! single lookup by
 //! [`SingleFlight`](shorturl_common::singleflight::SingleFlight).
 //!
 //! The first request to miss becomes the leader and its lookup runs as its
@@ -24,7 +25,7 @@
 //! answer is stored, while the file `<path>` exists (it creates
 //! `<path>.held` when it starts waiting).
 
-use crate::cache::{Answer, Entry, Generation, LocalCache, Stored};
+use crate::cache::{Answer, Entry, Generation, Key, LocalCache, Stored};
 use crate::config::CacheConfig;
 use crate::metrics::Metrics;
 use crate::origin::OriginPool;
@@ -90,19 +91,23 @@ impl Resolver {
         }
     }
 
-    /// Resolves `code` after an in-process cache miss, joining an in-flight
-    /// lookup for the same code when there is one. Waiters that joined are
+    /// Resolves `key` after an in-process cache miss, joining an in-flight
+    /// lookup for the same key when there is one. Waiters that joined are
     /// counted as `lock.get`, and as `lock.error` when the lookup failed.
-    pub async fn resolve(self: &Arc<Self>, code: &str) -> Resolved {
+    pub async fn resolve(self: &Arc<Self>, key: Key<'_>) -> Resolved {
         let this = Arc::clone(self);
+        let code = key.code;
+        // The flight's key: `domain/code`, the domain lower-cased (neither
+        // part contains a `/`), split again by the lookup task.
+        let flight_key = format!("{}/{code}", key.domain.to_ascii_lowercase());
         let got = self
             .flight
             .run(
-                code,
+                &flight_key,
                 // The previous leader may have finished between our cache
                 // miss and now: its answer is in the cache.
                 || {
-                    self.cache.get(code, Instant::now()).map(|e| {
+                    self.cache.get(key, Instant::now()).map(|e| {
                         let answer = e.to_answer();
                         Resolved {
                             source: if matches!(answer, Answer::Unavailable) {
@@ -116,11 +121,12 @@ impl Resolver {
                         }
                     })
                 },
-                move |code: String| async move {
-                    if failpoint::hit_once("edge.lookup.panic", &code) {
+                move |flight_key: String| async move {
+                    let (domain, code) = flight_key.split_once('/').unwrap_or_default();
+                    if failpoint::hit_once("edge.lookup.panic", code) {
                         panic!("failpoint edge.lookup.panic: lookup task for {code}");
                     }
-                    this.lookup_and_store(&code).await
+                    this.lookup_and_store(Key { domain, code }).await
                 },
             )
             .await;
@@ -140,14 +146,15 @@ impl Resolver {
         }
     }
 
-    /// Looks `code` up and stores the answer, unless an invalidation
+    /// Looks `key` up and stores the answer, unless an invalidation
     /// received meanwhile says it is already superseded: then once more. A
     /// second superseded answer (Redis lost the announced write) is neither
     /// stored nor served: the caller gets `Unavailable`.
-    async fn lookup_and_store(&self, code: &str) -> Resolved {
+    async fn lookup_and_store(&self, key: Key<'_>) -> Resolved {
+        let code = key.code;
         for attempt in 0..2 {
             let gen = self.cache.generation();
-            let mut resolved = self.lookup(code).await;
+            let mut resolved = self.lookup(key).await;
             if attempt == 0 {
                 if let Some(path) = failpoint::hold_path("edge.lookup.hold", code) {
                     failpoint::hold(path).await;
@@ -156,7 +163,7 @@ impl Resolver {
             let ttl = self.ttl_for(&resolved, gen);
             let (stored, entry) = self
                 .cache
-                .store_entry(code, resolved.answer.clone(), ttl, gen);
+                .store_entry(key, resolved.answer.clone(), ttl, gen);
             match stored {
                 Stored::Superseded(by) => {
                     self.metrics.inval.superseded.inc();
@@ -209,13 +216,14 @@ impl Resolver {
     }
 
     /// Redis, then the origin. Never fails: failure is `Unavailable`.
-    async fn lookup(&self, code: &str) -> Resolved {
-        match self.redis.get(&link_key(code)).await {
+    async fn lookup(&self, key: Key<'_>) -> Resolved {
+        let Key { domain, code } = key;
+        match self.redis.get(&link_key(domain, code)).await {
             Ok(Some(v)) => match Lookup::decode(&v) {
                 Ok(l) => {
                     self.metrics.redis_hit.inc();
                     return Resolved {
-                        answer: to_answer(l),
+                        answer: to_answer(l.for_domain(domain)),
                         source: Outcome::Redis,
                         max_age: None,
                         entry: None,
@@ -236,9 +244,9 @@ impl Resolver {
         // Boxed: the origin fetch's state (an HTTP client session) is many
         // times the Redis read's, and inline it would size every lookup
         // future, Redis hits included, for the rare origin case.
-        match Box::pin(self.origin.fetch_record(code)).await {
+        match Box::pin(self.origin.fetch_record(domain, code)).await {
             Ok(a) => Resolved {
-                answer: to_answer(a.lookup),
+                answer: to_answer(a.lookup.for_domain(domain)),
                 source: Outcome::Origin,
                 max_age: a.max_age,
                 entry: None,

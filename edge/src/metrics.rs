@@ -62,8 +62,12 @@ pub struct FastPathMetrics {
 pub struct InvalMetrics {
     /// Messages applied to the cache (`messages_total{result="applied"}`).
     pub applied: IntCounter,
-    /// Messages that are not `<version> <code>` (`{result="invalid"}`).
+    /// Messages that are not `<version> <code> <domain>` nor the legacy
+    /// form (`{result="invalid"}`).
     pub invalid: IntCounter,
+    /// Legacy `<version> <code>` messages, published for edges of the
+    /// previous version during an upgrade and ignored (`{result="legacy"}`).
+    pub legacy: IntCounter,
     /// Entries a message dropped (`dropped_total{cache="node"}`: the
     /// process-wide cache).
     pub dropped: IntCounter,
@@ -78,7 +82,7 @@ pub struct InvalMetrics {
 impl InvalMetrics {
     /// Messages received, whatever they did.
     pub fn messages(&self) -> u64 {
-        self.applied.get() + self.invalid.get()
+        self.applied.get() + self.invalid.get() + self.legacy.get()
     }
 
     /// Subscriptions established again after one was lost.
@@ -137,7 +141,7 @@ impl Metrics {
         let inval_messages = IntCounterVec::new(
             Opts::new(
                 "shorturl_inval_messages_total",
-                "Invalidation messages received: applied, or invalid (not <version> <code>).",
+                "Invalidation messages received: applied, legacy (<version> <code>, ignored) or invalid.",
             ),
             &["result"],
         )?;
@@ -212,6 +216,7 @@ impl Metrics {
             inval: InvalMetrics {
                 applied: inval_messages.with_label_values(&["applied"]),
                 invalid: inval_messages.with_label_values(&["invalid"]),
+                legacy: inval_messages.with_label_values(&["legacy"]),
                 dropped: inval_dropped.with_label_values(&["node"]),
                 subscribed: inval_subscribed,
                 subscriptions: inval_subscriptions,

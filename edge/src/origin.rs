@@ -223,9 +223,23 @@ impl OriginPool {
         }
     }
 
-    /// Asks an origin for the record of `code` (the edge's miss path).
-    pub async fn fetch_record(&self, code: &str) -> Result<RecordAnswer, OriginError> {
-        let path = format!("/internal/v1/records/{code}");
+    /// Asks an origin for the record of `code` on `domain` (the edge's miss
+    /// path; protocol 3.5: `?domain=`, lower-cased, an IPv6 literal's
+    /// brackets and colons percent-encoded).
+    pub async fn fetch_record(
+        &self,
+        domain: &str,
+        code: &str,
+    ) -> Result<RecordAnswer, OriginError> {
+        let mut path = format!("/internal/v1/records/{code}?domain=");
+        for c in domain.chars() {
+            match c {
+                '[' => path.push_str("%5B"),
+                ']' => path.push_str("%5D"),
+                ':' => path.push_str("%3A"),
+                c => path.push(c.to_ascii_lowercase()),
+            }
+        }
         let budget = self.cfg.record_timeout;
         let (status, max_age, body) = self.get(&path, budget, MAX_INTERNAL_BODY).await?;
         match status {

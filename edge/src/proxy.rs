@@ -20,7 +20,7 @@
 //!   `response_cache_filter` and `should_serve_stale` act only on them
 
 use crate::access_log::LogLine;
-use crate::cache::{AnswerRef, Entry};
+use crate::cache::{AnswerRef, Entry, Key};
 use crate::decide::{self, decide, Facts, Source, Verdict};
 use crate::limits::Refusal;
 use crate::lookup::Resolved;
@@ -78,6 +78,9 @@ pub struct PageCtx {
 enum Looked {
     Cached(Arc<Entry>),
     Resolved(Resolved),
+    /// A request without a Host (HTTP/1.0): for no domain, so no link —
+    /// answered as a negative from memory, without a lookup.
+    NoDomain,
 }
 
 impl Looked {
@@ -85,12 +88,13 @@ impl Looked {
         match self {
             Looked::Cached(e) => e.answer(),
             Looked::Resolved(r) => r.answer.view(),
+            Looked::NoDomain => AnswerRef::Negative(0),
         }
     }
 
     fn source(&self) -> Source {
         match self {
-            Looked::Cached(_) => Source::Memory,
+            Looked::Cached(_) | Looked::NoDomain => Source::Memory,
             Looked::Resolved(_) => Source::Lookup,
         }
     }
@@ -234,7 +238,13 @@ impl Edge {
     /// not admitted (429).
     async fn look_up(&self, req: &RequestHeader, ctx: &mut Ctx, code: &str) -> Option<Looked> {
         let st = &self.state;
-        if let Some(e) = st.resolver.cache.get(code, ctx.start) {
+        let Some(domain) = ctx.host.and_then(|h| h.get(req)) else {
+            st.metrics.local_hit.inc();
+            ctx.outcome = Outcome::Neg;
+            return Some(Looked::NoDomain);
+        };
+        let key = Key { domain, code };
+        if let Some(e) = st.resolver.cache.get(key, ctx.start) {
             st.metrics.local_hit.inc();
             ctx.outcome = match e.answer() {
                 AnswerRef::Found(_) => Outcome::Hit,
@@ -247,7 +257,7 @@ impl Edge {
         if !decide::admit_lookup(&self.facts(req, ctx), &st.limits) {
             return None;
         }
-        let resolved = st.resolver.resolve(code).await;
+        let resolved = st.resolver.resolve(key).await;
         ctx.outcome = resolved.source;
         Some(Looked::Resolved(resolved))
     }

@@ -40,11 +40,11 @@ fn a_spray_of_source_addresses_does_not_lock_out_other_clients() {
         &redis,
         "  limits: { unknown_per_ip_per_sec: 1, clients_tracked: 1000, header_timeout_secs: 60 }\n  cache: { negative_ttl_secs: 600 }\n",
     );
-    redis_set(&redis, "su:1:link:spray0", "-");
+    redis_set(&redis, &format!("su:1:link:{DOMAIN}/spray0"), "-");
     for i in 0..PROBES {
         redis_set(
             &redis,
-            &format!("su:1:link:probe{i:02}"),
+            &format!("su:1:link:{DOMAIN}/probe{i:02}"),
             &record_line(DOMAIN, "https://example.com/p", 3600),
         );
     }
@@ -133,7 +133,7 @@ fn connection_caps_close_new_connections_early() {
     let redis = Redis::start();
     redis_set(
         &redis,
-        "su:1:link:capd01",
+        &format!("su:1:link:{DOMAIN}/capd01"),
         &record_line(DOMAIN, "https://example.com/c", 3600),
     );
     let edge = edge_without_origin(
@@ -201,7 +201,7 @@ fn slow_clients_are_closed_at_the_header_timeout_while_others_are_served() {
     let redis = Redis::start();
     redis_set(
         &redis,
-        "su:1:link:fast01",
+        &format!("su:1:link:{DOMAIN}/fast01"),
         &record_line(DOMAIN, "https://example.com/f", 3600),
     );
     let edge = edge_without_origin(&redis, "  limits: { header_timeout_secs: 3 }\n");

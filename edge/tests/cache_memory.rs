@@ -23,7 +23,7 @@ fn a_small_cache_stays_within_max_bytes_and_reports_it() {
     for i in 0..LINKS {
         let url = format!("https://shop.example.com/p/{i:07}?utm_source=newsletter");
         pipe.cmd("SET")
-            .arg(format!("su:1:link:m{i:05}"))
+            .arg(format!("su:1:link:localhost/m{i:05}"))
             .arg(record_line("localhost", &url, 3600))
             .ignore();
     }

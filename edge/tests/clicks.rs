@@ -66,8 +66,11 @@ fn humans_bots_devices_and_referrers_are_counted_exactly() {
     assert_eq!(click(&mut c, "GET", "clkA01", &[]), 302);
     assert_eq!(click(&mut c, "HEAD", "clkA01", &ua(CHROME)), 302);
     // 404s are not clicks: a negative record, a link asked on another host.
-    redis_set(&redis, "su:1:link:nOpe99", "-");
+    redis_set(&redis, &format!("su:1:link:{DOMAIN}/nOpe99"), "-");
     assert_eq!(click(&mut c, "GET", "nOpe99", &ua(CHROME)), 404);
+    // A record under the other host's key that names DOMAIN: no link there.
+    let line = support::record_line(DOMAIN, "https://example.com/a", 3600);
+    redis_set(&redis, "su:1:link:other.example/clkA01", &line);
     let other_host = c
         .send("GET", "/clkA01", Some("other.example"), &ua(CHROME), b"")
         .unwrap();

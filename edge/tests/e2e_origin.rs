@@ -60,7 +60,7 @@ fn creation_origin_miss_coalescing_and_merged_status() {
     // Origin miss: not in the edge's memory, not in Redis → the origin's record.
     let created = create_link(edge.port, "https://example.com/miss", Some(DOMAIN));
     let miss = code_of(&created);
-    redis_del(&redis, &format!("su:1:link:{miss}"));
+    redis_del(&redis, &format!("su:1:link:{DOMAIN}/{miss}"));
     let before = edge.counter("origin", "forward");
     let r = get(edge.port, &format!("/{miss}"), DOMAIN);
     assert_eq!(r.status, 302, "{}", r.text());
@@ -83,7 +83,7 @@ fn creation_origin_miss_coalescing_and_merged_status() {
     // Coalescing: 100 concurrent requests for a cold code → one origin lookup.
     let created = create_link(edge.port, "https://example.com/cold", Some(DOMAIN));
     let cold = code_of(&created);
-    redis_del(&redis, &format!("su:1:link:{cold}"));
+    redis_del(&redis, &format!("su:1:link:{DOMAIN}/{cold}"));
     let st0 = edge.status();
     let barrier = Arc::new(Barrier::new(100));
     let port = edge.port;
@@ -119,7 +119,7 @@ fn creation_origin_miss_coalescing_and_merged_status() {
     assert!(delta("lock", "get") < delta("local", "miss"));
     // The origin wrote the record back to Redis for the next edge.
     wait_for("origin write-back", support::TIMEOUT, || {
-        redis_get(&redis, &format!("su:1:link:{cold}")).is_some()
+        redis_get(&redis, &format!("su:1:link:{DOMAIN}/{cold}")).is_some()
     });
 
     // Status merges the origin's mysql and issuer dimensions.

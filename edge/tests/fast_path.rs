@@ -57,11 +57,18 @@ fn raw(port: u16, bytes: &[u8], head: bool) -> support::http::Response {
 fn links(redis: &Redis) {
     redis_set(
         redis,
-        "su:1:link:fast01",
+        &format!("su:1:link:{DOMAIN}/fast01"),
         &record_line(DOMAIN, "https://example.com/f1?x=1", 3600),
     );
-    redis_set(redis, "su:1:link:gone01", "- 1");
-    redis_set(redis, "su:1:link:gone02", "- 1");
+    redis_set(redis, &format!("su:1:link:{DOMAIN}/gone01"), "- 1");
+    redis_set(redis, &format!("su:1:link:{DOMAIN}/gone02"), "- 1");
+    // Under another domain's key, a record that names DOMAIN: no link
+    // there (protocol 3.5), whatever the record says.
+    redis_set(
+        redis,
+        "su:1:link:other.example/fast01",
+        &record_line(DOMAIN, "https://example.com/f1?x=1", 3600),
+    );
 }
 
 #[test]
@@ -143,7 +150,6 @@ fn hot_hits_take_the_fast_path_and_every_other_kind_goes_to_the_proxy() {
         ("chunked body", b"GET /fast01 HTTP/1.1\r\nHost: s.shop55.com\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), false, 302),
         ("invalid Host", b"GET /fast01 HTTP/1.1\r\nHost: a_b.com\r\n\r\n".to_vec(), false, 400),
         ("no Host", b"GET /fast01 HTTP/1.1\r\n\r\n".to_vec(), false, 400),
-        ("another domain", b"GET /fast01 HTTP/1.1\r\nHost: other.example\r\n\r\n".to_vec(), false, 404),
         ("malformed head", b"GET /fast01 HTTP/1.1\r\nHost: s.shop55.com\r\nno colon here\r\n\r\n".to_vec(), false, 400),
         ("upgrade", b"GET /fast01 HTTP/1.1\r\nHost: s.shop55.com\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n".to_vec(), false, 302),
         ("odd target", b"GET /fast01?q=a{b} HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n".to_vec(), false, 302),
@@ -155,6 +161,14 @@ fn hot_hits_take_the_fast_path_and_every_other_kind_goes_to_the_proxy() {
         assert_eq!(r.status, want, "{what}: {}", r.text());
         assert_eq!(fast(&e), (hit, neg, resolved, handover + 1), "{what}");
     }
+    // The code on another domain is another key: looked up on the fast
+    // path (no link there), then a negative from memory.
+    let other = b"GET /fast01 HTTP/1.1\r\nHost: other.example\r\n\r\n";
+    let (hit, neg, resolved, handover) = fast(&e);
+    assert_eq!(raw(e.port, other, false).status, 404);
+    assert_eq!(fast(&e), (hit, neg, resolved + 1, handover));
+    assert_eq!(raw(e.port, other, false).status, 404);
+    assert_eq!(fast(&e), (hit, neg + 1, resolved + 1, handover));
 }
 
 #[test]
@@ -328,15 +342,15 @@ fn answers_are_byte_for_byte_the_proxys() {
     // (the fast edge's fast path, the slow edge's proxy), same bytes.
     redis_set(
         &redis,
-        "su:1:link:fresh1",
+        &format!("su:1:link:{DOMAIN}/fresh1"),
         &record_line(DOMAIN, "https://example.com/fresh?1", 3600),
     );
     redis_set(
         &redis,
-        "su:1:link:fresh2",
+        &format!("su:1:link:{DOMAIN}/fresh2"),
         &record_line("other.example", "https://example.com/other", 3600),
     );
-    redis_set(&redis, "su:1:link:gone03", "- 4");
+    redis_set(&redis, &format!("su:1:link:{DOMAIN}/gone03"), "- 4");
     let misses: [(&[u8], bool); 5] = [
         (b"GET /fresh1 HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n", false),
         (b"GET /fresh2 HTTP/1.1\r\nHost: s.shop55.com\r\n\r\n", false),

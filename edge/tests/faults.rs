@@ -82,7 +82,7 @@ fn redis_outage_serves_from_memory_and_origin_then_reconnects() {
         let code = format!("rc{n:04}");
         support::redis_set(
             &redis,
-            &format!("su:1:link:{code}"),
+            &format!("su:1:link:{DOMAIN}/{code}"),
             &support::record_line(DOMAIN, "https://example.com/r", 600),
         );
         get(edge.port, &format!("/{code}"), DOMAIN).status == 302
@@ -96,7 +96,7 @@ fn redis_outage_serves_from_memory_and_origin_then_reconnects() {
     let errors = edge.counter("redis", "error");
     support::redis_set(
         &redis,
-        "su:1:link:idle01",
+        &format!("su:1:link:{DOMAIN}/idle01"),
         &support::record_line(DOMAIN, "https://example.com/idle", 600),
     );
     let r = get(edge.port, "/idle01", DOMAIN);
@@ -172,7 +172,7 @@ fn a_lookup_task_that_panics_leaves_nothing_behind() {
     let edge = start_edge(opts);
     redis_set(
         &redis,
-        "su:1:link:pan1c0",
+        &format!("su:1:link:{DOMAIN}/pan1c0"),
         &record_line(DOMAIN, "https://example.com/p", 3600),
     );
     let r = get(edge.port, "/pan1c0", DOMAIN);

@@ -119,7 +119,7 @@ fn graceful_upgrade_under_load_fails_no_request() {
     let redis = Redis::start();
     redis_set(
         &redis,
-        "su:1:link:upgr01",
+        &format!("su:1:link:{DOMAIN}/upgr01"),
         &record_line(DOMAIN, "https://example.com/u", 3600),
     );
     let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
@@ -175,7 +175,7 @@ fn size_limits_and_idle_keepalive_timeout() {
     let redis = Redis::start();
     redis_set(
         &redis,
-        "su:1:link:idle01",
+        &format!("su:1:link:{DOMAIN}/idle01"),
         &record_line(DOMAIN, "https://example.com/i", 3600),
     );
     let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
@@ -381,7 +381,7 @@ fn the_edges_own_origin_requests_carry_the_internal_token() {
             .collect::<Vec<_>>()
     };
     for path in [
-        "/internal/v1/records/tok00001",
+        "/internal/v1/records/tok00001?domain=s.shop55.com",
         "/shorturl_status",
         "/internal/v1/heartbeat",
     ] {

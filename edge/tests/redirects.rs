@@ -22,7 +22,7 @@ fn redis_hit_then_memory_hit_with_protocol_headers() {
     let edge = edge_on(&redis, "");
     redis_set(
         &redis,
-        "su:1:link:aB3xYz",
+        &format!("su:1:link:{DOMAIN}/aB3xYz"),
         &record_line(DOMAIN, "https://example.com/a?b=1", 3600),
     );
 
@@ -34,7 +34,7 @@ fn redis_hit_then_memory_hit_with_protocol_headers() {
     assert_eq!(edge.counter("redis", "hit"), 1);
 
     // Gone from Redis: the edge still answers from memory, without Redis.
-    redis_del(&redis, "su:1:link:aB3xYz");
+    redis_del(&redis, &format!("su:1:link:{DOMAIN}/aB3xYz"));
     let r = get(edge.port, "/aB3xYz?utm=x", "S.Shop55.COM.:8080");
     assert_eq!(r.status, 302);
     assert_eq!(r.header("location"), Some("https://example.com/a?b=1"));
@@ -64,10 +64,10 @@ fn redis_hit_then_memory_hit_with_protocol_headers() {
 fn negative_records_head_invalid_paths_and_host_binding() {
     let redis = Redis::start();
     let edge = edge_on(&redis, "");
-    redis_set(&redis, "su:1:link:neg123", "-");
+    redis_set(&redis, &format!("su:1:link:{DOMAIN}/neg123"), "-");
     redis_set(
         &redis,
-        "su:1:link:good12",
+        &format!("su:1:link:{DOMAIN}/good12"),
         &record_line(DOMAIN, "https://example.com/g", 3600),
     );
 
@@ -98,7 +98,13 @@ fn negative_records_head_invalid_paths_and_host_binding() {
     assert_eq!(h404.header("content-length"), g404.header("content-length"));
     assert!(h404.body.is_empty());
 
-    // Host binding: any other domain is the very same 404.
+    // Host binding: any other domain is the very same 404 — even a record
+    // that names DOMAIN found under the other domain's key (protocol 3.5).
+    redis_set(
+        &redis,
+        "su:1:link:other.example.com/good12",
+        &record_line(DOMAIN, "https://example.com/g", 3600),
+    );
     let other = get(edge.port, "/good12", "other.example.com");
     assert_eq!(other.status, 404);
     assert_eq!(other.body, g404.body);
@@ -145,10 +151,10 @@ fn keepalive_is_kept_on_302_and_404() {
     let edge = edge_on(&redis, "");
     redis_set(
         &redis,
-        "su:1:link:keep01",
+        &format!("su:1:link:{DOMAIN}/keep01"),
         &record_line(DOMAIN, "https://example.com/k", 3600),
     );
-    redis_set(&redis, "su:1:link:nope00", "-");
+    redis_set(&redis, &format!("su:1:link:{DOMAIN}/nope00"), "-");
     let mut c = Conn::open(edge.port).unwrap();
     for i in 0..5 {
         let r = c
@@ -172,12 +178,12 @@ fn expired_records_are_404_even_from_memory() {
     let edge = edge_on(&redis, "");
     redis_set(
         &redis,
-        "su:1:link:soon01",
+        &format!("su:1:link:{DOMAIN}/soon01"),
         &record_line(DOMAIN, "https://example.com/s", 2),
     );
     redis_set(
         &redis,
-        "su:1:link:past01",
+        &format!("su:1:link:{DOMAIN}/past01"),
         &format!("1 {} {DOMAIN} https://example.com/p", 1_000_000),
     );
     assert_eq!(get(edge.port, "/past01", DOMAIN).status, 404);
@@ -192,7 +198,7 @@ fn expired_records_are_404_even_from_memory() {
     // cached (now expired) entry, not from a fresh lookup.
     redis_set(
         &redis,
-        "su:1:link:soon01",
+        &format!("su:1:link:{DOMAIN}/soon01"),
         &record_line(DOMAIN, "https://example.com/s", 3600),
     );
     wait_for("cached record to expire", Duration::from_secs(10), || {
@@ -204,7 +210,7 @@ fn expired_records_are_404_even_from_memory() {
 fn malformed_redis_values_count_as_errors() {
     let redis = Redis::start();
     let edge = edge_on(&redis, "");
-    redis_set(&redis, "su:1:link:bad001", "2 garbage");
+    redis_set(&redis, &format!("su:1:link:{DOMAIN}/bad001"), "2 garbage");
     let r = get(edge.port, "/bad001", DOMAIN);
     // Redis is unusable and the origin is down: an honest 503, never a 302 to garbage.
     assert_eq!(r.status, 503, "{}", r.text());
@@ -218,11 +224,11 @@ fn unknown_code_scans_are_rate_limited_per_ip_with_keepalive() {
     let edge = edge_on(&redis, "  limits: { unknown_per_ip_per_sec: 5 }\n");
     redis_set(
         &redis,
-        "su:1:link:live01",
+        &format!("su:1:link:{DOMAIN}/live01"),
         &record_line(DOMAIN, "https://example.com/l", 3600),
     );
     for i in 0..40 {
-        redis_set(&redis, &format!("su:1:link:scan{i:02}"), "-");
+        redis_set(&redis, &format!("su:1:link:{DOMAIN}/scan{i:02}"), "-");
     }
     assert_eq!(get(edge.port, "/live01", DOMAIN).status, 302);
     let mut c = Conn::open(edge.port).unwrap();
@@ -252,7 +258,7 @@ fn prometheus_metrics_on_their_own_port() {
     let edge = edge_on(&redis, "");
     redis_set(
         &redis,
-        "su:1:link:prom01",
+        &format!("su:1:link:{DOMAIN}/prom01"),
         &record_line(DOMAIN, "https://example.com/m", 3600),
     );
     assert_eq!(get(edge.port, "/prom01", DOMAIN).status, 302);
@@ -278,7 +284,7 @@ fn a_request_without_host_resolves_nothing() {
     let edge = edge_on(&redis, "");
     redis_set(
         &redis,
-        "su:1:link:nohost",
+        "su:1:link:localhost/nohost",
         &record_line("localhost", "https://example.com/n", 3600),
     );
     // HTTP/1.0 without Host: a request for no domain, the same 404 as the

@@ -37,7 +37,7 @@ fn creation_redirect_edit_delete_and_exact_clicks_on_a_cluster() {
     let created = create_link(edge.port, "https://example.com/v1", Some(DOMAIN));
     assert_eq!(created.status, 201, "{}", created.text());
     let code = created.json()["code"].as_str().unwrap().to_owned();
-    let key = format!("su:1:link:{code}");
+    let key = format!("su:1:link:{DOMAIN}/{code}");
     let stored = cluster_get(&cluster, &key).expect("record written to the cluster");
     assert!(stored.contains("https://example.com/v1"), "{stored}");
     // The id came from the Redis counter (one block taken so far).
@@ -112,7 +112,7 @@ fn a_cluster_master_killed_under_load() {
 
     let mut links = failover::warm_links(&edge, 13, "cluster");
     let (probe, _) = links.remove(0);
-    let victim = cluster.master_for_key(&format!("su:1:link:{probe}"));
+    let victim = cluster.master_for_key(&format!("su:1:link:{DOMAIN}/{probe}"));
     let load = failover::start_load(edge.port, links);
     std::thread::sleep(std::time::Duration::from_millis(300));
 

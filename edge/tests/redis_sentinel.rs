@@ -25,7 +25,11 @@ fn a_sentinel_failover_under_load() {
     let mut links = failover::warm_links(&edge, 13, "sentinel");
     let (probe, _) = links.remove(0);
     let first = sentinel.master_port();
-    let stored = redis_cli(first, &["GET", &format!("su:1:link:{probe}")]).unwrap_or_default();
+    let stored = redis_cli(
+        first,
+        &["GET", &format!("su:1:link:{}/{probe}", failover::DOMAIN)],
+    )
+    .unwrap_or_default();
     assert!(
         stored.contains("https://"),
         "record on the master: {stored:?}"

@@ -358,10 +358,10 @@ fn http2_and_http1_over_tls_with_resumption_and_hsts() {
     );
     redis_set(
         &s.redis,
-        "su:1:link:aB3xYz",
+        "su:1:link:s.shop55.com/aB3xYz",
         &record_line("s.shop55.com", "https://example.com/a", 3600),
     );
-    redis_set(&s.redis, "su:1:link:zzzzzz", "- 1");
+    redis_set(&s.redis, "su:1:link:s.shop55.com/zzzzzz", "- 1");
     let ca_file = s.certs.path().join("ca.pem");
     std::fs::write(&ca_file, s.ca.pem()).unwrap();
     let resolve = format!("s.shop55.com:{}:127.0.0.1", s.tls_port);
@@ -475,7 +475,7 @@ fn plain_http_upgrade_per_domain_and_acme_challenges() {
     for (host, code) in [("s.shop55.com", "aB3xYz"), ("other.com", "bB3xYz")] {
         redis_set(
             &s.redis,
-            &format!("su:1:link:{code}"),
+            &format!("su:1:link:{host}/{code}"),
             &record_line(host, "https://example.com/a", 3600),
         );
     }
@@ -553,7 +553,7 @@ fn malformed_client_hellos_do_not_disturb_other_connections() {
     let (s, issued) = setup(&["localhost", "s.shop55.com"], "");
     redis_set(
         &s.redis,
-        "su:1:link:aB3xYz",
+        "su:1:link:s.shop55.com/aB3xYz",
         &record_line("s.shop55.com", "https://example.com/a", 3600),
     );
     let ca = s.ca.pem();

@@ -15,6 +15,13 @@
 //! newer than the one written, and publishes the invalidation message in
 //! the same step when asked to. A resolution that read MySQL before a
 //! change therefore cannot put the old state back, whatever the timing.
+//!
+//! Records are keyed by (domain, code) (protocol 3.5). With
+//! `redis.legacy_keys` every write of a code's state also goes to its
+//! pre-3.5 key `su:1:link:{code}`, with the legacy message, for edges of
+//! the previous version: each key is its own script run (they may live on
+//! different Cluster nodes), and each publishes its own form after its own
+//! write, so no edge hears of a change before its key holds it.
 
 use crate::config::RedisConfig;
 use crate::metrics::Metrics;
@@ -89,8 +96,50 @@ pub struct CacheDown;
 pub enum Publish {
     /// A resolution write-back: nothing changed, nobody needs telling.
     No,
-    /// A change (creation, edit, delete...): publish `<version> <code>`.
+    /// A change (creation, edit, delete...): publish
+    /// `<version> <code> <domain>` (and `<version> <code>` on the legacy key).
     Yes,
+}
+
+/// Which record key a write goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot<'a> {
+    /// `su:1:link:{domain}/{code}`.
+    Link { domain: &'a str, code: &'a str },
+    /// `su:1:link:{code}`, for edges of the previous version.
+    Legacy(&'a str),
+}
+
+impl Slot<'_> {
+    fn key(&self) -> String {
+        match *self {
+            Slot::Link { domain, code } => keys::link_key(domain, code),
+            Slot::Legacy(code) => keys::legacy_link_key(code),
+        }
+    }
+
+    fn code(&self) -> &str {
+        match *self {
+            Slot::Link { code, .. } | Slot::Legacy(code) => code,
+        }
+    }
+
+    fn message(&self, version: u64) -> String {
+        match *self {
+            Slot::Link { domain, code } => Invalidation {
+                version,
+                code,
+                domain,
+            }
+            .encode(),
+            Slot::Legacy(code) => Invalidation {
+                version,
+                code,
+                domain: "",
+            }
+            .encode_legacy(),
+        }
+    }
 }
 
 impl Cache {
@@ -138,10 +187,19 @@ impl Cache {
         }
     }
 
-    /// Looks up the record of `code`.
-    pub async fn get_record(&self, code: &str) -> CacheAnswer {
+    /// Whether records also go to their legacy keys (`redis.legacy_keys`).
+    pub fn legacy_keys(&self) -> bool {
+        self.cfg.legacy_keys
+    }
+
+    /// Looks up the record of `code` on `domain`; with no domain (an edge
+    /// of the previous version asking), its legacy key.
+    pub async fn get_record(&self, domain: Option<&str>, code: &str) -> CacheAnswer {
         let mut c = self.conn.clone();
-        let key = keys::link_key(code);
+        let key = match domain {
+            Some(domain) => keys::link_key(domain, code),
+            None => keys::legacy_link_key(code),
+        };
         match self.bounded(c.get::<_, Option<String>>(key)).await {
             None => CacheAnswer::Error,
             Some(None) => {
@@ -178,18 +236,18 @@ impl Cache {
         }
     }
 
-    /// The CAS script's invocation for `lookup` of `code`.
-    fn cas_invocation(&self, code: &str, lookup: &Lookup, publish: Publish) -> redis::Cmd {
+    /// The CAS script's invocation for `lookup` under `slot`.
+    fn cas_invocation(&self, slot: Slot<'_>, lookup: &Lookup, publish: Publish) -> redis::Cmd {
         let (value, ttl) = self.stored(lookup);
         let version = lookup.version();
         let (channel, msg) = match publish {
             Publish::No => ("", String::new()),
-            Publish::Yes => (keys::INVAL_CHANNEL, Invalidation { version, code }.encode()),
+            Publish::Yes => (keys::INVAL_CHANNEL, slot.message(version)),
         };
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.cas.get_hash())
             .arg(1)
-            .arg(keys::link_key(code))
+            .arg(slot.key())
             .arg(version)
             .arg(value)
             .arg(ttl.max(1))
@@ -224,9 +282,13 @@ impl Cache {
         .await
     }
 
-    /// Writes `lookup` as the record of `code` unless Redis holds a newer
-    /// version; with [`Publish::Yes`] the invalidation message goes out in
-    /// the same step.
+    /// Writes `lookup`, the state of `code`'s row, as the record of `code`
+    /// on `domain` (the row's; `None` for a row bound to none, a code never
+    /// issued or back in the pool) and, with `redis.legacy_keys`, under the
+    /// legacy key, each unless Redis holds a newer version there; with
+    /// [`Publish::Yes`] each key's message goes out in the same step as its
+    /// write. The answer is the link key's (the legacy key's without one);
+    /// either write failing fails the whole.
     ///
     /// On a Cluster or under Sentinel a change ([`Publish::Yes`]) also
     /// waits (`WAIT 1`, within the Redis timeout) until a replica has it,
@@ -237,27 +299,66 @@ impl Cache {
     pub async fn write_record(
         &self,
         code: &str,
+        domain: Option<&str>,
         lookup: &Lookup,
         publish: Publish,
     ) -> Result<Written, CacheDown> {
-        self.write(
-            code,
-            lookup,
-            publish,
-            publish == Publish::Yes && self.replicated,
-        )
-        .await
+        let wait = publish == Publish::Yes && self.replicated;
+        self.write_slots(code, domain, lookup, publish, wait).await
     }
 
-    async fn write(
+    /// [`Cache::write_record`] with the replica wait chosen by the caller.
+    async fn write_slots(
         &self,
         code: &str,
+        domain: Option<&str>,
         lookup: &Lookup,
         publish: Publish,
         wait_replica: bool,
     ) -> Result<Written, CacheDown> {
+        let link = async {
+            match domain {
+                Some(domain) => {
+                    let slot = Slot::Link { domain, code };
+                    Some(self.write(slot, lookup, publish, wait_replica).await)
+                }
+                None => None,
+            }
+        };
+        let legacy = async {
+            if self.cfg.legacy_keys {
+                let slot = Slot::Legacy(code);
+                Some(self.write(slot, lookup, publish, wait_replica).await)
+            } else {
+                None
+            }
+        };
+        // A change waiting for a replica writes one key after the other:
+        // `WAIT` blocks the changes' connection, and the second key's
+        // budget must not be spent queued behind the first's wait.
+        let (link, legacy) = if wait_replica {
+            let link = link.await;
+            (link, legacy.await)
+        } else {
+            tokio::join!(link, legacy)
+        };
+        match (link, legacy) {
+            (Some(Err(e)), _) | (_, Some(Err(e))) => Err(e),
+            (Some(w), _) | (None, Some(w)) => w,
+            (None, None) => Ok(Written::Stored),
+        }
+    }
+
+    async fn write(
+        &self,
+        slot: Slot<'_>,
+        lookup: &Lookup,
+        publish: Publish,
+        wait_replica: bool,
+    ) -> Result<Written, CacheDown> {
+        let code = slot.code();
         let mut pipe = redis::pipe();
-        pipe.add_command(self.cas_invocation(code, lookup, publish));
+        pipe.add_command(self.cas_invocation(slot, lookup, publish));
         if !wait_replica {
             return match self.run_cas::<(i64,)>(&pipe).await {
                 Some((1,)) => Ok(Written::Stored),
@@ -288,9 +389,45 @@ impl Cache {
         }
     }
 
-    /// Caches what a resolution read from MySQL (no message). Best-effort.
-    pub async fn put_record(&self, code: &str, lookup: &Lookup) {
-        let _ = self.write_record(code, lookup, Publish::No).await;
+    /// Writes `lookup` under the (domain, code) key alone: a key the
+    /// code's row no longer names (a recycled code's old link), or a copy
+    /// that changes nothing (`migrate-keys`, [`Publish::No`]).
+    pub async fn write_link_key(
+        &self,
+        domain: &str,
+        code: &str,
+        lookup: &Lookup,
+        publish: Publish,
+    ) -> Result<Written, CacheDown> {
+        let slot = Slot::Link { domain, code };
+        let wait = publish == Publish::Yes && self.replicated;
+        self.write(slot, lookup, publish, wait).await
+    }
+
+    /// Caches what a resolution read from MySQL (no message): `state`, the
+    /// code's row bound to `row_domain`, under its keys, and, when the
+    /// resolution asked for another domain, that key's answer (no link
+    /// there, `- 0`). Best-effort.
+    pub async fn put_record(
+        &self,
+        code: &str,
+        asked: Option<&str>,
+        row_domain: Option<&str>,
+        state: &Lookup,
+    ) {
+        let other = async {
+            match asked {
+                Some(domain) if Some(domain) != row_domain => {
+                    let slot = Slot::Link { domain, code };
+                    let _ = self
+                        .write(slot, &Lookup::Negative(0), Publish::No, false)
+                        .await;
+                }
+                _ => {}
+            }
+        };
+        let own = self.write_slots(code, row_domain, state, Publish::No, false);
+        let _ = tokio::join!(other, own);
     }
 
     /// Caches a new link's record, announces it (an edge may hold a
@@ -301,7 +438,7 @@ impl Cache {
     pub async fn put_created(&self, code: &str, r: &Record, dedup_key: Option<&str>) {
         let found = Lookup::Found(r.clone());
         // No replica wait: a lost creation record is only a later miss.
-        let record = self.write(code, &found, Publish::Yes, false);
+        let record = self.write_slots(code, Some(&r.domain), &found, Publish::Yes, false);
         // Counted as one write-back: an error of the dedup write alone
         // counts only when the record was written.
         let dedup = async {

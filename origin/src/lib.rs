@@ -28,6 +28,7 @@ pub mod outbox;
 pub mod pages;
 pub mod permutation;
 pub mod pregen;
+pub mod rekey;
 pub mod schema;
 pub mod serve;
 pub mod store;

@@ -1,8 +1,9 @@
-//! `shorturl-origin`: serve, migrate, pregen, reap, issuer migrate, check.
+//! `shorturl-origin`: serve, migrate, pregen, reap, migrate-keys, issuer
+//! migrate, check.
 
 use clap::{Parser, Subcommand};
 use shorturl_origin::config::{Config, CounterBackend};
-use shorturl_origin::{bench, db, issuer, lifecycle, pregen, schema, serve};
+use shorturl_origin::{bench, db, issuer, lifecycle, pregen, rekey, schema, serve};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +52,18 @@ enum Cmd {
         /// Rows per second at most (default: lifecycle.reap_rate_per_sec).
         #[arg(long)]
         rate: Option<u32>,
+        /// Hide the progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Write what Redis caches under the records' pre-protocol-3.5 keys
+    /// under their (domain, code) keys, from MySQL (the upgrade step
+    /// between origins and edges; resumable, safe beside serving origins);
+    /// prints what it did as JSON.
+    MigrateKeys {
+        /// Every link bound to a domain, cached or not.
+        #[arg(long)]
+        all: bool,
         /// Hide the progress bar.
         #[arg(long)]
         quiet: bool,
@@ -106,6 +119,8 @@ enum CmdError {
     Bench(#[from] bench::BenchError),
     #[error(transparent)]
     IssuerMigrate(#[from] issuer::migrate::MigrateError),
+    #[error(transparent)]
+    Rekey(#[from] rekey::RekeyError),
 }
 
 fn main() -> ExitCode {
@@ -170,6 +185,11 @@ fn main() -> ExitCode {
                     r.apply_secs,
                     r.recycled
                 );
+                Ok(())
+            }
+            Cmd::MigrateKeys { all, quiet } => {
+                let r = rekey::run(&cfg, all, !quiet).await?;
+                println!("{}", serde_json::json!({ "migrate_keys": r }));
                 Ok(())
             }
             Cmd::Bench {

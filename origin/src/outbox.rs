@@ -156,9 +156,30 @@ impl Outbox {
 }
 
 impl Applier for Outbox {
-    fn apply<'a>(&'a self, code: &'a str, state: &'a Lookup) -> BoxFuture<'a, bool> {
+    fn apply<'a>(
+        &'a self,
+        code: &'a str,
+        domain: Option<&'a str>,
+        state: &'a Lookup,
+        was: Option<&'a str>,
+    ) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            match self.cache.write_record(code, state, Publish::Yes).await {
+            if let Some(was) = was.filter(|w| Some(*w) != domain) {
+                let gone = Lookup::Negative(state.version());
+                let written = self
+                    .cache
+                    .write_link_key(was, code, &gone, Publish::Yes)
+                    .await;
+                if written.is_err() {
+                    self.metrics.outbox_failed.inc();
+                    return false;
+                }
+            }
+            match self
+                .cache
+                .write_record(code, domain, state, Publish::Yes)
+                .await
+            {
                 Ok(Written::Stored) => true,
                 // Redis already holds a newer version, announced by its writer.
                 Ok(Written::Stale) => true,

@@ -56,6 +56,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "click_destinations",
         include_str!("../migrations/0012_click_destinations.sql"),
     ),
+    (
+        13,
+        "outbox_domain",
+        include_str!("../migrations/0013_outbox_domain.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

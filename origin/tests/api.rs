@@ -437,7 +437,7 @@ async fn expired_links_are_404_even_from_redis() {
         "UPDATE short_code SET expires_at = UNIX_TIMESTAMP() - 5 WHERE code = '{code}'"
     ));
     let mut r = s.redis_conn().await;
-    let key = shorturl_common::keys::link_key(&code);
+    let key = shorturl_common::keys::link_key("sho.rt", &code);
     let rec: String = redis::cmd("GET")
         .arg(&key)
         .query_async(&mut r)
@@ -524,7 +524,7 @@ async fn delete_is_for_good_and_leaves_a_versioned_negative() {
     assert_eq!(o.follow("sho.rt", &code).await.0, 404);
     let mut r = s.redis_conn().await;
     let v: String = redis::cmd("GET")
-        .arg(shorturl_common::keys::link_key(&code))
+        .arg(shorturl_common::keys::link_key("sho.rt", &code))
         .query_async(&mut r)
         .await
         .unwrap();
@@ -560,7 +560,7 @@ async fn internal_record_endpoint_and_redis_write_back() {
     let _: () = redis::cmd("FLUSHALL").query_async(&mut r).await.unwrap();
     let resp = o
         .http
-        .get(o.url(&format!("/internal/v1/records/{code}")))
+        .get(o.url(&format!("/internal/v1/records/{code}?domain=s.shop55.com")))
         .send()
         .await
         .unwrap();
@@ -579,13 +579,51 @@ async fn internal_record_endpoint_and_redis_write_back() {
     let max_age: u64 = cc.strip_prefix("max-age=").unwrap().parse().unwrap();
     assert!(max_age > 5 * 86_400 && max_age <= 6 * 86_400, "{cc}");
     let cached: String = redis::cmd("GET")
-        .arg(shorturl_common::keys::link_key(&code))
+        .arg(shorturl_common::keys::link_key("s.shop55.com", &code))
         .query_async(&mut r)
         .await
         .unwrap();
     assert_eq!(cached, body);
+    // Protocol 3.5: nothing under the legacy key (`redis.legacy_keys` off).
+    let legacy: Option<String> = redis::cmd("GET")
+        .arg(shorturl_common::keys::legacy_link_key(&code))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(legacy, None);
+    // The code on another domain is no link there: `- 0`, cached under
+    // that domain's key; the link's own key is untouched.
+    let (st, text) = o
+        .get_text(
+            &format!("/internal/v1/records/{code}?domain=go.brand91.cn"),
+            "sho.rt",
+        )
+        .await;
+    assert_eq!((st, text.as_str()), (404, "- 0"));
+    let other: String = redis::cmd("GET")
+        .arg(shorturl_common::keys::link_key("go.brand91.cn", &code))
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(other, "- 0");
+    // A domain that is not a normalised host is the caller's mistake.
+    for bad in ["S.Shop55.com", "s.shop55.com:80", "a_b.com", ""] {
+        let (st, text) = o
+            .get_text(
+                &format!("/internal/v1/records/{code}?domain={bad}"),
+                "sho.rt",
+            )
+            .await;
+        assert_eq!(st, 400, "{bad:?}: {text}");
+        assert!(text.contains("invalid_domain"), "{text}");
+    }
+    // An edge of the previous version asks for the code alone: its record.
+    let (st, text) = o
+        .get_text(&format!("/internal/v1/records/{code}"), "sho.rt")
+        .await;
+    assert_eq!((st, text), (200, body.clone()));
     let ttl: i64 = redis::cmd("TTL")
-        .arg(shorturl_common::keys::link_key(&code))
+        .arg(shorturl_common::keys::link_key("s.shop55.com", &code))
         .query_async(&mut r)
         .await
         .unwrap();
@@ -593,14 +631,14 @@ async fn internal_record_endpoint_and_redis_write_back() {
     // Unknown code: 404 "-", and the negative is cached in Redis with its short TTL.
     let resp = o
         .http
-        .get(o.url("/internal/v1/records/ZZZZZZ"))
+        .get(o.url("/internal/v1/records/ZZZZZZ?domain=sho.rt"))
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 404);
     assert_eq!(resp.text().await.unwrap(), "- 0");
     let neg: String = redis::cmd("GET")
-        .arg(shorturl_common::keys::link_key("ZZZZZZ"))
+        .arg(shorturl_common::keys::link_key("sho.rt", "ZZZZZZ"))
         .query_async(&mut r)
         .await
         .unwrap();
@@ -613,15 +651,17 @@ async fn internal_record_endpoint_and_redis_write_back() {
         .unwrap();
     assert_eq!(resp.status(), 400);
     // Status counts the dimensions exactly: one creation (one claimed row),
-    // then two uncached lookups, each a Redis miss, a re-read of Redis under
-    // the single-flight, and one MySQL read.
+    // then four uncached lookups (the link, the code on another domain, the
+    // code alone, the unknown code), each a Redis miss, a re-read of Redis
+    // under the single-flight, and one MySQL read; the refused domains
+    // looked nothing up.
     let st = o.status().await;
     assert_eq!(st.service, "origin");
     assert_eq!(
         st.mysql,
         MysqlDim {
             update: 1,
-            select: 2,
+            select: 4,
             error: 0
         }
     );
@@ -629,7 +669,7 @@ async fn internal_record_endpoint_and_redis_write_back() {
         st.redis,
         RedisDim {
             hit: 0,
-            miss: 4,
+            miss: 8,
             error: 0
         }
     );
@@ -638,8 +678,8 @@ async fn internal_record_endpoint_and_redis_write_back() {
     let metrics = o.metrics().await;
     // Protocol section 7: one family for the status dimensions, no service name.
     for line in [
-        "shorturl_status_total{dimension=\"redis\",result=\"miss\"} 4",
-        "shorturl_status_total{dimension=\"mysql\",result=\"select\"} 2",
+        "shorturl_status_total{dimension=\"redis\",result=\"miss\"} 8",
+        "shorturl_status_total{dimension=\"mysql\",result=\"select\"} 4",
         "shorturl_status_total{dimension=\"mysql\",result=\"update\"} 1",
         "shorturl_status_total{dimension=\"lock\",result=\"get\"} 0",
         "shorturl_status_total{dimension=\"issuer\",result=\"error\"} 0",

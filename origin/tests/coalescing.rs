@@ -21,7 +21,7 @@ async fn concurrent_misses_for_one_code_share_one_mysql_lookup() {
         let mut r = s.redis_conn().await;
         if wave < WAVES {
             let _: () = redis::cmd("DEL")
-                .arg(shorturl_common::keys::link_key(&code))
+                .arg(shorturl_common::keys::link_key("sho.rt", &code))
                 .query_async(&mut r)
                 .await
                 .unwrap();
@@ -64,7 +64,7 @@ async fn a_lookup_that_panics_fails_once_and_the_next_request_resolves() {
         .await;
     let mut r = s.redis_conn().await;
     let _: () = redis::cmd("DEL")
-        .arg(shorturl_common::keys::link_key("pan1c0"))
+        .arg(shorturl_common::keys::link_key("sho.rt", "pan1c0"))
         .query_async(&mut r)
         .await
         .unwrap();

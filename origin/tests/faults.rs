@@ -39,7 +39,7 @@ async fn redis_stopped_and_restarted_loses_nothing() {
     // Redis comes back empty; the origin reconnects by itself and refills it.
     s.redis.restart();
     let mut conn = s.redis_conn().await;
-    let key = shorturl_common::keys::link_key(&during);
+    let key = shorturl_common::keys::link_key("sho.rt", &during);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         assert_eq!(s.origin.follow("sho.rt", &during).await.0, 302);

@@ -36,14 +36,14 @@ async fn a_lookup_racing_a_delete_cannot_resurrect_the_link() {
     // Make the next lookup miss Redis, and hold its write-back.
     let mut r = s.redis_conn().await;
     let _: () = redis::cmd("DEL")
-        .arg(shorturl_common::keys::link_key(&code))
+        .arg(shorturl_common::keys::link_key("sho.rt", &code))
         .query_async(&mut r)
         .await
         .unwrap();
     std::fs::write(&hold, b"").unwrap();
     let lookup = {
         let http = o.http.clone();
-        let url = o.url(&format!("/internal/v1/records/{code}"));
+        let url = o.url(&format!("/internal/v1/records/{code}?domain=sho.rt"));
         tokio::spawn(async move {
             let r = http.get(url).send().await.unwrap();
             (r.status().as_u16(), r.text().await.unwrap())
@@ -58,7 +58,7 @@ async fn a_lookup_racing_a_delete_cannot_resurrect_the_link() {
     let mut sub = s.subscribe().await;
     let (st, v) = o.delete(KEY, &code).await;
     assert_eq!((st, v["version"].as_u64()), (200, Some(2)), "{v}");
-    assert_eq!(sub.next_for(&code, WAIT).await, format!("2 {code}"));
+    assert_eq!(sub.next_for(&code, WAIT).await, format!("2 {code} sho.rt"));
     assert_eq!(s.redis_record(&code).await.as_deref(), Some("- 2"));
 
     // Release the stale write-back.
@@ -71,7 +71,10 @@ async fn a_lookup_racing_a_delete_cannot_resurrect_the_link() {
     assert_eq!(s.redis_record(&code).await.as_deref(), Some("- 2"));
     assert_eq!(o.follow("sho.rt", &code).await.0, 404);
     let (st, body) = o
-        .get_text(&format!("/internal/v1/records/{code}"), "sho.rt")
+        .get_text(
+            &format!("/internal/v1/records/{code}?domain=sho.rt"),
+            "sho.rt",
+        )
         .await;
     assert_eq!((st, body.as_str()), (404, "- 2"));
 }
@@ -88,7 +91,7 @@ async fn a_patch_publishes_exactly_one_message_with_the_new_version() {
         .patch(KEY, &code, json!({"url": "https://v2.example/"}))
         .await;
     assert_eq!((st, v["version"].as_u64()), (200, Some(2)), "{v}");
-    assert_eq!(sub.next_for(&code, WAIT).await, format!("2 {code}"));
+    assert_eq!(sub.next_for(&code, WAIT).await, format!("2 {code} sho.rt"));
     let rec = s.redis_record(&code).await.unwrap();
     assert!(rec.starts_with("2 2 "), "{rec}");
     assert!(rec.ends_with(" sho.rt https://v2.example/"), "{rec}");
@@ -101,7 +104,7 @@ async fn a_patch_publishes_exactly_one_message_with_the_new_version() {
     assert_eq!((st, v["version"].as_u64()), (200, Some(2)), "{v}");
     let (st, v) = o.patch(KEY, &code, json!({"state": "disabled"})).await;
     assert_eq!((st, v["state"].as_str()), (200, Some("disabled")), "{v}");
-    assert_eq!(sub.next(WAIT).await.unwrap(), format!("3 {code}"));
+    assert_eq!(sub.next(WAIT).await.unwrap(), format!("3 {code} sho.rt"));
     assert_eq!(s.redis_record(&code).await.as_deref(), Some("- 3"));
     assert_eq!(o.follow("sho.rt", &code).await.0, 404);
     let st = o.status().await;
@@ -123,7 +126,7 @@ async fn a_creation_replaces_a_cached_negative_and_is_announced() {
     let mut sub = s.subscribe().await;
     o.create_ok(json!({"url": "https://soon.example/", "code": "soon-0001"}))
         .await;
-    assert_eq!(sub.next_for("soon-0001", WAIT).await, "1 soon-0001");
+    assert_eq!(sub.next_for("soon-0001", WAIT).await, "1 soon-0001 sho.rt");
     let rec = s.redis_record("soon-0001").await.unwrap();
     assert!(rec.starts_with("2 1 "), "{rec}");
     assert_eq!(o.follow("sho.rt", "soon-0001").await.0, 302);
@@ -179,7 +182,7 @@ async fn redis_down_during_a_delete_then_the_outbox_drains() {
     assert!(st.oldest_age_ms > 0, "{st:?}");
     std::fs::remove_file(&hold).unwrap();
 
-    assert_eq!(sub.next_for(&code, WAIT).await, format!("2 {code}"));
+    assert_eq!(sub.next_for(&code, WAIT).await, format!("2 {code} sho.rt"));
     assert_eq!(s.redis_record(&code).await.as_deref(), Some("- 2"));
     assert_eq!(s.sql("SELECT COUNT(*) FROM outbox").trim(), "0");
     let o = &s.origin;

@@ -34,3 +34,4 @@ mod search;
 mod search_indexes;
 mod shards;
 mod tenancy;
+mod upgrade;

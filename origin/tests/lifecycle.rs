@@ -127,7 +127,9 @@ async fn the_reaper_marks_exactly_the_expired_links_and_their_owner_can_renew_th
     let mut announced: BTreeMap<String, u64> = BTreeMap::new();
     while announced.len() < 10 {
         let m = sub.next(WAIT).await.expect("an invalidation message");
-        let (v, c) = m.split_once(' ').unwrap();
+        let mut parts = m.split(' ');
+        let (v, c) = (parts.next().unwrap(), parts.next().unwrap());
+        assert_eq!(parts.next(), Some("sho.rt"), "{m}");
         assert!(
             announced.insert(c.to_owned(), v.parse().unwrap()).is_none(),
             "{m}"

@@ -315,7 +315,7 @@ async fn a_disabled_or_expired_link_answers_its_fallback_until_deleted() {
     ));
     let mut c = s.redis_conn().await;
     let _: () = redis::cmd("DEL")
-        .arg(shorturl_common::keys::link_key(&code))
+        .arg(shorturl_common::keys::link_key("sho.rt", &code))
         .query_async(&mut c)
         .await
         .unwrap();

@@ -147,7 +147,7 @@ async fn a_link_is_read_edited_disabled_enabled_deleted_and_its_history_kept() {
     assert_eq!(v["expires_at_unix"], new_exp);
     assert_eq!(o.follow("sho.rt", &code).await.0, 302);
     let ttl: i64 = redis::cmd("TTL")
-        .arg(shorturl_common::keys::link_key(&code))
+        .arg(shorturl_common::keys::link_key("sho.rt", &code))
         .query_async(&mut s.redis_conn().await)
         .await
         .unwrap();

@@ -151,7 +151,7 @@ async fn expire(s: &Setup, url: &str) -> String {
     ));
     let mut r = s.redis_conn().await;
     let _: i64 = redis::cmd("DEL")
-        .arg(shorturl_common::keys::link_key(&code))
+        .arg(shorturl_common::keys::link_key("sho.rt", &code))
         .query_async(&mut r)
         .await
         .unwrap();

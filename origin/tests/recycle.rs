@@ -162,11 +162,14 @@ async fn a_recycled_code_never_resolves_to_its_old_link_and_is_issued_again_abov
         1
     );
     // Redis holds the free row's negative, and every edge was told.
-    assert_eq!(sub.next_for(&old, WAIT).await, format!("3 {old}"));
+    assert_eq!(sub.next_for(&old, WAIT).await, format!("3 {old} sho.rt"));
     assert_eq!(s.redis_record(&old).await.as_deref(), Some("- 3"));
     assert_eq!(
-        o.get_text(&format!("/internal/v1/records/{old}"), "sho.rt")
-            .await,
+        o.get_text(
+            &format!("/internal/v1/records/{old}?domain=sho.rt"),
+            "sho.rt"
+        )
+        .await,
         (404, "- 3".to_owned())
     );
     assert_eq!(o.follow("sho.rt", &old).await.0, 404);
@@ -183,7 +186,7 @@ async fn a_recycled_code_never_resolves_to_its_old_link_and_is_issued_again_abov
     // A stale write-back of the old link (version 2) loses the compare-and-set.
     let mut r = s.redis_conn().await;
     let wrote: i64 = redis::Script::new(shorturl_origin::cache::CAS_SCRIPT)
-        .key(keys::link_key(&old))
+        .key(keys::link_key("sho.rt", &old))
         .arg(2)
         .arg("2 2 4102444800 sho.rt https://old.example/3")
         .arg(60)
@@ -215,7 +218,10 @@ async fn a_recycled_code_never_resolves_to_its_old_link_and_is_issued_again_abov
         "{rec}"
     );
     let (st, body) = o
-        .get_text(&format!("/internal/v1/records/{old}"), "sho.rt")
+        .get_text(
+            &format!("/internal/v1/records/{old}?domain=sho.rt"),
+            "sho.rt",
+        )
         .await;
     assert!(
         st == 200 && body.starts_with("2 4 ") && body.ends_with("https://new.example/"),

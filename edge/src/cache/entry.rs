@@ -3,7 +3,8 @@
 //!
 //! An entry is two allocations: the `Arc` block (counts, the fixed fields
 //! below and the eviction links) and one byte buffer holding
-//! `code ‖ domain ‖ url`, or, when the cache has a [`Serialiser`] (the
+//! `code ‖ domain ‖ url` (a negative or failure: `code ‖ domain`, the key's
+//! domain), or, when the cache has a [`Serialiser`] (the
 //! fast path's), `code ‖ domain ‖ response`: the redirect's status line and
 //! headers, built once here, with the URL read from inside its `Location`
 //! line (never stored twice). Its weight is what those two allocations
@@ -112,7 +113,7 @@ pub struct Entry {
     expires_at: u64,
     version: u64,
     /// `code ‖ domain ‖ url`, or `code ‖ domain ‖ response` (nothing after
-    /// the code unless found).
+    /// the domain unless found).
     bytes: Box<[u8]>,
     url_end: u32,
     domain_len: u16,
@@ -152,30 +153,35 @@ impl Entry {
         fresh_until: u64,
         gen: u32,
     ) -> Option<Entry> {
-        Self::build(code, answer, hash, fresh_until, gen, None)
+        let domain = match answer {
+            Answer::Found(r) => r.domain.as_str(),
+            _ => "s.test",
+        };
+        Self::build(code, domain, answer, hash, fresh_until, gen, None)
     }
 
     /// [`Entry::new`], with the redirect pre-serialised by `serialise`
-    /// when the answer is a record.
+    /// when the answer is a record. `domain` is the key's (normalised; a
+    /// record's own domain is the same, see [`super::Key::own`]).
     pub(super) fn build(
         code: &str,
+        domain: &str,
         answer: &Answer,
         hash: u64,
         fresh_until: u64,
         gen: u32,
         serialise: Option<&Serialiser>,
     ) -> Option<Entry> {
-        let (kind, version, expires_at, domain, url, options) = match answer {
+        let (kind, version, expires_at, url, options) = match answer {
             Answer::Found(r) => (
                 FOUND,
                 r.version,
                 r.expires_at,
-                r.domain.as_str(),
                 r.url.as_str(),
                 r.options.clone(),
             ),
-            Answer::Negative(v) => (NEGATIVE, *v, 0, "", "", None),
-            Answer::Unavailable => (UNAVAILABLE, 0, 0, "", "", None),
+            Answer::Negative(v) => (NEGATIVE, *v, 0, "", None),
+            Answer::Unavailable => (UNAVAILABLE, 0, 0, "", None),
         };
         // The response, if any, holds the URL where the serialiser says.
         let response = serialise
@@ -238,6 +244,20 @@ impl Entry {
     /// The code this entry answers for.
     pub fn code(&self) -> &str {
         self.str_at(0, self.code_len as usize)
+    }
+
+    /// The (normalised) domain this entry answers for.
+    pub fn domain(&self) -> &str {
+        let d = self.code_len as usize;
+        self.str_at(d, d + self.domain_len as usize)
+    }
+
+    /// The key this entry is stored under.
+    pub(super) fn key(&self) -> super::Key<'_> {
+        super::Key {
+            domain: self.domain(),
+            code: self.code(),
+        }
     }
 
     /// What the code resolved to.
@@ -476,7 +496,7 @@ mod tests {
             r.extend_from_slice(b"\r\n");
             Some((r, at))
         };
-        let e = Entry::build("abc123", &rec, 7, 0, 0, Some(&ser));
+        let e = Entry::build("abc123", "s.example.com", &rec, 7, 0, 0, Some(&ser));
         let Some(e) = e else { panic!("not built") };
         assert_eq!(e.answer(), rec.view());
         assert_eq!(
@@ -490,11 +510,19 @@ mod tests {
         );
         // A serialiser that misplaces the URL is not believed.
         let bad = |url: &str| Some((url.as_bytes().to_vec(), 1));
-        let e = Entry::build("abc123", &rec, 7, 0, 0, Some(&bad));
+        let e = Entry::build("abc123", "s.example.com", &rec, 7, 0, 0, Some(&bad));
         let Some(e) = e else { panic!("not built") };
         assert_eq!((e.response(), e.answer()), (None, rec.view()));
         // Negative entries have none.
-        let n = Entry::build("gone00", &Answer::Negative(1), 7, 0, 0, Some(&ser));
+        let n = Entry::build(
+            "gone00",
+            "s.example.com",
+            &Answer::Negative(1),
+            7,
+            0,
+            0,
+            Some(&ser),
+        );
         assert!(n.is_some_and(|n| n.response().is_none()));
     }
 }

@@ -1,5 +1,5 @@
-//! The in-process cache: code → what the code resolved to, bounded by the
-//! bytes it really occupies.
+//! The in-process cache: (domain, code) → what the code resolved to on that
+//! domain, bounded by the bytes it really occupies.
 //!
 //! * **Memory.** `max_bytes` is split evenly over up to 256 shards. A shard
 //!   counts its bytes exactly — each entry's weight is what its two
@@ -9,18 +9,22 @@
 //!   front: an empty cache is a few tens of KiB whatever `max_bytes` says.
 //! * **Reads** (`get`, the redirect hot path) take no lock and allocate
 //!   nothing: an epoch pin, a probe of the shard's slot array, a compare of
-//!   the code, one reference-count increment.
+//!   the code and domain, one reference-count increment.
+//! * **Keys** are (domain, code) (protocol 3.5): a custom code may be one
+//!   merchant's link on one domain and another's on another. The domain is
+//!   the request's host part, compared and hashed case-blind; entries hold
+//!   it lower-cased.
 //! * **Writes** (`put`, `remove`: the miss path) take the shard's lock.
 //! * **Collisions.** Slots are found by a per-process keyed hash (SipHash
-//!   with a random key), and a read compares the stored code: two codes can
-//!   never be answered with each other's URL.
+//!   with a random key), and a read compares the stored code and domain:
+//!   two keys can never be answered with each other's URL.
 //! * **Eviction** is S3-FIFO (`policy`): new entries in a small queue, hits
 //!   promote links to the main queue; negative and unavailable answers stay
 //!   in the small queue, so a scan of unknown codes cannot flush the hot
 //!   set. Every answer offered is admitted.
 //! * **TTL** per entry; a stale entry reads as absent until replaced or
 //!   evicted.
-//! * **Invalidation** (`invalidate`): a message `<v> <code>` drops the
+//! * **Invalidation** (`invalidate`): a message `<v> <code> <domain>` drops the
 //!   entry unless its version is already `v` or later, and leaves a
 //!   tombstone (`tombstones`) that makes `store` refuse an older answer for
 //!   a while. Generations (`generation`) let the subscriber retire, in one
@@ -29,19 +33,21 @@
 mod entry;
 mod export;
 mod generation;
+mod key;
 mod policy;
 mod table;
 mod tombstones;
 
 pub use entry::{allocation_size, Answer, AnswerRef, Entry, RecordRef, Serialiser};
 pub use generation::Generation;
+pub use key::Key;
 pub use tombstones::MAX_TOMBSTONES;
 
 use crossbeam_epoch as epoch;
 use generation::{Generations, Horizon};
 use pingora_prometheus::prometheus;
 use policy::{Change, State};
-use std::hash::{BuildHasher, RandomState};
+use std::hash::RandomState;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -149,12 +155,12 @@ impl LocalCache {
         let _ = self.serialiser.set(f);
     }
 
-    fn hash(&self, code: &str) -> u64 {
+    fn hash(&self, key: Key<'_>) -> u64 {
         #[cfg(test)]
         if let Some(h) = self.fixed_hash {
             return h;
         }
-        self.keys.hash_one(code)
+        key.hash(&self.keys)
     }
 
     fn shard(&self, hash: u64) -> &Shard {
@@ -180,11 +186,11 @@ impl LocalCache {
         u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// The fresh entry for `code`, if any. Stale entries and entries of a
+    /// The fresh entry for `key`, if any. Stale entries and entries of a
     /// retired generation are treated as absent. Lock-free and
     /// allocation-free.
-    pub fn get(&self, code: &str, now: Instant) -> Option<Arc<Entry>> {
-        let e = self.peek(code, now)?;
+    pub fn get(&self, key: Key<'_>, now: Instant) -> Option<Arc<Entry>> {
+        let e = self.peek(key, now)?;
         e.touch();
         Some(e)
     }
@@ -193,25 +199,27 @@ impl LocalCache {
     /// lookup stored an entry gets it from [`LocalCache::store_entry`]: a
     /// touch there would make every looked-up code look used twice, and
     /// the eviction policy would keep one-hit codes as if they were hot.)
-    fn peek(&self, code: &str, now: Instant) -> Option<Arc<Entry>> {
-        let hash = self.hash(code);
+    fn peek(&self, key: Key<'_>, now: Instant) -> Option<Arc<Entry>> {
+        let hash = self.hash(key);
         let h = self.horizon(now);
-        self.shard(hash).table.get(hash, code, |e| h.admits(e))
+        self.shard(hash).table.get(hash, key, |e| h.admits(e))
     }
 
-    /// Stores `answer` for `code` for `ttl` in the current generation (see
+    /// Stores `answer` for `key` for `ttl` in the current generation (see
     /// [`LocalCache::store`], which the lookup path uses).
-    pub fn put(&self, code: &str, answer: Answer, ttl: Duration) {
-        let _ = self.store(code, answer, ttl, self.generation());
+    pub fn put(&self, key: Key<'_>, answer: Answer, ttl: Duration) {
+        let _ = self.store(key, answer, ttl, self.generation());
     }
 
-    /// Stores `answer` for `code` for `ttl`, replacing what was cached for
+    /// Stores `answer` for `key` for `ttl`, replacing what was cached for
     /// it, stamped with `gen` (the generation current when the lookup that
     /// produced it started). Every answer is admitted (see the module doc
     /// for where it goes); an entry larger than a quarter of a shard is not
-    /// cached. An answer older than the code's tombstone is refused.
-    pub fn store(&self, code: &str, answer: Answer, ttl: Duration, gen: Generation) -> Stored {
-        self.store_entry(code, answer, ttl, gen).0
+    /// cached. An answer older than the key's tombstone is refused. A
+    /// record of another domain than the key's is stored as what it is
+    /// there: no link (`- 0`).
+    pub fn store(&self, key: Key<'_>, answer: Answer, ttl: Duration, gen: Generation) -> Stored {
+        self.store_entry(key, answer, ttl, gen).0
     }
 
     /// [`LocalCache::store`], also handing back the entry it cached (its
@@ -219,16 +227,20 @@ impl LocalCache {
     /// answers with, without reading the cache again).
     pub fn store_entry(
         &self,
-        code: &str,
+        key: Key<'_>,
         answer: Answer,
         ttl: Duration,
         gen: Generation,
     ) -> (Stored, Option<Arc<Entry>>) {
-        let hash = self.hash(code);
+        let answer = key.own(answer);
+        let hash = self.hash(key);
         let h = self.horizon(Instant::now());
         let shard = self.shard(hash);
+        let domain = key.domain.to_ascii_lowercase();
+        let tomb = key.tomb_id();
         let entry = Entry::build(
-            code,
+            key.code,
+            &domain,
             &answer,
             hash,
             h.now.saturating_add(Self::ttl_ticks(ttl)),
@@ -239,7 +251,7 @@ impl LocalCache {
         let guard = epoch::pin();
         let (change, evicted, kept) = {
             let mut st = shard.lock();
-            if let (Some(v), Some(t)) = (answer.version(), st.tombs.version(code, h.now)) {
+            if let (Some(v), Some(t)) = (answer.version(), st.tombs.version(&tomb, h.now)) {
                 if v < t {
                     return (Stored::Superseded(t), None);
                 }
@@ -250,7 +262,7 @@ impl LocalCache {
             let Some(entry) = entry else {
                 // Too long to cache; at least do not keep serving the old answer.
                 drop(st);
-                self.remove(code);
+                self.remove(key);
                 return (Stored::NotCached, None);
             };
             let kept = Arc::clone(&entry);
@@ -261,24 +273,25 @@ impl LocalCache {
         (Stored::Cached, Some(kept))
     }
 
-    /// Handles the invalidation `<version> <code>`: drops the entry for
-    /// `code` unless its version is already `version` or later, and
-    /// remembers the version for `keep` (a lookup completing meanwhile with
-    /// an older answer cannot store it).
-    pub fn invalidate(&self, code: &str, version: u64, keep: Duration) -> Invalidated {
-        let hash = self.hash(code);
+    /// Handles the invalidation `<version> <code> <domain>`: drops the
+    /// entry for `key` unless its version is already `version` or later,
+    /// and remembers the version for `keep` (a lookup completing meanwhile
+    /// with an older answer cannot store it).
+    pub fn invalidate(&self, key: Key<'_>, version: u64, keep: Duration) -> Invalidated {
+        let hash = self.hash(key);
+        let tomb = key.tomb_id();
         let now = self.ticks(Instant::now());
         let shard = self.shard(hash);
         let guard = epoch::pin();
         let change = {
             let mut st = shard.lock();
             st.tombs.raise(
-                code,
+                &tomb,
                 version,
                 now,
                 now.saturating_add(Self::ttl_ticks(keep)),
             );
-            let Some(e) = shard.table.find(hash, code, &guard) else {
+            let Some(e) = shard.table.find(hash, key, &guard) else {
                 return Invalidated::Absent;
             };
             if e.version() >= version && !matches!(e.answer(), AnswerRef::Unavailable) {
@@ -321,14 +334,14 @@ impl LocalCache {
         self.gens.retire_before(g);
     }
 
-    /// Drops the entry for `code` (invalidation). True if there was one.
-    pub fn remove(&self, code: &str) -> bool {
-        let hash = self.hash(code);
+    /// Drops the entry for `key`. True if there was one.
+    pub fn remove(&self, key: Key<'_>) -> bool {
+        let hash = self.hash(key);
         let shard = self.shard(hash);
         let guard = epoch::pin();
         let change = {
             let mut st = shard.lock();
-            let Some(e) = shard.table.find(hash, code, &guard) else {
+            let Some(e) = shard.table.find(hash, key, &guard) else {
                 return false;
             };
             st.policy.remove_counted(&shard.table, e, &guard)

@@ -219,7 +219,7 @@ impl State {
         let bytes_before = self.bytes();
         let len_before = self.len();
         let mut to_main = false;
-        if let Some(old) = table.find(entry.hash, entry.code(), guard) {
+        if let Some(old) = table.find(entry.hash, entry.key(), guard) {
             if old.queue.load(Relaxed) == MAIN && entry.is_found() {
                 to_main = true;
                 entry.set_freq(old.freq());

@@ -11,6 +11,7 @@
 //! table holds one strong count of every entry it points to.
 
 use super::entry::Entry;
+use super::key::Key;
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use std::mem::size_of;
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Release};
@@ -82,9 +83,9 @@ impl Table {
         unsafe { self.slots.load(Acquire, guard).as_ref() }
     }
 
-    /// The entry for `code`, valid while `guard` is pinned. Lock-free: loads
+    /// The entry for `key`, valid while `guard` is pinned. Lock-free: loads
     /// and compares only.
-    pub(super) fn find<'g>(&self, hash: u64, code: &str, guard: &'g Guard) -> Option<&'g Entry> {
+    pub(super) fn find<'g>(&self, hash: u64, key: Key<'_>, guard: &'g Guard) -> Option<&'g Entry> {
         let slots = self.current(guard)?;
         let mask = slots.mask();
         let mut i = hash as usize & mask;
@@ -98,7 +99,7 @@ impl Table {
                 // count), and one unlinked after we loaded the slot is freed
                 // only once `guard` is released.
                 let e = unsafe { &*entry_ptr(w) };
-                if e.hash == hash && e.code() == code {
+                if e.hash == hash && key.is_of(e) {
                     return Some(e);
                 }
             }
@@ -107,15 +108,15 @@ impl Table {
         None
     }
 
-    /// A shared handle to the entry for `code` if `keep` accepts it.
+    /// A shared handle to the entry for `key` if `keep` accepts it.
     pub(super) fn get(
         &self,
         hash: u64,
-        code: &str,
+        key: Key<'_>,
         keep: impl FnOnce(&Entry) -> bool,
     ) -> Option<Arc<Entry>> {
         let guard = epoch::pin();
-        let e = self.find(hash, code, &guard).filter(|e| keep(e))?;
+        let e = self.find(hash, key, &guard).filter(|e| keep(e))?;
         let p = std::ptr::from_ref(e);
         // SAFETY: `e` came from a slot, which holds a strong count that is
         // released (through the epoch) only after `guard` is dropped.

@@ -28,10 +28,10 @@ impl LocalCache {
     }
 
     /// True when `code` is physically in its shard's table (readable or not).
-    fn holds(&self, code: &str) -> bool {
-        let hash = self.hash(code);
+    fn holds(&self, key: Key<'_>) -> bool {
+        let hash = self.hash(key);
         let guard = epoch::pin();
-        self.shard(hash).table.find(hash, code, &guard).is_some()
+        self.shard(hash).table.find(hash, key, &guard).is_some()
     }
 
     fn audit(&self) -> Audit {
@@ -56,6 +56,14 @@ impl LocalCache {
     }
 }
 
+/// The test key of `code`: on `a.com`, the domain of the records here.
+fn k(code: &str) -> Key<'_> {
+    Key {
+        domain: "a.com",
+        code,
+    }
+}
+
 const MIN: Duration = Duration::from_secs(60);
 
 fn rec(url: &str) -> Answer {
@@ -69,7 +77,7 @@ fn rec(url: &str) -> Answer {
 }
 
 fn url_of(c: &LocalCache, code: &str) -> Option<String> {
-    let e = c.get(code, Instant::now())?;
+    let e = c.get(k(code), Instant::now())?;
     match e.answer() {
         AnswerRef::Found(r) => Some(r.url.to_owned()),
         other => Some(format!("{other:?}")),
@@ -97,36 +105,36 @@ fn assert_consistent(c: &LocalCache, max_bytes: usize) {
 fn get_put_and_ttl() {
     let c = LocalCache::new(1 << 20);
     let now = Instant::now();
-    assert!(c.get("abcdef", now).is_none());
-    c.put("abcdef", rec("https://x/1"), Duration::from_secs(30));
-    c.put("gone00", Answer::Negative(0), Duration::from_millis(1));
+    assert!(c.get(k("abcdef"), now).is_none());
+    c.put(k("abcdef"), rec("https://x/1"), Duration::from_secs(30));
+    c.put(k("gone00"), Answer::Negative(0), Duration::from_millis(1));
     assert_eq!(url_of(&c, "abcdef").as_deref(), Some("https://x/1"));
     assert!(
-        c.get("gone00", Instant::now() + Duration::from_millis(5))
+        c.get(k("gone00"), Instant::now() + Duration::from_millis(5))
             .is_none(),
         "stale entry served"
     );
     // Case matters.
-    assert!(c.get("ABCDEF", Instant::now()).is_none());
+    assert!(c.get(k("ABCDEF"), Instant::now()).is_none());
 }
 
 #[test]
 fn ttl_is_per_entry() {
     let c = LocalCache::new(1 << 20);
     let t0 = Instant::now();
-    c.put("short0", rec("https://x/s"), Duration::from_secs(5));
-    c.put("long00", rec("https://x/l"), Duration::from_secs(50));
-    c.put("unav00", Answer::Unavailable, Duration::from_secs(1));
+    c.put(k("short0"), rec("https://x/s"), Duration::from_secs(5));
+    c.put(k("long00"), rec("https://x/l"), Duration::from_secs(50));
+    c.put(k("unav00"), Answer::Unavailable, Duration::from_secs(1));
     let at = |s| t0 + Duration::from_secs(s);
-    assert!(c.get("unav00", at(0)).is_some());
-    assert!(c.get("unav00", at(2)).is_none());
-    assert!(c.get("short0", at(4)).is_some());
-    assert!(c.get("short0", at(6)).is_none());
-    assert!(c.get("long00", at(6)).is_some());
-    assert!(c.get("long00", at(51)).is_none());
+    assert!(c.get(k("unav00"), at(0)).is_some());
+    assert!(c.get(k("unav00"), at(2)).is_none());
+    assert!(c.get(k("short0"), at(4)).is_some());
+    assert!(c.get(k("short0"), at(6)).is_none());
+    assert!(c.get(k("long00"), at(6)).is_some());
+    assert!(c.get(k("long00"), at(51)).is_none());
     // A zero TTL caches nothing.
-    c.put("zero00", rec("https://x/z"), Duration::ZERO);
-    assert!(c.get("zero00", t0).is_none());
+    c.put(k("zero00"), rec("https://x/z"), Duration::ZERO);
+    assert!(c.get(k("zero00"), t0).is_none());
     assert_eq!(c.len(), 3);
 }
 
@@ -148,8 +156,8 @@ fn an_entry_is_charged_what_it_occupies() {
     let c = LocalCache::new(1 << 20);
     let before = c.bytes();
     let url = format!("https://shop.example.com/p/{}", "x".repeat(80));
-    c.put("abc123", rec(&url), MIN);
-    let e = match c.get("abc123", Instant::now()) {
+    c.put(k("abc123"), rec(&url), MIN);
+    let e = match c.get(k("abc123"), Instant::now()) {
         Some(e) => e,
         None => panic!("not cached"),
     };
@@ -164,12 +172,12 @@ fn an_entry_is_charged_what_it_occupies() {
         "{}",
         std::mem::size_of::<Entry>()
     );
-    // A negative entry is charged for its code only.
-    c.put("gone00", Answer::Negative(0), MIN);
+    // A negative entry is charged for its key, code and domain.
+    c.put(k("gone00"), Answer::Negative(0), MIN);
     assert_eq!(
         c.bytes() - before - want,
         allocation_size(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Entry>())
-            + allocation_size(6)
+            + allocation_size(6 + "a.com".len())
     );
 }
 
@@ -181,13 +189,13 @@ fn weights_add_up_to_what_the_cache_reports() {
         for i in 0..3000u32 {
             let code = format!("c{:05}", (i * 7 + round * 13) % 4000);
             match i % 5 {
-                0 => c.put(&code, Answer::Negative(0), MIN),
-                1 => c.put(&code, Answer::Unavailable, MIN),
+                0 => c.put(k(&code), Answer::Negative(0), MIN),
+                1 => c.put(k(&code), Answer::Unavailable, MIN),
                 2 => {
-                    c.remove(&code);
+                    c.remove(k(&code));
                 }
                 _ => c.put(
-                    &code,
+                    k(&code),
                     rec(&format!(
                         "https://x/{code}/{}",
                         "u".repeat((i % 300) as usize)
@@ -213,12 +221,12 @@ fn eviction_keeps_the_bound() {
     let c = LocalCache::new(max);
     let url = format!("https://x/{}", "a".repeat(2000));
     for i in 0..2000 {
-        c.put(&format!("code{i:04}"), rec(&url), MIN);
+        c.put(k(&format!("code{i:04}")), rec(&url), MIN);
         assert!(c.bytes() <= max);
     }
     let now = Instant::now();
     let kept = (0..2000)
-        .filter(|i| c.get(&format!("code{i:04}"), now).is_some())
+        .filter(|i| c.get(k(&format!("code{i:04}")), now).is_some())
         .count();
     assert_eq!(kept, c.len());
     let w = allocation_size(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Entry>())
@@ -234,21 +242,21 @@ fn eviction_keeps_the_bound() {
 #[test]
 fn colliding_codes_never_answer_for_each_other() {
     let c = LocalCache::with_fixed_hash(1 << 20, 0xdead_beef_dead_beef);
-    c.put("aaaaaa", rec("https://x/a"), MIN);
-    c.put("bbbbbb", rec("https://x/b"), MIN);
-    c.put("cccccc", Answer::Negative(0), MIN);
+    c.put(k("aaaaaa"), rec("https://x/a"), MIN);
+    c.put(k("bbbbbb"), rec("https://x/b"), MIN);
+    c.put(k("cccccc"), Answer::Negative(0), MIN);
     assert_eq!(url_of(&c, "aaaaaa").as_deref(), Some("https://x/a"));
     assert_eq!(url_of(&c, "bbbbbb").as_deref(), Some("https://x/b"));
     assert_eq!(url_of(&c, "cccccc").as_deref(), Some("Negative(0)"));
-    assert!(c.get("dddddd", Instant::now()).is_none());
+    assert!(c.get(k("dddddd"), Instant::now()).is_none());
     // Removing one leaves the probe chain intact for the others.
-    assert!(c.remove("aaaaaa"));
-    assert!(c.get("aaaaaa", Instant::now()).is_none());
+    assert!(c.remove(k("aaaaaa")));
+    assert!(c.get(k("aaaaaa"), Instant::now()).is_none());
     assert_eq!(url_of(&c, "bbbbbb").as_deref(), Some("https://x/b"));
     assert_eq!(url_of(&c, "cccccc").as_deref(), Some("Negative(0)"));
     // Many colliding codes: all found, each with its own answer.
     for i in 0..200 {
-        c.put(&format!("k{i:05}"), rec(&format!("https://x/{i}")), MIN);
+        c.put(k(&format!("k{i:05}")), rec(&format!("https://x/{i}")), MIN);
     }
     for i in 0..200 {
         assert_eq!(
@@ -267,29 +275,29 @@ fn scan_after_hot_set(read_each_unknown: bool) {
     let hot: Vec<String> = (0..150).map(|i| format!("hot{i:03}")).collect();
     for code in &hot {
         c.put(
-            code,
+            k(code),
             rec(&format!("https://x/{code}/{}", "p".repeat(100))),
             MIN,
         );
     }
     for _ in 0..3 {
         for code in &hot {
-            assert!(c.get(code, Instant::now()).is_some());
+            assert!(c.get(k(code), Instant::now()).is_some());
         }
     }
     let evicted = c.evictions();
     // 40,000 unknown codes: about 20 times what the cache can hold.
     for i in 0..40_000 {
         let code = format!("n{i:05}");
-        c.put(&code, Answer::Negative(0), Duration::from_secs(5));
+        c.put(k(&code), Answer::Negative(0), Duration::from_secs(5));
         if read_each_unknown {
             for _ in 0..3 {
-                let _ = c.get(&code, Instant::now());
+                let _ = c.get(k(&code), Instant::now());
             }
         }
         if i % 500 == 0 {
             for code in hot.iter().take(5) {
-                let _ = c.get(code, Instant::now());
+                let _ = c.get(k(code), Instant::now());
             }
         }
     }
@@ -299,12 +307,12 @@ fn scan_after_hot_set(read_each_unknown: bool) {
     );
     for code in &hot {
         assert!(
-            c.get(code, Instant::now()).is_some(),
+            c.get(k(code), Instant::now()).is_some(),
             "{code} was flushed by a scan of unknown codes"
         );
     }
     // And a new link is admitted at once, scan or not.
-    c.put("fresh0", rec("https://x/fresh"), MIN);
+    c.put(k("fresh0"), rec("https://x/fresh"), MIN);
     assert_eq!(url_of(&c, "fresh0").as_deref(), Some("https://x/fresh"));
     assert_consistent(&c, max);
 }
@@ -326,9 +334,9 @@ fn links_are_always_admitted() {
     let c = LocalCache::new(max);
     for i in 0..200 {
         let code = format!("l{i:05}");
-        c.put(&code, rec(&format!("https://x/{i}")), MIN);
+        c.put(k(&code), rec(&format!("https://x/{i}")), MIN);
         for _ in 0..3 {
-            let _ = c.get(&code, Instant::now());
+            let _ = c.get(k(&code), Instant::now());
         }
         assert!(url_of(&c, &code).is_some(), "{code} not admitted");
     }
@@ -340,16 +348,16 @@ fn links_are_always_admitted() {
 fn remove_drops_the_entry_and_its_bytes() {
     let c = LocalCache::new(1 << 20);
     let empty = c.bytes();
-    c.put("abcdef", rec("https://x/1"), MIN);
-    c.put("other0", rec("https://x/2"), MIN);
+    c.put(k("abcdef"), rec("https://x/1"), MIN);
+    c.put(k("other0"), rec("https://x/2"), MIN);
     let both = c.bytes();
-    assert!(c.remove("abcdef"));
-    assert!(c.get("abcdef", Instant::now()).is_none());
+    assert!(c.remove(k("abcdef")));
+    assert!(c.get(k("abcdef"), Instant::now()).is_none());
     assert_eq!(url_of(&c, "other0").as_deref(), Some("https://x/2"));
-    assert!(!c.remove("abcdef"), "removed twice");
-    assert!(!c.remove("never0"));
+    assert!(!c.remove(k("abcdef")), "removed twice");
+    assert!(!c.remove(k("never0")));
     assert_eq!(c.len(), 1);
-    assert!(c.remove("other0"));
+    assert!(c.remove(k("other0")));
     assert_eq!(c.bytes(), empty);
     assert!(both > empty);
     assert!(c.is_empty());
@@ -360,43 +368,43 @@ fn remove_drops_the_entry_and_its_bytes() {
 fn put_replaces_the_entry_for_a_code() {
     let c = LocalCache::new(1 << 20);
     let empty = c.bytes();
-    c.put("abcdef", rec("https://x/old"), MIN);
-    c.put("abcdef", rec("https://x/new/longer"), MIN);
+    c.put(k("abcdef"), rec("https://x/old"), MIN);
+    c.put(k("abcdef"), rec("https://x/new/longer"), MIN);
     assert_eq!(
         url_of(&c, "abcdef").as_deref(),
         Some("https://x/new/longer")
     );
     assert_eq!(c.len(), 1);
-    let w = match c.get("abcdef", Instant::now()) {
+    let w = match c.get(k("abcdef"), Instant::now()) {
         Some(e) => e.weight(),
         None => panic!("gone"),
     };
     assert_eq!(c.bytes(), empty + w);
     // A negative answer replaces a link too.
-    c.put("abcdef", Answer::Negative(0), MIN);
+    c.put(k("abcdef"), Answer::Negative(0), MIN);
     assert_eq!(url_of(&c, "abcdef").as_deref(), Some("Negative(0)"));
     // An answer too large to cache drops the old one rather than keep it.
-    c.put("abcdef", rec(&"u".repeat(2 << 20)), MIN);
-    assert!(c.get("abcdef", Instant::now()).is_none());
+    c.put(k("abcdef"), rec(&"u".repeat(2 << 20)), MIN);
+    assert!(c.get(k("abcdef"), Instant::now()).is_none());
     assert_consistent(&c, 1 << 20);
 }
 
 #[test]
 fn a_reader_keeps_its_entry_after_it_leaves_the_cache() {
     let c = LocalCache::new(4096);
-    c.put("keep00", rec("https://x/keep"), MIN);
-    let held = match c.get("keep00", Instant::now()) {
+    c.put(k("keep00"), rec("https://x/keep"), MIN);
+    let held = match c.get(k("keep00"), Instant::now()) {
         Some(e) => e,
         None => panic!("not cached"),
     };
-    c.put("keep00", rec("https://x/replaced"), MIN);
-    assert!(c.remove("keep00"));
+    c.put(k("keep00"), rec("https://x/replaced"), MIN);
+    assert!(c.remove(k("keep00")));
     for i in 0..100 {
-        c.put(&format!("f{i:05}"), rec("https://x/filler"), MIN);
+        c.put(k(&format!("f{i:05}")), rec("https://x/filler"), MIN);
         // Let the epoch run the deferred frees.
         epoch::pin().flush();
     }
-    assert!(c.get("keep00", Instant::now()).is_none());
+    assert!(c.get(k("keep00"), Instant::now()).is_none());
     assert_eq!(held.code(), "keep00");
     assert!(matches!(held.answer(), AnswerRef::Found(r) if r.url == "https://x/keep"));
 }
@@ -417,12 +425,12 @@ fn concurrent_readers_and_writers_stay_consistent() {
                     let code = format!("k{:04}", x % 600);
                     match x % 10 {
                         0 => {
-                            c.remove(&code);
+                            c.remove(k(&code));
                         }
-                        1 | 2 => c.put(&code, rec(&format!("https://x/{code}")), MIN),
-                        3 => c.put(&code, Answer::Negative(0), MIN),
+                        1 | 2 => c.put(k(&code), rec(&format!("https://x/{code}")), MIN),
+                        3 => c.put(k(&code), Answer::Negative(0), MIN),
                         _ => {
-                            if let Some(e) = c.get(&code, Instant::now()) {
+                            if let Some(e) = c.get(k(&code), Instant::now()) {
                                 assert_eq!(e.code(), code);
                                 if let AnswerRef::Found(r) = e.answer() {
                                     assert_eq!(r.url, format!("https://x/{code}"));
@@ -457,22 +465,22 @@ const KEEP: Duration = Duration::from_secs(10);
 #[test]
 fn an_invalidation_drops_only_older_entries() {
     let c = LocalCache::new(1 << 20);
-    c.put("older0", rec_v("https://x/1", 1), MIN);
-    c.put("newer0", rec_v("https://x/3", 3), MIN);
-    c.put("negat0", Answer::Negative(1), MIN);
-    c.put("unava0", Answer::Unavailable, MIN);
-    assert_eq!(c.invalidate("older0", 2, KEEP), Invalidated::Dropped);
-    assert!(c.get("older0", Instant::now()).is_none());
+    c.put(k("older0"), rec_v("https://x/1", 1), MIN);
+    c.put(k("newer0"), rec_v("https://x/3", 3), MIN);
+    c.put(k("negat0"), Answer::Negative(1), MIN);
+    c.put(k("unava0"), Answer::Unavailable, MIN);
+    assert_eq!(c.invalidate(k("older0"), 2, KEEP), Invalidated::Dropped);
+    assert!(c.get(k("older0"), Instant::now()).is_none());
     // Already at that version or later: kept (a message can be late or
     // repeated).
-    assert_eq!(c.invalidate("newer0", 3, KEEP), Invalidated::Current);
-    assert_eq!(c.invalidate("newer0", 2, KEEP), Invalidated::Current);
+    assert_eq!(c.invalidate(k("newer0"), 3, KEEP), Invalidated::Current);
+    assert_eq!(c.invalidate(k("newer0"), 2, KEEP), Invalidated::Current);
     assert_eq!(url_of(&c, "newer0").as_deref(), Some("https://x/3"));
     // A negative carries its version too; a failed lookup has none.
-    assert_eq!(c.invalidate("negat0", 1, KEEP), Invalidated::Current);
-    assert_eq!(c.invalidate("negat0", 2, KEEP), Invalidated::Dropped);
-    assert_eq!(c.invalidate("unava0", 1, KEEP), Invalidated::Dropped);
-    assert_eq!(c.invalidate("never0", 1, KEEP), Invalidated::Absent);
+    assert_eq!(c.invalidate(k("negat0"), 1, KEEP), Invalidated::Current);
+    assert_eq!(c.invalidate(k("negat0"), 2, KEEP), Invalidated::Dropped);
+    assert_eq!(c.invalidate(k("unava0"), 1, KEEP), Invalidated::Dropped);
+    assert_eq!(c.invalidate(k("never0"), 1, KEEP), Invalidated::Absent);
     assert_eq!(c.len(), 1);
     assert_consistent(&c, 1 << 20);
 }
@@ -482,37 +490,37 @@ fn a_tombstone_refuses_older_answers_until_it_expires() {
     let c = LocalCache::new(1 << 20);
     let g = c.generation();
     // The message arrives while a lookup is in flight (nothing cached).
-    assert_eq!(c.invalidate("edited", 2, KEEP), Invalidated::Absent);
+    assert_eq!(c.invalidate(k("edited"), 2, KEEP), Invalidated::Absent);
     // The lookup read version 1 before the change: refused, not cached.
     assert_eq!(
-        c.store("edited", rec_v("https://x/old", 1), MIN, g),
+        c.store(k("edited"), rec_v("https://x/old", 1), MIN, g),
         Stored::Superseded(2)
     );
     assert_eq!(
-        c.store("edited", Answer::Negative(1), MIN, g),
+        c.store(k("edited"), Answer::Negative(1), MIN, g),
         Stored::Superseded(2)
     );
-    assert!(c.get("edited", Instant::now()).is_none());
+    assert!(c.get(k("edited"), Instant::now()).is_none());
     // A failed lookup says nothing about versions: cached as usual.
     assert_eq!(
-        c.store("edited", Answer::Unavailable, MIN, g),
+        c.store(k("edited"), Answer::Unavailable, MIN, g),
         Stored::Cached
     );
     // The new state, or a later one, is stored.
     assert_eq!(
-        c.store("edited", rec_v("https://x/new", 2), MIN, g),
+        c.store(k("edited"), rec_v("https://x/new", 2), MIN, g),
         Stored::Cached
     );
     assert_eq!(url_of(&c, "edited").as_deref(), Some("https://x/new"));
     assert_eq!(
-        c.store("edited", Answer::Negative(3), MIN, g),
+        c.store(k("edited"), Answer::Negative(3), MIN, g),
         Stored::Cached
     );
     // A tombstone is only kept for a while.
-    c.invalidate("brief0", 5, Duration::from_millis(1));
+    c.invalidate(k("brief0"), 5, Duration::from_millis(1));
     std::thread::sleep(Duration::from_millis(5));
     assert_eq!(
-        c.store("brief0", rec_v("https://x/b", 4), MIN, g),
+        c.store(k("brief0"), rec_v("https://x/b", 4), MIN, g),
         Stored::Cached
     );
     assert_consistent(&c, 1 << 20);
@@ -524,27 +532,32 @@ fn retired_generations_read_as_absent_and_go_first() {
     let c = LocalCache::new(max);
     assert_eq!(c.shard_count(), 1);
     let before = c.generation();
-    c.store("before", rec_v("https://x/b", 1), MIN, before);
+    c.store(k("before"), rec_v("https://x/b", 1), MIN, before);
     for _ in 0..3 {
-        assert!(c.get("before", Instant::now()).is_some());
+        assert!(c.get(k("before"), Instant::now()).is_some());
     }
     let after = c.begin_generation();
-    c.store("during", rec_v("https://x/d", 1), MIN, after);
+    c.store(k("during"), rec_v("https://x/d", 1), MIN, after);
     // A lookup that started before the new generation is stamped with the
     // old one, even if it stores later.
-    c.store("strad0", rec_v("https://x/s", 1), MIN, before);
+    c.store(k("strad0"), rec_v("https://x/s", 1), MIN, before);
     c.retire_before(after);
-    assert!(c.get("before", Instant::now()).is_none());
-    assert!(c.get("strad0", Instant::now()).is_none());
+    assert!(c.get(k("before"), Instant::now()).is_none());
+    assert!(c.get(k("strad0"), Instant::now()).is_none());
     assert_eq!(url_of(&c, "during").as_deref(), Some("https://x/d"));
     // Retired entries are evicted first, hits or not: the first two
     // evictions take both (the live, read entry between them is kept).
     let mut i = 0;
     while c.evictions() < 2 {
-        c.store(&format!("new{i:03}"), rec_v("https://x/n", 1), MIN, after);
+        c.store(
+            k(&format!("new{i:03}")),
+            rec_v("https://x/n", 1),
+            MIN,
+            after,
+        );
         i += 1;
     }
-    assert!(!c.holds("before") && !c.holds("strad0"));
+    assert!(!c.holds(k("before")) && !c.holds(k("strad0")));
     assert_eq!(url_of(&c, "during").as_deref(), Some("https://x/d"));
     assert_consistent(&c, max);
     // Which generation is the subscribed one.
@@ -556,12 +569,16 @@ fn retired_generations_read_as_absent_and_go_first() {
 #[test]
 fn peek_reads_without_counting_a_use() {
     let c = LocalCache::new(1 << 20);
-    c.put("peek00", rec("https://p.example/"), Duration::from_secs(60));
+    c.put(
+        k("peek00"),
+        rec("https://p.example/"),
+        Duration::from_secs(60),
+    );
     let now = Instant::now();
-    let e = c.peek("peek00", now).expect("stored");
+    let e = c.peek(k("peek00"), now).expect("stored");
     assert_eq!(e.freq(), 0);
-    assert!(c.peek("absent", now).is_none());
-    let e = c.get("peek00", now).expect("stored");
+    assert!(c.peek(k("absent"), now).is_none());
+    let e = c.get(k("peek00"), now).expect("stored");
     assert_eq!(e.freq(), 1);
 }
 
@@ -570,7 +587,7 @@ fn store_entry_hands_back_the_cached_entry_untouched() {
     let c = LocalCache::new(1 << 20);
     let gen = c.generation();
     let (stored, e) = c.store_entry(
-        "kept00",
+        k("kept00"),
         rec("https://k.example/"),
         Duration::from_secs(60),
         gen,
@@ -578,9 +595,9 @@ fn store_entry_hands_back_the_cached_entry_untouched() {
     assert_eq!(stored, Stored::Cached);
     let e = e.expect("the cached entry");
     assert_eq!(e.freq(), 0, "storing is not a use");
-    let cached = c.get("kept00", Instant::now()).expect("stored");
+    let cached = c.get(k("kept00"), Instant::now()).expect("stored");
     assert!(Arc::ptr_eq(&e, &cached), "the same entry the cache serves");
-    let (stored, e) = c.store_entry("zero00", rec("https://z.example/"), Duration::ZERO, gen);
+    let (stored, e) = c.store_entry(k("zero00"), rec("https://z.example/"), Duration::ZERO, gen);
     assert_eq!((stored, e.is_none()), (Stored::NotCached, true));
 }
 
@@ -598,11 +615,11 @@ fn an_entry_with_options_keeps_them_and_is_charged_for_them() {
         options: Some(Arc::new(o.clone())),
     }));
     let c = LocalCache::new(1 << 20);
-    c.put("abc123", with, MIN);
-    c.put("abc124", rec("https://a.example/"), MIN);
+    c.put(k("abc123"), with, MIN);
+    c.put(k("abc124"), rec("https://a.example/"), MIN);
     let (Some(e), Some(plain)) = (
-        c.get("abc123", Instant::now()),
-        c.get("abc124", Instant::now()),
+        c.get(k("abc123"), Instant::now()),
+        c.get(k("abc124"), Instant::now()),
     ) else {
         panic!("not cached")
     };

@@ -4,7 +4,7 @@
 use super::answer::{Answers, End};
 use super::parse::{parse, Parsed, Request};
 use crate::access_log::LogLine;
-use crate::cache::{AnswerRef, Serialiser};
+use crate::cache::{AnswerRef, Key, Serialiser};
 use crate::clicks::record::ClickParts;
 use crate::decide::{self, decide, Facts, Source, Target, Verdict};
 use crate::net::{client_of_values, ClientKey};
@@ -243,8 +243,16 @@ impl FastPath {
         if !conn.tls && https.may_upgrade() && req.host.is_some_and(|h| https.upgrades(h)) {
             return Decision::HandOver;
         }
+        let Some(domain) = req.host else {
+            // For no domain: the proxy's (a 404 without a lookup).
+            return Decision::HandOver;
+        };
         let start = Instant::now();
-        let Some(entry) = s.resolver.cache.get(code.as_str(), start) else {
+        let key = Key {
+            domain,
+            code: code.as_str(),
+        };
+        let Some(entry) = s.resolver.cache.get(key, start) else {
             return Decision::Miss(code, start);
         };
         let facts = self.facts(req, conn);
@@ -307,11 +315,12 @@ impl FastPath {
         out: &mut Vec<u8>,
     ) -> Option<(u16, Outcome, Instant)> {
         let s = &self.s;
+        let domain = req.host?;
         let facts = self.facts(req, conn);
         if !decide::admit_lookup(&facts, &s.limits) {
             return None;
         }
-        let resolved = s.resolver.resolve(code).await;
+        let resolved = s.resolver.resolve(Key { domain, code }).await;
         let now = now_unix();
         let status = match decide(
             resolved.answer.view(),

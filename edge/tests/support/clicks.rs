@@ -104,7 +104,7 @@ pub fn links(redis: &Redis, codes: &[&str]) {
     for c in codes {
         redis_set(
             redis,
-            &format!("su:1:link:{c}"),
+            &format!("su:1:link:{DOMAIN}/{c}"),
             &record_line(DOMAIN, "https://example.com/x", 3600),
         );
     }

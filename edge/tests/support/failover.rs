@@ -196,7 +196,7 @@ pub fn recovery(
         serde_json::json!({"url": "https://example.com/after-kill"}),
     );
     assert_eq!(r.status, 200, "an edit is MySQL's business: {}", r.text());
-    let key = format!("su:1:link:{probe}");
+    let key = format!("su:1:link:{DOMAIN}/{probe}");
     wait_for(
         "the edit's record in Redis",
         Duration::from_secs(60),

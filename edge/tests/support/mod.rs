@@ -387,7 +387,7 @@ impl Origin {
 default_domain: localhost
 public_scheme: http
 mysql: {{ url: "{db_url}" }}
-redis: {{ {redis} }}
+redis: {{ {redis}, legacy_keys: false }}
 links: {{ allowed_domains: ["s.shop55.com"] }}
 apps:
   - {{ name: demo, key_sha256: "{key}" }}

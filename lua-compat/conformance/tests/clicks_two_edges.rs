@@ -82,12 +82,20 @@ fn the_pingora_edge_and_the_module_count_the_same_requests_alike() {
     record(&url, a, "localhost");
     record(&url, b, "localhost");
     record(&url, elsewhere, "s.shop55.com");
-    support::redis_cmd(&url, &["SET", &format!("su:1:link:{unknown}"), "- 1"]).unwrap();
+    support::redis_cmd(
+        &url,
+        &["SET", &format!("su:1:link:localhost/{unknown}"), "- 1"],
+    )
+    .unwrap();
     let (routed, expired) = ("cmpRouted1", "cmpExpired");
     let now = shorturl_common::time::now_unix();
     for (code, exp, opts) in [(routed, now + 3600, RULES), (expired, now - 10, FALLBACK)] {
         let line = format!("3 1 {exp} localhost https://example.com/{code} {opts}");
-        support::redis_cmd(&url, &["SET", &format!("su:1:link:{code}"), &line]).unwrap();
+        support::redis_cmd(
+            &url,
+            &["SET", &format!("su:1:link:localhost/{code}"), &line],
+        )
+        .unwrap();
     }
     let origin = format!("127.0.0.1:{}", free_port());
     let pingora = Edge::pingora_with(

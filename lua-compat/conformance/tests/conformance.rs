@@ -139,9 +139,12 @@ struct Expect {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 enum Action {
-    /// `SET su:1:link:<code> <value>`.
+    /// `SET su:1:link:<domain>/<code> <value>`, the domain the record's own
+    /// (`localhost` for a negative or a malformed value), unless the first
+    /// field is `<domain>/<code>` already.
     Set(String, String),
-    /// `DEL su:1:link:<code>`.
+    /// `DEL su:1:link:<domain>/<code>` for every domain the cases use, or
+    /// for the one named (`<domain>/<code>`).
     Del(String),
     /// `PUBLISH su:1:inval <message>` (protocol 3.2): both edges hear it,
     /// so a case publishing for a code of its own uses `${run}` in it.
@@ -511,16 +514,46 @@ fn normalise(
     }
 }
 
+/// The domains the cases' links live on.
+const CASE_DOMAINS: [&str; 2] = ["localhost", "s.shop55.com"];
+
+fn link_key(domain: &str, code: &str) -> String {
+    shorturl_common::keys::link_key(domain, code)
+}
+
+/// The domain a stored value is for: a record's own (its fourth field,
+/// the third in a protocol 1 record), else `localhost`, the cases' host.
+fn record_domain(value: &str) -> &str {
+    let fields: Vec<&str> = value.split(' ').collect();
+    let at = if fields.first() == Some(&"1") { 2 } else { 3 };
+    fields
+        .get(at)
+        .copied()
+        .filter(|d| !d.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|d| shorturl_common::host::normalize_host(d).as_deref() == Some(*d))
+        .unwrap_or("localhost")
+}
+
 fn apply(action: &Action, w: &mut World, edge: &Edge, ctx: &mut EdgeCtx) {
     match action {
         Action::Set(code, value) => {
-            let key = format!("su:1:link:{}", expand(code, w, ctx));
             let value = expand(value, w, ctx);
+            let code = expand(code, w, ctx);
+            let key = match code.split_once('/') {
+                Some((domain, code)) => link_key(domain, code),
+                None => link_key(record_domain(&value), &code),
+            };
             w.redis.cmd(&["SET", &key, &value]);
         }
         Action::Del(code) => {
-            let key = format!("su:1:link:{}", expand(code, w, ctx));
-            w.redis.cmd(&["DEL", &key]);
+            let code = expand(code, w, ctx);
+            if let Some((domain, code)) = code.split_once('/') {
+                w.redis.cmd(&["DEL", &link_key(domain, code)]);
+            } else {
+                for domain in CASE_DOMAINS {
+                    w.redis.cmd(&["DEL", &link_key(domain, &code)]);
+                }
+            }
         }
         Action::Publish(msg) => {
             let msg = expand(msg, w, ctx);
@@ -930,7 +963,10 @@ fn run_suite(redis: Store, table: &Table<'_>) {
         let v: Value = serde_json::from_slice(&resp.body).unwrap();
         let code = v["code"].as_str().unwrap().to_owned();
         if !f.keep_in_redis {
-            w.redis.cmd(&["DEL", &format!("su:1:link:{code}")]);
+            let domain = v["domain"].as_str().unwrap_or("localhost");
+            w.redis.cmd(&["DEL", &link_key(domain, &code)]);
+            w.redis
+                .cmd(&["DEL", &shorturl_common::keys::legacy_link_key(&code)]);
         }
         w.codes.insert(name.clone(), code);
     }

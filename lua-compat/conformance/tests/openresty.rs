@@ -685,7 +685,10 @@ fn the_modules_own_origin_requests_carry_the_internal_token() {
             .filter(move |s| s.path == path)
             .collect::<Vec<_>>()
     };
-    for path in ["/internal/v1/records/tok00001", "/shorturl_status"] {
+    for path in [
+        "/internal/v1/records/tok00001?domain=localhost",
+        "/shorturl_status",
+    ] {
         let got = own(path);
         assert!(!got.is_empty(), "{path} never reached the origin");
         for s in got {

@@ -91,7 +91,22 @@ fn a_mix_of_requests_counts_exactly_as_the_rust_accumulator_and_quit_flushes_it(
     record(&url, mixed, "localhost");
     record(&url, many_refs, "localhost");
     record(&url, elsewhere, "s.shop55.com");
-    support::redis_cmd(&url, &["SET", &format!("su:1:link:{unknown}"), "- 1"]).unwrap();
+    support::redis_cmd(
+        &url,
+        &["SET", &format!("su:1:link:localhost/{unknown}"), "- 1"],
+    )
+    .unwrap();
+    // The other domain's link asked on localhost: a stray record under
+    // localhost's key that names s.shop55.com is no link there.
+    let stray = format!(
+        "2 1 {} s.shop55.com https://example.com/x",
+        shorturl_common::time::now_unix() + 3600
+    );
+    support::redis_cmd(
+        &url,
+        &["SET", &format!("su:1:link:localhost/{elsewhere}"), &stray],
+    )
+    .unwrap();
 
     let mut reqs = Vec::new();
     let bots = bot_list_user_agents();

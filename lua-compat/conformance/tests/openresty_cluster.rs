@@ -25,7 +25,7 @@ fn record(version: u64, url: &str) -> String {
 }
 
 fn key(code: &str) -> String {
-    format!("su:1:link:{code}")
+    format!("su:1:link:localhost/{code}")
 }
 
 /// A module with its metrics on their own port.
@@ -242,7 +242,7 @@ fn module_on_a_redis_cluster() {
     b.expect(j, &j_url);
     cluster.cli(&["SET", &key(j), &record(2, "https://example.com/v2")]);
     b.expect(j, &j_url);
-    cluster.cli(&["PUBLISH", "su:1:inval", &format!("2 {j}")]);
+    cluster.cli(&["PUBLISH", "su:1:inval", &format!("2 {j} localhost")]);
     b.await_location("B to apply the message", j, "https://example.com/v2");
 
     // A slot migration: ASK while the key is already on the target, MOVED
@@ -339,7 +339,7 @@ fn module_on_a_redis_cluster() {
     cluster.cli(&["SET", &key(&k), &record(2, "https://example.com/k2")]);
     b.expect(&k, &format!("https://example.com/{k}"));
     let t1 = Instant::now();
-    cluster.cli(&["PUBLISH", "su:1:inval", &format!("2 {k}")]);
+    cluster.cli(&["PUBLISH", "su:1:inval", &format!("2 {k} localhost")]);
     b.await_location(
         "B to apply a message after the failover",
         &k,
@@ -427,7 +427,15 @@ fn module_on_a_sentinel_master() {
         "OK"
     );
     b.expect(codes[1], "https://example.com/senti2");
-    redis_cli(new, &["PUBLISH", "su:1:inval", &format!("2 {}", codes[1])]).unwrap();
+    redis_cli(
+        new,
+        &[
+            "PUBLISH",
+            "su:1:inval",
+            &format!("2 {} localhost", codes[1]),
+        ],
+    )
+    .unwrap();
     b.await_location(
         "B to apply a message from the new master",
         codes[1],

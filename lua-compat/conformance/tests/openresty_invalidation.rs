@@ -154,7 +154,7 @@ fn record(code: &str, version: u64, url: &str) {
     let exp = shorturl_common::time::now_unix() + 3600;
     redis(&[
         "SET",
-        &format!("su:1:link:{code}"),
+        &format!("su:1:link:localhost/{code}"),
         &format!("2 {version} {exp} localhost {url}"),
     ]);
 }
@@ -220,7 +220,7 @@ fn a_message_reaches_the_cache_of_every_worker() {
     assert_eq!(m.counter("redis", "hit"), redis_reads);
 
     let before = m.messages();
-    redis(&["PUBLISH", "su:1:inval", &format!("2 {code}")]);
+    redis(&["PUBLISH", "su:1:inval", &format!("2 {code} localhost")]);
     m.await_metric(
         "both workers to apply the message",
         "shorturl_inval_messages_total{result=\"applied\"}",
@@ -245,7 +245,7 @@ fn a_lookup_that_raced_a_change_neither_stores_nor_serves_the_older_answer() {
     create("https://example.com/race-v1", Some(RACE_CODE));
     // The edge's lookup misses Redis and asks the origin, which reads MySQL
     // (version 1) and then waits before its write-back.
-    redis(&["DEL", &format!("su:1:link:{RACE_CODE}")]);
+    redis(&["DEL", &format!("su:1:link:localhost/{RACE_CODE}")]);
     let held = s.hold().with_extension("held");
     let _ = std::fs::remove_file(&held);
     std::fs::write(s.hold(), b"").unwrap();

@@ -71,7 +71,7 @@ fn openresty_serves_certificates_from_the_shared_store_and_answers_challenges() 
         &redis.url(),
         &[
             "SET",
-            "su:1:link:aB3xYz",
+            "su:1:link:a.shop55.com/aB3xYz",
             &format!(
                 "1 {} a.shop55.com https://example.com/tls",
                 shorturl_common::time::now_unix() + 3600

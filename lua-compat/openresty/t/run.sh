@@ -9,11 +9,13 @@
 # 2. unless SU_SKIP_E2E=1 (or without redis-server): the module itself
 #    (start.sh) in front of a private Redis holding protocol 3 records,
 #    checking the redirects link rules answer (Location, 404s, the country
-#    header from a trusted proxy, forwarding, pages of a disabled link).
+#    header from a trusted proxy, forwarding, pages of a disabled link) and
+#    the protocol 3.5 keys (records and invalidations by (domain, code), a
+#    request without Host).
 #
-# Ports: SU_T_PORT1..4 (the unit nginx, Redis, the module, an origin port
-# nobody listens on; the conformance suite's test passes reserved ones),
-# else free ones from the kernel. Exits non-zero when a check fails. Every process it starts is stopped by
+# Ports: SU_T_PORT1..5 (the unit nginx, Redis, the module, an origin port
+# nobody listens on, the module's metrics; the conformance suite's test
+# passes reserved ones), else free ones from the kernel. Exits non-zero when a check fails. Every process it starts is stopped by
 # its pid, and its directory removed (SU_KEEP_TMP=1 keeps it).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -74,6 +76,8 @@ events { worker_connections 64; }
 http {
     lua_package_path "$openresty/lua/?.lua;/usr/share/lua/5.1/?.lua;;";
     init_by_lua_block { require("resty.core") }
+    lua_shared_dict shorturl_cache 1m;
+    lua_shared_dict shorturl_state 1m;
     access_log off;
     server {
         listen 127.0.0.1:$port;
@@ -108,16 +112,20 @@ pids+=("$!")
 wait_port "$rport"
 eport="${SU_T_PORT3:-$(free_port)}"
 oport="${SU_T_PORT4:-$(free_port)}" # no origin listens there: every record comes from Redis
+mport="${SU_T_PORT5:-$(free_port)}"
 # geo_test.lua left a database placing 127.0.0.0/8 in KR (when libmaxminddb is there).
 mmdb=""
 [ -s "$tmp/w/test.mmdb" ] && mmdb="$tmp/w/test.mmdb"
 SU_DIE_WITH_MASTER=1 SU_CLICKS_ENABLED=0 SU_DEFAULT_DOMAIN=s.test SU_TRUSTED_PROXIES=127.0.0.1/32 \
   SU_GEO_COUNTRY_HEADER=CF-IPCountry SU_GEO_MMDB_PATH="$mmdb" SU_ACCESS_LOG=off SU_UNKNOWN_LIMIT=0 \
+  SU_METRICS_PORT="$mport" \
   "$openresty/start.sh" "$tmp/edge" "$eport" "127.0.0.1:$rport" "127.0.0.1:$oport" >"$tmp/edge.log" 2>&1 &
 pids+=("$!")
 wait_port "$eport"
 
-rset() { redis-cli -p "$rport" SET "su:1:link:$1" "$2" >/dev/null; }
+# Records by (domain, code) (protocol 3.5): `rset code line` on s.test,
+# `E2E_DOMAIN=d rset ...` on d.
+rset() { redis-cli -p "$rport" SET "su:1:link:${E2E_DOMAIN:-s.test}/$1" "$2" >/dev/null; }
 far=4102444800 # 2100-01-01
 rset rules01 "3 1 $far s.test https://x.example/base {\"f\":true,\"r\":[{\"c\":{\"dev\":[\"ios\"]},\"u\":\"https://a/ios?src=sl\"},{\"c\":{\"cc\":[\"CN\"]},\"u\":\"https://a/cn\"},{\"c\":{\"cc\":[\"KR\"],\"lang\":[\"ko\"]},\"u\":\"https://a/kr\"},{\"c\":{\"lang\":[\"de\"]},\"u\":\"https://a/de#top\"}]}"
 rset expx01 "3 2 5 s.test https://x.example/old {\"x\":\"https://a/over\",\"f\":true}"
@@ -126,13 +134,23 @@ rset expd01 "3 2 5 s.test https://x.example/old {\"f\":true}"
 rset plain1 "2 1 $far s.test https://x.example/plain"
 rset bad001 "3 1 $far s.test https://x.example/bad {\"f\": true}"
 rset split1 "3 1 $far s.test https://x.example/base {\"r\":[{\"s\":[[\"https://a/A\",1],[\"https://a/B\",1]]}]}"
+# Another domain's key holding s.test's records (never written so): `- 0`.
+E2E_DOMAIN=other.test rset gone01 "3 3 $far s.test https://x.example/off {\"x\":\"https://a/gone\",\"d\":true}"
+E2E_DOMAIN=other.test rset expx01 "3 2 5 s.test https://x.example/old {\"x\":\"https://a/over\",\"f\":true}"
+# One code on two domains: two links.
+rset sale01 "2 1 $far s.test https://x.example/sale-s"
+E2E_DOMAIN=go.test rset sale01 "2 1 $far go.test https://x.example/sale-go"
+# Only under the key before protocol 3.5: not read any more.
+redis-cli -p "$rport" SET "su:1:link:oldkey1" "2 1 $far s.test https://x.example/old-key" >/dev/null
+rset inval1 "2 1 $far s.test https://x.example/v1"
+E2E_DOMAIN=go.test rset inval1 "2 1 $far go.test https://x.example/go-v1"
 
 IOS="Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148"
 DESKTOP="Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/126.0 Safari/537.36"
-e2e() { # name want-status want-location path [curl args...]
+e2e() { # name want-status want-location path [curl args...]; E2E_HOST= sends no Host
   local name="$1" want="$2" want_loc="$3" path="$4"; shift 4
-  local code loc
-  code="$(curl -sS -D "$tmp/headers" -o /dev/null -w '%{http_code}' -H "Host: ${E2E_HOST:-s.test}" "$@" \
+  local code loc host="${E2E_HOST-s.test}"
+  code="$(curl -sS -D "$tmp/headers" -o /dev/null -w '%{http_code}' -H "Host:${host:+ $host}" "$@" \
     "http://127.0.0.1:$eport$path" 2>/dev/null || true)"
   loc="$(tr -d '\r' < "$tmp/headers" | awk -F': ' 'tolower($1) == "location" { print $2 }')"
   local got="$code ${loc:--}"
@@ -165,14 +183,50 @@ e2e "HEAD answers alike" 302 "https://a/ios?src=sl" "/rules01" -A "$IOS" -I
 e2e "expired with x: the fallback, nothing forwarded" 302 "https://a/over" "/expx01?a=1"
 e2e "disabled (d) with x: the fallback" 302 "https://a/gone" "/gone01"
 e2e "expired without x: 404" 404 "" "/expd01"
-E2E_HOST=other.test e2e "another domain's record: 404" 404 "" "/gone01"
-E2E_HOST=other.test e2e "another domain's expired record: 404" 404 "" "/expx01"
+E2E_HOST=other.test e2e "another domain's record under this domain's key: 404" 404 "" "/gone01"
+E2E_HOST=other.test e2e "another domain's expired record under this domain's key: 404" 404 "" "/expx01"
+E2E_HOST=third.test e2e "no record for this domain (no origin: 503)" 503 "" "/gone01"
+e2e "one code, two domains: this one" 302 "https://x.example/sale-s" "/sale01"
+E2E_HOST=GO.test. e2e "one code, two domains: the other (host normalised)" 302 "https://x.example/sale-go" "/sale01"
+e2e "only under the legacy key: not read (no origin: 503)" 503 "" "/oldkey1"
+E2E_HOST= e2e "no Host (HTTP/1.0): 404, nothing looked up" 404 "" "/oldkey1" -0
+E2E_HOST= e2e "no Host (HTTP/1.0), a live code: 404" 404 "" "/plain1" -0
 e2e "protocol 2 record unchanged" 302 "https://x.example/plain" "/plain1?a=1"
 e2e "malformed options: a miss (no origin: 503)" 503 "" "/bad001"
 e2e "page of a disabled link: 404" 404 "" "/gone01.png"
 a="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
 b="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
 if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "  ok   split: stable ($a)"; else echo "  FAIL split: '$a' then '$b'"; failed=1; fi
+
+# Invalidation by (domain, code) (protocol 3.5); one worker (SU_WORKERS=1).
+metric() { # the value of the metrics line starting with $1
+  curl -sS "http://127.0.0.1:$mport/metrics" 2>/dev/null | awk -v m="$1" 'index($0, m " ") == 1 { print $NF }'
+}
+check_metric() { # name line want
+  local got; got="$(metric "$2")"
+  if [ "$got" = "$3" ]; then echo "  ok   $1"; else echo "  FAIL $1: $2 is '${got}', want $3"; failed=1; fi
+}
+for _ in $(seq 1 50); do [ "$(metric shorturl_inval_subscribed)" = 1 ] && break; sleep 0.1; done
+publish() { redis-cli -p "$rport" PUBLISH su:1:inval "$1" >/dev/null; sleep 0.3; }
+e2e "inval: cached" 302 "https://x.example/v1" "/inval1"
+E2E_HOST=go.test e2e "inval: cached, other domain" 302 "https://x.example/go-v1" "/inval1"
+rset inval1 "2 2 $far s.test https://x.example/v2"
+E2E_DOMAIN=go.test rset inval1 "2 2 $far go.test https://x.example/go-v2"
+publish "2 inval1"
+e2e "inval: the legacy form is ignored" 302 "https://x.example/v1" "/inval1"
+publish "2 inval1 s.test"
+e2e "inval: (domain, code) dropped" 302 "https://x.example/v2" "/inval1"
+E2E_HOST=go.test e2e "inval: the other domain's entry kept" 302 "https://x.example/go-v1" "/inval1"
+publish "2 inval1 GO.test"
+E2E_HOST=go.test e2e "inval: a domain not normalised is invalid" 302 "https://x.example/go-v1" "/inval1"
+check_metric "metrics: legacy" 'shorturl_inval_messages_total{result="legacy"}' 1
+check_metric "metrics: applied" 'shorturl_inval_messages_total{result="applied"}' 1
+check_metric "metrics: invalid" 'shorturl_inval_messages_total{result="invalid"}' 1
+st="$(curl -sS -H 'Host: s.test' "http://127.0.0.1:$eport/shorturl_status" || true)"
+case "$st" in
+  *'"inval":{"subscribed":true,"messages":3,'*) echo "  ok   status: inval messages, legacy included" ;;
+  *) echo "  FAIL status: inval messages in $st"; failed=1 ;;
+esac
 if grep -E '\[(error|crit|alert|emerg)\]' "$tmp/edge/logs/error.log" | grep -v -E 'connect\(\) failed|health|origin' | head -5 | grep .; then
   echo "  FAIL errors in the edge's error.log"
   failed=1

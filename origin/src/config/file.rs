@@ -137,6 +137,8 @@ pub struct RedisFile {
     pub negative_ttl_secs: Option<u64>,
     #[serde(default)]
     pub dedup_ttl_secs: Option<u64>,
+    #[serde(default)]
+    pub legacy_keys: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

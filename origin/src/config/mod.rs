@@ -83,6 +83,11 @@ pub struct RedisConfig {
     pub record_ttl: Duration,
     pub negative_ttl: Duration,
     pub dedup_ttl: Duration,
+    /// Also write every record under its pre-protocol-3.5 key
+    /// (`su:1:link:{code}`) and publish the legacy message, for edges of
+    /// the previous version during an upgrade (default on; turn it off
+    /// once every edge speaks protocol 3.5).
+    pub legacy_keys: bool,
 }
 
 /// Issuer settings.
@@ -271,6 +276,7 @@ impl Config {
                 86_400,
                 "redis.dedup_ttl_secs",
             )?),
+            legacy_keys: f.redis.legacy_keys.unwrap_or(true),
         };
         let backend = f.issuer.backend;
         let block = positive(f.issuer.block, 100, "issuer.block")?;

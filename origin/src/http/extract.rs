@@ -94,6 +94,34 @@ impl<St: Send + Sync> FromRequestParts<St> for LinkCode {
     }
 }
 
+/// The record endpoint's `?domain=` (protocol 3.5): the normalised domain
+/// the edge asks for (400 `invalid_domain` for one that is not a host);
+/// `None` when absent (an edge of the previous version).
+pub struct RecordDomain(pub Option<String>);
+
+impl<St: Send + Sync> FromRequestParts<St> for RecordDomain {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &St) -> Result<Self, ApiError> {
+        let Some(q) = parts.uri.query() else {
+            return Ok(RecordDomain(None));
+        };
+        let given = url::form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "domain")
+            .map(|(_, v)| v.into_owned());
+        match given {
+            None => Ok(RecordDomain(None)),
+            Some(d) => match shorturl_common::host::normalize_host(&d) {
+                Some(n) if n == d => Ok(RecordDomain(Some(n))),
+                _ => Err(ApiError::bad_request(
+                    "invalid_domain",
+                    "domain: not a normalised host",
+                )),
+            },
+        }
+    }
+}
+
 /// How much body a route reads.
 pub trait Limit: Send + Sync {
     fn max(s: &AppState) -> usize;

@@ -272,9 +272,13 @@ async fn openapi(State(s): State<AppState>) -> Response {
     openapi::response(&s.openapi)
 }
 
-/// `GET /internal/v1/records/{code}`.
-async fn record(State(s): State<AppState>, code: extract::LinkCode) -> Result<Response, ApiError> {
-    resolve::record(&s, &code.0).await
+/// `GET /internal/v1/records/{code}?domain=`.
+async fn record(
+    State(s): State<AppState>,
+    code: extract::LinkCode,
+    domain: extract::RecordDomain,
+) -> Result<Response, ApiError> {
+    resolve::record(&s, domain.0.as_deref(), &code.0).await
 }
 
 /// The whitelist, for the edges' certificate issuer (protocol 5).

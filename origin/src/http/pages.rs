@@ -107,7 +107,7 @@ pub async fn page(
         count(s, kind.label(), "not_found");
         return not_found(s, headers, None, code, None).await;
     };
-    let lookup = match s.links.resolve(code).await {
+    let lookup = match s.links.resolve(Some(host), code).await {
         Ok(l) => l,
         Err(e) => {
             count(s, kind.label(), "error");

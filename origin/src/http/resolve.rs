@@ -13,9 +13,11 @@ use std::borrow::Cow;
 use std::net::IpAddr;
 
 /// The edge's miss path: the record line (`2 <version> ...`, or `- <version>`
-/// with a 404), cacheable for as long as it may live. `code` is valid.
-pub async fn record(s: &AppState, code: &str) -> Result<Response, ApiError> {
-    let (status, body, max_age) = match s.links.resolve(code).await? {
+/// with a 404) of `code` on `domain` (normalised; `None`: an edge of the
+/// previous version asking for the code alone), cacheable for as long as
+/// it may live. `code` is valid.
+pub async fn record(s: &AppState, domain: Option<&str>, code: &str) -> Result<Response, ApiError> {
+    let (status, body, max_age) = match s.links.resolve(domain, code).await? {
         Lookup::Found(r) if !r.is_expired() || r.has_fallback() => {
             (StatusCode::OK, r.encode(), s.links.cache.record_ttl(&r))
         }
@@ -51,7 +53,7 @@ pub async fn redirect(
     let Some(host) = host else {
         return pages::not_found(s, headers, None, code, None).await;
     };
-    let lookup = match s.links.resolve(code).await {
+    let lookup = match s.links.resolve(Some(host), code).await {
         Ok(l) => l,
         Err(e) => return ApiError::from(e).into_response(),
     };

@@ -1,4 +1,8 @@
-//! Resolution: Redis, then one MySQL read per code at a time.
+//! Resolution: Redis, then one MySQL read per (domain, code) at a time.
+//!
+//! A resolution asks for a code on a domain (protocol 3.5: the record key
+//! is both), or, for an edge of the previous version, for the code alone
+//! (its legacy key, and the code's own state).
 //!
 //! The answer read from MySQL is written back to Redis through the
 //! compare-and-set script: a lookup that read a row before a change
@@ -14,7 +18,7 @@
 
 use super::{LinkError, Links};
 use crate::cache::CacheAnswer;
-use crate::store::DbError;
+use crate::store::{CodeState, DbError};
 use shorturl_common::failpoint;
 use shorturl_common::record::Lookup;
 use shorturl_common::singleflight::{Role, SingleFlight};
@@ -30,10 +34,16 @@ pub(super) fn flight() -> Arc<Flight> {
 }
 
 impl Links {
-    /// What `code` resolves to: Redis, then MySQL (written back to Redis).
-    /// Concurrent misses for one code share one MySQL lookup.
-    pub async fn resolve(self: &Arc<Self>, code: &str) -> Result<Lookup, LinkError> {
-        let first = self.cache.get_record(code).await;
+    /// What `code` resolves to on `domain` (normalised; `None`: the code's
+    /// own state, for an edge of the previous version): Redis, then MySQL
+    /// (written back to Redis). Concurrent misses for one key share one
+    /// MySQL lookup.
+    pub async fn resolve(
+        self: &Arc<Self>,
+        domain: Option<&str>,
+        code: &str,
+    ) -> Result<Lookup, LinkError> {
+        let first = self.cache.get_record(domain, code).await;
         if let CacheAnswer::Hit(l) = first {
             return Ok(l);
         }
@@ -41,9 +51,14 @@ impl Links {
         // an error, Redis is failing and a second try would cost a timeout.
         let reread = matches!(first, CacheAnswer::Miss);
         let me = Arc::clone(self);
+        // `domain/code`, or the code alone (neither part holds a `/`).
+        let key = match domain {
+            Some(d) => format!("{d}/{code}"),
+            None => code.to_owned(),
+        };
         let got = self
             .flight
-            .run(code, || None, move |key| me.lookup_and_publish(key, reread))
+            .run(&key, || None, move |key| me.lookup_and_publish(key, reread))
             .await;
         match got {
             Ok((r, Role::Follower)) => {
@@ -61,31 +76,39 @@ impl Links {
         }
     }
 
-    /// The leader's work: Redis once more, else MySQL, whose answer is
-    /// written back to Redis before the flight ends.
+    /// The leader's work for `key` (`domain/code` or `code`): Redis once
+    /// more, else MySQL, whose answer is written back to Redis before the
+    /// flight ends.
     async fn lookup_and_publish(
         self: Arc<Self>,
-        code: String,
+        key: String,
         reread: bool,
     ) -> Result<Lookup, DbError> {
+        let (domain, code) = match key.split_once('/') {
+            Some((d, c)) => (Some(d), c),
+            None => (None, key.as_str()),
+        };
         if reread {
-            if let CacheAnswer::Hit(l) = self.cache.get_record(&code).await {
+            if let CacheAnswer::Hit(l) = self.cache.get_record(domain, code).await {
                 return Ok(l);
             }
         }
-        if failpoint::hit_once("origin.lookup.panic", &code) {
+        if failpoint::hit_once("origin.lookup.panic", code) {
             panic!("failpoint origin.lookup.panic: lookup of {code} dies");
         }
-        let r = self.store.lookup(&code, now_unix()).await;
-        if let Ok(l) = &r {
-            if let Some(path) = failpoint::hold_path("origin.writeback.hold", &code) {
-                hold(path).await;
-            }
-            // Compare-and-set: if a change committed after the read above
-            // has already reached Redis, this older answer is not written.
-            self.cache.put_record(&code, l).await;
+        let state: CodeState = self.store.lookup(code, now_unix()).await?;
+        if let Some(path) = failpoint::hold_path("origin.writeback.hold", code) {
+            hold(path).await;
         }
-        r
+        // Compare-and-set: if a change committed after the read above
+        // has already reached Redis, this older answer is not written.
+        self.cache
+            .put_record(code, domain, state.domain.as_deref(), &state.lookup)
+            .await;
+        Ok(match domain {
+            Some(d) => state.answer_for(d),
+            None => state.lookup,
+        })
     }
 }
 

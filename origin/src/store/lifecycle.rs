@@ -101,9 +101,9 @@ impl Store {
                 })
                 .collect();
             audit::insert(&mut tx, &audit_rows).await?;
-            let changes: Vec<(&str, u64)> = pairs
+            let changes: Vec<(&str, Option<&str>, u64)> = pairs
                 .iter()
-                .map(|(_, a)| (a.code.as_str(), a.version))
+                .map(|(_, a)| (a.code.as_str(), a.domain.as_deref(), a.version))
                 .collect();
             outbox::insert_many(&mut tx, &changes, now_ms).await?;
             tx.commit().await?;

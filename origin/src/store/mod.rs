@@ -214,6 +214,35 @@ fn lookup_of(row: Option<LookupCols>, now: u64) -> Lookup {
     }
 }
 
+/// A code's row as resolution sees it: what it resolves to and the domain
+/// it is bound to (`None`: a code never issued, or back in the pool).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CodeState {
+    pub lookup: Lookup,
+    pub domain: Option<String>,
+}
+
+impl CodeState {
+    fn of(row: Option<LookupCols>, now: u64) -> CodeState {
+        let domain = row.as_ref().and_then(|r| r.2.clone());
+        CodeState {
+            lookup: lookup_of(row, now),
+            domain,
+        }
+    }
+
+    /// The answer for the code on `domain` (protocol 3.5): the row's on its
+    /// own domain, and on every domain for a row bound to none (a negative
+    /// at the code's version: a recycled code's old key holds just that);
+    /// no link (`- 0`) on a domain other than the row's.
+    pub fn answer_for(&self, domain: &str) -> Lookup {
+        match self.domain.as_deref() {
+            Some(d) if d != domain => Lookup::Negative(0),
+            _ => self.lookup.clone(),
+        }
+    }
+}
+
 impl Store {
     /// Wraps the pool (unsharded: it holds every link).
     pub fn new(pool: Pool, timeout: Duration, metrics: Arc<Metrics>) -> Self {
@@ -290,22 +319,28 @@ impl Store {
     }
 
     /// What MySQL says `code` resolves to (negative unless active and
-    /// unexpired), with the row's version (0 for a code with no row).
-    /// Sharded: the home shard first (its replica if it has one), then the
-    /// directory (see [`shards`]).
-    pub async fn lookup(&self, code: &str, now: u64) -> Result<Lookup, DbError> {
+    /// unexpired), with the row's version (0 for a code with no row) and
+    /// domain. Sharded: the home shard first (its replica if it has one),
+    /// then the directory (see [`shards`]).
+    pub async fn lookup(&self, code: &str, now: u64) -> Result<CodeState, DbError> {
         if !self.shards.sharded {
-            return Ok(lookup_of(self.lookup_here(code, None).await?, now));
+            return Ok(CodeState::of(self.lookup_here(code, None).await?, now));
         }
         if let Some(i) = self.shards.home_of_code(code) {
             let row = self.on(i).lookup_on_shard(i, code).await?;
             if row.as_ref().is_some_and(|r| r.0 != RowState::Free.code()) {
-                return Ok(lookup_of(row, now));
+                return Ok(CodeState::of(row, now));
             }
         }
         match self.directory(code).await? {
-            Some(i) => Ok(lookup_of(self.on(i).lookup_here(code, None).await?, now)),
-            None => Ok(Lookup::Negative(0)),
+            Some(i) => Ok(CodeState::of(
+                self.on(i).lookup_here(code, None).await?,
+                now,
+            )),
+            None => Ok(CodeState {
+                lookup: Lookup::Negative(0),
+                domain: None,
+            }),
         }
     }
 
@@ -351,6 +386,63 @@ impl Store {
             })
             .await?;
         Ok(row)
+    }
+
+    /// Up to `limit` rows bound to a domain with ids above `after`, in id
+    /// order, as resolution sees them at `now` (`migrate-keys`).
+    pub async fn bound_after(
+        &self,
+        after: u64,
+        limit: u64,
+        now: u64,
+    ) -> Result<Vec<(u64, String, CodeState)>, DbError> {
+        type Cols = (
+            u64,
+            String,
+            u8,
+            Option<String>,
+            Option<String>,
+            Option<u64>,
+            u64,
+            Option<String>,
+        );
+        let rows: Vec<Cols> = self
+            .bounded(async {
+                let mut conn = self.pool.get_conn().await?;
+                Ok(conn
+                    .exec(
+                        format!(
+                            "SELECT id, code, {LOOKUP_COLUMNS} FROM short_code \
+                             WHERE id > ? AND domain IS NOT NULL ORDER BY id LIMIT ?"
+                        ),
+                        (after, limit),
+                    )
+                    .await?)
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, code, st, url, domain, exp, v, o)| {
+                (
+                    id,
+                    code,
+                    CodeState::of(Some((st, url, domain, exp, v, o)), now),
+                )
+            })
+            .collect())
+    }
+
+    /// How many rows are bound to a domain (the length of `migrate-keys`'
+    /// progress bar).
+    pub async fn count_bound(&self) -> Result<u64, DbError> {
+        self.bounded(async {
+            let mut conn = self.pool.get_conn().await?;
+            let n: Option<u64> = conn
+                .query_first("SELECT COUNT(*) FROM short_code WHERE domain IS NOT NULL")
+                .await?;
+            Ok(n.unwrap_or(0))
+        })
+        .await
     }
 
     /// Cheap liveness probe.

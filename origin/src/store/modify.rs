@@ -164,7 +164,8 @@ impl Store {
                 }],
             )
             .await?;
-            let outbox_id = outbox::insert(&mut tx, code, after.version, now_ms).await?;
+            let domain = after.domain.as_deref();
+            let outbox_id = outbox::insert(&mut tx, code, domain, after.version, now_ms).await?;
             tx.commit().await?;
             Ok(Ok(Modified::Changed {
                 after,

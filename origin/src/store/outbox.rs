@@ -57,43 +57,59 @@ pub struct Backlog {
 
 /// Brings Redis up to date with one link's current state; `true` when done.
 pub trait Applier: Sync {
-    /// Writes `state` as `code`'s record and announces it.
-    fn apply<'a>(&'a self, code: &'a str, state: &'a Lookup) -> BoxFuture<'a, bool>;
+    /// Writes `state` as the record of `code` on `domain` (the row's; `None`
+    /// when bound to none) and announces it; when the change was about
+    /// another domain's key (`was`: a recycled code's old link), that key
+    /// gets the negative of the code's version, announced too.
+    fn apply<'a>(
+        &'a self,
+        code: &'a str,
+        domain: Option<&'a str>,
+        state: &'a Lookup,
+        was: Option<&'a str>,
+    ) -> BoxFuture<'a, bool>;
 }
 
 /// Inserts an outbox row in the caller's transaction; returns its id.
+/// `domain`: the domain of the link the change is about.
 pub async fn insert(
     conn: &mut mysql_async::Transaction<'_>,
     code: &str,
+    domain: Option<&str>,
     version: u64,
     at_ms: u64,
 ) -> Result<u64, mysql_async::Error> {
     conn.exec_drop(
-        "INSERT INTO outbox (code, version, created_at_ms) VALUES (?, ?, ?)",
-        (code, version, at_ms),
+        "INSERT INTO outbox (code, domain, version, created_at_ms) VALUES (?, ?, ?, ?)",
+        (code, domain, version, at_ms),
     )
     .await?;
     conn.last_insert_id()
         .ok_or_else(|| mysql_async::Error::Other("outbox insert returned no id".into()))
 }
 
-/// Inserts one outbox row per `(code, version)` with one statement, in the
-/// caller's transaction (a reap batch).
+/// Inserts one outbox row per `(code, domain, version)` with one statement,
+/// in the caller's transaction (a reap batch).
 pub async fn insert_many(
     conn: &mut mysql_async::Transaction<'_>,
-    rows: &[(&str, u64)],
+    rows: &[(&str, Option<&str>, u64)],
     at_ms: u64,
 ) -> Result<(), mysql_async::Error> {
     if rows.is_empty() {
         return Ok(());
     }
-    let marks = vec!["(?,?,?)"; rows.len()].join(",");
-    let mut params: Vec<Value> = Vec::with_capacity(rows.len() * 3);
-    for (code, version) in rows {
-        params.extend([(*code).into(), (*version).into(), at_ms.into()]);
+    let marks = vec!["(?,?,?,?)"; rows.len()].join(",");
+    let mut params: Vec<Value> = Vec::with_capacity(rows.len() * 4);
+    for (code, domain, version) in rows {
+        params.extend([
+            (*code).into(),
+            (*domain).into(),
+            (*version).into(),
+            at_ms.into(),
+        ]);
     }
     conn.exec_drop(
-        format!("INSERT INTO outbox (code, version, created_at_ms) VALUES {marks}"),
+        format!("INSERT INTO outbox (code, domain, version, created_at_ms) VALUES {marks}"),
         params,
     )
     .await
@@ -139,16 +155,16 @@ impl Store {
             // Each read sees the latest committed row, not a snapshot.
             opts.with_isolation_level(IsolationLevel::ReadCommitted);
             let mut tx = conn.start_transaction(opts).await?;
-            let rows: Vec<(u64, String)> = match take {
+            let rows: Vec<(u64, String, Option<String>)> = match take {
                 // Waits if a drainer holds the row: when this returns, the
                 // row was applied (and deleted) by whoever had it, or is ours.
                 Take::One(id) => {
-                    tx.exec("SELECT id, code FROM outbox WHERE id = ? FOR UPDATE", (id,))
+                    tx.exec("SELECT id, code, domain FROM outbox WHERE id = ? FOR UPDATE", (id,))
                         .await?
                 }
                 Take::Oldest(n) => {
                     tx.exec(
-                        "SELECT id, code FROM outbox ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+                        "SELECT id, code, domain FROM outbox ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
                         (n as u64,),
                     )
                     .await?
@@ -162,7 +178,7 @@ impl Store {
                 tx.rollback().await?;
                 return Ok(pass);
             }
-            let mut codes: Vec<&str> = rows.iter().map(|(_, c)| c.as_str()).collect();
+            let mut codes: Vec<&str> = rows.iter().map(|(_, c, _)| c.as_str()).collect();
             codes.sort_unstable();
             codes.dedup();
             let marks = vec!["?"; codes.len()].join(",");
@@ -176,22 +192,26 @@ impl Store {
                 )
                 .await?;
             let now = now_unix();
-            let mut state: HashMap<String, Lookup> = current
+            let state: HashMap<String, (Option<String>, Lookup)> = current
                 .into_iter()
                 .map(|(code, s, url, domain, exp, v, o)| {
-                    let cols: LookupCols = (s, url, domain, exp, v, o);
-                    (code, lookup_of(Some(cols), now))
+                    let cols: LookupCols = (s, url, domain.clone(), exp, v, o);
+                    (code, (domain, lookup_of(Some(cols), now)))
                 })
                 .collect();
-            let mut done: HashMap<&str, bool> = HashMap::new();
+            let mut done: HashMap<(&str, Option<&str>), bool> = HashMap::new();
+            let none = (None, Lookup::Negative(0));
             let mut delete: Vec<Value> = Vec::new();
-            for (id, code) in &rows {
-                let ok = match done.get(code.as_str()) {
+            for (id, code, was) in &rows {
+                let key = (code.as_str(), was.as_deref());
+                let ok = match done.get(&key) {
                     Some(ok) => *ok,
                     None => {
-                        let l = state.remove(code.as_str()).unwrap_or(Lookup::Negative(0));
-                        let ok = applier.apply(code, &l).await;
-                        done.insert(code, ok);
+                        let (domain, l) = state.get(code.as_str()).unwrap_or(&none);
+                        let ok = applier
+                            .apply(code, domain.as_deref(), l, was.as_deref())
+                            .await;
+                        done.insert(key, ok);
                         ok
                     }
                 };

@@ -289,7 +289,12 @@ async fn append(
         })
         .collect();
     audit::insert(tx, &audit_rows).await?;
-    let changes: Vec<(&str, u64)> = free.iter().map(|r| (r.code.as_str(), r.version)).collect();
+    // The old link's domain: its key gets the free row's negative.
+    let changes: Vec<(&str, Option<&str>, u64)> = free
+        .iter()
+        .zip(old)
+        .map(|(r, before)| (r.code.as_str(), before.domain.as_deref(), r.version))
+        .collect();
     outbox::insert_many(tx, &changes, now_ms).await?;
     Ok(())
 }

@@ -55,6 +55,9 @@ pub struct OriginOpts {
     /// Environment of `serve` (e.g. `SHORTURL_FAILPOINTS`).
     pub env: Vec<(String, String)>,
     pub port: u16,
+    /// `redis.legacy_keys` (off: the tests see the protocol 3.5 keys and
+    /// messages alone; the upgrade tests turn it on).
+    pub legacy_keys: bool,
 }
 
 impl OriginOpts {
@@ -69,6 +72,7 @@ impl OriginOpts {
             apps_yaml: String::new(),
             env: Vec::new(),
             port: free_port(),
+            legacy_keys: false,
         }
     }
 
@@ -109,7 +113,7 @@ pub fn write_config(dir: &TempDir, o: &OriginOpts) -> PathBuf {
     let yaml = format!(
         "listen: 127.0.0.1:{port}\ndefault_domain: sho.rt\npublic_scheme: http\n\
          mysql:\n  url: '{mysql}'\n  timeout_ms: 1500\n{mysql_extra}\
-         redis:\n  url: '{redis}'\n  timeout_ms: 1000\n\
+         redis:\n  url: '{redis}'\n  timeout_ms: 1000\n  legacy_keys: {legacy}\n\
          links:\n{links}\
          apps:\n  - {{name: demo, key_sha256: {k1}, rate_per_sec: 100000, burst: 100000}}\n  - {{name: other, key_sha256: {k2}, rate_per_sec: 2, burst: 3}}\n  - {{name: support-admin, key_sha256: {k3}, scopes: [admin]}}\n{apps}\
          shutdown_grace_secs: 2\n{extra}",
@@ -123,6 +127,7 @@ pub fn write_config(dir: &TempDir, o: &OriginOpts) -> PathBuf {
         k3 = sha256_hex(ADMIN_KEY),
         apps = o.apps_yaml,
         extra = o.extra_yaml,
+        legacy = o.legacy_keys,
     );
     let p = dir.path().join("origin.yaml");
     std::fs::write(&p, yaml).unwrap();
@@ -413,11 +418,11 @@ impl Setup {
             .unwrap()
     }
 
-    /// The raw value of `su:1:link:{code}` in this setup's Redis.
+    /// The raw value of `su:1:link:sho.rt/{code}` (the default domain) in this setup's Redis.
     pub async fn redis_record(&self, code: &str) -> Option<String> {
         let mut c = self.redis_conn().await;
         redis::cmd("GET")
-            .arg(shorturl_common::keys::link_key(code))
+            .arg(shorturl_common::keys::link_key("sho.rt", code))
             .query_async(&mut c)
             .await
             .unwrap()
@@ -505,7 +510,7 @@ impl Subscriber {
                 .next(left)
                 .await
                 .unwrap_or_else(|| panic!("no invalidation for {code} within {timeout:?}"));
-            if m.split_once(' ').is_some_and(|(_, c)| c == code) {
+            if m.split(' ').nth(1) == Some(code) {
                 return m;
             }
         }

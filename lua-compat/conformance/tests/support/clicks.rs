@@ -309,7 +309,7 @@ pub fn record(redis_url: &str, code: &str, domain: &str) {
         redis_url,
         &[
             "SET",
-            &format!("su:1:link:{code}"),
+            &format!("su:1:link:{domain}/{code}"),
             &format!("2 1 {exp} {domain} https://example.com/{code}"),
         ],
     )

@@ -42,7 +42,7 @@ impl Origin {
                 format!(
                 "listen: 127.0.0.1:{port}\ndefault_domain: localhost\npublic_scheme: http\n\
                  mysql: {{ url: \"{db_url}\", timeout_ms: 3000 }}\n\
-                 redis: {{ {redis}, timeout_ms: 100 }}\n\
+                 redis: {{ {redis}, timeout_ms: 100, legacy_keys: false }}\n\
                  links: {{ allowed_domains: [\"s.shop55.com\"] }}\n\
                  apps:\n  - {{ name: demo, key_sha256: \"{key}\", rate_per_sec: 100000, burst: 100000, scopes: [links:create, links:read, links:manage, stats:read] }}\n\
                  shutdown_grace_secs: 1\n",

@@ -2,11 +2,13 @@
 -- needs from them: a per-worker LRU (resty.lrucache: no lock, no syscall)
 -- in front of the node-wide lua_shared_dict, answers that carry their row
 -- version and the time they were stored, per-worker tombstones, and this
--- worker's subscription state (driven by inval.lua).
+-- worker's subscription state (driven by inval.lua). Every entry,
+-- tombstone included, is keyed by (domain, code) (protocol 3.5): `key` is
+-- proto.cache_key(domain, code), so an answer only ever serves its domain.
 --
 -- Rules (lua-compat/README.md, "Invalidation"):
--- * a message `<v> <code>` drops the code's entries older than `v` and
---   leaves a tombstone `code -> v` for cache.tombstone_ttl_ms: an answer
+-- * a message `<v> <code> <domain>` drops that key's entries older than
+--   `v` and leaves a tombstone `key -> v` for cache.tombstone_ttl_ms: an answer
 --   older than a tombstone is neither stored nor served;
 -- * while this worker is not subscribed (since `down_since`: the last time
 --   the connection was known alive), an entry is served at most
@@ -26,7 +28,7 @@ local M = {}
 
 local lru   -- per-worker resty.lrucache, nil when disabled
 local dict  -- ngx.shared.shorturl_cache, nil when disabled
-local tombs -- per-worker resty.lrucache: code -> newest announced version
+local tombs -- per-worker resty.lrucache: key -> newest announced version
 local grace, tomb_ttl
 
 -- This worker's subscription (set by inval.lua through subscribed() and
@@ -64,11 +66,11 @@ function M.init_worker(cfg)
 end
 
 -- True when a tombstone announces a newer version than `ans` carries.
-local function superseded(code, ans)
+local function superseded(key, ans)
     if not tombs or ans.kind == "unav" then
         return false
     end
-    local tv = tombs:get(code)
+    local tv = tombs:get(key)
     return tv ~= nil and ans.v < tv
 end
 M.superseded = superseded
@@ -81,7 +83,7 @@ local function parse_shared(s)
 end
 
 -- A shared entry, when this worker may trust it; copied into the LRU.
-local function from_shared(code, s)
+local function from_shared(key, s)
     local fresh_until, at, cached = parse_shared(s)
     local t = now()
     local ttl = fresh_until - t
@@ -90,7 +92,7 @@ local function from_shared(code, s)
     end
     if at < epoch_start then
         -- Stored before this worker's subscription: it may have missed a message.
-        dict:delete(code)
+        dict:delete(key)
         return nil
     end
     if down then
@@ -104,30 +106,30 @@ local function from_shared(code, s)
     if not ans then
         return nil
     end
-    if superseded(code, ans) then
-        dict:delete(code)
+    if superseded(key, ans) then
+        dict:delete(key)
         return nil
     end
     ans.at = at
     if lru then
-        lru:set(code, ans, ttl)
+        lru:set(key, ans, ttl)
     end
     return ans
 end
 
--- The answer cached for `code` in this worker or on this node, or nil.
+-- The answer cached for `key` in this worker or on this node, or nil.
 -- The hot path: one LRU get and, while subscribed, one more test.
-function M.get(code)
+function M.get(key)
     if lru then
-        local e = lru:get(code)
+        local e = lru:get(key)
         if e and (not down or e.at >= down_since or now() < down_until) then
             return e
         end
     end
     if dict then
-        local s = dict:get(code)
+        local s = dict:get(key)
         if s then
-            return from_shared(code, s)
+            return from_shared(key, s)
         end
     end
     return nil
@@ -140,8 +142,8 @@ end
 
 -- Stores `ans` for `ttl` seconds, unless a resubscription happened since
 -- the lookup began (`ep`) or a tombstone announces a newer version.
-function M.put(code, ans, ttl, ep)
-    if ep ~= epoch or superseded(code, ans) then
+function M.put(key, ans, ttl, ep)
+    if ep ~= epoch or superseded(key, ans) then
         return
     end
     if down then
@@ -153,10 +155,10 @@ function M.put(code, ans, ttl, ep)
     local t = now()
     ans.at = t
     if lru then
-        lru:set(code, ans, ttl)
+        lru:set(key, ans, ttl)
     end
     if dict then
-        dict:set(code, format("%.3f|%.3f|%s", t + ttl, t, proto.encode(ans)), ttl)
+        dict:set(key, format("%.3f|%.3f|%s", t + ttl, t, proto.encode(ans)), ttl)
     end
 end
 
@@ -165,28 +167,29 @@ local function version_of(ans)
     return ans and ans.v or -1
 end
 
--- A message `<v> <code>`: tombstone, then drop this worker's entry and the
--- node's unless they already hold version v or newer.
-function M.invalidate(code, v)
-    local tv = tombs:get(code)
+-- A message `<v> <code> <domain>` (`key`: their cache key): tombstone,
+-- then drop this worker's entry and the node's unless they already hold
+-- version v or newer.
+function M.invalidate(key, v)
+    local tv = tombs:get(key)
     if not tv or tv < v then
-        tombs:set(code, v, tomb_ttl)
+        tombs:set(key, v, tomb_ttl)
     end
     if lru then
-        local e, stale = lru:get(code)
+        local e, stale = lru:get(key)
         if e and version_of(e) < v then
-            lru:delete(code)
+            lru:delete(key)
             counters.inc("inval_drop_worker")
         elseif stale then
-            lru:delete(code)
+            lru:delete(key)
         end
     end
     if dict then
-        local s = dict:get(code)
+        local s = dict:get(key)
         if s then
             local _, _, cached = parse_shared(s)
             if version_of(proto.decode_cached(cached)) < v then
-                dict:delete(code)
+                dict:delete(key)
                 counters.inc("inval_drop_node")
             end
         end

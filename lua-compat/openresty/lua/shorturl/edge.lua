@@ -95,13 +95,25 @@ end
 
 local OUTCOME_OF = { found = "HIT", neg = "NEG", unav = "FAIL" }
 
+-- The answer for a request without a Host (HTTP/1.0): it is for no domain,
+-- so no record is its; answered as a cached `- 0`, nothing looked up or
+-- stored (protocol 3.5). Never modified.
+local NO_DOMAIN = { kind = "neg", v = 0 }
+
 -- The record lookup every code route shares, redirects and pages
--- (Edge::look_up): the node's caches, else Redis and the origin (coalesced,
--- stored, negatives included), with the client's unknown-code budget
--- checked before any work that is not a cached record. Returns the answer,
--- or nil when the client is over its budget (429).
-local function look_up(code)
-    local ans = cache.get(code)
+-- (Edge::look_up), keyed by (host, code) (protocol 3.5): the node's caches,
+-- else Redis and the origin (coalesced, stored, negatives included), with
+-- the client's unknown-code budget checked before any work that is not a
+-- cached record. Returns the answer, or nil when the client is over its
+-- budget (429).
+local function look_up(host, code)
+    local key, ans
+    if host then
+        key = proto.cache_key(host, code)
+        ans = cache.get(key)
+    else
+        ans = NO_DOMAIN
+    end
     if ans then
         stat("local_hit")
         var.su_outcome = OUTCOME_OF[ans.kind]
@@ -117,7 +129,7 @@ local function look_up(code)
     local source
     -- An exiting worker's last click flush waits for lookups in flight.
     clicks.lookup_started()
-    ans, source = lookup.resolve(code)
+    ans, source = lookup.resolve(host, code, key)
     clicks.lookup_ended()
     var.su_outcome = source
     return ans
@@ -210,7 +222,7 @@ end
 -- `head`: the request head (read_head), `pq` its path and query; a
 -- redirect answered is a click.
 local function redirect_or_404(code, host, head, pq)
-    local ans = look_up(code)
+    local ans = look_up(host, code)
     if not ans then
         return too_many("unknown")
     end
@@ -270,7 +282,7 @@ end
 -- is healthy: a cached page is still served (stale), an uncached one fails
 -- into page_failed().
 local function page(host, kind, code, pq, head)
-    local ans = look_up(code)
+    local ans = look_up(host, code)
     if not ans then
         return too_many("unknown")
     end

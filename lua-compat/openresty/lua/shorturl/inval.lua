@@ -1,10 +1,11 @@
 -- The invalidation subscriber (protocol section 3.2): every worker holds
 -- its own subscription to su:1:inval on its own Redis connection, in a
--- timer, and applies each `<version> <code>` to its LRU and to the shared
--- dict (cache.invalidate). Per worker rather than one agent feeding the
--- others through the shared dict: a message reaches each worker's LRU the
--- moment it arrives (no polling, no lock on the hit path), and each
--- worker's subscription state covers exactly the entries it serves.
+-- timer, and applies each `<version> <code> <domain>` (protocol 3.5) to its
+-- LRU and to the shared dict (cache.invalidate). Per worker rather than one
+-- agent feeding the others through the shared dict: a message reaches each
+-- worker's LRU the moment it arrives (no polling, no lock on the hit
+-- path), and each worker's subscription state covers exactly the entries
+-- it serves.
 --
 -- The connection is watched: PING after `ping_every` of silence, and no
 -- frame at all for `dead_after` means it is gone (a cut without a reset);
@@ -75,13 +76,20 @@ local function subscribe()
 end
 
 local function on_message(payload)
-    local v, code = proto.decode_inval(payload)
+    local v, code, domain = proto.decode_inval(payload)
     if not v then
         counters.inc("inval_invalid")
         ngx.log(ngx.WARN, "shorturl: malformed invalidation message: ", payload:sub(1, 64))
         return
+    elseif not domain then
+        -- `<version> <code>`: still published during an upgrade for edges
+        -- of the previous version; the same change comes with its domain.
+        counters.inc("inval_legacy")
+        ngx.log(ngx.DEBUG, "shorturl: legacy invalidation message ignored: ", payload)
+        return
     end
-    cache.invalidate(code, v)
+    cache.invalidate(proto.cache_key(domain, code), v)
+    -- Pages are purged by code, on every domain (their keys carry the host).
     pages.purge(code)
     counters.inc("inval_applied")
 end

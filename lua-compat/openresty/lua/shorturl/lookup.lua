@@ -1,6 +1,7 @@
 -- Lookups: the node's caches (cache.lua: per-worker LRU, then the
--- lua_shared_dict) -> Redis -> origin record endpoint. Concurrent misses for
--- one code on a node are coalesced with a shared-dict lock: the first request
+-- lua_shared_dict) -> Redis -> origin record endpoint, all keyed by (domain,
+-- code) (protocol 3.5). Concurrent misses for one (domain, code) on a node
+-- are coalesced with a shared-dict lock: the first request
 -- (leader) looks up and publishes its answer under a token; the others wait
 -- for it (the old "lock" counter). An answer older than an invalidation
 -- that arrived meanwhile (a tombstone) is looked up once more, never stored.
@@ -48,13 +49,28 @@ local function ttl_for(ans, max_age)
     return ttl
 end
 
-local function fetch_record(code)
+-- A record bound to another domain than its key's is no link there (should
+-- never happen): the negative `- 0` (Lookup::for_domain).
+local function for_domain(ans, domain)
+    if ans.kind == "found" and ans.domain ~= domain then
+        ngx.log(ngx.WARN, "shorturl: record for ", domain, " names domain ", ans.domain, ": answered as - 0")
+        return { kind = "neg", v = 0 }
+    end
+    return ans
+end
+
+-- `?domain=` as the Pingora edge writes it (OriginPool::fetch_record): a
+-- name as it is, an IPv6 literal's brackets and colons percent-encoded.
+local DOMAIN_ESCAPES = { ["["] = "%5B", ["]"] = "%5D", [":"] = "%3A" }
+
+local function fetch_record(domain, code)
     local o = origins.select()
     if not o then
         return nil, nil, "no healthy origin"
     end
-    local r, err = http.get(o, "/internal/v1/records/" .. code, cfg.default_domain, cfg.origin.record_timeout_ms,
-        cfg.origin.connect_timeout_ms, cfg.origin_auth)
+    local q = domain:gsub("[%[%]:]", DOMAIN_ESCAPES)
+    local r, err = http.get(o, "/internal/v1/records/" .. code .. "?domain=" .. q, cfg.default_domain,
+        cfg.origin.record_timeout_ms, cfg.origin.connect_timeout_ms, cfg.origin_auth)
     if not r then
         return nil, nil, err
     end
@@ -66,19 +82,19 @@ local function fetch_record(code)
     if not ans or (r.status == 404 and ans.kind ~= "neg") then
         return nil, nil, "origin answer is malformed"
     end
-    return ans, http.max_age(r.headers["cache-control"])
+    return for_domain(ans, domain), http.max_age(r.headers["cache-control"])
 end
 
 -- Redis, then the origin. Never fails: failure is an "unav" answer.
-local function lookup(code)
-    local v, err = redis.get(cfg.redis_conn, proto.link_key(code))
+local function lookup(domain, code)
+    local v, err = redis.get(cfg.redis_conn, proto.link_key(domain, code))
     if v then
         local ans = proto.decode(v)
         if ans then
             stat("redis_hit")
-            return ans, "REDIS"
+            return for_domain(ans, domain), "REDIS"
         end
-        ngx.log(ngx.WARN, "shorturl: malformed record in redis for ", code)
+        ngx.log(ngx.WARN, "shorturl: malformed record in redis for ", domain, "/", code)
         stat("redis_error")
     elseif v == false then
         stat("redis_miss")
@@ -87,11 +103,11 @@ local function lookup(code)
         stat("redis_error")
     end
     stat("origin_forward")
-    local ans, max_age, ferr = fetch_record(code)
+    local ans, max_age, ferr = fetch_record(domain, code)
     if ans then
         return ans, "ORIGIN", max_age
     end
-    ngx.log(ngx.WARN, "shorturl: origin record fetch failed for ", code, ": ", ferr)
+    ngx.log(ngx.WARN, "shorturl: origin record fetch failed for ", domain, "/", code, ": ", ferr)
     stat("origin_error")
     return proto.unav(), "FAIL"
 end
@@ -99,15 +115,15 @@ end
 -- lookup(), once more when a message announced a newer version while it
 -- ran (Redis already holds that version: the origin writes before it
 -- publishes).
-local function fresh_lookup(code)
-    local ok, ans, source, max_age = pcall(lookup, code)
+local function fresh_lookup(domain, code, key)
+    local ok, ans, source, max_age = pcall(lookup, domain, code)
     if not ok then
         ngx.log(ngx.ERR, "shorturl: lookup failed: ", ans)
         return proto.unav(), "FAIL"
     end
-    if cache.superseded(code, ans) then
+    if cache.superseded(key, ans) then
         counters.inc("inval_superseded")
-        ok, ans, source, max_age = pcall(lookup, code)
+        ok, ans, source, max_age = pcall(lookup, domain, code)
         if not ok then
             ngx.log(ngx.ERR, "shorturl: lookup failed: ", ans)
             return proto.unav(), "FAIL"
@@ -116,12 +132,12 @@ local function fresh_lookup(code)
     return ans, source, max_age
 end
 
--- Looks `code` up and stores the answer (cache.put refuses what a
--- resubscription or a tombstone made doubtful).
-local function lookup_and_store(code)
+-- Looks (domain, code) up and stores the answer under `key` (cache.put
+-- refuses what a resubscription or a tombstone made doubtful).
+local function lookup_and_store(domain, code, key)
     local ep = cache.epoch()
-    local ans, source, max_age = fresh_lookup(code)
-    cache.put(code, ans, ttl_for(ans, max_age), ep)
+    local ans, source, max_age = fresh_lookup(domain, code, key)
+    cache.put(key, ans, ttl_for(ans, max_age), ep)
     return ans, source
 end
 
@@ -135,13 +151,14 @@ local function from_cache(cached)
     return cached, cached.kind == "unav" and "FAIL" or "HIT"
 end
 
--- After a local miss: join an in-flight lookup of `code` or lead one.
-function M.resolve(code)
+-- After a local miss: join an in-flight lookup of `code` on `domain` (a
+-- normalised host; `key`: proto.cache_key(domain, code)) or lead one.
+function M.resolve(domain, code, key)
     if not coalesce then
         -- No node cache (Redis-only mode, or LRU only): nothing to coalesce into.
-        return lookup_and_store(code)
+        return lookup_and_store(domain, code, key)
     end
-    local lock_key = "l:" .. code
+    local lock_key = "l:" .. key
     local exptime = lock_secs()
     for _ = 1, 3 do
         token_seq = token_seq + 1
@@ -149,12 +166,12 @@ function M.resolve(code)
         local ok = state:add(lock_key, token, exptime)
         if ok then
             -- The previous leader may have finished between our miss and the lock.
-            local cached = cache.get(code)
+            local cached = cache.get(key)
             if cached then
                 state:delete(lock_key)
                 return from_cache(cached)
             end
-            local ans, source = lookup_and_store(code)
+            local ans, source = lookup_and_store(domain, code, key)
             state:set("r:" .. token, source .. " " .. proto.encode(ans), exptime)
             state:delete(lock_key)
             return ans, source
@@ -171,11 +188,11 @@ function M.resolve(code)
                     local ans = proto.decode_cached(sub(r, sp + 1)) or proto.unav()
                     if ans.kind == "unav" then
                         stat("lock_error")
-                    elseif cache.superseded(code, ans) then
+                    elseif cache.superseded(key, ans) then
                         -- This worker heard of a newer version than the
                         -- leader's answer: look it up itself.
                         counters.inc("inval_superseded")
-                        return lookup_and_store(code)
+                        return lookup_and_store(domain, code, key)
                     end
                     return ans, sub(r, 1, sp - 1)
                 end
@@ -189,12 +206,12 @@ function M.resolve(code)
             end
         end
         -- The lock vanished between add and get: its answer is cached now.
-        local cached = cache.get(code)
+        local cached = cache.get(key)
         if cached then
             return from_cache(cached)
         end
     end
-    return lookup_and_store(code)
+    return lookup_and_store(domain, code, key)
 end
 
 return M

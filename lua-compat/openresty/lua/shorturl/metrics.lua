@@ -88,9 +88,10 @@ function M.metrics()
         .. "worker's cache)."
     out[#out + 1] = "# TYPE shorturl_inval_subscriptions_total counter"
     out[#out + 1] = format("shorturl_inval_subscriptions_total %d", counters.metric("inval_subscriptions"))
-    out[#out + 1] = "# HELP shorturl_inval_messages_total Invalidation messages received, summed over workers."
+    out[#out + 1] = "# HELP shorturl_inval_messages_total Invalidation messages received, summed over workers "
+        .. "(legacy: the form without a domain, ignored)."
     out[#out + 1] = "# TYPE shorturl_inval_messages_total counter"
-    for _, r in ipairs({ "applied", "invalid" }) do
+    for _, r in ipairs({ "applied", "invalid", "legacy" }) do
         out[#out + 1] = format('shorturl_inval_messages_total{result="%s"} %d', r, counters.metric("inval_" .. r))
     end
     out[#out + 1] = "# HELP shorturl_inval_dropped_total Cache entries dropped by a message, by cache "

@@ -1,6 +1,7 @@
 -- Protocol 2 rules (docs/protocol.md), mirroring common/src/{code,host,record,keys,inval}.rs
 -- byte for byte: the Pingora edge and this module must agree on every input.
--- Protocol 3 adds the record of a link with options (link_rules.lua).
+-- Protocol 3 adds the record of a link with options (link_rules.lua);
+-- protocol 3.5 keys records and invalidations by (domain, code).
 local link_rules = require("shorturl.link_rules")
 local byte, sub, find, lower, format = string.byte, string.sub, string.find, string.lower, string.format
 
@@ -96,8 +97,16 @@ function M.normalize_host(raw)
     return lower(host)
 end
 
-function M.link_key(code)
-    return M.PREFIX .. "link:" .. code
+-- The record of `code` on `domain` (a normalised host), protocol 3.5: keyed
+-- by both so a custom code can be one domain's and another's elsewhere.
+function M.link_key(domain, code)
+    return M.PREFIX .. "link:" .. domain .. "/" .. code
+end
+
+-- The key of (domain, code) in the node's caches, tombstones and lookup
+-- locks: neither a code nor a domain contains '/'.
+function M.cache_key(domain, code)
+    return domain .. "/" .. code
 end
 
 -- Parsed answers: tables of `kind` "found" ({v=, exp=, domain=, url=,
@@ -253,19 +262,35 @@ function M.decode_cached(s)
     return M.decode(s)
 end
 
--- Invalidation::decode: "<version> <code>" (protocol section 3.2); nil, nil
--- when malformed.
+-- Invalidation::decode (protocol 3.5, section 3.2): "<version> <code>
+-- <domain>" -> version, code, domain, with a normalised domain (as in the
+-- link key); the legacy "<version> <code>" (published for edges of the
+-- previous version during an upgrade) -> version, code, nil; nil when
+-- malformed.
 function M.decode_inval(msg)
     local sp = find(msg, " ", 1, true)
     if not sp then
         return nil
     end
     local v = digits(sub(msg, 1, sp - 1))
-    local code = sub(msg, sp + 1)
-    if not v or not M.is_valid_code(code) then
+    if not v then
         return nil
     end
-    return v, code
+    local rest = sub(msg, sp + 1)
+    local sp2 = find(rest, " ", 1, true)
+    if not sp2 then
+        if M.is_valid_code(rest) then
+            return v, rest, nil
+        end
+        return nil
+    end
+    local code, domain = sub(rest, 1, sp2 - 1), sub(rest, sp2 + 1)
+    -- Normalised: what normalize_host gives back unchanged (lower-case, no
+    -- port, no trailing dot, no padding).
+    if not M.is_valid_code(code) or domain == "" or M.normalize_host(domain) ~= domain then
+        return nil
+    end
+    return v, code, domain
 end
 
 M.INVAL_CHANNEL = M.PREFIX .. "inval"

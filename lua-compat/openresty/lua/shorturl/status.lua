@@ -91,13 +91,13 @@ end
 
 -- The `inval` section, node-wide (the same fields as the Pingora edge's):
 -- subscribed when every worker is; messages as heard by one worker (each
--- worker hears every message); entries dropped from the shared dict;
--- re-subscriptions beyond each worker's first.
+-- worker hears every message; the ignored legacy form included); entries
+-- dropped from the shared dict; re-subscriptions beyond each worker's first.
 local function inval_part()
     local m = counters.metric
     local workers = ngx.worker.count()
     local subscribed = inval.subscribed_workers() == workers
-    local messages = math.floor((m("inval_applied") + m("inval_invalid")) / workers)
+    local messages = math.floor((m("inval_applied") + m("inval_invalid") + m("inval_legacy")) / workers)
     local reconnects = math.max(0, m("inval_subscriptions") - workers)
     return format('"inval":{"subscribed":%s,"messages":%d,"dropped":%d,"superseded":%d,"reconnects":%d}',
         subscribed and "true" or "false", messages, m("inval_drop_node"), m("inval_superseded"), reconnects)
