@@ -5,7 +5,9 @@
 # wait_tcp PORT: up to WAIT_TCP_SECS (default 30) for a listener.
 wait_tcp() { for _ in $(seq 1 $(( ${WAIT_TCP_SECS:-30} * 20 ))); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "no listener on $1" >&2; exit 1; }
 
-# bench_redis PORT N: Redis on PORT with N records, valid for a day.
+# bench_redis PORT N: Redis on PORT with N records, valid for a day, under
+# both key forms (protocol 3.5 `{domain}/{code}` and the code-only form of
+# earlier versions), so a build from before 3.5 can be the baseline.
 # RULES=1: each record carries five link rules (protocol 3.1.1) that a
 # bench request (BENCH_HEADERS=1) walks through to the last, a country
 # rule answered from the edge's country database.
@@ -16,10 +18,10 @@ bench_redis() {
   PIDS+=($!); wait_tcp "$1"
   local exp=$(( $(date +%s) + 86400 ))
   if [ "${RULES:-0}" = 1 ]; then
-    awk -v ex="$exp" -v n="$2" -v rules="$RULES_JSON" 'BEGIN { gsub(/"/, "\\\"", rules); for (i = 0; i < n; i++) printf "SET su:1:link:s.shop55.com/c%05d \"3 1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench %s\"\n", i, ex, i, rules }' \
+    awk -v ex="$exp" -v n="$2" -v rules="$RULES_JSON" 'BEGIN { gsub(/"/, "\\\"", rules); for (i = 0; i < n; i++) for (k = 0; k < 2; k++) printf "SET su:1:link:%sc%05d \"3 1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench %s\"\n", (k ? "" : "s.shop55.com/"), i, ex, i, rules }' \
       | redis-cli -p "$1" --pipe >/dev/null
   else
-    awk -v ex="$exp" -v n="$2" 'BEGIN { for (i = 0; i < n; i++) printf "SET su:1:link:s.shop55.com/c%05d \"1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench\"\n", i, ex, i }' \
+    awk -v ex="$exp" -v n="$2" 'BEGIN { for (i = 0; i < n; i++) for (k = 0; k < 2; k++) printf "SET su:1:link:%sc%05d \"1 %d s.shop55.com https://example.com/landing/%05d?utm_source=bench\"\n", (k ? "" : "s.shop55.com/"), i, ex, i }' \
       | redis-cli -p "$1" --pipe >/dev/null
   fi
 }

@@ -3,6 +3,9 @@
 use super::entry::{Answer, Entry};
 use std::hash::{BuildHasher, Hasher, RandomState};
 
+/// Room for the longest valid key: a 253-byte host, `/`, a 32-byte code.
+const KEY_BUF: usize = 288;
+
 /// A code on a domain. `domain` is the request's host part as the protocol
 /// rules validated it (any case); hashing and comparing fold its case, so
 /// the hot path never lower-cases a `Host` into a new string.
@@ -13,31 +16,41 @@ pub struct Key<'a> {
 }
 
 impl Key<'_> {
-    /// The key's hash under the cache's random key: the domain lower-cased
-    /// (in a stack buffer only when it has an upper-case letter), a
-    /// separator no domain or code contains, then the code.
+    /// The key's hash under the cache's random key: `domain/code` with the
+    /// domain lower-cased, copied into a stack buffer and hashed in one
+    /// `write` (one call costs far fewer instructions than three). Hosts
+    /// are at most 253 bytes and codes 32, so every key fits; a longer one
+    /// (never valid) is hashed in chunks, the same way every time.
     pub(super) fn hash(&self, keys: &RandomState) -> u64 {
+        let (d, c) = (self.domain.as_bytes(), self.code.as_bytes());
         let mut h = keys.build_hasher();
-        let d = self.domain.as_bytes();
-        if d.iter().any(u8::is_ascii_uppercase) {
-            let mut buf = [0u8; 64];
-            for chunk in d.chunks(buf.len()) {
+        let n = d.len() + 1 + c.len();
+        let mut buf = [0u8; KEY_BUF];
+        if n <= KEY_BUF {
+            for (o, b) in buf.iter_mut().zip(d) {
+                *o = b.to_ascii_lowercase();
+            }
+            buf[d.len()] = b'/';
+            buf[d.len() + 1..n].copy_from_slice(c);
+            h.write(&buf[..n]);
+        } else {
+            for chunk in d.chunks(KEY_BUF) {
                 let out = &mut buf[..chunk.len()];
                 out.copy_from_slice(chunk);
                 out.make_ascii_lowercase();
                 h.write(out);
             }
-        } else {
-            h.write(d);
+            h.write_u8(b'/');
+            h.write(c);
         }
-        h.write_u8(b'/');
-        h.write(self.code.as_bytes());
         h.finish()
     }
 
-    /// True when `e` is this key's entry.
+    /// True when `e` is this key's entry (its domain is lower-case, and so
+    /// is nearly every Host: bytes first, case-blind only if they differ).
     pub(super) fn is_of(&self, e: &Entry) -> bool {
-        e.code() == self.code && e.domain().eq_ignore_ascii_case(self.domain)
+        let d = e.domain();
+        e.code() == self.code && (d == self.domain || d.eq_ignore_ascii_case(self.domain))
     }
 
     /// The tombstone's name for the key: `domain/code`, lower-cased domain.
@@ -75,6 +88,10 @@ mod tests {
         assert_eq!(h(&long, "sale"), h(&upper, "sale"));
         assert_ne!(h("s.shop55.com", "sale"), h("go.brand91.cn", "sale"));
         assert_ne!(h("s.shop55.com", "sale"), h("s.shop55.com", "Sale"));
+        // Past the buffer (never a valid key): still case-blind.
+        let huge = "b".repeat(300);
+        let huge_upper = huge.to_ascii_uppercase();
+        assert_eq!(h(&huge, "sale"), h(&huge_upper, "sale"));
         assert_eq!(
             Key {
                 domain: "S.com",
