@@ -169,6 +169,11 @@ impl Accumulator {
         self.clicks
     }
 
+    /// Links counted since the last take (what its memory grows with).
+    pub fn links(&self) -> usize {
+        self.links.len()
+    }
+
     /// Takes everything counted as batches of at most `max_lines` lines
     /// (a link's lines are never split across batches), ids from `ids`.
     pub fn take_batches(&mut self, ids: &BatchIds, max_lines: usize) -> Vec<Batch> {

@@ -11,6 +11,10 @@ pub const MAX_FLUSH_INTERVAL_MS: u64 = 5000;
 pub const MIN_FLUSH_INTERVAL_MS: u64 = 50;
 /// Largest per-thread queue (each slot holds a whole click, ~300 bytes).
 pub const MAX_QUEUE_PER_THREAD: usize = 1 << 20;
+/// Bounds of `max_links`: below, batches get tiny; above, the counts
+/// could take a gigabyte.
+pub const MIN_MAX_LINKS: usize = 100;
+pub const MAX_MAX_LINKS: usize = 1_000_000;
 
 /// `edge.clicks` as written.
 #[derive(Debug, Deserialize)]
@@ -22,6 +26,7 @@ pub struct ClicksFile {
     pub edge_name: Option<String>,
     pub max_buffered_clicks: u64,
     pub queue_per_thread: usize,
+    pub max_links: usize,
 }
 
 impl Default for ClicksFile {
@@ -32,6 +37,7 @@ impl Default for ClicksFile {
             edge_name: None,
             max_buffered_clicks: 1_000_000,
             queue_per_thread: 65_536,
+            max_links: 20_000,
         }
     }
 }
@@ -50,6 +56,10 @@ pub struct ClicksConfig {
     pub max_buffered_clicks: u64,
     /// Clicks each request thread can hold between two drains.
     pub queue_per_thread: usize,
+    /// Distinct links counted before a batch is cut early: what bounds the
+    /// counts' memory (about a kilobyte a link) when many distinct links
+    /// are clicked within one flush interval (a scan, an import).
+    pub max_links: usize,
 }
 
 /// Whether `s` is an edge name or nonce of a batch id.
@@ -108,7 +118,14 @@ pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, FieldError> {
             format!("must be between 1 and {MAX_QUEUE_PER_THREAD}"),
         );
     }
+    if !(MIN_MAX_LINKS..=MAX_MAX_LINKS).contains(&f.max_links) {
+        return bad(
+            "edge.clicks.max_links",
+            format!("must be between {MIN_MAX_LINKS} and {MAX_MAX_LINKS}"),
+        );
+    }
     Ok(ClicksConfig {
+        max_links: f.max_links,
         enabled: f.enabled,
         flush_interval: Duration::from_millis(f.flush_interval_ms),
         edge_name,
@@ -137,7 +154,7 @@ mod tests {
 
     #[test]
     fn rejects_mistakes() {
-        let cases: [(ClicksFile, &str); 5] = [
+        let cases: [(ClicksFile, &str); 7] = [
             (
                 ClicksFile {
                     flush_interval_ms: 5001,
@@ -172,6 +189,20 @@ mod tests {
                     ..Default::default()
                 },
                 "queue_per_thread",
+            ),
+            (
+                ClicksFile {
+                    max_links: 99,
+                    ..Default::default()
+                },
+                "max_links",
+            ),
+            (
+                ClicksFile {
+                    max_links: 1_000_001,
+                    ..Default::default()
+                },
+                "max_links",
             ),
         ];
         for (f, field) in cases {

@@ -142,7 +142,8 @@ impl BackgroundService for ClickFlusher {
             // thread of this background runtime.
             lower_priority();
             self.clicks.drain();
-            if shutting_down || Instant::now() >= next_flush {
+            let early = self.clicks.take_early_cut();
+            if shutting_down || early || Instant::now() >= next_flush {
                 next_flush = Instant::now() + self.flush_interval;
                 self.clicks.cut();
                 if let Some(c) = conn.as_mut() {

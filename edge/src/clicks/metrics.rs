@@ -25,6 +25,12 @@ pub struct ClicksMetrics {
     pub dropped_stream_full: IntCounter,
     /// Clicks counted and not sent yet.
     pub buffered: IntGauge,
+    /// Distinct links in the counts since the last cut
+    /// (`clicks_links_held`; bounded by `clicks.max_links`).
+    pub links_held: IntGauge,
+    /// Batches cut before the flush interval because the counts reached
+    /// `clicks.max_links` (`click_early_cuts_total`).
+    pub early_cuts: IntCounter,
 }
 
 impl ClicksMetrics {
@@ -71,6 +77,14 @@ impl ClicksMetrics {
             "shorturl_edge_clicks_buffered",
             "Clicks counted and not yet appended to the stream.",
         )?;
+        let links_held = IntGauge::new(
+            "shorturl_edge_clicks_links_held",
+            "Distinct links in the click counts since the last cut (at most clicks.max_links).",
+        )?;
+        let early_cuts = IntCounter::new(
+            "shorturl_edge_click_early_cuts_total",
+            "Cuts made before the flush interval because the counts reached clicks.max_links.",
+        )?;
         let m = ClicksMetrics {
             human: clicks.with_label_values(&["human"]),
             bot: clicks.with_label_values(&["bot"]),
@@ -80,6 +94,8 @@ impl ClicksMetrics {
             dropped_buffer_full: dropped.with_label_values(&["buffer_full"]),
             dropped_stream_full: dropped.with_label_values(&["stream_full"]),
             buffered: buffered.clone(),
+            links_held: links_held.clone(),
+            early_cuts: early_cuts.clone(),
         };
         Ok((
             m,
@@ -88,6 +104,8 @@ impl ClicksMetrics {
                 Box::new(batches),
                 Box::new(dropped),
                 Box::new(buffered),
+                Box::new(links_held),
+                Box::new(early_cuts),
             ],
         ))
     }

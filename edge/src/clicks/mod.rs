@@ -28,7 +28,7 @@ use record::Registry;
 use shorturl_common::clicks::{Accumulator, BatchIds, Device, STREAM_KEY, STREAM_MAXLEN};
 use shorturl_common::link_rules::Destination;
 use shorturl_common::status::ClicksDim;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -62,6 +62,10 @@ pub struct Clicks {
     sent: AtomicU64,
     /// Unix seconds; 0: never.
     last_flush: AtomicU64,
+    /// `clicks.max_links`: the counts are cut when they reach it.
+    max_links: usize,
+    /// A drain cut batches early: send them without waiting for the flush.
+    cut_early: AtomicBool,
 }
 
 /// A nonce new at every start: 16 hex digits from the process id, the
@@ -99,6 +103,8 @@ impl Clicks {
             }),
             sent: AtomicU64::new(0),
             last_flush: AtomicU64::new(0),
+            max_links: cfg.max_links.max(1),
+            cut_early: AtomicBool::new(false),
         })
     }
 
@@ -150,9 +156,16 @@ impl Clicks {
         self.metrics
             .buffered
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+        self.metrics
+            .links_held
+            .set(i64::try_from(st.acc.links()).unwrap_or(i64::MAX));
     }
 
     /// Moves every queued click into the accumulator. Returns how many.
+    /// Counts that reach `clicks.max_links` distinct links are cut into
+    /// batches at once (see [`Clicks::take_early_cut`]): their memory is
+    /// bounded by configuration, not by how many links a flush interval
+    /// happens to see.
     pub fn drain(&self) -> u64 {
         let mut st = self.state();
         let (mut human, mut bot) = (0, 0);
@@ -170,6 +183,11 @@ impl Clicks {
                     human += 1;
                 }
             }
+            if st.acc.links() >= self.max_links {
+                self.cut_locked(&mut st);
+                self.metrics.early_cuts.inc();
+                self.cut_early.store(true, Ordering::Relaxed);
+            }
         });
         self.metrics.human.inc_by(human);
         self.metrics.bot.inc_by(bot);
@@ -177,10 +195,20 @@ impl Clicks {
         n
     }
 
+    /// True once after a drain cut batches early: the flusher sends them
+    /// then, not at the next flush interval.
+    pub fn take_early_cut(&self) -> bool {
+        self.cut_early.swap(false, Ordering::Relaxed)
+    }
+
     /// Cuts what the accumulator holds into batches at the end of the
     /// unsent buffer (dropping its oldest past the bound).
     pub fn cut(&self) {
         let mut st = self.state();
+        self.cut_locked(&mut st);
+    }
+
+    fn cut_locked(&self, st: &mut State) {
         if st.acc.is_empty() {
             return;
         }
@@ -198,7 +226,7 @@ impl Clicks {
                 tracing::warn!(dropped, "click buffer full: oldest unsent batches dropped");
             }
         }
-        self.update_gauge(&st);
+        self.update_gauge(st);
     }
 
     /// Appends the oldest unsent batch to the stream. `Ok(false)`: nothing
@@ -272,5 +300,50 @@ impl Clicks {
             dropped: self.metrics.dropped(),
             last_flush_unix: (last > 0).then_some(last),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::record::ClickParts;
+    use super::*;
+
+    fn parts() -> ClickParts<'static> {
+        ClickParts {
+            head: false,
+            user_agent: Some(b"Mozilla/5.0 (Windows NT 10.0) Chrome/126.0"),
+            referer: None,
+            destination: None,
+        }
+    }
+
+    #[test]
+    fn the_counts_are_cut_when_they_reach_max_links_and_nothing_is_lost() {
+        let cfg = config::from_file(config::ClicksFile {
+            max_links: 100,
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = ClicksMetrics::unregistered().unwrap_or_else(|e| panic!("{e}"));
+        let c = Clicks::new(&cfg, "n0nce", metrics).unwrap_or_else(|e| panic!("{e}"));
+        let now = shorturl_common::time::now_unix();
+        // 250 distinct links, the first one clicked twice.
+        for i in 0..250 {
+            c.record_parts(parts(), &format!("lnk{i:04}"), now);
+        }
+        c.record_parts(parts(), "lnk0000", now);
+        assert_eq!(c.drain(), 251);
+        // Cut at 100 and at 200 links; 50 left in the counts, and the
+        // first link again (its first click went out with the first cut).
+        assert_eq!(c.metrics.early_cuts.get(), 2);
+        assert_eq!(c.metrics.links_held.get(), 51);
+        assert!(c.take_early_cut());
+        assert!(!c.take_early_cut(), "reported once");
+        c.cut();
+        assert_eq!(c.metrics.links_held.get(), 0);
+        // Every click is in some batch, exactly once.
+        let st = c.state();
+        assert_eq!(st.pending.clicks(), 251);
+        assert_eq!(c.metrics.human.get(), 251);
     }
 }
