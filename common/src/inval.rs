@@ -60,9 +60,10 @@ impl<'a> Invalidation<'a> {
         format!("{} {} {}", self.version, self.code, self.domain)
     }
 
-    /// The legacy text, for edges of the previous version.
-    pub fn encode_legacy(&self) -> String {
-        format!("{} {}", self.version, self.code)
+    /// The legacy text `<version> <code>`, for edges of the previous
+    /// version.
+    pub fn encode_legacy(version: u64, code: &str) -> String {
+        format!("{version} {code}")
     }
 }
 
@@ -78,7 +79,7 @@ mod tests {
             domain: "s.shop55.com",
         };
         assert_eq!(m.encode(), "12 aB3xYz s.shop55.com");
-        assert_eq!(m.encode_legacy(), "12 aB3xYz");
+        assert_eq!(Invalidation::encode_legacy(12, "aB3xYz"), "12 aB3xYz");
         assert_eq!(
             Invalidation::decode("12 aB3xYz s.shop55.com"),
             Some(Message::Link(m))

@@ -211,15 +211,6 @@ impl Lookup {
         }
     }
 
-    /// This answer as the answer for `domain`'s key (protocol 3.5): a
-    /// record bound to another domain is no link there, `- 0`.
-    pub fn for_domain(self, domain: &str) -> Lookup {
-        match self {
-            Lookup::Found(r) if !r.binds(domain) => Lookup::Negative(0),
-            l => l,
-        }
-    }
-
     /// The row version this answer reflects.
     pub fn version(&self) -> u64 {
         match self {

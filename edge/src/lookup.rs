@@ -223,7 +223,7 @@ impl Resolver {
                 Ok(l) => {
                     self.metrics.redis_hit.inc();
                     return Resolved {
-                        answer: to_answer(l.for_domain(domain)),
+                        answer: to_answer(l),
                         source: Outcome::Redis,
                         max_age: None,
                         entry: None,
@@ -246,7 +246,7 @@ impl Resolver {
         // future, Redis hits included, for the rare origin case.
         match Box::pin(self.origin.fetch_record(domain, code)).await {
             Ok(a) => Resolved {
-                answer: to_answer(a.lookup.for_domain(domain)),
+                answer: to_answer(a.lookup),
                 source: Outcome::Origin,
                 max_age: a.max_age,
                 entry: None,

@@ -25,6 +25,7 @@
 
 use crate::config::RedisConfig;
 use crate::metrics::Metrics;
+use crate::store::CodeState;
 use redis::{AsyncCommands, Script};
 use shorturl_common::inval::Invalidation;
 use shorturl_common::keys;
@@ -132,12 +133,7 @@ impl Slot<'_> {
                 domain,
             }
             .encode(),
-            Slot::Legacy(code) => Invalidation {
-                version,
-                code,
-                domain: "",
-            }
-            .encode_legacy(),
+            Slot::Legacy(code) => Invalidation::encode_legacy(version, code),
         }
     }
 }
@@ -185,11 +181,6 @@ impl Cache {
                 None
             }
         }
-    }
-
-    /// Whether records also go to their legacy keys (`redis.legacy_keys`).
-    pub fn legacy_keys(&self) -> bool {
-        self.cfg.legacy_keys
     }
 
     /// Looks up the record of `code` on `domain`; with no domain (an edge
@@ -404,29 +395,23 @@ impl Cache {
         self.write(slot, lookup, publish, wait).await
     }
 
-    /// Caches what a resolution read from MySQL (no message): `state`, the
-    /// code's row bound to `row_domain`, under its keys, and, when the
-    /// resolution asked for another domain, that key's answer (no link
-    /// there, `- 0`). Best-effort.
-    pub async fn put_record(
-        &self,
-        code: &str,
-        asked: Option<&str>,
-        row_domain: Option<&str>,
-        state: &Lookup,
-    ) {
+    /// Caches what a resolution read from MySQL (no message): the code's
+    /// row under its keys, and, when the resolution asked for another
+    /// domain, what that key answers ([`CodeState::answer_for`]).
+    /// Best-effort.
+    pub async fn put_record(&self, code: &str, asked: Option<&str>, state: &CodeState) {
+        let row_domain = state.domain.as_deref();
         let other = async {
             match asked {
                 Some(domain) if Some(domain) != row_domain => {
                     let slot = Slot::Link { domain, code };
-                    let _ = self
-                        .write(slot, &Lookup::Negative(0), Publish::No, false)
-                        .await;
+                    let answer = state.answer_for(domain);
+                    let _ = self.write(slot, &answer, Publish::No, false).await;
                 }
                 _ => {}
             }
         };
-        let own = self.write_slots(code, row_domain, state, Publish::No, false);
+        let own = self.write_slots(code, row_domain, &state.lookup, Publish::No, false);
         let _ = tokio::join!(other, own);
     }
 

@@ -19,8 +19,7 @@
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::store::{meta, CodeState, DbError, ShardMap, Store};
-use crate::{db, schema};
+use crate::store::{CodeState, DbError, Store};
 use futures::future::join_all;
 use indicatif::{ProgressBar, ProgressStyle};
 use redis::AsyncCommands;
@@ -63,18 +62,8 @@ pub struct RekeyReport {
 /// Walks every shard; `all`: write every row's key, cached or not;
 /// `progress`: a bar on stderr.
 pub async fn run(cfg: &Config, all: bool, progress: bool) -> Result<RekeyReport, RekeyError> {
-    let pool = db::pool(&cfg.mysql)?;
-    schema::migrate(&pool).await?;
     let metrics = Arc::new(Metrics::new()?);
-    let perm = meta::load_permutation(&pool).await?;
-    let shards = ShardMap::open(&cfg.mysql, &pool, perm, None)?;
-    shards.migrate().await;
-    let store = Store::sharded(
-        pool.clone(),
-        Arc::new(shards),
-        cfg.mysql.timeout,
-        Arc::clone(&metrics),
-    );
+    let (pool, store) = Store::open_all(&cfg.mysql, Arc::clone(&metrics)).await?;
     let cache = Cache::new(cfg.redis.clone(), metrics).map_err(RekeyError::Redis)?;
     let mut total = 0;
     for shard in store.every_shard() {

@@ -9,18 +9,8 @@ local net = require("shorturl.net")
 local bit = require("bit")
 
 local char, concat, floor = string.char, table.concat, math.floor
-local failures, checks, notes = {}, 0, {}
-
-local function eq(got, want, what)
-    checks = checks + 1
-    if got ~= want then
-        failures[#failures + 1] = string.format("%s: got %s, want %s", what, tostring(got), tostring(want))
-    end
-end
-
-local function ok(cond, what)
-    eq(not not cond, true, what)
-end
+local t = require("check").new()
+local eq, ok = t.eq, t.ok
 
 ---------------------------------------------------------------- a MaxMind DB writer
 
@@ -184,7 +174,7 @@ eq(geo.country({ ["cf-ipcountry"] = "cn" }, "127.0.0.1", "203.0.113.9"), nil, "n
 -- The database.
 local have = pcall(require("ffi").load, "libmaxminddb.so.0")
 if not have then
-    notes[#notes + 1] = "MMDB checks skipped: no libmaxminddb.so.0 (Debian: libmaxminddb0)"
+    t.note("MMDB checks skipped: no libmaxminddb.so.0 (Debian: libmaxminddb0)")
 else
     -- Left in run.sh's directory for its end-to-end checks (127.0.0.0/8).
     local path = ngx.var.su_tmp .. "/test.mmdb"
@@ -269,16 +259,8 @@ else
         eq(geo.lookup("127.0.0.1"), nil, "deps.sh database: loopback")
         geo.init(cfg(""))
     else
-        notes[#notes + 1] = "no " .. real .. " (scripts/deps.sh)"
+        t.note("no " .. real .. " (scripts/deps.sh)")
     end
 end
 
-if #failures > 0 then
-    ngx.status = 500
-    ngx.say("FAIL ", #failures, " of ", checks, " checks")
-    for _, m in ipairs(failures) do
-        ngx.say("  ", m)
-    end
-else
-    ngx.say("PASS ", checks, " checks", #notes > 0 and (" (" .. concat(notes, "; ") .. ")") or "")
-end
+t.report()

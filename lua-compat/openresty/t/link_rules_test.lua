@@ -10,25 +10,8 @@ local clicks_ua = require("shorturl.clicks_ua")
 local ffi = require("ffi")
 
 local repo = ngx.var.su_repo
-local failures, checks = {}, 0
-
-local function show(v)
-    if type(v) == "string" then
-        return string.format("%q", v)
-    end
-    return tostring(v)
-end
-
-local function eq(got, want, what)
-    checks = checks + 1
-    if got ~= want then
-        failures[#failures + 1] = string.format("%s: got %s, want %s", what, show(got), show(want))
-    end
-end
-
-local function ok(cond, what)
-    eq(not not cond, true, what)
-end
+local t = require("check").new()
+local eq, ok, show = t.eq, t.ok, t.show
 
 assert(clicks_ua.load(repo .. "/common/data/bots.txt"))
 local inapp_count = assert(link_rules.load_inapp(repo .. "/common/data/inapp.txt"))
@@ -452,12 +435,4 @@ do
 end
 
 ---------------------------------------------------------------- report
-if #failures > 0 then
-    ngx.status = 500
-    ngx.say("FAIL ", #failures, " of ", checks, " checks")
-    for _, m in ipairs(failures) do
-        ngx.say("  ", m)
-    end
-else
-    ngx.say("PASS ", checks, " checks")
-end
+t.report()

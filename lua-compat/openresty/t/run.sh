@@ -74,7 +74,7 @@ pid $tmp/unit/nginx.pid;
 error_log $tmp/unit/logs/error.log warn;
 events { worker_connections 64; }
 http {
-    lua_package_path "$openresty/lua/?.lua;/usr/share/lua/5.1/?.lua;;";
+    lua_package_path "$openresty/lua/?.lua;$here/?.lua;/usr/share/lua/5.1/?.lua;;";
     init_by_lua_block { require("resty.core") }
     lua_shared_dict shorturl_cache 1m;
     lua_shared_dict shorturl_state 1m;

@@ -9,8 +9,7 @@ use crate::cache::Cache;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
-use crate::store::{meta, ShardMap, Store};
-use crate::{db, schema};
+use crate::store::Store;
 use indicatif::{ProgressBar, ProgressStyle};
 use shorturl_common::time::now_unix;
 use std::sync::Arc;
@@ -51,19 +50,9 @@ pub async fn run(
     rate: Option<u32>,
     progress: bool,
 ) -> Result<ReapReport, ReapRunError> {
-    let pool = db::pool(&cfg.mysql)?;
-    schema::migrate(&pool).await?;
     let metrics = Arc::new(Metrics::new()?);
     // With `mysql.shards` the pass sweeps every shard (one outbox each).
-    let perm = meta::load_permutation(&pool).await?;
-    let shards = ShardMap::open(&cfg.mysql, &pool, perm, None)?;
-    shards.migrate().await;
-    let store = Store::sharded(
-        pool.clone(),
-        Arc::new(shards),
-        cfg.mysql.timeout,
-        Arc::clone(&metrics),
-    );
+    let (pool, store) = Store::open_all(&cfg.mysql, Arc::clone(&metrics)).await?;
     let cache =
         Cache::new(cfg.redis.clone(), Arc::clone(&metrics)).map_err(ReapRunError::RedisUrl)?;
     let outbox = Outbox::new(store.clone(), cache, Arc::clone(&metrics));

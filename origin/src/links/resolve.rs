@@ -102,9 +102,7 @@ impl Links {
         }
         // Compare-and-set: if a change committed after the read above
         // has already reached Redis, this older answer is not written.
-        self.cache
-            .put_record(code, domain, state.domain.as_deref(), &state.lookup)
-            .await;
+        self.cache.put_record(code, domain, &state).await;
         Ok(match domain {
             Some(d) => state.answer_for(d),
             None => state.lookup,

@@ -244,6 +244,21 @@ impl CodeState {
 }
 
 impl Store {
+    /// A one-shot command's store (`reap`, `migrate-keys`): the pool of
+    /// `mysql.url` and every shard of `mysql.shards`, all migrated.
+    pub async fn open_all(
+        cfg: &crate::config::MysqlConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<(Pool, Store), mysql_async::Error> {
+        let pool = crate::db::pool(cfg)?;
+        crate::schema::migrate(&pool).await?;
+        let perm = meta::load_permutation(&pool).await?;
+        let shards = ShardMap::open(cfg, &pool, perm, None)?;
+        shards.migrate().await;
+        let store = Store::sharded(pool.clone(), Arc::new(shards), cfg.timeout, metrics);
+        Ok((pool, store))
+    }
+
     /// Wraps the pool (unsharded: it holds every link).
     pub fn new(pool: Pool, timeout: Duration, metrics: Arc<Metrics>) -> Self {
         let shards = Arc::new(ShardMap::single(pool.clone()));
