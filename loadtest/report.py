@@ -5,17 +5,22 @@ JSON, the markdown table and the SVG chart. Standard library only.
   report.py line DIR              one-line summary of a finished scenario
   report.py warm BEFORE AFTER N   exit 0 when a warm-up pass was answered from memory only
   report.py missed RUN            names of scenarios that missed a target (to profile)
+  report.py pair S TARGET ANCHOR N  after N interleaved rounds: the median round becomes the
+                                  scenario's figures, pair.json the per-round ratios
   report.py final RUN OUT TS      results/<TS>.json, latest.{json,md,svg}; exit 1 if a scenario failed
 """
 import json
 import math
 import os
 import shutil
+import statistics
 import sys
 
 ORDER = ["nginx-static", "edge-hot", "edge-hot-browser", "edge-hot-inval", "edge-hot-rules", "edge-hot-slowpath", "edge-hot-analytics", "openresty-hot", "edge-redis", "openresty-redis",
          "edge-redis-cluster", "edge-origin", "miss-storm", "mix", "create", "create-redis", "create-zookeeper", "create-cluster",
          "nginx-static-tls", "edge-hot-tls", "nginx-tls-handshake", "edge-tls-handshake",
+         "nginx-h2", "edge-h2", "nginx-h2-conn", "edge-h2-conn",
+         "fixed-nginx", "fixed-edge-hot", "fixed-openresty", "fixed-nginx-tls", "fixed-edge-hot-tls",
          "nginx-qr-static", "qr-hot"]
 WHAT = {
     "nginx-static": "nginx `return 302` (anchor)",
@@ -40,6 +45,15 @@ WHAT = {
     "edge-hot-tls": "edge over TLS, keep-alive, every code in memory",
     "nginx-tls-handshake": "nginx `return 302` over TLS, new connection per request (handshake anchor)",
     "edge-tls-handshake": "edge over TLS, new connection per request",
+    "nginx-h2": "nginx `return 302` over HTTP/2 (TLS, ALPN h2), keep-alive, h2load -m1 (HTTP/2 anchor)",
+    "edge-h2": "edge over HTTP/2, keep-alive, h2load -m1",
+    "nginx-h2-conn": "nginx over HTTP/2, a new connection (full handshake) per 10 requests",
+    "edge-h2-conn": "edge over HTTP/2, a new connection (full handshake) per 10 requests",
+    "fixed-nginx": "nginx `return 302` at a fixed rate (a share of nginx-static's), latency corrected for coordinated omission",
+    "fixed-edge-hot": "edge-hot at the same fixed rate, corrected latency",
+    "fixed-openresty": "OpenResty edge (memory hit) at the same fixed rate, corrected latency",
+    "fixed-nginx-tls": "nginx over TLS at the same fixed rate, corrected latency",
+    "fixed-edge-hot-tls": "edge over TLS at the same fixed rate, corrected latency",
     "nginx-qr-static": "nginx serving the same QR PNGs as static files (QR anchor)",
     "qr-hot": "edge, QR code PNGs from its page cache (pingora-cache)",
 }
@@ -82,7 +96,12 @@ def delta(before, after, *keys):
 def load_scenario(d):
     meta = read_kv(os.path.join(d, "meta"))
     s = {"name": meta.get("name", os.path.basename(d)), "system": meta.get("system", "?"),
-         "anchor": meta.get("anchor")}
+         "anchor": meta.get("anchor"), "tool": meta.get("tool", "wrk"),
+         "mode": f"interleaved ×{meta['rounds']}" if meta.get("mode") == "interleaved" else "sequential",
+         "idle_wait_s": meta.get("idle_wait_s"), "fixed_rate": meta.get("fixed_rate")}
+    pj = read_json(os.path.join(d, "pair.json"))
+    if pj:
+        s["pair"] = pj
     notes = []
     if os.path.exists(os.path.join(d, "notes")):
         notes = [l.strip() for l in open(os.path.join(d, "notes")) if l.strip()]
@@ -237,10 +256,27 @@ def targets(scenarios, cfg):
         out.append({"target": name, "scenario": scen, "measured": measured, "goal": goal,
                     "met": met, "note": why})
 
+    def rel(t, a, key="rps"):
+        """(ratio, text) of scenario t to a: the median of the interleaved
+        rounds when t was paired with a, else the two single figures."""
+        p = paired_ratio(t, a["name"])
+        if p and key == "rps":
+            return p["ratio_median"], (f"{p['ratio_median']:.3f}× (median of {p['n']} interleaved rounds, "
+                                       f"{p['ratio_min']:.3f}–{p['ratio_max']:.3f})")
+        if p and key == "p99" and p.get("p99_ratio_median") is not None:
+            return p["p99_ratio_median"], (f"{p['p99_ratio_median']:.3f}× (median of {p['n']} interleaved rounds, "
+                                           f"{p['p99_ratio_min']:.3f}–{p['p99_ratio_max']:.3f})")
+        k = "rps" if key == "rps" else "p99_ms"
+        if not a.get(k):
+            return None, "–"
+        r = t[k] / a[k]
+        return r, f"{r:.3f}× (sequential)"
+
     nginx, hot = ran("nginx-static"), ran("edge-hot")
     if nginx and hot:
-        r = hot["rps"] / nginx["rps"]
-        add("edge-hot ≥ 1.0× nginx static", "edge-hot", f"{r:.2f}×", "≥ 1.00×", r >= 1.0)
+        r, txt = rel(hot, nginx)
+        add("edge-hot ≥ 1.0× nginx static", "edge-hot", txt, "≥ 1.00×", r >= 1.0,
+            f"{hot['rps']:,.0f} vs {nginx['rps']:,.0f} req/s")
     else:
         add("edge-hot ≥ 1.0× nginx static", "edge-hot", "–", "≥ 1.00×", None, "not run")
     slow = ran("edge-hot-slowpath")
@@ -252,21 +288,43 @@ def targets(scenarios, cfg):
         add("edge-hot (fast path) vs edge-hot-slowpath", "edge-hot", "–", "> 1.00×", None, "not run")
     ru = ran("edge-hot-rules")
     if hot and ru:
-        r = ru["rps"] / hot["rps"]
-        add("edge-hot-rules ≥ 0.90× edge-hot req/s", "edge-hot-rules", f"{r:.3f}×", "≥ 0.90×", r >= 0.90,
+        r, txt = rel(ru, hot)
+        add("edge-hot-rules ≥ 0.90× edge-hot req/s", "edge-hot-rules", txt, "≥ 0.90×", r >= 0.90,
             f"{ru['rps']:,.0f} vs {hot['rps']:,.0f} req/s; p99 {ru['p99_ms']:.3f} vs {hot['p99_ms']:.3f} ms")
     else:
         add("edge-hot-rules ≥ 0.90× edge-hot req/s", "edge-hot-rules", "–", "≥ 0.90×", None, "not run")
     iv = ran("edge-hot-inval")
     if hot and iv:
-        r = iv["rps"] / hot["rps"]
-        add("edge-hot-inval ≥ 0.95× edge-hot req/s", "edge-hot-inval", f"{r:.3f}×", "≥ 0.95×", r >= 0.95,
+        r, txt = rel(iv, hot)
+        add("edge-hot-inval ≥ 0.95× edge-hot req/s", "edge-hot-inval", txt, "≥ 0.95×", r >= 0.95,
             f"{iv['rps']:,.0f} vs {hot['rps']:,.0f} req/s; p99 {iv['p99_ms']:.3f} vs {hot['p99_ms']:.3f} ms")
     br = ran("edge-hot-browser")
     if br and ru:
-        r = ru["rps"] / br["rps"]
-        add("edge-hot-rules vs edge-hot-browser (same headers: the rules alone)", "edge-hot-rules", f"{r:.3f}×", "≥ 0.90×",
+        r, txt = rel(ru, br)
+        add("edge-hot-rules vs edge-hot-browser (same headers: the rules alone)", "edge-hot-rules", txt, "≥ 0.90×",
             r >= 0.90, f"{ru['rps']:,.0f} vs {br['rps']:,.0f} req/s; p99 {ru['p99_ms']:.3f} vs {br['p99_ms']:.3f} ms")
+    for e, n, goal in (("edge-h2", "nginx-h2", 0.9), ("edge-h2-conn", "nginx-h2-conn", 0.9)):
+        es, ns = ran(e), ran(n)
+        if es and ns:
+            r, txt = rel(es, ns)
+            add(f"{e} ≥ {goal:.2f}× {n} req/s", e, txt, f"≥ {goal:.2f}×", r >= goal,
+                f"{es['rps']:,.0f} vs {ns['rps']:,.0f} req/s; p99 {es['p99_ms']:.3f} vs {ns['p99_ms']:.3f} ms")
+        elif m.get(e) or m.get(n):
+            add(f"{e} ≥ {goal:.2f}× {n} req/s", e, "–", f"≥ {goal:.2f}×", None, "not run")
+    hs, nh = ran("edge-tls-handshake"), ran("nginx-tls-handshake")
+    if hs and nh:
+        r, txt = rel(hs, nh, "p99")
+        add("edge-tls-handshake p99 ≤ 1.5× nginx's", "edge-tls-handshake", txt, "≤ 1.50×",
+            (r <= 1.5) if r is not None else None, f"p99 {hs['p99_ms']:.3f} vs {nh['p99_ms']:.3f} ms")
+    for e, n, goal in (("fixed-edge-hot", "fixed-nginx", 1.2), ("fixed-edge-hot-tls", "fixed-nginx-tls", 1.2),
+                       ("fixed-openresty", "fixed-nginx", None)):
+        es, ns = ran(e), ran(n)
+        if es and ns:
+            r, txt = rel(es, ns, "p99")
+            why = (f"at {es.get('fixed_rate') or '?'} req/s: p50/p99/p99.9 {es['p50_ms']:.3f}/{es['p99_ms']:.3f}/"
+                   f"{es['p999_ms']:.3f} vs {ns['p50_ms']:.3f}/{ns['p99_ms']:.3f}/{ns['p999_ms']:.3f} ms")
+            add(f"{e} p99 at a fixed rate" + (f" ≤ {goal:.1f}× {n}'s" if goal else f" (vs {n}, reported)"), e, txt,
+                f"≤ {goal:.2f}×" if goal else "–", ((r <= goal) if r is not None else None) if goal else None, why)
     an = ran("edge-hot-analytics")
     if hot and an:
         r = an["rps"] / hot["rps"]
@@ -317,6 +375,83 @@ def targets(scenarios, cfg):
     return out
 
 
+ROUND_FILES = ("wrk.json", "wrk.txt", "wrk.err", "status-before.json", "status-after.json",
+               "origin-before.json", "origin-after.json", "notes")
+
+
+def adopt(src, dst, extra):
+    """A round's files become a scenario's figures (meta gets `extra`)."""
+    os.makedirs(dst, exist_ok=True)
+    for f in ROUND_FILES:
+        if os.path.exists(os.path.join(src, f)):
+            shutil.copy(os.path.join(src, f), os.path.join(dst, f))
+    with open(os.path.join(dst, "meta"), "w") as out:
+        out.write(open(os.path.join(src, "meta")).read())
+        for k, v in extra.items():
+            out.write(f"{k}={v}\n")
+
+
+def pair(sdir, t, a, n):
+    """After n interleaved rounds of t and its anchor a: the per-round ratios
+    (req/s, and p99 — the one that matters at a fixed rate), their median
+    and spread in pair.json; the round whose req/s ratio is the median (the
+    lower of the two middle ones for even n) gives the scenario's figures,
+    and the anchor's too when no other run measured it."""
+    n = int(n)
+    rows = []
+    for i in range(1, n + 1):
+        rt = load_scenario(os.path.join(sdir, t, "rounds", str(i), t))
+        ra = load_scenario(os.path.join(sdir, t, "rounds", str(i), a))
+        ok = rt.get("rps") and ra.get("rps")
+        rows.append({"round": i, "first": a if i % 2 else t,
+                     t: {k: rt.get(k) for k in ("rps", "p50_ms", "p99_ms", "p999_ms", "errors", "idle_wait_s")},
+                     a: {k: ra.get(k) for k in ("rps", "p50_ms", "p99_ms", "p999_ms", "errors", "idle_wait_s")},
+                     "ratio": round(rt["rps"] / ra["rps"], 4) if ok else None,
+                     "p99_ratio": round(rt["p99_ms"] / ra["p99_ms"], 4) if ok and ra["p99_ms"] else None,
+                     "ok": bool(rt.get("ok") and ra.get("ok"))})
+    good = [r for r in rows if r["ratio"] is not None]
+    res = {"target": t, "anchor": a, "rounds": rows, "n": n}
+    if good:
+        by = sorted(good, key=lambda r: r["ratio"])
+        mid = by[(len(by) - 1) // 2]
+        p99s = [r["p99_ratio"] for r in good if r["p99_ratio"] is not None]
+        res.update(ratio_median=round(statistics.median(r["ratio"] for r in good), 4),
+                   ratio_min=by[0]["ratio"], ratio_max=by[-1]["ratio"], median_round=mid["round"],
+                   p99_ratio_median=round(statistics.median(p99s), 4) if p99s else None,
+                   p99_ratio_min=min(p99s) if p99s else None, p99_ratio_max=max(p99s) if p99s else None)
+        k = str(mid["round"])
+    else:
+        k = "1"
+    extra = {"mode": "interleaved", "rounds": n, "median_round": k}
+    adopt(os.path.join(sdir, t, "rounds", k, t), os.path.join(sdir, t), extra)
+    # Every round's own problems count (a wrong answer in any round fails the scenario).
+    bad = [f"round {r['round']}" for r in rows if not r["ok"]]
+    if bad:
+        with open(os.path.join(sdir, t, "notes"), "a") as f:
+            f.write(f"PROBLEM in {', '.join(bad)} (see rounds/)\n")
+        res["problem_rounds"] = bad
+    if not os.path.exists(os.path.join(sdir, a, "meta")):
+        adopt(os.path.join(sdir, t, "rounds", k, a), os.path.join(sdir, a), dict(extra, paired_with=t))
+    with open(os.path.join(sdir, t, "pair.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    if good:
+        print(f"{t:16} vs {a}: {n} interleaved rounds, req/s ratio median {res['ratio_median']:.3f} "
+              f"(min {res['ratio_min']:.3f}, max {res['ratio_max']:.3f}), p99 ratio median "
+              f"{res['p99_ratio_median'] if res['p99_ratio_median'] is not None else '–'}", file=sys.stderr)
+    else:
+        print(f"{t:16} vs {a}: FAILED in every round", file=sys.stderr)
+    return 0
+
+
+def paired_ratio(s, anchor):
+    """The median interleaved ratio of s to anchor (req/s, or p99 with
+    key="p99"), or None when s was not paired with that anchor."""
+    p = s.get("pair") if s else None
+    if p and p.get("anchor") == anchor and p.get("ratio_median") is not None:
+        return p
+    return None
+
+
 def load_all(run):
     sdir = os.path.join(run, "s")
     names = os.listdir(sdir) if os.path.isdir(sdir) else []
@@ -329,8 +464,14 @@ def load_all(run):
         s["anchor"] = s.get("anchor") or "nginx-static"
         a = named.get(s["anchor"])
         base = a["rps"] if a and a.get("rps") else None
-        if base and s.get("rps") is not None:
+        p = paired_ratio(s, s["anchor"])
+        if p:
+            s["ratio_to_nginx"] = round(p["ratio_median"], 3)
+        elif base and s.get("rps") is not None:
             s["ratio_to_nginx"] = round(s["rps"] / base, 3)
+        if s.get("pair", {}).get("problem_rounds"):
+            s["ok"] = False
+            s.setdefault("problems", []).append("wrong answers in " + ", ".join(s["pair"]["problem_rounds"]))
     return scenarios
 
 
@@ -390,20 +531,36 @@ def markdown(res):
            f"Load: wrk -t{cfg['wrk_threads']} -c{cfg['connections']}, {cfg['duration_s']} s per scenario, "
            f"{cfg['server_workers']} server worker(s), {cfg['links']} links (random codes, same file for every system).",
            "",
-           "| scenario | system | req/s | p50 ms | p99 ms | p99.9 ms | errors | ratio to nginx static | load at start |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "Mode: *sequential* figures are one run; *interleaved ×N* figures are the median of N rounds run "
+           "back to back with the scenario's anchor, the order alternating, and the ratio is the median of "
+           "the per-round ratios (spread in the pairs table). Every run first waits until the servers are idle "
+           "(at most 30 s; idle wait in the JSON).",
+           "",
+           "| scenario | system | mode | req/s | p50 ms | p99 ms | p99.9 ms | errors | ratio to nginx static | load at start |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for s in res["scenarios"]:
         if s.get("skipped"):
-            out.append(f"| {s['name']} | {s['system']} | skipped: {s['skipped']} | | | | | | |")
+            out.append(f"| {s['name']} | {s['system']} | | skipped: {s['skipped']} | | | | | | |")
             continue
         if s.get("rps") is None:
-            out.append(f"| {s['name']} | {s['system']} | FAILED | | | | | | |")
+            out.append(f"| {s['name']} | {s['system']} | {s['mode']} | FAILED | | | | | | |")
             continue
         ratio = f"{s['ratio_to_nginx']:.2f}×" if s.get("ratio_to_nginx") is not None else "–"
         if s.get("ratio_to_nginx") is not None and s.get("anchor", "nginx-static") != "nginx-static":
             ratio += f" (to {s['anchor']})"
-        out.append(f"| {s['name']} | {s['system']} | {s['rps']:,.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | "
-                   f"{s['p999_ms']:.3f} | {s['errors']} | {ratio} | {s.get('load1_at_start') or '–'} |")
+        out.append(f"| {s['name']} | {s['system']} | {s['mode']} | {s['rps']:,.0f} | {s['p50_ms']:.3f} | "
+                   f"{s['p99_ms']:.3f} | {s['p999_ms']:.3f} | {s['errors']} | {ratio} | {s.get('load1_at_start') or '–'} |")
+    pairs = [s["pair"] for s in res["scenarios"] if s.get("pair") and s["pair"].get("ratio_median") is not None]
+    if pairs:
+        out += ["", "Interleaved pairs (per-round figures in the JSON):", "",
+                "| scenario | anchor | rounds | req/s ratio median | spread | p99 ratio median | spread | "
+                "req/s per round (scenario / anchor) |", "|---|---|---:|---:|---|---:|---|---|"]
+        for p in pairs:
+            per = "; ".join(f"{r[p['target']]['rps'] or 0:,.0f} / {r[p['anchor']]['rps'] or 0:,.0f}" for r in p["rounds"])
+            p99 = (f"{p['p99_ratio_median']:.3f}×", f"{p['p99_ratio_min']:.3f}–{p['p99_ratio_max']:.3f}") \
+                if p.get("p99_ratio_median") is not None else ("–", "–")
+            out.append(f"| {p['target']} | {p['anchor']} | {p['n']} | {p['ratio_median']:.3f}× | "
+                       f"{p['ratio_min']:.3f}–{p['ratio_max']:.3f} | {p99[0]} | {p99[1]} | {per} |")
     out += ["", "Targets (compared, not asserted):", "", "| target | measured | goal | result |", "|---|---|---|---|"]
     for t in res["targets"]:
         r = {True: "met", False: "**MISSED**", None: "n/a"}[t["met"]]
@@ -527,6 +684,8 @@ def main(argv):
         return missed(argv[2])
     if cmd == "perfsum":
         return perfsum(argv[2])
+    if cmd == "pair":
+        return pair(argv[2], argv[3], argv[4], argv[5])
     if cmd == "final":
         return final(argv[2], argv[3], argv[4])
     print(__doc__, file=sys.stderr)

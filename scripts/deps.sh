@@ -13,6 +13,7 @@ check mariadb mariadb-client
 check cmake cmake
 check nginx nginx
 check wrk wrk
+check h2load nghttp2-client         # the kit's HTTP/2 scenarios (loadtest/h2.py)
 check curl curl
 check pebble pebble                 # ACME test CA (edge/tests/acme.rs)
 check chromium chromium             # the admin console's browser tests (edge/tests/admin_browser.rs)
