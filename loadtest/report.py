@@ -17,7 +17,7 @@ import statistics
 import sys
 
 ORDER = ["nginx-static", "edge-hot", "edge-hot-browser", "edge-hot-inval", "edge-hot-rules", "edge-hot-slowpath", "edge-hot-analytics", "openresty-hot", "edge-redis", "openresty-redis",
-         "edge-redis-cluster", "edge-origin", "miss-storm", "mix", "create", "create-redis", "create-zookeeper", "create-cluster",
+         "edge-redis-cluster", "edge-origin", "miss-storm", "mix", "create", "raw-claims", "create-origin", "create-redis", "create-zookeeper", "create-cluster",
          "nginx-static-tls", "edge-hot-tls", "nginx-tls-handshake", "edge-tls-handshake",
          "nginx-h2", "edge-h2", "nginx-h2-conn", "edge-h2-conn",
          "fixed-nginx", "fixed-edge-hot", "fixed-openresty", "fixed-nginx-tls", "fixed-edge-hot-tls",
@@ -41,6 +41,8 @@ WHAT = {
     "miss-storm": "edge, unknown codes (404)",
     "mix": "edge, 95% GET / 5% create",
     "create": "edge → origin, POST create",
+    "raw-claims": "MariaDB's raw durable single-row claims (`shorturl-origin bench raw-claims`, one flush each; the anchor of create-origin)",
+    "create-origin": "POST create straight to the origin (no edge), next to raw-claims",
     "nginx-static-tls": "nginx `return 302` over TLS, keep-alive (TLS anchor)",
     "edge-hot-tls": "edge over TLS, keep-alive, every code in memory",
     "nginx-tls-handshake": "nginx `return 302` over TLS, new connection per request (handshake anchor)",
@@ -152,7 +154,7 @@ def load_scenario(d):
         status=st if w.get("status_counted") else {"counted": False, ">=400": w["errors"]["status"]},
         load1_at_start=float(meta["load1"]) if meta.get("load1") else None,
     )
-    if s["name"] in ("create", "create-cluster", "create-redis", "create-zookeeper"):
+    if s["name"] in ("create", "create-cluster", "create-redis", "create-zookeeper", "create-origin"):
         s["created_per_s"] = round(st["2xx"] / dur, 1)
     # Which path answered: deltas of the server's and the origin's status.
     sb, sa = read_json(os.path.join(d, "status-before.json")), read_json(os.path.join(d, "status-after.json"))
@@ -355,6 +357,11 @@ def targets(scenarios, cfg):
         add("create ≥ 10,000 links/s", "create", f"{v:,.0f}/s", "≥ 10,000/s", v >= 10000)
     else:
         add("create ≥ 10,000 links/s", "create", "–", "≥ 10,000/s", None, "not run")
+    co, rc = ran("create-origin"), ran("raw-claims")
+    if co and rc:
+        r, txt = rel(co, rc)
+        add("create-origin ≥ 1.0× MariaDB's raw single-row claims", "create-origin", txt, "≥ 1.00×", r >= 1.0,
+            f"{co.get('created_per_s', co['rps']):,.0f} creations/s vs {rc['rps']:,.0f} raw claims/s")
     ms = ran("miss-storm")
     if ms and ms.get("path"):
         fwd = ms["path"].get("edge.origin.forward")

@@ -40,8 +40,34 @@ YAML
 R=$B/results.jsonl
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(mariadbd --version | awk '{print $3}')" | tee "$B/machine.txt"
 
+# PERF=pregen / PERF=create: that step under a system-wide `perf record`;
+# CPU by process and the top symbols go to var/bench/profile-<step>.txt.
+perf_start() { # step seconds
+  [ "${PERF:-}" = "$1" ] && command -v perf >/dev/null || return 0
+  perf record -a -g -F 499 -o "$B/perf.data" -- sleep "$2" >/dev/null 2>&1 &
+  perf_pid=$!
+}
+perf_report() { # step pid-of-the-origin-process
+  [ -n "${perf_pid:-}" ] || return 0
+  wait "$perf_pid" || true; perf_pid=""
+  printf '%s origin\n%s mariadb\n' "$2" "$(cat "$B/m.pid")" >"$B/pids"
+  {
+    echo "# perf record -a -g -F 499 during $1"
+    echo "## CPU by process"
+    perf script -i "$B/perf.data" -F pid,comm 2>/dev/null | python3 loadtest/report.py perfsum "$B/pids"
+    echo "## top symbols (self)"
+    perf report -i "$B/perf.data" --no-children --stdio --sort comm,dso,sym --percent-limit 0.8 -g none 2>/dev/null \
+      | grep -v '^#' | grep -v '^$' | head -60
+  } >"$B/profile-$1.txt"
+  echo "profile: $B/profile-$1.txt"
+}
 t0=$(date +%s.%N)
-"$BIN" -c "$B/origin.yaml" pregen --quiet --count "$ROWS" | tee "$B/pregen.txt"
+perf_start pregen 4
+"$BIN" -c "$B/origin.yaml" pregen --quiet --count "$ROWS" >"$B/pregen.txt" &
+pregen_pid=$!
+wait $pregen_pid
+cat "$B/pregen.txt"
+perf_report pregen $pregen_pid
 t1=$(date +%s.%N)
 echo "{\"bench\":\"pregen\",\"rows\":$ROWS,\"per_sec\":$(awk "BEGIN{printf \"%d\", $ROWS/($t1-$t0)}")}" | tee -a "$R"
 
@@ -74,9 +100,12 @@ done
 RUST_LOG=warn "$BIN" -c "$B/origin.yaml" serve >"$B/origin.log" 2>&1 &
 pids+=($!)
 wait_tcp $ORIGIN_PORT
+ORIGIN_PID=${pids[-1]}
 for c in 1 16 64; do
+  [ $c = 64 ] && perf_start create "$SECS"
   out=$(SHORTURL_KEY=$KEY LOADTEST_DIR="$ROOT/loadtest" wrk -t1 -c$c -d"${SECS}s" --latency -s loadtest/create.lua \
         "http://127.0.0.1:$ORIGIN_PORT" | tail -n 1)
   echo "{\"bench\":\"create\",\"concurrency\":$c,\"wrk\":$out}" | tee -a "$R"
 done
+perf_report create "$ORIGIN_PID"
 echo "results: $R"

@@ -150,8 +150,22 @@ pub async fn run(
         }
         "raw-claims" => {
             // Claim rows from the top of the table down, so a later creation
-            // benchmark on the same table is not affected by holes at the front.
-            let top: u64 = crate::store::meta::capacity(&pool).await?;
+            // benchmark on the same table is not affected by holes at the front;
+            // a second run continues below the first one's claims (the only
+            // reserved pre-generated rows), so it never re-claims a row.
+            let mut top: u64 = crate::store::meta::capacity(&pool).await?;
+            let lowest_claimed: Option<u64> = pool
+                .get_conn()
+                .await?
+                .exec_first(
+                    "SELECT MIN(id) FROM short_code WHERE state = ? AND id < ?",
+                    (RowState::Reserved, crate::schema::CUSTOM_ID_BASE),
+                )
+                .await?
+                .flatten();
+            if let Some(low) = lowest_claimed {
+                top = top.min(low.saturating_sub(1));
+            }
             if top == 0 {
                 return Err(BenchError::NoRows);
             }
@@ -178,7 +192,8 @@ pub async fn run(
                         if r.is_err() {
                             break;
                         }
-                        n.fetch_add(1, Ordering::Relaxed);
+                        // Only a row that was free counts (one committed claim).
+                        n.fetch_add(conn.affected_rows(), Ordering::Relaxed);
                     }
                 }));
             }

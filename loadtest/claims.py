@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""MariaDB's raw durable single-row claim rate, for loadtest/run: runs
+`shorturl-origin bench raw-claims` (CONNS connections, each an autocommit
+`UPDATE short_code ... WHERE id = ? AND state = free`, one redo-log flush
+per claim) against the kit's MariaDB and prints its result as the one-line
+JSON summary of the wrk scripts (loadtest/common.lua): the anchor of
+`create-origin`, creations through the origin's API (issue 30, item 2).
+
+  claims.py SECS CONNS ORIGIN_BIN ORIGIN_CONF
+
+No latency figures: the bench counts claims only (latency_ms all 0).
+"""
+import json
+import subprocess
+import sys
+
+
+def main(argv):
+    if len(argv) != 5:
+        print(__doc__, file=sys.stderr)
+        return 2
+    secs, conns, binary, conf = argv[1:]
+    p = subprocess.run([binary, "-c", conf, "bench", "raw-claims", "--concurrency", conns, "--seconds", secs],
+                       capture_output=True, text=True)
+    try:
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        print(f"raw-claims failed ({p.returncode}): {p.stderr[-400:]}", file=sys.stderr)
+        return 1
+    n, dur = int(r["count"]), float(r["seconds"])
+    zero = {k: 0.0 for k in ("mean", "p50", "p80", "p90", "p99", "p999", "max")}
+    print(json.dumps({
+        "requests": n, "duration_s": dur, "rps": round(n / dur, 1) if dur else 0.0,
+        "errors": {"connect": 0, "read": 0, "write": 0, "timeout": 0, "status": 0},
+        "status": {"2xx": n, "3xx": 0, "404": 0, "429": 0, "5xx": 0, "other": 0},
+        "status_counted": True, "non_3xx": n, "latency_ms": zero,
+    }, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
