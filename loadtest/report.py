@@ -272,7 +272,9 @@ def targets(scenarios, cfg):
         if not a.get(k):
             return None, "–"
         r = t[k] / a[k]
-        return r, f"{r:.3f}× (sequential)"
+        # Two figures from separate runs (sequential mode, or scenarios of
+        # different pairs): not a paired ratio.
+        return r, f"{r:.3f}× (unpaired: one run against one)"
 
     nginx, hot = ran("nginx-static"), ran("edge-hot")
     if nginx and hot:
