@@ -14,6 +14,8 @@ import json
 import subprocess
 import sys
 
+from summary import print_summary
+
 
 def main(argv):
     if len(argv) != 5:
@@ -27,14 +29,8 @@ def main(argv):
     except (ValueError, IndexError):
         print(f"raw-claims failed ({p.returncode}): {p.stderr[-400:]}", file=sys.stderr)
         return 1
-    n, dur = int(r["count"]), float(r["seconds"])
-    zero = {k: 0.0 for k in ("mean", "p50", "p80", "p90", "p99", "p999", "max")}
-    print(json.dumps({
-        "requests": n, "duration_s": dur, "rps": round(n / dur, 1) if dur else 0.0,
-        "errors": {"connect": 0, "read": 0, "write": 0, "timeout": 0, "status": 0},
-        "status": {"2xx": n, "3xx": 0, "404": 0, "429": 0, "5xx": 0, "other": 0},
-        "status_counted": True, "non_3xx": n, "latency_ms": zero,
-    }, separators=(",", ":")))
+    n = int(r["count"])
+    print_summary(n, float(r["seconds"]), {200: n})
     return 0
 
 

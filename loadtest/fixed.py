@@ -17,9 +17,10 @@ runs one worker thread (the load generator's core, as wrk -t1).
 """
 import json
 import os
-import random
 import subprocess
 import sys
+
+from summary import print_summary, url_file
 
 OHA = os.environ.get("OHA", "oha")
 
@@ -34,13 +35,7 @@ def main(argv):
     if rate <= 0:
         print("fixed.py: the rate must be positive", file=sys.stderr)
         return 2
-    os.makedirs(work, exist_ok=True)
-    codes = [c for c in open(codes_file).read().split() if c]
-    random.shuffle(codes)
-    urls = os.path.join(work, "urls.txt")
-    with open(urls, "w") as f:
-        for c in codes[:20000]:
-            f.write(f"{base.rstrip('/')}/{c}\n")
+    urls = url_file(codes_file, work, base)
     cmd = cpu + [OHA, "--no-tui", "--output-format", "json", "--worker-threads", "1", "-z", f"{secs}s",
                  "-c", str(conns), "-q", str(rate), "--latency-correction", "--host", host, "--insecure",
                  "-r", "0", "-w", "--urls-from-file", urls]
@@ -52,24 +47,13 @@ def main(argv):
         return 1
     s = r.get("summary", {})
     lp = r.get("latencyPercentiles", {})
-    codes_n = {int(k): v for k, v in (r.get("statusCodeDistribution") or {}).items()}
-    errs = sum((r.get("errorDistribution") or {}).values())
-    done = sum(codes_n.values())
-    c = lambda lo, hi: sum(v for k, v in codes_n.items() if lo <= k < hi)
+    statuses = {int(k): v for k, v in (r.get("statusCodeDistribution") or {}).items()}
     ms = lambda v: (v or 0.0) * 1000.0
-    total = float(s.get("total") or float(secs))
-    print(json.dumps({
-        "requests": done, "duration_s": round(total, 3), "rps": round(done / total, 1) if total else 0,
-        "target_rps": rate,
-        "errors": {"connect": 0, "read": 0, "write": 0, "timeout": errs, "status": c(400, 600)},
-        "status": {"2xx": c(200, 300), "3xx": c(300, 400), "404": codes_n.get(404, 0), "429": codes_n.get(429, 0),
-                   "5xx": c(500, 600), "other": c(400, 500) - codes_n.get(404, 0) - codes_n.get(429, 0)},
-        "status_counted": True, "non_3xx": done - c(300, 400),
-        "latency_ms": {"mean": round(ms(s.get("average")), 3), "p50": round(ms(lp.get("p50")), 3),
-                       "p80": None, "p90": round(ms(lp.get("p90")), 3),
-                       "p99": round(ms(lp.get("p99")), 3), "p999": round(ms(lp.get("p99.9")), 3),
-                       "max": round(ms(s.get("slowest")), 3)},
-    }, separators=(",", ":")))
+    print_summary(sum(statuses.values()), float(s.get("total") or float(secs)), statuses,
+                  failed=sum((r.get("errorDistribution") or {}).values()),
+                  latency_ms={"mean": ms(s.get("average")), "p50": ms(lp.get("p50")), "p90": ms(lp.get("p90")),
+                              "p99": ms(lp.get("p99")), "p999": ms(lp.get("p99.9")), "max": ms(s.get("slowest"))},
+                  target_rps=rate)
     return 0
 
 

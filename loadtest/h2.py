@@ -22,11 +22,12 @@ h2load gives no percentiles: they come from its per-request log
 CPU... (e.g. `taskset -c 1`) prefixes the h2load command.
 """
 import os
-import random
 import re
 import subprocess
 import sys
 import time
+
+from summary import print_summary, url_file
 
 PER_CONN = 10
 
@@ -60,13 +61,7 @@ def main(argv):
     mode, secs, port, conns, codes_file, host, work = argv[1], float(argv[2]), argv[3], int(argv[4]), \
         argv[5], argv[6], argv[7]
     cpu = argv[8:]
-    os.makedirs(work, exist_ok=True)
-    codes = [c for c in open(codes_file).read().split() if c]
-    random.shuffle(codes)
-    uris = os.path.join(work, "uris.txt")
-    with open(uris, "w") as f:
-        for c in codes[:20000]:
-            f.write(f"https://localhost:{port}/{c}\n")
+    uris = url_file(codes_file, work, f"https://localhost:{port}")
     base = cpu + ["h2load", "-t", "1", "-m", "1", "-c", str(conns), "-i", uris, "-H", f":authority: {host}"]
     total_s, done, ok, bad = 0.0, 0, 0, 0
     codes_n = {"2xx": 0, "3xx": 0, "4xx": 0, "5xx": 0}
@@ -103,15 +98,12 @@ def main(argv):
         os.remove(log)
     lat.sort()
     mean = sum(lat) / len(lat) / 1000.0 if lat else 0.0
-    non3 = done - codes_n["3xx"]
-    print(f'{{"requests":{done},"duration_s":{total_s:.3f},"rps":{done / total_s if total_s else 0:.1f},'
-          f'"errors":{{"connect":0,"read":0,"write":0,"timeout":{bad},"status":{codes_n["4xx"] + codes_n["5xx"]}}},'
-          f'"status":{{"2xx":{codes_n["2xx"]},"3xx":{codes_n["3xx"]},"404":0,"429":0,'
-          f'"5xx":{codes_n["5xx"]},"other":{codes_n["4xx"]}}},"status_counted":true,"non_3xx":{non3},'
-          f'"batches":{batch},'
-          f'"latency_ms":{{"mean":{mean:.3f},"p50":{percentile(lat, 50):.3f},"p80":{percentile(lat, 80):.3f},'
-          f'"p90":{percentile(lat, 90):.3f},"p99":{percentile(lat, 99):.3f},"p999":{percentile(lat, 99.9):.3f},'
-          f'"max":{(lat[-1] / 1000.0) if lat else 0:.3f}}}}}')
+    # h2load counts status classes only: one status per class stands for it.
+    statuses = {200: codes_n["2xx"], 302: codes_n["3xx"], 400: codes_n["4xx"], 500: codes_n["5xx"]}
+    print_summary(done, total_s, statuses, failed=bad, batches=batch,
+                  latency_ms={"mean": mean, "p50": percentile(lat, 50), "p80": percentile(lat, 80),
+                              "p90": percentile(lat, 90), "p99": percentile(lat, 99),
+                              "p999": percentile(lat, 99.9), "max": (lat[-1] / 1000.0) if lat else 0.0})
     return 0
 
 
