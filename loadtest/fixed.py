@@ -14,6 +14,8 @@ URL is the server's base (http://127.0.0.1:PORT/ or https://localhost:PORT/);
 each request is GET /<code> for codes from CODES in random order, with
 `Host: HOST`. CPU... (e.g. `taskset -c 1`) prefixes the oha command; oha
 runs one worker thread (the load generator's core, as wrk -t1).
+LOADTEST_CLOSE=1: a new connection for every request (`--disable-keepalive`;
+over https a full TLS handshake each, timed with the request).
 """
 import json
 import os
@@ -39,6 +41,9 @@ def main(argv):
     cmd = cpu + [OHA, "--no-tui", "--output-format", "json", "--worker-threads", "1", "-z", f"{secs}s",
                  "-c", str(conns), "-q", str(rate), "--latency-correction", "--host", host, "--insecure",
                  "-r", "0", "-w", "--urls-from-file", urls]
+    if os.environ.get("LOADTEST_CLOSE") == "1":
+        # A new connection (over https, a full handshake) for every request.
+        cmd.insert(cmd.index("--urls-from-file"), "--disable-keepalive")
     p = subprocess.run(cmd, capture_output=True, text=True)
     try:
         r = json.loads(p.stdout)

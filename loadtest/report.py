@@ -20,7 +20,7 @@ ORDER = ["nginx-static", "edge-hot", "edge-hot-browser", "edge-hot-inval", "edge
          "edge-redis-cluster", "edge-origin", "miss-storm", "mix", "create", "raw-claims", "create-origin", "create-redis", "create-zookeeper", "create-cluster",
          "nginx-static-tls", "edge-hot-tls", "nginx-tls-handshake", "edge-tls-handshake",
          "nginx-h2", "edge-h2", "nginx-h2-conn", "edge-h2-conn",
-         "fixed-nginx", "fixed-edge-hot", "fixed-openresty", "fixed-nginx-tls", "fixed-edge-hot-tls",
+         "fixed-nginx", "fixed-edge-hot", "fixed-openresty", "fixed-nginx-tls", "fixed-edge-hot-tls", "fixed-nginx-tls-handshake", "fixed-edge-tls-handshake",
          "nginx-qr-static", "qr-hot"]
 WHAT = {
     "nginx-static": "nginx `return 302` (anchor)",
@@ -56,6 +56,8 @@ WHAT = {
     "fixed-openresty": "OpenResty edge (memory hit) at the same fixed rate, corrected latency",
     "fixed-nginx-tls": "nginx over TLS at the same fixed rate, corrected latency",
     "fixed-edge-hot-tls": "edge over TLS at the same fixed rate, corrected latency",
+    "fixed-nginx-tls-handshake": "nginx over TLS, a new connection per request, at a fixed share of nginx-tls-handshake's rate (oha times the handshake with the request)",
+    "fixed-edge-tls-handshake": "edge over TLS, a new connection per request, at the same fixed rate",
     "nginx-qr-static": "nginx serving the same QR PNGs as static files (QR anchor)",
     "qr-hot": "edge, QR code PNGs from its page cache (pingora-cache)",
 }
@@ -321,6 +323,7 @@ def targets(scenarios, cfg):
         add("edge-tls-handshake p99 ≤ 1.5× nginx's", "edge-tls-handshake", txt, "≤ 1.50×",
             (r <= 1.5) if r is not None else None, f"p99 {hs['p99_ms']:.3f} vs {nh['p99_ms']:.3f} ms")
     for e, n, goal in (("fixed-edge-hot", "fixed-nginx", 1.2), ("fixed-edge-hot-tls", "fixed-nginx-tls", 1.2),
+                       ("fixed-edge-tls-handshake", "fixed-nginx-tls-handshake", 1.5),
                        ("fixed-openresty", "fixed-nginx", None)):
         es, ns = ran(e), ran(n)
         if es and ns:
@@ -403,9 +406,10 @@ def adopt(src, dst, extra):
 def pair(sdir, t, a, n):
     """After n interleaved rounds of t and its anchor a: the per-round ratios
     (req/s, and p99 — the one that matters at a fixed rate), their median
-    and spread in pair.json; the round whose req/s ratio is the median (the
-    lower of the two middle ones for even n) gives the scenario's figures,
-    and the anchor's too when no other run measured it."""
+    and spread in pair.json; the round whose req/s ratio (at a fixed rate:
+    p99 ratio) is the median (the lower of the two middle ones for even n)
+    gives the scenario's figures, and the anchor's too when no other run
+    measured it."""
     n = int(n)
     rows = []
     for i in range(1, n + 1):
@@ -420,8 +424,13 @@ def pair(sdir, t, a, n):
                      "ok": bool(rt.get("ok") and ra.get("ok"))})
     good = [r for r in rows if r["ratio"] is not None]
     res = {"target": t, "anchor": a, "rounds": rows, "n": n}
+    # At a fixed rate both serve the rate: the round that stands for the
+    # pair is the one whose p99 ratio is the median.
+    fixed = read_kv(os.path.join(sdir, t, "rounds", "1", t, "meta")).get("tool") == "fixed"
+    if fixed and all(r["p99_ratio"] is not None for r in good):
+        res["median_round_by"] = "p99"
     if good:
-        by = sorted(good, key=lambda r: r["ratio"])
+        by = sorted(good, key=lambda r: r["p99_ratio"] if res.get("median_round_by") else r["ratio"])
         mid = by[(len(by) - 1) // 2]
         p99s = [r["p99_ratio"] for r in good if r["p99_ratio"] is not None]
         res.update(ratio_median=round(statistics.median(r["ratio"] for r in good), 4),
