@@ -433,8 +433,9 @@ def pair(sdir, t, a, n):
         by = sorted(good, key=lambda r: r["p99_ratio"] if res.get("median_round_by") else r["ratio"])
         mid = by[(len(by) - 1) // 2]
         p99s = [r["p99_ratio"] for r in good if r["p99_ratio"] is not None]
-        res.update(ratio_median=round(statistics.median(r["ratio"] for r in good), 4),
-                   ratio_min=by[0]["ratio"], ratio_max=by[-1]["ratio"], median_round=mid["round"],
+        ratios = [r["ratio"] for r in good]
+        res.update(ratio_median=round(statistics.median(ratios), 4),
+                   ratio_min=min(ratios), ratio_max=max(ratios), median_round=mid["round"],
                    p99_ratio_median=round(statistics.median(p99s), 4) if p99s else None,
                    p99_ratio_min=min(p99s) if p99s else None, p99_ratio_max=max(p99s) if p99s else None)
         k = str(mid["round"])
