@@ -56,6 +56,47 @@ pub fn is_valid_code(s: &str) -> bool {
     (CUSTOM_MIN..=CUSTOM_MAX).contains(&s.len()) && s.bytes().all(is_code_byte)
 }
 
+/// True when `code` is in the fleet-wide namespace: exactly [`CODE_LEN`]
+/// alphanumerics, the pre-generated grammar. Such a code names one link in
+/// the whole fleet (pre-generated or custom: a custom one takes the free
+/// pre-generated row, so issuing can never hand it out twice); every other
+/// code is unique per domain (protocol 3.6).
+pub fn is_fleet_code(code: &str) -> bool {
+    code.len() == CODE_LEN && code.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Longest link key: a 253-byte domain, `/`, a 32-byte code.
+pub const LINK_KEY_MAX: usize = 253 + 1 + CUSTOM_MAX;
+
+/// The link key of `code` on `domain` (normalised): the code for a fleet
+/// code, `<domain>/<code>` for a per-domain one. What the origin keys its
+/// rows, rollups and history by, and what click batches of version 3 name
+/// (protocol 3.6).
+pub fn link_key(code: &str, domain: &str) -> String {
+    if is_fleet_code(code) {
+        code.to_owned()
+    } else {
+        format!("{domain}/{code}")
+    }
+}
+
+/// Splits a link key into (domain, code): `None` as the domain for a fleet
+/// code's key. `None` for anything that is not a key: a bare code that is
+/// not a fleet code, a per-domain key of a fleet code, a bad domain or
+/// code.
+pub fn split_link_key(key: &str) -> Option<(Option<&str>, &str)> {
+    match key.rsplit_once('/') {
+        None => is_fleet_code(key).then_some((None, key)),
+        Some((domain, code)) => {
+            let ok = is_valid_code(code)
+                && !is_fleet_code(code)
+                && crate::host::host_part(domain) == Some(domain)
+                && !domain.bytes().any(|b| b.is_ascii_uppercase());
+            ok.then_some((Some(domain), code))
+        }
+    }
+}
+
 /// Paths the services answer themselves: a custom code equal to one of these
 /// could never resolve, so creation refuses them. `batch` resolves, but
 /// `/api/v1/links/batch` is the batch-creation route, so no link may be
@@ -86,6 +127,37 @@ pub fn code_from_path(path: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_keys() {
+        assert!(is_fleet_code("aB3xYz"));
+        assert!(!is_fleet_code("ab_cde"));
+        assert!(!is_fleet_code("sale"));
+        assert_eq!(link_key("aB3xYz", "s.shop55.com"), "aB3xYz");
+        assert_eq!(link_key("sale", "s.shop55.com"), "s.shop55.com/sale");
+        assert_eq!(link_key("ab-cde", "[::1]"), "[::1]/ab-cde");
+        assert_eq!(split_link_key("aB3xYz"), Some((None, "aB3xYz")));
+        assert_eq!(
+            split_link_key("s.shop55.com/sale"),
+            Some((Some("s.shop55.com"), "sale"))
+        );
+        assert_eq!(
+            split_link_key("[::1]/ab-cde"),
+            Some((Some("[::1]"), "ab-cde"))
+        );
+        for bad in [
+            "sale",
+            "s.shop55.com/aB3xYz",
+            "S.shop55.com/sale",
+            "/sale",
+            "s.shop55.com/",
+            "s..com/sale",
+            "s.shop55.com/sa le",
+            "a/b/sale",
+        ] {
+            assert_eq!(split_link_key(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn encode_decode_roundtrip_at_edges() {

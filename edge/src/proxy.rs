@@ -302,7 +302,7 @@ impl Edge {
                 let dest = target.destination(&rec);
                 self.state
                     .clicks
-                    .record(session.req_header(), code, dest, now);
+                    .record(session.req_header(), (code, rec.domain), dest, now);
                 let hsts = self.hsts(ctx);
                 let url = target.url(&rec);
                 respond::redirect(session, &self.state.cfg.redirect, url, hsts).await?;

@@ -76,6 +76,7 @@ impl From<LinkError> for ApiError {
                 "invalid_cursor",
                 "cursor is not one this query returned (changed, or from other filters)",
             ),
+            LinkError::DomainRequired(_) => ApiError::bad_request("domain_required", e.to_string()),
             LinkError::LinkDeleted => {
                 ApiError::new(StatusCode::CONFLICT, "link_deleted", e.to_string())
             }

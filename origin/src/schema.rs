@@ -61,6 +61,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "outbox_domain",
         include_str!("../migrations/0013_outbox_domain.sql"),
     ),
+    (
+        14,
+        "per_domain_codes",
+        include_str!("../migrations/0014_per_domain_codes.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

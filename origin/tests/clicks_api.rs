@@ -56,7 +56,10 @@ async fn stats_follow_tenancy_and_bad_ranges_are_400() {
         assert_eq!((st, totals(&v)), (200, want), "{key} {q}: {v}");
     }
     let (_, v) = tenant_stats(o, ADMIN, &format!("domain=sho.rt&{r}")).await;
-    assert_eq!(v["links"][0], json!({"code": mine, "human": 5, "bot": 1}));
+    assert_eq!(
+        v["links"][0],
+        json!({"code": mine, "domain": "sho.rt", "human": 5, "bot": 1})
+    );
     // The list carries each link's total human clicks.
     let (st, v, _) = o
         .call(reqwest::Method::GET, "/api/v1/links", SHOP, None, &[])

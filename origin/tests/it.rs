@@ -28,6 +28,7 @@ mod odd_requests;
 mod openapi;
 mod operations;
 mod pages;
+mod per_domain_codes;
 mod recycle;
 mod schemathesis;
 mod search;

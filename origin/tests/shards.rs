@@ -192,7 +192,8 @@ async fn creations_cross_the_boundary_and_every_change_goes_to_the_links_shard()
         assert_eq!(st, 409, "{code} taken");
     }
     assert_eq!(
-        a.sql("SELECT shard FROM custom_code_dir WHERE code = 'Custom77'")
+        // Filed under its link key (protocol 3.6: per domain).
+        a.sql("SELECT shard FROM custom_code_dir WHERE code = 'sho.rt/Custom77'")
             .trim(),
         "b"
     );
@@ -248,7 +249,8 @@ async fn creations_cross_the_boundary_and_every_change_goes_to_the_links_shard()
         &[
             (on_a, clicks::DAY + 3600, 7, 2),
             (on_b, clicks::DAY + 7200, 5, 1),
-            ("Custom77", clicks::DAY + 3600, 3, 0),
+            // A per-domain code, named by its link key (protocol 3.6).
+            ("sho.rt/Custom77", clicks::DAY + 3600, 3, 0),
         ],
     );
     for _ in 0..2 {
@@ -266,7 +268,7 @@ async fn creations_cross_the_boundary_and_every_change_goes_to_the_links_shard()
     for (d, code, want) in [
         (&a, on_a.as_str(), 7),
         (&b, on_b.as_str(), 5),
-        (&b, "Custom77", 3),
+        (&b, "sho.rt/Custom77", 3),
     ] {
         let sql = format!("SELECT COALESCE(SUM(human), 0) FROM click_hour WHERE code = '{code}'");
         assert_eq!(d.count(&sql), want, "{code}");

@@ -10,7 +10,7 @@
 use super::batch::{is_valid_batch_id, Batch, DestinationLine, DeviceLine, HourLine, ReferrerLine};
 use super::{day_start, device_class, hour_start, referrer_host, Device};
 use super::{OTHER_REFERRER, TOP_REFERRERS};
-use crate::code::is_valid_code;
+use crate::code::{is_valid_code, split_link_key};
 use crate::link_rules::Destination;
 use std::collections::{BTreeMap, HashMap};
 
@@ -95,7 +95,8 @@ impl Accumulator {
     }
 
     /// Counts one click (classifying its user agent and referrer). Returns
-    /// false, counting nothing, for a code that is not a valid code.
+    /// false, counting nothing, for a code that is neither a valid code nor
+    /// a link key (`code::link_key`; edges count per-domain codes so).
     pub fn add(&mut self, c: &Click<'_>) -> bool {
         let device = if c.head {
             Device::Bot
@@ -122,7 +123,7 @@ impl Accumulator {
         host: &str,
         destination: Option<Destination>,
     ) -> bool {
-        if !is_valid_code(code) {
+        if !is_valid_code(code) && split_link_key(code).is_none() {
             return false;
         }
         // The key is allocated only for a link not seen since the last

@@ -7,8 +7,11 @@
 //! counts, logs and acknowledges it) rather than half-applied.
 
 use super::referrer::is_valid_host_field;
-use super::{Device, BATCH_VERSION, BATCH_VERSION_DESTINATIONS, OTHER_REFERRER, TOP_REFERRERS};
-use crate::code::is_valid_code;
+use super::{
+    Device, BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_KEYS, OTHER_REFERRER,
+    TOP_REFERRERS,
+};
+use crate::code::{is_valid_code, split_link_key};
 use crate::link_rules::Destination;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
@@ -154,11 +157,14 @@ impl Batch {
         self.hours.len() + self.referrers.len() + self.devices.len() + self.destinations.len()
     }
 
-    /// The format version of the entry (`v`): `2` when the batch has
-    /// destination lines, else `1`, which origins of every version read
-    /// (an edge counting only plain links needs no upgraded origin).
+    /// The format version of the entry (`v`): `3` when a line names a
+    /// per-domain link key, else `2` when the batch has destination lines,
+    /// else `1`, which origins of every version read (an edge counting only
+    /// plain links of fleet codes needs no upgraded origin).
     pub fn version(&self) -> &'static str {
-        if self.destinations.is_empty() {
+        if self.codes().any(|c| c.contains('/')) {
+            BATCH_VERSION_KEYS
+        } else if self.destinations.is_empty() {
             BATCH_VERSION
         } else {
             BATCH_VERSION_DESTINATIONS
@@ -212,9 +218,10 @@ impl Batch {
     /// batch, a zero count, a time not on its hour or day, a link-day with
     /// more than [`TOP_REFERRERS`] named hosts are defects.
     pub fn decode(id: &str, version: &str, body: &str) -> Result<Batch, BatchError> {
-        let destinations_allowed = match version {
-            BATCH_VERSION => false,
-            BATCH_VERSION_DESTINATIONS => true,
+        let (destinations_allowed, keys_allowed) = match version {
+            BATCH_VERSION => (false, false),
+            BATCH_VERSION_DESTINATIONS => (true, false),
+            BATCH_VERSION_KEYS => (true, true),
             _ => return Err(BatchError::Version(version.chars().take(16).collect())),
         };
         if !is_valid_batch_id(id) {
@@ -245,7 +252,14 @@ impl Batch {
             if f.len() != 5 {
                 return Err(bad("not 5 fields separated by single spaces"));
             }
-            if !is_valid_code(f[1]) {
+            // Up to version 2 a line names a bare code; from 3 a link key
+            // (a bare fleet code, or `<domain>/<code>`).
+            let names_link = if keys_allowed {
+                split_link_key(f[1]).is_some()
+            } else {
+                is_valid_code(f[1])
+            };
+            if !names_link {
                 return Err(bad("invalid code"));
             }
             let code = f[1].to_owned();
@@ -451,9 +465,31 @@ mod tests {
         let ok = "h abcdef 3600 1 0\nr abcdef 0 - 1\nd abcdef 0 desktop 1\n";
         assert!(Batch::decode(id, "1", ok).is_ok());
         assert!(matches!(
-            Batch::decode(id, "3", ok),
+            Batch::decode(id, "4", ok),
             Err(BatchError::Version(_))
         ));
+        // Version 3 names links by key: a per-domain code with its domain,
+        // never bare; versions 1 and 2 by bare code only.
+        let keyed = "h s.shop55.com/sale 3600 1 0\nr s.shop55.com/sale 0 - 1\nd s.shop55.com/sale 0 desktop 1\n";
+        let bare = "h sale 3600 1 0\nr sale 0 - 1\nd sale 0 desktop 1\n";
+        assert!(Batch::decode(id, "3", keyed).is_ok());
+        assert!(
+            Batch::decode(id, "3", ok).is_ok(),
+            "a fleet code is its own key"
+        );
+        for (v, body) in [("1", keyed), ("2", keyed), ("3", bare)] {
+            assert!(
+                matches!(Batch::decode(id, v, body), Err(BatchError::Line { .. })),
+                "v{v}: {body}"
+            );
+        }
+        assert!(Batch::decode(id, "1", bare).is_ok());
+        let fleet_with_domain = "h s.shop55.com/abcdef 3600 1 0\nr s.shop55.com/abcdef 0 - 1\nd s.shop55.com/abcdef 0 desktop 1\n";
+        assert!(Batch::decode(id, "3", fleet_with_domain).is_err());
+        let mut b = Batch::decode(id, "3", keyed).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(b.version(), "3");
+        b = Batch::decode(id, "1", bare).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(b.version(), "1");
         assert!(matches!(
             Batch::decode("x", "1", ok),
             Err(BatchError::Id(_))

@@ -40,6 +40,11 @@ pub const BATCH_VERSION: &str = "1";
 /// origins are upgraded before edges (`docs/protocol.md`, "Click batches").
 pub const BATCH_VERSION_DESTINATIONS: &str = "2";
 
+/// The version of a batch that names a per-domain link by its link key
+/// (`<domain>/<code>`, protocol 3.6): version 2 plus keys. Origins of
+/// 3.6 read every version; an older one rejects such a batch whole.
+pub const BATCH_VERSION_KEYS: &str = "3";
+
 /// Referrer hosts kept per link-day in one batch; the rest are summed under
 /// [`OTHER_REFERRER`], so a link shared on many sites cannot blow up a batch.
 pub const TOP_REFERRERS: usize = 20;

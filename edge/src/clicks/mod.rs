@@ -113,14 +113,14 @@ impl Clicks {
         self.enabled
     }
 
-    /// The redirect path: counts one redirect answered for `code` at
-    /// `at_unix` by `destination` (`None`: a link without options; nothing
+    /// The redirect path: counts one redirect answered for `link` (code,
+    /// domain) at `at_unix` by `destination` (`None`: a link without options; nothing
     /// but a flag test when counting is off).
     #[inline]
     pub fn record(
         &self,
         req: &RequestHeader,
-        code: &str,
+        link: (&str, &str),
         destination: Option<Destination>,
         at_unix: u64,
     ) {
@@ -129,7 +129,7 @@ impl Clicks {
                 &self.registry,
                 &self.metrics,
                 req,
-                code,
+                link,
                 destination,
                 at_unix,
             );
@@ -138,9 +138,9 @@ impl Clicks {
 
     /// [`Clicks::record`] from the parts of a head (the fast path).
     #[inline]
-    pub fn record_parts(&self, parts: record::ClickParts<'_>, code: &str, at_unix: u64) {
+    pub fn record_parts(&self, parts: record::ClickParts<'_>, link: (&str, &str), at_unix: u64) {
         if self.enabled {
-            record::record_parts(&self.registry, &self.metrics, parts, code, at_unix);
+            record::record_parts(&self.registry, &self.metrics, parts, link, at_unix);
         }
     }
 
@@ -169,9 +169,10 @@ impl Clicks {
     pub fn drain(&self) -> u64 {
         let mut st = self.state();
         let (mut human, mut bot) = (0, 0);
+        let mut key = String::new();
         let n = self.registry.drain(|e| {
             if st.acc.add_classified(
-                e.code(),
+                e.key(&mut key),
                 e.at_unix,
                 e.device,
                 e.host.as_str(),
@@ -329,9 +330,9 @@ mod tests {
         let now = shorturl_common::time::now_unix();
         // 250 distinct links, the first one clicked twice.
         for i in 0..250 {
-            c.record_parts(parts(), &format!("lnk{i:04}"), now);
+            c.record_parts(parts(), (&format!("lnk{i:04}"), "s.example"), now);
         }
-        c.record_parts(parts(), "lnk0000", now);
+        c.record_parts(parts(), ("lnk0000", "s.example"), now);
         assert_eq!(c.drain(), 251);
         // Cut at 100 and at 200 links; 50 left in the counts, and the
         // first link again (its first click went out with the first cut).

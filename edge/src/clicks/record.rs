@@ -1,8 +1,10 @@
 //! The redirect path's side of counting: classify the click and push a
 //! fixed-size [`Event`] into the calling thread's bounded lock-free queue.
 //!
-//! No allocation, lock or syscall per click: the code and the referrer host
-//! are copied inline, the user agent is classified through a one-entry
+//! No allocation, lock or syscall per click on a fleet code (protocol 3.6):
+//! the code and the referrer host are copied inline (a per-domain custom
+//! code also boxes its domain, the one allocation: inline it would double
+//! every queue slot), the user agent is classified through a one-entry
 //! per-thread cache (a repeated user agent costs a byte compare instead of
 //! the bot list's automaton), and the queue is a `crossbeam` `ArrayQueue`
 //! allocated once per thread, at its first click, and registered then (the
@@ -14,6 +16,7 @@ use crossbeam_queue::ArrayQueue;
 use http::Method;
 use pingora::http::RequestHeader;
 use shorturl_common::clicks::{device_class_bytes, referrer_host_buf, Device, HostBuf};
+use shorturl_common::code::is_fleet_code;
 use shorturl_common::link_rules::Destination;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,11 +28,14 @@ pub const MAX_CODE_LEN: usize = 32;
 /// classified every time.
 const UA_CACHE_BYTES: usize = 512;
 
-/// One click, as queued (no heap data).
-#[derive(Clone, Copy, Debug)]
+/// One click, as queued (heap data only for a per-domain code's domain).
+#[derive(Clone, Debug)]
 pub struct Event {
     code: [u8; MAX_CODE_LEN],
     code_len: u8,
+    /// The link's domain when its code is unique per domain, not per
+    /// fleet: the click is counted under `<domain>/<code>`.
+    domain: Option<Box<str>>,
     /// Unix seconds.
     pub at_unix: u64,
     /// [`Device::Bot`] for a bot click.
@@ -40,9 +46,11 @@ pub struct Event {
 }
 
 impl Event {
-    /// A click on `code` (`None` when the code is longer than any valid one).
+    /// A click on `code` on `domain` (`None` when the code is longer than
+    /// any valid one).
     pub fn new(
         code: &str,
+        domain: &str,
         at_unix: u64,
         device: Device,
         host: HostBuf,
@@ -57,6 +65,7 @@ impl Event {
         Some(Event {
             code: buf,
             code_len: u8::try_from(len).ok()?,
+            domain: (!is_fleet_code(code)).then(|| domain.into()),
             at_unix,
             device,
             host,
@@ -67,6 +76,21 @@ impl Event {
     /// The link's code.
     pub fn code(&self) -> &str {
         std::str::from_utf8(&self.code[..usize::from(self.code_len)]).unwrap_or("")
+    }
+
+    /// What the click is counted under: the link key (`code::link_key`),
+    /// written into `buf` for a per-domain code.
+    pub fn key<'a>(&'a self, buf: &'a mut String) -> &'a str {
+        match &self.domain {
+            None => self.code(),
+            Some(d) => {
+                buf.clear();
+                buf.push_str(d);
+                buf.push('/');
+                buf.push_str(self.code());
+                buf
+            }
+        }
     }
 }
 
@@ -198,12 +222,12 @@ pub struct ClickParts<'a> {
     pub destination: Option<Destination>,
 }
 
-/// Counts one redirect answered for `code` at `at_unix`.
+/// Counts one redirect answered for `code` on `domain` at `at_unix`.
 pub fn record(
     registry: &Registry,
     metrics: &ClicksMetrics,
     req: &RequestHeader,
-    code: &str,
+    (code, domain): (&str, &str),
     destination: Option<Destination>,
     at_unix: u64,
 ) {
@@ -216,7 +240,7 @@ pub fn record(
         referer: req.headers.get(http::header::REFERER).map(|v| v.as_bytes()),
         destination,
     };
-    record_parts(registry, metrics, parts, code, at_unix);
+    record_parts(registry, metrics, parts, (code, domain), at_unix);
 }
 
 /// [`record`] from the parts of a head (the fast path has no
@@ -225,12 +249,12 @@ pub fn record_parts(
     registry: &Registry,
     metrics: &ClicksMetrics,
     parts: ClickParts<'_>,
-    code: &str,
+    (code, domain): (&str, &str),
     at_unix: u64,
 ) {
     let device = classify_parts(parts.head, parts.user_agent);
     let host = referrer_host_buf(parts.referer);
-    let Some(event) = Event::new(code, at_unix, device, host, parts.destination) else {
+    let Some(event) = Event::new(code, domain, at_unix, device, host, parts.destination) else {
         return;
     };
     let pushed = LOCAL.with(|l| {
@@ -283,11 +307,26 @@ mod tests {
         assert_eq!(classify(&req("GET", Some("curl/8"), None)), Device::Bot);
         let r = req("GET", Some(CHROME), Some("https://News.Example.com:8443/a"));
         for _ in 0..4 {
-            record(&reg, &m, &r, "abcdef", None, 7200);
+            record(&reg, &m, &r, ("abcdef", "s.example"), None, 7200);
         }
         assert_eq!(m.dropped_queue_full.get(), 1);
         let other = std::thread::spawn(move || {
-            record(&reg, &m, &req("GET", None, None), "ghijkl", None, 10);
+            record(
+                &reg,
+                &m,
+                &req("GET", None, None),
+                ("ghijkl", "s.example"),
+                None,
+                10,
+            );
+            record(
+                &reg,
+                &m,
+                &req("GET", None, None),
+                ("sale", "s.example"),
+                None,
+                10,
+            );
             (reg, m)
         });
         let (reg, m) = match other.join() {
@@ -295,17 +334,20 @@ mod tests {
             Err(_) => panic!("thread panicked"),
         };
         let mut seen = Vec::new();
+        let mut buf = String::new();
         let n = reg.drain(|e| {
             seen.push((
-                e.code().to_owned(),
+                e.key(&mut buf).to_owned(),
                 e.at_unix,
                 e.device,
                 e.host.as_str().to_owned(),
             ))
         });
-        assert_eq!(n, 4);
+        assert_eq!(n, 5);
         assert_eq!(m.dropped_queue_full.get(), 1);
         assert!(seen.contains(&("ghijkl".into(), 10, Device::Bot, "-".into())));
+        // A per-domain code is counted under its link key.
+        assert!(seen.contains(&("s.example/sale".into(), 10, Device::Bot, "-".into())));
         let news = (
             "abcdef".into(),
             7200,

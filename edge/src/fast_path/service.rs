@@ -272,19 +272,19 @@ impl FastPath {
                 };
                 s.metrics.local_hit.inc();
                 let dest = Target::Link.destination(&rec);
-                let click = (code.as_str(), dest);
+                let click = ((code.as_str(), rec.domain), dest);
                 self.redirect(req, conn, click, now, [response, &[], &[]], out);
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
-            Verdict::Redirect(_, Target::Chosen(url, dest)) => {
+            Verdict::Redirect(rec, Target::Chosen(url, dest)) => {
                 // The record's head with the chosen URL in its place.
                 let Some((before, after)) = entry.response_around_url() else {
                     return Decision::HandOver;
                 };
                 s.metrics.local_hit.inc();
                 let parts = [before, url.as_bytes(), after];
-                let click = (code.as_str(), Some(dest));
+                let click = ((code.as_str(), rec.domain), Some(dest));
                 self.redirect(req, conn, click, now, parts, out);
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
@@ -342,7 +342,7 @@ impl FastPath {
                         &made.0[..]
                     }
                 };
-                let click = (code, target.destination(&rec));
+                let click = ((code, rec.domain), target.destination(&rec));
                 self.redirect(req, conn, click, now, [response, &[], &[]], out);
                 s.cfg.redirect.status
             }
@@ -367,7 +367,7 @@ impl FastPath {
         &self,
         req: &Request<'_>,
         conn: &Conn,
-        (code, destination): (&str, Option<Destination>),
+        (link, destination): ((&str, &str), Option<Destination>),
         now: u64,
         head: [&[u8]; 3],
         out: &mut Vec<u8>,
@@ -379,7 +379,7 @@ impl FastPath {
             destination,
         };
         // Counted before the answer is written (see `proxy.rs`).
-        self.s.clicks.record_parts(parts, code, now);
+        self.s.clicks.record_parts(parts, link, now);
         self.answers
             .redirect_parts(out, head, conn.tls, &self.end(req));
     }

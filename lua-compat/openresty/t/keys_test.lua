@@ -1,6 +1,7 @@
 -- Tests of the protocol 3.5 keys: proto.lua's link key, cache key and
 -- invalidation messages (the cases of common/src/keys.rs and
--- common/src/inval.rs, same inputs and answers), and cache.lua keyed by
+-- common/src/inval.rs, same inputs and answers), protocol 3.6's fleet codes
+-- and click (link) keys (common/src/code.rs), and cache.lua keyed by
 -- (domain, code): one code on two domains is two entries, and a message
 -- for one leaves the other alone.
 -- Run by t/run.sh in a throwaway nginx (content_by_lua_file, with the
@@ -18,6 +19,23 @@ eq(proto.link_key("[::1]", "sale"), "su:1:link:[::1]/sale", "link key, IPv6 lite
 ok(proto.link_key("a.com", "sale") ~= proto.link_key("b.com", "sale"), "link keys differ by domain")
 ok(proto.link_key("s.com", "aB3xYz") ~= proto.link_key("s.com", "Ab3xYz"), "link keys differ by code case")
 eq(proto.cache_key("s.shop55.com", "sale"), "s.shop55.com/sale", "cache key")
+
+---------------------------------------------------------------- fleet codes, click keys (protocol 3.6)
+ok(proto.is_fleet_code("aB3xYz"), "fleet code")
+ok(proto.is_fleet_code("000000"), "fleet code, digits")
+for _, c in ipairs({ "sale", "ab_cde", "ab-cde", "aB3xYz0", "aB3xY", "salesale" }) do
+    ok(not proto.is_fleet_code(c), "per-domain code " .. show(c))
+end
+eq(proto.click_key("aB3xYz", "s.shop55.com"), "aB3xYz", "click key of a fleet code: the code")
+eq(proto.click_key("sale", "s.shop55.com"), "s.shop55.com/sale", "click key of a custom code")
+eq(proto.click_key("ab_cde", "s.shop55.com"), "s.shop55.com/ab_cde", "6 characters with _: per domain")
+eq(proto.click_key("ab-cde", "[::1]"), "[::1]/ab-cde", "6 characters with -, IPv6 literal")
+ok(proto.click_key("sale", "a.com") ~= proto.click_key("sale", "b.com"), "click keys differ by domain")
+eq(proto.click_key("aB3xYz", "a.com"), proto.click_key("aB3xYz", "b.com"), "a fleet code: one key everywhere")
+do
+    local longest = proto.click_key(string.rep("a", 32), string.rep("d", 253))
+    eq(#longest, 286, "longest click key (253 + 1 + 32 bytes)")
+end
 
 ---------------------------------------------------------------- invalidation messages
 do

@@ -11,7 +11,8 @@
 #    checking the redirects link rules answer (Location, 404s, the country
 #    header from a trusted proxy, forwarding, pages of a disabled link) and
 #    the protocol 3.5 keys (records and invalidations by (domain, code), a
-#    request without Host).
+#    request without Host) and the protocol 3.6 click keys (the batches in
+#    the stream).
 #
 # Ports: SU_T_PORT1..5 (the unit nginx, Redis, the module, an origin port
 # nobody listens on, the module's metrics; the conformance suite's test
@@ -116,7 +117,7 @@ mport="${SU_T_PORT5:-$(free_port)}"
 # geo_test.lua left a database placing 127.0.0.0/8 in KR (when libmaxminddb is there).
 mmdb=""
 [ -s "$tmp/w/test.mmdb" ] && mmdb="$tmp/w/test.mmdb"
-SU_DIE_WITH_MASTER=1 SU_CLICKS_ENABLED=0 SU_DEFAULT_DOMAIN=s.test SU_TRUSTED_PROXIES=127.0.0.1/32 \
+SU_DIE_WITH_MASTER=1 SU_CLICKS_ENABLED=1 SU_CLICKS_FLUSH_INTERVAL_MS=50 SU_DEFAULT_DOMAIN=s.test SU_TRUSTED_PROXIES=127.0.0.1/32 \
   SU_GEO_COUNTRY_HEADER=CF-IPCountry SU_GEO_MMDB_PATH="$mmdb" SU_ACCESS_LOG=off SU_UNKNOWN_LIMIT=0 \
   SU_METRICS_PORT="$mport" \
   "$openresty/start.sh" "$tmp/edge" "$eport" "127.0.0.1:$rport" "127.0.0.1:$oport" >"$tmp/edge.log" 2>&1 &
@@ -140,6 +141,10 @@ E2E_DOMAIN=other.test rset expx01 "3 2 5 s.test https://x.example/old {\"x\":\"h
 # One code on two domains: two links.
 rset sale01 "2 1 $far s.test https://x.example/sale-s"
 E2E_DOMAIN=go.test rset sale01 "2 1 $far go.test https://x.example/sale-go"
+# A custom code (not 6 alphanumerics) on two domains: its clicks by
+# <domain>/<code> (protocol 3.6).
+rset sale "2 1 $far s.test https://x.example/sale"
+E2E_DOMAIN=go.test rset sale "2 1 $far go.test https://x.example/sale-go"
 # Only under the key before protocol 3.5: not read any more.
 redis-cli -p "$rport" SET "su:1:link:oldkey1" "2 1 $far s.test https://x.example/old-key" >/dev/null
 rset inval1 "2 1 $far s.test https://x.example/v1"
@@ -188,6 +193,8 @@ E2E_HOST=other.test e2e "another domain's expired record under this domain's key
 E2E_HOST=third.test e2e "no record for this domain (no origin: 503)" 503 "" "/gone01"
 e2e "one code, two domains: this one" 302 "https://x.example/sale-s" "/sale01"
 E2E_HOST=GO.test. e2e "one code, two domains: the other (host normalised)" 302 "https://x.example/sale-go" "/sale01"
+e2e "custom code, two domains: this one" 302 "https://x.example/sale" "/sale"
+E2E_HOST=GO.test. e2e "custom code, two domains: the other" 302 "https://x.example/sale-go" "/sale"
 e2e "only under the legacy key: not read (no origin: 503)" 503 "" "/oldkey1"
 E2E_HOST= e2e "no Host (HTTP/1.0): 404, nothing looked up" 404 "" "/oldkey1" -0
 E2E_HOST= e2e "no Host (HTTP/1.0), a live code: 404" 404 "" "/plain1" -0
@@ -227,6 +234,26 @@ case "$st" in
   *'"inval":{"subscribed":true,"messages":3,'*) echo "  ok   status: inval messages, legacy included" ;;
   *) echo "  FAIL status: inval messages in $st"; failed=1 ;;
 esac
+# Click keys (protocol 3.6): the versions of the batches holding an `h`
+# line of a key (XRANGE --raw: "v", its value, ..., the body's lines). A
+# batch of fleet codes is version 1 or 2, unless the same flush holds a
+# per-domain key: only the custom code's version is certain.
+click_versions() { # key
+  redis-cli -p "$rport" --raw XRANGE su:1:clicks - + 2>/dev/null |
+    awk -v k="$1" 'prev == "v" { v = $0 } { prev = $0 } index($0, "h " k " ") == 1 { print v }' | sort -u | tr '\n' ' '
+}
+check_clicks() { # name key want-versions (a glob)
+  local got=""
+  for _ in $(seq 1 50); do got="$(click_versions "$2")"; [[ "$got" == $3 ]] && break; sleep 0.1; done
+  if [[ "$got" == $3 ]]; then echo "  ok   $1"; else echo "  FAIL $1: versions '$got', want '$3'"; failed=1; fi
+}
+check_clicks "clicks: a fleet code under the code" plain1 "?*"
+check_clicks "clicks: a fleet code on two domains under the code" sale01 "?*"
+check_clicks "clicks: a custom code under <domain>/<code> (v 3)" s.test/sale "3 "
+check_clicks "clicks: the same custom code on the other domain apart (v 3)" go.test/sale "3 "
+check_clicks "clicks: no fleet code under a domain" s.test/plain1 ""
+check_clicks "clicks: nor on the other domain" go.test/sale01 ""
+check_clicks "clicks: no custom code alone" sale ""
 if grep -E '\[(error|crit|alert|emerg)\]' "$tmp/edge/logs/error.log" | grep -v -E 'connect\(\) failed|health|origin' | head -5 | grep .; then
   echo "  FAIL errors in the edge's error.log"
   failed=1

@@ -9,6 +9,7 @@ use super::apply::{apply, Applied};
 use crate::store::{DbError, Store};
 use mysql_async::prelude::*;
 use shorturl_common::clicks::Batch;
+use shorturl_common::code::is_fleet_code;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The shard of every code of `codes`: the directory's answer if it has
@@ -17,8 +18,15 @@ async fn shards_of(
     store: &Store,
     codes: &BTreeSet<&str>,
 ) -> Result<HashMap<String, usize>, DbError> {
-    let marks = vec!["?"; codes.len()].join(",");
-    let params: Vec<mysql_async::Value> = codes.iter().map(|c| (*c).into()).collect();
+    // A per-domain link filed before protocol 3.6 is under its bare code.
+    let mut asked: BTreeSet<&str> = codes.clone();
+    asked.extend(
+        codes
+            .iter()
+            .filter_map(|c| c.split_once('/').map(|(_, code)| code)),
+    );
+    let marks = vec!["?"; asked.len()].join(",");
+    let params: Vec<mysql_async::Value> = asked.iter().map(|c| (*c).into()).collect();
     let filed: Vec<(String, String)> = store
         .bounded(async {
             let mut conn = store.meta.get_conn().await?;
@@ -37,8 +45,10 @@ async fn shards_of(
     Ok(codes
         .iter()
         .map(|c| {
+            let bare = c.split_once('/').map(|(_, code)| code);
             let i = filed
                 .get(*c)
+                .or_else(|| filed.get(bare?))
                 .copied()
                 .or_else(|| store.shards.home_of_code(c))
                 .unwrap_or(0);
@@ -104,6 +114,8 @@ pub async fn apply_sharded(
     now: u64,
     referrers_per_day: usize,
 ) -> Result<Option<Batch>, DbError> {
+    let renamed = name_bare_codes(store, batch).await?;
+    let batch = renamed.as_ref().unwrap_or(batch);
     if !store.shards.sharded {
         return Ok(
             match apply(&store.pool, batch, now, referrers_per_day).await? {
@@ -124,4 +136,43 @@ pub async fn apply_sharded(
         }
     }
     Ok(added)
+}
+
+/// A batch of an edge older than protocol 3.6 names a per-domain link by
+/// its bare code; the rollups name it by its link key. Each such code is
+/// renamed to the key of its only link; a code held on several domains
+/// (possible only once per-domain codes were created, after every edge
+/// should count by key) cannot be told apart and stays bare, logged.
+/// `None` when nothing needed renaming.
+async fn name_bare_codes(store: &Store, batch: &Batch) -> Result<Option<Batch>, DbError> {
+    let bare: BTreeSet<&str> = batch
+        .codes()
+        .filter(|c| !c.contains('/') && !is_fleet_code(c))
+        .collect();
+    if bare.is_empty() {
+        return Ok(None);
+    }
+    let mut names: HashMap<String, String> = HashMap::new();
+    for code in bare {
+        match store.domains_of_code(code, 2).await?.as_slice() {
+            [only] => {
+                names.insert(code.to_owned(), only.key().name());
+            }
+            rows => tracing::warn!(code, links = rows.len(), batch = %batch.id,
+                "click batch names a per-domain code without its domain; counted under the bare code"),
+        }
+    }
+    let mut out = batch.clone();
+    let rename = |c: &mut String| {
+        if let Some(n) = names.get(c.as_str()) {
+            c.clone_from(n);
+        }
+    };
+    out.hours.iter_mut().for_each(|l| rename(&mut l.code));
+    out.referrers.iter_mut().for_each(|l| rename(&mut l.code));
+    out.devices.iter_mut().for_each(|l| rename(&mut l.code));
+    out.destinations
+        .iter_mut()
+        .for_each(|l| rename(&mut l.code));
+    Ok(Some(out))
 }

@@ -6,7 +6,8 @@
 //! exactly like an unknown code, and a tenant filter naming links the
 //! caller can never see answers zero, as a filter matching nothing does.
 
-use crate::links::{tenant, visible, LinkError, Links};
+use crate::links::{tenant, LinkError, LinkRef, Links};
+use crate::store::key::JOIN_BY_NAME;
 use crate::store::search::Tenant;
 use crate::store::{DbError, LinkRow, RowState, Settings};
 use crate::tenancy::{Caller, Scope};
@@ -107,6 +108,8 @@ pub struct DestinationClicks {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LinkStats {
     pub code: String,
+    /// The link's domain (a per-domain code names a link only with it).
+    pub domain: String,
     pub from: String,
     pub to: String,
     pub interval: &'static str,
@@ -125,6 +128,8 @@ pub struct LinkStats {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LinkClicks {
     pub code: String,
+    /// The link's domain (a per-domain code names a link only with it).
+    pub domain: String,
     pub human: u64,
     pub bot: u64,
 }
@@ -224,7 +229,11 @@ type Rows = (
     Vec<(String, u64)>,
 );
 /// A tenant's totals and top links `(code, human, bot)`.
-type TenantRows = (Option<(u64, u64)>, Vec<(String, u64, u64)>);
+type TenantRows = (Option<(u64, u64)>, Vec<TopRow>);
+
+/// One of a tenant's top links: its name in the rollups, code, domain,
+/// human and bot clicks.
+type TopRow = (String, String, Option<String>, u64, u64);
 
 /// Human clicks of `click_day_device` rows aliased `h` (every class but `bot`).
 const DAY_HUMAN: &str = "CAST(COALESCE(SUM(IF(h.class = 'bot', 0, h.n)), 0) AS UNSIGNED)";
@@ -239,12 +248,15 @@ impl Links {
     pub async fn link_stats(
         &self,
         caller: &Caller,
-        code: &str,
+        r: &LinkRef,
         range: &StatsRange,
     ) -> Result<LinkStats, LinkError> {
         caller.require(Scope::StatsRead)?;
-        let row = self.store.find(code).await?;
-        visible(caller, row.as_ref())?;
+        let (key, row) = self.find_visible(caller, r).await?;
+        let row = Some(row);
+        // The rollups name the link by its key (protocol 3.6).
+        let name = key.name();
+        let code = name.as_str();
         // A recycled code's rollups also hold its earlier link's clicks, all
         // from before its quarantine: count only from this link's creation.
         let since = row.as_ref().and_then(|r| r.created_at).unwrap_or(0);
@@ -254,7 +266,7 @@ impl Links {
             Interval::Day => range.from.max(day_start(since)),
         };
         // The rollups are on the link's shard.
-        let here = match self.store.shard_of_code(code).await? {
+        let here = match self.store.shard_of_key(&key).await? {
             Some(i) => self.store.on(i),
             None => self.store.clone(),
         };
@@ -303,7 +315,11 @@ impl Links {
             bot: t.bot + b,
         });
         Ok(LinkStats {
-            code: code.to_owned(),
+            code: key.code().to_owned(),
+            domain: row
+                .as_ref()
+                .and_then(|r| r.domain.clone())
+                .unwrap_or_default(),
             from: rfc3339(range.from),
             to: rfc3339(range.to),
             interval: range.interval.as_str(),
@@ -372,19 +388,19 @@ impl Links {
             }
         }
         let from = format!(
-            "FROM click_day_device h JOIN short_code s ON s.code = h.code WHERE {}",
+            "FROM click_day_device h JOIN short_code s ON {JOIN_BY_NAME} WHERE {}",
             w.join(" AND ")
         );
         let totals_sql = format!("SELECT {DAY_HUMAN}, {DAY_BOT} {from}");
         let top_sql = format!(
-            "SELECT h.code, {DAY_HUMAN} AS hu, {DAY_BOT} AS bo \
+            "SELECT h.code, MAX(s.code), MAX(s.domain), {DAY_HUMAN} AS hu, {DAY_BOT} AS bo \
              {from} GROUP BY h.code ORDER BY hu DESC, bo DESC, h.code LIMIT {limit}"
         );
         // Every shard's totals and top links (the rollups are next to their
         // links): totals add up, the top `limit` of the union is the top of
         // the shards' tops (a link is on one shard).
         let (mut human, mut bot) = (0, 0);
-        let mut top: Vec<(String, u64, u64)> = Vec::new();
+        let mut top: Vec<TopRow> = Vec::new();
         for shard in self.store.every_shard() {
             let (totals, part): TenantRows = shard
                 .bounded(async {
@@ -399,12 +415,17 @@ impl Links {
             bot += b;
             top.extend(part);
         }
-        top.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+        top.sort_by(|a, b| b.3.cmp(&a.3).then(b.4.cmp(&a.4)).then(a.0.cmp(&b.0)));
         top.truncate(limit as usize);
         out.totals = Totals { human, bot };
         out.links = top
             .into_iter()
-            .map(|(code, human, bot)| LinkClicks { code, human, bot })
+            .map(|(_, code, domain, human, bot)| LinkClicks {
+                code,
+                domain: domain.unwrap_or_default(),
+                human,
+                bot,
+            })
             .collect();
         Ok(out)
     }
@@ -416,7 +437,7 @@ impl Links {
         }
         let sql = format!(
             "SELECT h.code, {DAY_HUMAN} FROM click_day_device h \
-             JOIN short_code s ON s.code = h.code \
+             JOIN short_code s ON {JOIN_BY_NAME} \
              WHERE h.code IN ({}) AND {SINCE_CREATION} GROUP BY h.code",
             vec!["?"; codes.len()].join(", ")
         );

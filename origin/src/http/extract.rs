@@ -9,7 +9,7 @@ use super::AppState;
 use crate::body::read_body_max;
 use crate::clicks::{StatsRange, TenantFilter};
 use crate::error::ApiError;
-use crate::links::LinkError;
+use crate::links::{LinkError, LinkRef};
 use crate::tenancy::{Caller, Scope};
 use crate::validate::{parse_link_stats, parse_search, parse_tenant_stats, SearchRequest};
 use axum::body::Bytes;
@@ -78,7 +78,10 @@ impl FromRequestParts<AppState> for Creator {
 
 /// The route's `{code}`, a valid code (400 `invalid_code` otherwise, also
 /// for an escape that does not decode to UTF-8).
-pub struct LinkCode(pub String);
+/// With `?domain=` when given: the record endpoint's (protocol 3.5; absent
+/// from an edge of an earlier version) and the API's (protocol 3.6: a
+/// per-domain code's links are told apart by their domain).
+pub struct LinkCode(pub LinkRef);
 
 impl<St: Send + Sync> FromRequestParts<St> for LinkCode {
     type Rejection = ApiError;
@@ -88,37 +91,33 @@ impl<St: Send + Sync> FromRequestParts<St> for LinkCode {
             .await
             .map_err(|_| ApiError::invalid_code())?;
         match params.iter().find(|(k, _)| *k == "code") {
-            Some((_, code)) if is_valid_code(code) => Ok(LinkCode(code.to_owned())),
+            Some((_, code)) if is_valid_code(code) => Ok(LinkCode(LinkRef {
+                code: code.to_owned(),
+                domain: domain_param(parts)?,
+            })),
             _ => Err(ApiError::invalid_code()),
         }
     }
 }
 
-/// The record endpoint's `?domain=` (protocol 3.5): the normalised domain
-/// the edge asks for (400 `invalid_domain` for one that is not a host);
-/// `None` when absent (an edge of the previous version).
-pub struct RecordDomain(pub Option<String>);
-
-impl<St: Send + Sync> FromRequestParts<St> for RecordDomain {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &St) -> Result<Self, ApiError> {
-        let Some(q) = parts.uri.query() else {
-            return Ok(RecordDomain(None));
-        };
-        let given = url::form_urlencoded::parse(q.as_bytes())
-            .find(|(k, _)| k == "domain")
-            .map(|(_, v)| v.into_owned());
-        match given {
-            None => Ok(RecordDomain(None)),
-            Some(d) => match shorturl_common::host::normalize_host(&d) {
-                Some(n) if n == d => Ok(RecordDomain(Some(n))),
-                _ => Err(ApiError::bad_request(
-                    "invalid_domain",
-                    "domain: not a normalised host",
-                )),
-            },
-        }
+/// The `domain` query parameter: a normalised host (400 `invalid_domain`
+/// otherwise), `None` when absent.
+fn domain_param(parts: &Parts) -> Result<Option<String>, ApiError> {
+    let Some(q) = parts.uri.query() else {
+        return Ok(None);
+    };
+    let given = url::form_urlencoded::parse(q.as_bytes())
+        .find(|(k, _)| k == "domain")
+        .map(|(_, v)| v.into_owned());
+    match given {
+        None => Ok(None),
+        Some(d) => match shorturl_common::host::normalize_host(&d) {
+            Some(n) if n == d => Ok(Some(n)),
+            _ => Err(ApiError::bad_request(
+                "invalid_domain",
+                "domain: not a normalised host",
+            )),
+        },
     }
 }
 

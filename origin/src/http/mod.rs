@@ -275,10 +275,9 @@ async fn openapi(State(s): State<AppState>) -> Response {
 /// `GET /internal/v1/records/{code}?domain=`.
 async fn record(
     State(s): State<AppState>,
-    code: extract::LinkCode,
-    domain: extract::RecordDomain,
+    extract::LinkCode(r): extract::LinkCode,
 ) -> Result<Response, ApiError> {
-    resolve::record(&s, domain.0.as_deref(), &code.0).await
+    resolve::record(&s, r.domain.as_deref(), &r.code).await
 }
 
 /// The whitelist, for the edges' certificate issuer (protocol 5).

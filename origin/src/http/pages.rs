@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::pages::html::{self, Gone, Page, Preview};
 use crate::pages::qr::{self, QrParams};
 use crate::pages::{accept, etag, none_match, PageKind};
-use crate::store::{LinkRow, RowState};
+use crate::store::{LinkKey, LinkRow, RowState};
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -149,7 +149,7 @@ pub async fn page(
 /// The preview of a live link: its row for the creation date.
 async fn preview(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Response {
     let kind = PageKind::Preview.label();
-    let row = match s.links.store.find(code).await {
+    let row = match s.links.store.find(&LinkKey::new(code, host)).await {
         Ok(r) => r,
         Err(e) => {
             count(s, kind, "error");
@@ -224,7 +224,7 @@ pub async fn not_found(
     let why = match lookup {
         Some(Lookup::Found(r)) if r.binds(host) && r.is_expired_at(now) => Gone::Expired,
         Some(Lookup::Negative(v)) if *v > 0 && is_valid_code(code) => {
-            match s.links.store.find(code).await {
+            match s.links.store.find(&LinkKey::new(code, host)).await {
                 Ok(row) => gone_of(row.as_ref(), host, now),
                 // Already logged by the store; the page stays a plain 404.
                 Err(_) => Gone::Unknown,

@@ -2,10 +2,11 @@
 
 use super::{LinkError, LinkView, Links};
 use crate::bucket::Reservation;
-use crate::store::{CustomClaim, DbError, LinkData, LinkRow, RowState};
+use crate::store::{CustomClaim, DbError, LinkData, LinkKey, LinkRow, RowState};
 use crate::tenancy::{Caller, Scope};
 use crate::validate::CreateRequest;
 use crate::whitelist::Denied;
+use shorturl_common::code::is_fleet_code;
 use shorturl_common::keys;
 use shorturl_common::time::now_unix;
 use std::sync::Arc;
@@ -102,7 +103,16 @@ impl Links {
             // Reserved before the claim, so concurrent attempts cannot
             // overspend the budget; spent only when the code was refused.
             let attempt = self.reserve_custom_attempt(&caller.app).await?;
-            let claim = self.store.claim_custom(&code, &data).await;
+            // Edges of protocol 3.4 and older key by code alone: while
+            // they may run, a per-domain code stays unique in the fleet.
+            let held_elsewhere = self.cfg.redis.legacy_keys
+                && !is_fleet_code(&code)
+                && self.store.code_in_use(&code).await?;
+            let claim = if held_elsewhere {
+                Ok(CustomClaim::Taken)
+            } else {
+                self.store.claim_custom(&code, &data).await
+            };
             if matches!(claim, Ok(CustomClaim::Taken)) {
                 if let Some(a) = attempt {
                     a.spend();
@@ -242,7 +252,11 @@ impl Links {
     /// here only skips deduplication.
     async fn recent_duplicate(&self, key: &str, data: &LinkData) -> Option<LinkRow> {
         let code = self.cache.get_dedup(key).await?;
-        let row = self.store.find(&code).await.ok()??;
+        let row = self
+            .store
+            .find(&LinkKey::new(&code, &data.domain))
+            .await
+            .ok()??;
         let same = row.state == RowState::Active
             && row.expires_at.is_some_and(|e| e > now_unix())
             && row.url.as_deref() == Some(data.url.as_str())

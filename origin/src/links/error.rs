@@ -49,6 +49,10 @@ pub enum LinkError {
     /// The link was deleted; it can no longer change.
     #[error("the link was deleted and cannot change")]
     LinkDeleted,
+    /// A per-domain code the caller sees on several domains, named
+    /// without `?domain=` (protocol 3.6).
+    #[error("code {0} names links on several domains; say which with ?domain=")]
+    DomainRequired(String),
     /// The link was reaped past its expiry: only a later expiry (a
     /// renewal) may change it.
     #[error("the link expired; renew it with a later expires_at")]

@@ -7,7 +7,7 @@
 use super::options::Settings;
 use super::view::{DeletedView, HistoryEntry, HistoryView};
 use super::{LinkError, LinkView, Links};
-use crate::store::{AuditAction, Change, LinkRow, Modified, RowState};
+use crate::store::{AuditAction, Change, LinkKey, LinkRow, Modified, RowState};
 use crate::tenancy::{Caller, Scope};
 use crate::validate::{Patch, PatchState};
 use shorturl_common::time::now_unix;
@@ -23,6 +23,29 @@ pub(crate) fn visible<'a>(
         _ => Err(LinkError::NotFound),
     }
 }
+
+/// A link as a request names it (`/api/v1/links/{code}?domain=`): its code
+/// and, optionally, its domain. A fleet code needs no domain; a
+/// per-domain code without one means the one link of that code the caller
+/// sees (protocol 3.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkRef {
+    pub code: String,
+    pub domain: Option<String>,
+}
+
+impl LinkRef {
+    /// A reference by code alone.
+    pub fn code(code: &str) -> LinkRef {
+        LinkRef {
+            code: code.to_owned(),
+            domain: None,
+        }
+    }
+}
+
+/// Most rows of one per-domain code read to find the caller's.
+const SAME_CODE_ROWS: usize = 1000;
 
 /// `If-Match`: the caller's idea of the version must be the row's.
 fn check_version(row: &LinkRow, if_match: Option<u64>) -> Result<(), LinkError> {
@@ -81,20 +104,54 @@ fn edit(row: &LinkRow, patch: &Patch) -> Option<Change> {
 }
 
 impl Links {
+    /// The key of the link `r` names, as `caller` sees it: a domain given
+    /// or a fleet code names one key; a per-domain code without a domain
+    /// names the one such link the caller may see (404 when none, 400
+    /// `domain_required` when several: other tenants' links with that
+    /// code count for nothing, so the answer tells nothing about them).
+    pub(crate) async fn key_of(&self, caller: &Caller, r: &LinkRef) -> Result<LinkKey, LinkError> {
+        if let Some(d) = &r.domain {
+            return Ok(LinkKey::new(&r.code, d));
+        }
+        if let Some(k) = LinkKey::fleet(&r.code) {
+            return Ok(k);
+        }
+        let rows = self.store.domains_of_code(&r.code, SAME_CODE_ROWS).await?;
+        let mut seen = rows
+            .iter()
+            .filter(|row| visible(caller, Some(row)).is_ok())
+            .filter_map(|row| row.domain.as_deref());
+        match (seen.next(), seen.next()) {
+            (Some(d), None) => Ok(LinkKey::new(&r.code, d)),
+            (Some(_), Some(_)) => Err(LinkError::DomainRequired(r.code.clone())),
+            (None, _) => Err(LinkError::NotFound),
+        }
+    }
+
+    /// The row of the link `r` names, if `caller` may see it, and its key.
+    pub(crate) async fn find_visible(
+        &self,
+        caller: &Caller,
+        r: &LinkRef,
+    ) -> Result<(LinkKey, LinkRow), LinkError> {
+        let key = self.key_of(caller, r).await?;
+        let row = self.store.find(&key).await?;
+        let row = visible(caller, row.as_ref())?.clone();
+        Ok((key, row))
+    }
+
     /// Reads a link the caller may see.
-    pub async fn info(&self, caller: &Caller, code: &str) -> Result<LinkView, LinkError> {
+    pub async fn info(&self, caller: &Caller, r: &LinkRef) -> Result<LinkView, LinkError> {
         caller.require(Scope::LinksRead)?;
-        let row = self.store.find(code).await?;
-        let row = visible(caller, row.as_ref())?;
-        Ok(self.view(row, now_unix()))
+        let (_, row) = self.find_visible(caller, r).await?;
+        Ok(self.view(&row, now_unix()))
     }
 
     /// The changes of a link the caller may see, newest first.
-    pub async fn history(&self, caller: &Caller, code: &str) -> Result<HistoryView, LinkError> {
+    pub async fn history(&self, caller: &Caller, r: &LinkRef) -> Result<HistoryView, LinkError> {
         caller.require(Scope::LinksRead)?;
-        let row = self.store.find(code).await?;
-        visible(caller, row.as_ref())?;
-        let entries = self.store.history(code).await?;
+        let (key, _) = self.find_visible(caller, r).await?;
+        let entries = self.store.history(&key).await?;
         Ok(HistoryView {
             history: entries
                 .iter()
@@ -108,13 +165,14 @@ impl Links {
     async fn change(
         &self,
         caller: &Caller,
-        code: &str,
+        r: &LinkRef,
         decide: impl FnOnce(&LinkRow) -> Result<Option<Change>, LinkError>,
     ) -> Result<LinkRow, LinkError> {
         caller.require(Scope::LinksManage)?;
+        let key = self.key_of(caller, r).await?;
         let modified = self
             .store
-            .modify(code, &caller.app, self.cfg.redirect.status, |row| {
+            .modify(&key, &caller.app, self.cfg.redirect.status, |row| {
                 decide(visible(caller, Some(row))?)
             })
             .await??;
@@ -139,7 +197,7 @@ impl Links {
     pub async fn edit(
         &self,
         caller: &Caller,
-        code: &str,
+        r: &LinkRef,
         patch: &Patch,
         if_match: Option<u64>,
     ) -> Result<LinkView, LinkError> {
@@ -158,7 +216,7 @@ impl Links {
             }
         }
         let row = self
-            .change(caller, code, |row| {
+            .change(caller, r, |row| {
                 if row.state == RowState::Deleted {
                     return Err(LinkError::LinkDeleted);
                 }
@@ -179,11 +237,11 @@ impl Links {
     pub async fn delete(
         &self,
         caller: &Caller,
-        code: &str,
+        r: &LinkRef,
         if_match: Option<u64>,
     ) -> Result<DeletedView, LinkError> {
         let row = self
-            .change(caller, code, |row| {
+            .change(caller, r, |row| {
                 if row.state == RowState::Deleted {
                     return Ok(None);
                 }

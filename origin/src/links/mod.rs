@@ -24,7 +24,7 @@ pub use error::LinkError;
 pub use search::SearchView;
 pub use view::{CreatedView, DeletedView, HistoryEntry, HistoryView, LinkView};
 
-pub(crate) use manage::visible;
+pub(crate) use manage::LinkRef;
 pub(crate) use search::tenant;
 
 use crate::bucket::{Rate, Refusals};

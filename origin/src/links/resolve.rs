@@ -18,7 +18,7 @@
 
 use super::{LinkError, Links};
 use crate::cache::CacheAnswer;
-use crate::store::{CodeState, DbError};
+use crate::store::{CodeState, DbError, LinkKey};
 use shorturl_common::failpoint;
 use shorturl_common::record::Lookup;
 use shorturl_common::singleflight::{Role, SingleFlight};
@@ -96,7 +96,11 @@ impl Links {
         if failpoint::hit_once("origin.lookup.panic", code) {
             panic!("failpoint origin.lookup.panic: lookup of {code} dies");
         }
-        let state: CodeState = self.store.lookup(code, now_unix()).await?;
+        let key = match domain {
+            Some(d) => LinkKey::new(code, d),
+            None => self.key_without_domain(code).await?,
+        };
+        let state: CodeState = self.store.lookup(&key, now_unix()).await?;
         if let Some(path) = failpoint::hold_path("origin.writeback.hold", code) {
             hold(path).await;
         }
@@ -106,6 +110,22 @@ impl Links {
         Ok(match domain {
             Some(d) => state.answer_for(d),
             None => state.lookup,
+        })
+    }
+}
+
+impl Links {
+    /// The key an edge older than protocol 3.5 means when it asks for a
+    /// code without a domain: a fleet code's, or the only row's of a
+    /// per-domain code (none, or several since 3.6: no link, `- 0`).
+    async fn key_without_domain(&self, code: &str) -> Result<LinkKey, DbError> {
+        if let Some(k) = LinkKey::fleet(code) {
+            return Ok(k);
+        }
+        let rows = self.store.domains_of_code(code, 2).await?;
+        Ok(match rows.as_slice() {
+            [only] => LinkKey::new(code, only.domain.as_deref().unwrap_or("")),
+            _ => LinkKey::new(code, ""),
         })
     }
 }

@@ -85,13 +85,15 @@ impl Links {
             )),
             _ => None,
         };
-        let codes: Vec<String> = rows.iter().map(|(_, r)| r.code.clone()).collect();
-        let clicks = self.human_clicks(&codes).await?;
+        // The rollups name links by key (protocol 3.6).
+        let names: Vec<String> = rows.iter().map(|(_, r)| r.key().name()).collect();
+        let clicks = self.human_clicks(&names).await?;
         let links = rows
             .iter()
-            .map(|(_, r)| {
+            .zip(&names)
+            .map(|((_, r), name)| {
                 let mut v = self.view(r, now);
-                v.clicks = Some(clicks.get(&r.code).copied().unwrap_or(0));
+                v.clicks = Some(clicks.get(name).copied().unwrap_or(0));
                 v
             })
             .collect();

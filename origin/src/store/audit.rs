@@ -3,9 +3,10 @@
 //! commit), so a change and its record commit or fail together.
 
 use super::row::Snapshot;
-use super::{DbError, LinkRow, Store};
+use super::{DbError, LinkKey, LinkRow, Store};
 use mysql_async::prelude::*;
 use mysql_async::Value;
+use shorturl_common::code::link_key;
 
 /// What a change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,8 +77,10 @@ pub async fn insert<Q: Queryable>(
     let marks = vec!["(?,?,?,?,?,?,?)"; rows.len()].join(",");
     let mut params: Vec<Value> = Vec::with_capacity(rows.len() * 7);
     for r in rows {
+        // Keyed by link name: a per-domain code's rows are its domain's.
+        let domain = r.after.domain.as_deref().unwrap_or("");
         params.extend([
-            r.code.into(),
+            link_key(r.code, domain).into(),
             r.at_ms.into(),
             r.actor.into(),
             r.action.as_str().into(),
@@ -111,14 +114,15 @@ impl Store {
     /// [`HISTORY_LIMIT`]): the rows after its last `recycle` row, so the
     /// owner of a recycled code never sees the old link's history.
     /// Read on the shard that holds the link (none: no history).
-    pub async fn history(&self, code: &str) -> Result<Vec<AuditEntry>, DbError> {
-        match self.shard_of_code(code).await? {
-            Some(i) => self.on(i).history_here(code).await,
+    pub async fn history(&self, key: &LinkKey) -> Result<Vec<AuditEntry>, DbError> {
+        match self.shard_of_key(key).await? {
+            Some(i) => self.on(i).history_here(key).await,
             None => Ok(Vec::new()),
         }
     }
 
-    async fn history_here(&self, code: &str) -> Result<Vec<AuditEntry>, DbError> {
+    async fn history_here(&self, key: &LinkKey) -> Result<Vec<AuditEntry>, DbError> {
+        let (name, code) = (key.name(), key.code());
         self.metrics.mysql_select.inc();
         let rows: Vec<AuditCols> = self
             .bounded(async {
@@ -130,7 +134,7 @@ impl Store {
                              WHERE code = ? AND id > COALESCE((SELECT MAX(id) FROM link_audit \
                              WHERE code = ? AND action = ?), 0) ORDER BY id DESC LIMIT {HISTORY_LIMIT}"
                         ),
-                        (code, code, AuditAction::Recycle.as_str()),
+                        (&name, &name, AuditAction::Recycle.as_str()),
                     )
                     .await?)
             })

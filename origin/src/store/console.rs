@@ -3,7 +3,7 @@
 //! aggregate reads a bounded range of an index (`EXPLAIN` checked by
 //! `origin/tests/admin_indexes.rs`), never the whole table.
 
-use super::{DbError, Store};
+use super::{DbError, LinkKey, Store};
 use mysql_async::prelude::*;
 
 /// A session row as read back.
@@ -173,10 +173,14 @@ impl Store {
         .await
     }
 
-    /// Outbox rows of `code` still waiting to reach Redis and the edges,
-    /// and the oldest one's creation (ms).
-    pub async fn outbox_pending(&self, code: &str) -> Result<(u64, Option<u64>), DbError> {
-        let here = match self.shard_of_code(code).await? {
+    /// Outbox rows of `key`'s link still waiting to reach Redis and the
+    /// edges, and the oldest one's creation (ms).
+    pub async fn outbox_pending(
+        &self,
+        key: &LinkKey,
+        domain: &str,
+    ) -> Result<(u64, Option<u64>), DbError> {
+        let here = match self.shard_of_key(key).await? {
             Some(i) => self.on(i),
             None => return Ok((0, None)),
         };
@@ -184,8 +188,8 @@ impl Store {
             let mut c = here.pool.get_conn().await?;
             let r: Option<(u64, Option<u64>)> = c
                 .exec_first(
-                    "SELECT COUNT(*), MIN(created_at_ms) FROM outbox WHERE code = ?",
-                    (code,),
+                    "SELECT COUNT(*), MIN(created_at_ms) FROM outbox WHERE code = ? AND domain = ?",
+                    (key.code(), domain),
                 )
                 .await?;
             Ok(r.unwrap_or((0, None)))

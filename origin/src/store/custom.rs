@@ -7,13 +7,15 @@
 //! * a free pre-generated row: `UPDATE ... WHERE id = ? AND state = free`
 //!   (0 rows: the issuer or another caller got it first, so it is taken);
 //! * no row: a new id from the `custom` counter, then `INSERT`; a duplicate
-//!   on `uk_code` means another caller created that code first.
+//!   on `uk_code` (code, scope) means another caller created that code
+//!   first (on this domain, for a per-domain code; protocol 3.6).
 //!
 //! Deadlocks and lock-wait timeouts that remain (against claim batches) are
 //! retried a bounded number of times.
 
 use super::audit::{self, AuditAction, AuditRow};
 use super::error::{is_lock_conflict, server_code};
+use super::key::{LinkKey, BY_KEY};
 use super::{new_row_marks, DbError, LinkData, RowState, Store, CREATED_VERSION, NEW_LINK_COLUMNS};
 use crate::schema::CUSTOM_ID_BASE;
 use mysql_async::prelude::*;
@@ -46,27 +48,36 @@ impl Store {
     /// first (under the shard now issuing, unless already filed) and claimed
     /// on the shard it names.
     pub async fn claim_custom(&self, code: &str, d: &LinkData) -> Result<CustomClaim, DbError> {
+        let key = LinkKey::new(code, &d.domain);
         if !self.shards.sharded {
-            return self.claim_custom_here(code, d).await;
+            return self.claim_custom_here(&key, d).await;
         }
         // A code filed before its home range had a shard stays where it is.
-        let i = match self.directory(code).await? {
+        let i = match self.directory(&key).await? {
             Some(j) => j,
             None => match self.shards.home_of_code(code) {
                 Some(i) => i,
-                None => self.directory_file(code, d.created_at).await?,
+                None => self.directory_file(&key, d.created_at).await?,
             },
         };
-        self.on(i).claim_custom_here(code, d).await
+        self.on(i).claim_custom_here(&key, d).await
     }
 
-    async fn claim_custom_here(&self, code: &str, d: &LinkData) -> Result<CustomClaim, DbError> {
+    /// Whether some link (of any domain) has `code`: while edges of
+    /// protocol 3.4 or older may run (`redis.legacy_keys`), a per-domain
+    /// code stays unique in the fleet, since those edges key by code alone.
+    pub async fn code_in_use(&self, code: &str) -> Result<bool, DbError> {
+        Ok(!self.domains_of_code(code, 1).await?.is_empty())
+    }
+
+    async fn claim_custom_here(&self, key: &LinkKey, d: &LinkData) -> Result<CustomClaim, DbError> {
+        let code = key.code();
         self.metrics.mysql_update.inc();
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;
             let mut attempt = 1;
             loop {
-                match claim_once(&mut conn, code, d).await {
+                match claim_once(&mut conn, key, d).await {
                     Err(e) if is_lock_conflict(&e) && attempt < ATTEMPTS => {
                         self.metrics.mysql_error.inc();
                         tracing::info!(code, attempt, error = %e, "custom code lost a lock race; retrying");
@@ -85,13 +96,14 @@ impl Store {
 
 async fn claim_once(
     conn: &mut Conn,
-    code: &str,
+    key: &LinkKey,
     d: &LinkData,
 ) -> Result<CustomClaim, mysql_async::Error> {
+    let code = key.code();
     let row: Option<(u64, u8, u64)> = conn
         .exec_first(
-            "SELECT id, state, version FROM short_code WHERE code = ?",
-            (code,),
+            format!("SELECT id, state, version FROM short_code WHERE {BY_KEY}"),
+            key.params(),
         )
         .await?;
     let id = match row {

@@ -18,6 +18,7 @@ pub mod console;
 mod custom;
 pub mod error;
 mod fanout;
+pub mod key;
 mod lease;
 pub mod lifecycle;
 pub mod meta;
@@ -35,6 +36,8 @@ pub use audit::{AuditAction, AuditEntry};
 pub use batch::ClaimItem;
 pub use custom::CustomClaim;
 pub use error::DbError;
+pub use key::LinkKey;
+use key::BY_KEY;
 pub use modify::{is_permanent, Change, Modified};
 pub use options::Settings;
 pub use row::LinkRow;
@@ -303,29 +306,29 @@ impl Store {
         r
     }
 
-    /// Reads a link by code, on the shard that holds it.
-    pub async fn find(&self, code: &str) -> Result<Option<LinkRow>, DbError> {
-        if let Some(i) = self.shards.home_of_code(code) {
-            let row = self.on(i).find_here(code).await?;
+    /// Reads a link by key, on the shard that holds it.
+    pub async fn find(&self, key: &LinkKey) -> Result<Option<LinkRow>, DbError> {
+        if let Some(i) = self.shards.home_of_code(key.code()) {
+            let row = self.on(i).find_here(key).await?;
             if row.as_ref().is_some_and(|r| r.state != RowState::Free) || !self.shards.sharded {
                 return Ok(row);
             }
         }
-        match self.directory(code).await? {
-            Some(i) => self.on(i).find_here(code).await,
+        match self.directory(key).await? {
+            Some(i) => self.on(i).find_here(key).await,
             None => Ok(None),
         }
     }
 
-    /// Reads a link by code on this store's own database.
-    async fn find_here(&self, code: &str) -> Result<Option<LinkRow>, DbError> {
+    /// Reads a link by key on this store's own database.
+    async fn find_here(&self, key: &LinkKey) -> Result<Option<LinkRow>, DbError> {
         self.metrics.mysql_select.inc();
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;
             let row: Option<mysql_async::Row> = conn
                 .exec_first(
-                    format!("SELECT {} FROM short_code WHERE code = ?", row::COLUMNS),
-                    (code,),
+                    format!("SELECT {} FROM short_code WHERE {BY_KEY}", row::COLUMNS),
+                    key.params(),
                 )
                 .await?;
             row.map(LinkRow::from_row).transpose()
@@ -333,25 +336,50 @@ impl Store {
         .await
     }
 
-    /// What MySQL says `code` resolves to (negative unless active and
+    /// The domains of the links (not free rows) with this code, at most
+    /// `limit`, across shards: how a request that names a per-domain code
+    /// without its domain finds which link it means.
+    pub async fn domains_of_code(&self, code: &str, limit: usize) -> Result<Vec<LinkRow>, DbError> {
+        let mut out = Vec::new();
+        for shard in self.every_shard() {
+            shard.metrics.mysql_select.inc();
+            let rows: Vec<mysql_async::Row> = shard
+                .bounded(async {
+                    let mut conn = shard.pool.get_conn().await?;
+                    Ok(conn
+                        .exec(
+                            format!(
+                                "SELECT {} FROM short_code WHERE code = ? AND state <> ? LIMIT {limit}",
+                                row::COLUMNS
+                            ),
+                            (code, RowState::Free),
+                        )
+                        .await?)
+                })
+                .await?;
+            for r in rows {
+                out.push(LinkRow::from_row(r)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// What MySQL says `key` resolves to (negative unless active and
     /// unexpired), with the row's version (0 for a code with no row) and
     /// domain. Sharded: the home shard first (its replica if it has one),
     /// then the directory (see [`shards`]).
-    pub async fn lookup(&self, code: &str, now: u64) -> Result<CodeState, DbError> {
+    pub async fn lookup(&self, key: &LinkKey, now: u64) -> Result<CodeState, DbError> {
         if !self.shards.sharded {
-            return Ok(CodeState::of(self.lookup_here(code, None).await?, now));
+            return Ok(CodeState::of(self.lookup_here(key, None).await?, now));
         }
-        if let Some(i) = self.shards.home_of_code(code) {
-            let row = self.on(i).lookup_on_shard(i, code).await?;
+        if let Some(i) = self.shards.home_of_code(key.code()) {
+            let row = self.on(i).lookup_on_shard(i, key).await?;
             if row.as_ref().is_some_and(|r| r.0 != RowState::Free.code()) {
                 return Ok(CodeState::of(row, now));
             }
         }
-        match self.directory(code).await? {
-            Some(i) => Ok(CodeState::of(
-                self.on(i).lookup_here(code, None).await?,
-                now,
-            )),
+        match self.directory(key).await? {
+            Some(i) => Ok(CodeState::of(self.on(i).lookup_here(key, None).await?, now)),
             None => Ok(CodeState {
                 lookup: Lookup::Negative(0),
                 domain: None,
@@ -363,14 +391,18 @@ impl Store {
     /// one; a replica's miss on an id that may have been issued is asked
     /// again on the primary (the replica may not have the row of a link
     /// created a moment ago yet); a replica that fails is skipped.
-    async fn lookup_on_shard(&self, i: usize, code: &str) -> Result<Option<LookupCols>, DbError> {
+    async fn lookup_on_shard(
+        &self,
+        i: usize,
+        key: &LinkKey,
+    ) -> Result<Option<LookupCols>, DbError> {
         if let Some(replica) = self.shards.shards.get(i).and_then(|s| s.replica.clone()) {
-            match self.lookup_here(code, Some(&replica)).await {
+            match self.lookup_here(key, Some(&replica)).await {
                 Ok(Some(row)) if row.0 != RowState::Free.code() => return Ok(Some(row)),
                 // Free or absent there: the replica's answer stands for an id
                 // never issued; an issued one may not have reached it yet.
                 Ok(row) => {
-                    let id = self.shards.id_of_code(code).unwrap_or(u64::MAX);
+                    let id = self.shards.id_of_code(key.code()).unwrap_or(u64::MAX);
                     if !self.shards.maybe_issued(id, &self.meta).await {
                         return Ok(row);
                     }
@@ -378,13 +410,13 @@ impl Store {
                 Err(_) => {}
             }
         }
-        self.lookup_here(code, None).await
+        self.lookup_here(key, None).await
     }
 
-    /// `code`'s [`LookupCols`] on `replica`, or on this store's database.
+    /// `key`'s [`LookupCols`] on `replica`, or on this store's database.
     async fn lookup_here(
         &self,
-        code: &str,
+        key: &LinkKey,
         replica: Option<&Pool>,
     ) -> Result<Option<LookupCols>, DbError> {
         self.metrics.mysql_select.inc();
@@ -394,8 +426,8 @@ impl Store {
                 let mut conn = pool.get_conn().await?;
                 Ok(conn
                     .exec_first(
-                        format!("SELECT {LOOKUP_COLUMNS} FROM short_code WHERE code = ?"),
-                        (code,),
+                        format!("SELECT {LOOKUP_COLUMNS} FROM short_code WHERE {BY_KEY}"),
+                        key.params(),
                     )
                     .await?)
             })

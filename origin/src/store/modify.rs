@@ -5,6 +5,7 @@
 //! at all (MySQL down: nothing is written).
 
 use super::audit::{self, AuditAction, AuditRow};
+use super::key::{LinkKey, BY_KEY};
 use super::{outbox, row, DbError, LinkRow, RowState, Store};
 use mysql_async::prelude::*;
 use mysql_async::TxOpts;
@@ -57,7 +58,7 @@ pub fn is_permanent(status: u16) -> bool {
 }
 
 impl Store {
-    /// Locks the row of `code` and applies what `decide` says (the caller's
+    /// Locks the row of `key` and applies what `decide` says (the caller's
     /// domain rules: visibility, preconditions, new values). `decide`'s own
     /// error rolls back and is returned inside `Ok`, a database failure as
     /// `Err`. `serving` is the redirect status the link is served with from
@@ -67,17 +68,13 @@ impl Store {
     /// The transaction runs on the shard that holds the link.
     pub async fn modify<E>(
         &self,
-        code: &str,
+        key: &LinkKey,
         actor: &str,
         serving: u16,
         decide: impl FnOnce(&LinkRow) -> Result<Option<Change>, E>,
     ) -> Result<Result<Modified, E>, DbError> {
-        match self.shard_of_code(code).await? {
-            Some(i) => {
-                self.on(i)
-                    .modify_here(i, code, actor, serving, decide)
-                    .await
-            }
+        match self.shard_of_key(key).await? {
+            Some(i) => self.on(i).modify_here(i, key, actor, serving, decide).await,
             None => Ok(Ok(Modified::Missing)),
         }
     }
@@ -85,7 +82,7 @@ impl Store {
     async fn modify_here<E>(
         &self,
         shard: usize,
-        code: &str,
+        key: &LinkKey,
         actor: &str,
         serving: u16,
         decide: impl FnOnce(&LinkRow) -> Result<Option<Change>, E>,
@@ -97,10 +94,10 @@ impl Store {
             let found: Option<mysql_async::Row> = tx
                 .exec_first(
                     format!(
-                        "SELECT id, ended_at, {} FROM short_code WHERE code = ? FOR UPDATE",
+                        "SELECT id, ended_at, {} FROM short_code WHERE {BY_KEY} FOR UPDATE",
                         row::COLUMNS
                     ),
-                    (code,),
+                    key.params(),
                 )
                 .await?;
             let Some(mut found) = found else {
@@ -155,7 +152,7 @@ impl Store {
             audit::insert(
                 &mut tx,
                 &[AuditRow {
-                    code,
+                    code: key.code(),
                     at_ms: now_ms,
                     actor,
                     action: change.action,
@@ -165,7 +162,7 @@ impl Store {
             )
             .await?;
             let domain = after.domain.as_deref();
-            let outbox_id = outbox::insert(&mut tx, code, domain, after.version, now_ms).await?;
+            let outbox_id = outbox::insert(&mut tx, key.code(), domain, after.version, now_ms).await?;
             tx.commit().await?;
             Ok(Ok(Modified::Changed {
                 after,

@@ -13,6 +13,7 @@ use super::{lookup_of, DbError, LookupCols, Store, LOOKUP_COLUMNS};
 use futures::future::BoxFuture;
 use mysql_async::prelude::*;
 use mysql_async::{IsolationLevel, TxOpts, Value};
+use shorturl_common::code::is_fleet_code;
 use shorturl_common::record::Lookup;
 use shorturl_common::time::now_unix;
 use std::collections::HashMap;
@@ -192,13 +193,17 @@ impl Store {
                 )
                 .await?;
             let now = now_unix();
-            let state: HashMap<String, (Option<String>, Lookup)> = current
-                .into_iter()
-                .map(|(code, s, url, domain, exp, v, o)| {
-                    let cols: LookupCols = (s, url, domain.clone(), exp, v, o);
-                    (code, (domain, lookup_of(Some(cols), now)))
-                })
-                .collect();
+            // A code's rows: one for a fleet code, one per domain for a
+            // per-domain code (protocol 3.6), told apart by the domain
+            // the outbox row names.
+            let mut state: HashMap<String, Vec<(Option<String>, Lookup)>> = HashMap::new();
+            for (code, s, url, domain, exp, v, o) in current {
+                let cols: LookupCols = (s, url, domain.clone(), exp, v, o);
+                state
+                    .entry(code)
+                    .or_default()
+                    .push((domain, lookup_of(Some(cols), now)));
+            }
             let mut done: HashMap<(&str, Option<&str>), bool> = HashMap::new();
             let none = (None, Lookup::Negative(0));
             let mut delete: Vec<Value> = Vec::new();
@@ -207,7 +212,7 @@ impl Store {
                 let ok = match done.get(&key) {
                     Some(ok) => *ok,
                     None => {
-                        let (domain, l) = state.get(code.as_str()).unwrap_or(&none);
+                        let (domain, l) = row_of(&state, code, was.as_deref()).unwrap_or(&none);
                         let ok = applier
                             .apply(code, domain.as_deref(), l, was.as_deref())
                             .await;
@@ -231,5 +236,25 @@ impl Store {
             Ok(pass)
         })
         .await
+    }
+}
+
+/// The current row of `code` an outbox row (naming `was`, its domain when
+/// written) is about: the code's only row for a fleet code, the row on
+/// `was` for a per-domain code.
+fn row_of<'a>(
+    state: &'a HashMap<String, Vec<(Option<String>, Lookup)>>,
+    code: &str,
+    was: Option<&str>,
+) -> Option<&'a (Option<String>, Lookup)> {
+    let rows = state.get(code)?;
+    if is_fleet_code(code) {
+        return rows.first();
+    }
+    match was {
+        Some(w) => rows.iter().find(|(d, _)| d.as_deref() == Some(w)),
+        // Written before outbox rows named their domain (protocol 3.5),
+        // when a code had one row.
+        None => rows.first(),
     }
 }

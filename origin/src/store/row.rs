@@ -32,6 +32,11 @@ pub struct LinkRow {
 
 impl LinkRow {
     /// Reads the [`COLUMNS`] of one result row.
+    /// The link's key (protocol 3.6): its code, on its domain.
+    pub fn key(&self) -> super::LinkKey {
+        super::LinkKey::new(&self.code, self.domain.as_deref().unwrap_or(""))
+    }
+
     pub fn from_row(r: mysql_async::Row) -> Result<LinkRow, DbError> {
         LinkRow::from_row_at(r, 0)
     }

@@ -9,7 +9,7 @@
 //! Unsharded (no `mysql.shards`), everything is one shard over `mysql.url`
 //! and no statement is added.
 
-use super::{DbError, Store};
+use super::{DbError, LinkKey, Store};
 use crate::config::MysqlConfig;
 use crate::permutation::Permutation;
 use mysql_async::prelude::*;
@@ -211,24 +211,33 @@ impl Store {
     }
 
     /// The shard that `custom_code_dir` names for `code` (meta database).
-    pub async fn directory(&self, code: &str) -> Result<Option<usize>, DbError> {
+    pub async fn directory(&self, key: &LinkKey) -> Result<Option<usize>, DbError> {
         if !self.shards.sharded {
             return Ok(None);
         }
-        let name: Option<String> = self
+        // Filed under its link name; a per-domain code filed before
+        // protocol 3.6 is under its bare code (then unique in the fleet),
+        // and the shard it names holds every domain's row of that code.
+        let (name, bare) = (key.name(), key.code().to_owned());
+        let filed: Option<String> = self
             .bounded(async {
                 let mut conn = self.meta.get_conn().await?;
                 Ok(conn
-                    .exec_first("SELECT shard FROM custom_code_dir WHERE code = ?", (code,))
+                    .exec_first(
+                        "SELECT shard FROM custom_code_dir WHERE code IN (?, ?) \
+                         ORDER BY code = ? DESC LIMIT 1",
+                        (&name, &bare, &name),
+                    )
                     .await?)
             })
             .await?;
-        Ok(name.and_then(|n| self.shards.index_of_name(&n)))
+        Ok(filed.and_then(|n| self.shards.index_of_name(&n)))
     }
 
     /// Files `code` in the directory under the issuing shard unless it is
     /// there already; returns the shard it is filed under.
-    pub(super) async fn directory_file(&self, code: &str, now: u64) -> Result<usize, DbError> {
+    pub(super) async fn directory_file(&self, key: &LinkKey, now: u64) -> Result<usize, DbError> {
+        let code = key.name();
         let want = self.shards.issuing();
         let name = self.shards.shards[want].name.clone();
         let got: Option<String> = self
@@ -236,11 +245,11 @@ impl Store {
                 let mut conn = self.meta.get_conn().await?;
                 conn.exec_drop(
                     "INSERT IGNORE INTO custom_code_dir (code, shard, created_at) VALUES (?, ?, ?)",
-                    (code, &name, now),
+                    (&code, &name, now),
                 )
                 .await?;
                 Ok(conn
-                    .exec_first("SELECT shard FROM custom_code_dir WHERE code = ?", (code,))
+                    .exec_first("SELECT shard FROM custom_code_dir WHERE code = ?", (&code,))
                     .await?)
             })
             .await?;
@@ -249,12 +258,13 @@ impl Store {
             .unwrap_or(want))
     }
 
-    /// The shard holding `code`'s row, if any: its home shard when the row
+    /// The shard holding `key`'s row, if any: its home shard when the row
     /// is there, else the one the directory names.
-    pub async fn shard_of_code(&self, code: &str) -> Result<Option<usize>, DbError> {
+    pub async fn shard_of_key(&self, key: &LinkKey) -> Result<Option<usize>, DbError> {
         if !self.shards.sharded {
             return Ok(Some(0));
         }
+        let code = key.code();
         if let Some(i) = self.shards.home_of_code(code) {
             let here = self.on(i);
             let found: Option<u8> = here
@@ -272,7 +282,7 @@ impl Store {
                 return Ok(Some(i));
             }
         }
-        self.directory(code).await
+        self.directory(key).await
     }
 }
 

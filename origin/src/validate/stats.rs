@@ -53,7 +53,7 @@ pub fn parse_link_stats(
     cfg: &ClicksConfig,
     now: u64,
 ) -> Result<StatsRange, ApiError> {
-    let p = Params::parse(query, &["from", "to", "interval"])?;
+    let p = Params::parse(query, &["from", "to", "interval", "domain"])?;
     let (interval, max) = match p.get("interval") {
         None | Some("day") => (Interval::Day, cfg.max_day_points),
         Some("hour") => (Interval::Hour, cfg.max_hour_points),

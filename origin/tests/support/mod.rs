@@ -402,6 +402,11 @@ impl Setup {
         let m = shared_mariadb();
         let db = fresh_db("t");
         let url = m.create_database(&db);
+        Setup::start_on(url, db, f)
+    }
+
+    /// [`Setup::start_with`] on a database the test prepared (`url`, named `db`).
+    pub fn start_on(url: String, db: String, f: impl FnOnce(&mut OriginOpts)) -> Setup {
         let redis = Redis::start();
         let mut opts = OriginOpts::new(url, redis.url());
         f(&mut opts);

@@ -12,6 +12,7 @@
 local clicks_ua = require("shorturl.clicks_ua")
 local clicks_ref = require("shorturl.clicks_ref")
 local clicks_batch = require("shorturl.clicks_batch")
+local proto = require("shorturl.proto")
 local redis = require("shorturl.redis")
 
 local ngx = ngx
@@ -33,10 +34,11 @@ local BOT = clicks_ua.BOT
 M.enabled = false
 local cfg
 local device_class, ref_host = clicks_ua.device_class, clicks_ref.host
+local click_key = proto.click_key
 
 -- Per worker.
 local ua_cache, ref_cache    -- resty.lrucache: user agent -> class, referer -> host
-local links = {}             -- code -> { h = {[hour] = {human, bot}}, d = {[day] = {r = {[host] = n}, t = {[dest] = n}, routed, 5 classes}} }
+local links = {}             -- link key -> { h = {[hour] = {human, bot}}, d = {[day] = {r = {[host] = n}, t = {[dest] = n}, routed, 5 classes}} }
 local human_new, bot_new = 0, 0 -- counted since the last flush (reported then)
 local queue, q_first, q_last = {}, 1, 0 -- unsent batches, oldest first
 local buffered = 0           -- clicks in `queue`
@@ -81,21 +83,25 @@ local function referrer(v)
     return h
 end
 
--- Counts one redirect answered for `code`: `head` for a HEAD request, the
--- User-Agent and Referer header values (nil when absent), and for a link
--- with options the label of the destination that answered (nil for a
--- plain link: no destination lines; a human click without one is `link`).
-function M.count(code, head, ua, referer, dest)
+-- Counts one redirect answered for `code` on `domain` (the request's
+-- normalised host, which is the link's record domain), under its link key
+-- (protocol 3.6: a custom code is one link per domain): `head` for a HEAD
+-- request, the User-Agent and Referer header values (nil when absent), and
+-- for a link with options the label of the destination that answered (nil
+-- for a plain link: no destination lines; a human click without one is
+-- `link`).
+function M.count(code, domain, head, ua, referer, dest)
     if not M.enabled then
         return
     end
     local class = head and BOT or classify(ua)
     local host = referrer(referer)
     local t = ngx_time()
-    local link = links[code]
+    local key = click_key(code, domain)
+    local link = links[key]
     if not link then
         link = { h = {}, d = {} }
-        links[code] = link
+        links[key] = link
     end
     local hour = t - t % 3600
     local hc = link.h[hour]

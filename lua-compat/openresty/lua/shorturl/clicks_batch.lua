@@ -1,14 +1,17 @@
 -- A worker's counts as batches in the text format of protocol section 3.4
--- (as common/src/clicks/accum.rs `take_batches` writes them): per link,
+-- (as common/src/clicks/accum.rs `take_batches` writes them): per link
+-- (named by its link key, protocol 3.6: the code, or `<domain>/<code>`),
 -- `h` lines by hour, `r` lines by day (the 20 hosts with the most clicks,
 -- ties by host in byte order, the rest summed as `~other`), `d` lines by
 -- day and class, `t` lines by day and destination label (byte order) for
 -- a link-day counted on a link with options (human clicks only); a batch
 -- holds whole links only and stays within the decoder's limits, and is
--- format version 2 when it has `t` lines, else 1.
+-- format version 3 when it names a per-domain key, else 2 when it has `t`
+-- lines, else 1 (the oldest version that reads it: origins of every
+-- version read a batch of fleet codes without options).
 local clicks_ua = require("shorturl.clicks_ua")
 
-local format, concat, sort = string.format, table.concat, table.sort
+local format, concat, sort, find = string.format, table.concat, table.sort, string.find
 
 local M = {}
 
@@ -35,16 +38,16 @@ local function by_count_then_host(a, b)
     return a[1] < b[1]
 end
 
--- The lines of one link (`link` as clicks.lua counts: `h[hour] = {human,
--- bot}`, `d[day] = {r = {[host] = n}, t = {[dest] = n}, routed, [1..5] =
--- per class}`): four arrays, their total byte size, and the link's human
--- and bot clicks.
-local function link_lines(code, link)
+-- The lines of one link, `key` its link key (`link` as clicks.lua counts:
+-- `h[hour] = {human, bot}`, `d[day] = {r = {[host] = n}, t = {[dest] = n},
+-- routed, [1..5] = per class}`): four arrays, their total byte size, and
+-- the link's human and bot clicks.
+local function link_lines(key, link)
     local hl, rl, dl, tl = {}, {}, {}, {}
     local bytes, human, bot = 0, 0, 0
     for _, hour in ipairs(sorted_keys(link.h)) do
         local c = link.h[hour]
-        local l = format("h %s %d %d %d\n", code, hour, c[1], c[2])
+        local l = format("h %s %d %d %d\n", key, hour, c[1], c[2])
         hl[#hl + 1] = l
         bytes = bytes + #l
         human, bot = human + c[1], bot + c[2]
@@ -59,7 +62,7 @@ local function link_lines(code, link)
         local other = 0
         for i, r in ipairs(refs) do
             if i <= TOP_REFERRERS and r[1] ~= OTHER_REFERRER then
-                local l = format("r %s %d %s %d\n", code, day, r[1], r[2])
+                local l = format("r %s %d %s %d\n", key, day, r[1], r[2])
                 rl[#rl + 1] = l
                 bytes = bytes + #l
             else
@@ -67,21 +70,21 @@ local function link_lines(code, link)
             end
         end
         if other > 0 then
-            local l = format("r %s %d %s %d\n", code, day, OTHER_REFERRER, other)
+            local l = format("r %s %d %s %d\n", key, day, OTHER_REFERRER, other)
             rl[#rl + 1] = l
             bytes = bytes + #l
         end
         for i = 1, #DEVICES do
             local n = d[i]
             if n > 0 then
-                local l = format("d %s %d %s %d\n", code, day, DEVICES[i], n)
+                local l = format("d %s %d %s %d\n", key, day, DEVICES[i], n)
                 dl[#dl + 1] = l
                 bytes = bytes + #l
             end
         end
         if d.routed then
             for _, dest in ipairs(sorted_keys(d.t)) do
-                local l = format("t %s %d %s %d\n", code, day, dest, d.t[dest])
+                local l = format("t %s %d %s %d\n", key, day, dest, d.t[dest])
                 tl[#tl + 1] = l
                 bytes = bytes + #l
             end
@@ -91,7 +94,7 @@ local function link_lines(code, link)
 end
 
 local function new_batch()
-    return { h = {}, r = {}, d = {}, t = {}, lines = 0, bytes = 0, human = 0, bot = 0 }
+    return { h = {}, r = {}, d = {}, t = {}, lines = 0, bytes = 0, human = 0, bot = 0, per_domain = false }
 end
 
 local function append(dst, src)
@@ -100,19 +103,26 @@ local function append(dst, src)
     end
 end
 
+local function version(b)
+    if b.per_domain then
+        return "3"
+    end
+    return #b.t > 0 and "2" or "1"
+end
+
 local function finish(b, id)
-    return { id = id, v = #b.t > 0 and "2" or "1", body = concat(b.h) .. concat(b.r) .. concat(b.d) .. concat(b.t),
+    return { id = id, v = version(b), body = concat(b.h) .. concat(b.r) .. concat(b.d) .. concat(b.t),
         human = b.human, bot = b.bot }
 end
 
--- Turns `links` (code -> counts) into batches `{id, v, body, human, bot}`,
--- ids from `next_id()`, links in code order (byte order, as the Rust
--- accumulator's BTreeMap).
+-- Turns `links` (link key -> counts) into batches `{id, v, body, human,
+-- bot}`, ids from `next_id()`, links in key order (byte order, as the Rust
+-- accumulator sorts its keys).
 function M.build(links, next_id)
     local out = {}
     local cur = new_batch()
-    for _, code in ipairs(sorted_keys(links)) do
-        local hl, rl, dl, tl, bytes, human, bot = link_lines(code, links[code])
+    for _, key in ipairs(sorted_keys(links)) do
+        local hl, rl, dl, tl, bytes, human, bot = link_lines(key, links[key])
         local lines = #hl + #rl + #dl + #tl
         if cur.lines > 0 and (cur.lines + lines > M.MAX_LINES or cur.bytes + bytes > M.MAX_BODY_BYTES) then
             out[#out + 1] = finish(cur, next_id())
@@ -125,6 +135,10 @@ function M.build(links, next_id)
         cur.lines = cur.lines + lines
         cur.bytes = cur.bytes + bytes
         cur.human, cur.bot = cur.human + human, cur.bot + bot
+        -- Only a per-domain key contains '/' (a code never does).
+        if find(key, "/", 1, true) then
+            cur.per_domain = true
+        end
     end
     if cur.lines > 0 then
         out[#out + 1] = finish(cur, next_id())

@@ -212,7 +212,8 @@ local function redirect_by_rules(code, ans, head, pq)
     local t = floor(now())
     local url, dest = link_rules.choose(ans.opts, ans.url, ans.exp <= t, code, visitor(head, pq), t)
     if url then
-        clicks.count(code, head.method == "HEAD", head.ua, head.referer, dest)
+        -- ans.domain: the request's host (redirect_or_404 checked).
+        clicks.count(code, ans.domain, head.method == "HEAD", head.ua, head.referer, dest)
         return respond.redirect(url)
     end
     clients.count_unknown()
@@ -231,7 +232,7 @@ local function redirect_or_404(code, host, head, pq)
     end
     local verdict = decide(ans, host)
     if verdict == "live" then
-        clicks.count(code, head.method == "HEAD", head.ua, head.referer)
+        clicks.count(code, host, head.method == "HEAD", head.ua, head.referer)
         return respond.redirect(ans.url)
     elseif verdict == "unav" then
         return unavailable()

@@ -1,7 +1,8 @@
 -- Protocol 2 rules (docs/protocol.md), mirroring common/src/{code,host,record,keys,inval}.rs
 -- byte for byte: the Pingora edge and this module must agree on every input.
 -- Protocol 3 adds the record of a link with options (link_rules.lua);
--- protocol 3.5 keys records and invalidations by (domain, code).
+-- protocol 3.5 keys records and invalidations by (domain, code); protocol
+-- 3.6 counts clicks by link key (click_key).
 local link_rules = require("shorturl.link_rules")
 local byte, sub, find, lower, format = string.byte, string.sub, string.find, string.lower, string.format
 
@@ -16,6 +17,13 @@ function M.is_valid_code(s)
         return false
     end
     return find(s, "^[0-9A-Za-z_%-]+$") ~= nil
+end
+
+-- Pre-generated grammar: exactly 6 of [0-9A-Za-z]. Such a code names one
+-- link in the whole fleet; every other code is unique per domain
+-- (protocol 3.6, common/src/code.rs is_fleet_code).
+function M.is_fleet_code(s)
+    return #s == 6 and find(s, "^[0-9A-Za-z]+$") ~= nil
 end
 
 -- code_from_path: the raw request path (never nginx's decoded $uri) must be
@@ -106,6 +114,18 @@ end
 -- The key of (domain, code) in the node's caches, tombstones and lookup
 -- locks: neither a code nor a domain contains '/'.
 function M.cache_key(domain, code)
+    return domain .. "/" .. code
+end
+
+-- Protocol 3.6's link key of `code` on `domain` (normalised), what clicks
+-- are counted under and the origin keys its rollups by (common/src/code.rs
+-- link_key): the code for a fleet code, `<domain>/<code>` for a per-domain
+-- one, so one custom code on two domains is two links. Named apart from
+-- link_key above, the record's Redis key.
+function M.click_key(code, domain)
+    if M.is_fleet_code(code) then
+        return code
+    end
     return domain .. "/" .. code
 end
 

@@ -12,13 +12,15 @@ use crate::clicks::{Interval, LinkStats, StatsRange};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::links::options::{Settings, UTM_FIELDS};
-use crate::links::{HistoryView, LinkView, Links};
+use crate::links::{HistoryView, LinkRef, LinkView, Links};
 use crate::pages::qr::{self, QrParams};
+use crate::store::{DbError, LinkKey};
+use crate::tenancy::Caller;
 use crate::validate::{parse_patch, Patch, PatchState};
 use axum::response::Response;
 use http::StatusCode;
 use shorturl_common::clicks::{day_start, hour_start};
-use shorturl_common::code::is_valid_code;
+use shorturl_common::code::{is_valid_code, link_key, split_link_key};
 use shorturl_common::link_rules::{self, LinkOptions, Visitor};
 use shorturl_common::time::{now_unix_ms, rfc3339_ms};
 use std::fmt::Write;
@@ -39,6 +41,24 @@ pub fn ranges(now: u64) -> [StatsRange; 2] {
             interval: Interval::Day,
         },
     ]
+}
+
+/// The console's path segment for a link: its link key (`<code>`, or
+/// `<domain>/<code>` for a per-domain code, protocol 3.6).
+pub fn path_name(l: &LinkView) -> String {
+    link_key(&l.code, &l.domain)
+}
+
+/// The link a console path names (`None`: not a code or link key).
+fn link_of_path(name: &str) -> Option<LinkRef> {
+    if is_valid_code(name) {
+        return Some(LinkRef::code(name));
+    }
+    let (domain, code) = split_link_key(name)?;
+    Some(LinkRef {
+        code: code.to_owned(),
+        domain: domain.map(str::to_owned),
+    })
 }
 
 fn chart(code: &str, st: &LinkStats, hourly: bool) -> Chart {
@@ -285,7 +305,7 @@ fn controls(s: &Session, l: &LinkView) -> String {
         return "<p>This link is deleted: it cannot change any more.</p>".into();
     }
     let csrf = csrf_field(s);
-    let code = esc(&l.code);
+    let code = esc(&path_name(l));
     let version = l.version;
     let mut out = format!(
         "<h2>Change</h2><div class=\"actions\"><form method=\"post\" action=\"/admin/links/{code}\" id=\"edit-form\">{csrf}\
@@ -357,7 +377,7 @@ fn preview(req: &Req, l: &LinkView, now: u64) -> String {
          <label>Query<input name=\"query\" id=\"preview-query\" size=\"24\" value=\"{query}\"></label>\
          <label>Client address<input name=\"client\" id=\"preview-client\" size=\"16\" value=\"{client}\"></label>\
          <button type=\"submit\" id=\"preview\">Which destination?</button></form>",
-        code = esc(&l.code),
+        code = esc(&path_name(l)),
         ua = esc(&ua),
         country = esc(&country),
         lang = esc(&lang),
@@ -429,34 +449,36 @@ impl Visitor for PreviewVisitor {
 
 /// `GET /admin/links/{code}` (`?chart=hour|day&format=csv`: a chart's CSV).
 pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -> Response {
-    if !is_valid_code(code) {
+    let Some(r) = link_of_path(code) else {
         return html::error(Some(s), StatusCode::NOT_FOUND, "no such short link");
-    }
+    };
     let c = caller(&s.user);
-    let link = match links.info(&c, code).await {
+    let link = match links.info(&c, &r).await {
         Ok(l) => l,
         Err(e) => return api_error(Some(s), e.into()),
     };
+    // From here on the link is named by its key, with its domain.
+    let r = LinkRef {
+        code: link.code.clone(),
+        domain: Some(link.domain.clone()),
+    };
+    let key = LinkKey::new(&link.code, &link.domain);
+    let name = path_name(&link);
+    let code = name.as_str();
     let [hr, dr] = ranges(now);
     let (hourly, daily, hist, pending) = match tokio::try_join!(
+        async { links.link_stats(&c, &r, &hr).await.map_err(ApiError::from) },
+        async { links.link_stats(&c, &r, &dr).await.map_err(ApiError::from) },
+        async { links.history(&c, &r).await.map_err(ApiError::from) },
         async {
             links
-                .link_stats(&c, code, &hr)
+                .store
+                .outbox_pending(&key, &link.domain)
                 .await
-                .map_err(ApiError::from)
-        },
-        async {
-            links
-                .link_stats(&c, code, &dr)
-                .await
-                .map_err(ApiError::from)
-        },
-        async { links.history(&c, code).await.map_err(ApiError::from) },
-        async {
-            links.store.outbox_pending(code).await.map_err(|e| {
-                tracing::warn!(error = %e, "outbox lookup failed");
-                ApiError::unavailable(crate::error::DATABASE_UNAVAILABLE)
-            })
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "outbox lookup failed");
+                    ApiError::unavailable(crate::error::DATABASE_UNAVAILABLE)
+                })
         },
     ) {
         Ok(v) => v,
@@ -465,8 +487,8 @@ pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -
     let (hc, dc) = (chart(code, &hourly, true), chart(code, &daily, false));
     if req.param("format").as_deref() == Some("csv") {
         return match req.param("chart").as_deref() {
-            Some("hour") => html::csv(&format!("{code}-hourly"), hc.csv()),
-            Some("day") => html::csv(&format!("{code}-daily"), dc.csv()),
+            Some("hour") => html::csv(&format!("{}-hourly", link.code), hc.csv()),
+            Some("day") => html::csv(&format!("{}-daily", link.code), dc.csv()),
             _ => html::error(
                 Some(s),
                 StatusCode::BAD_REQUEST,
@@ -583,17 +605,17 @@ pub async fn post(links: &Links, s: &Session, code: &str, f: &Form, now: u64) ->
             "your role (viewer) may not change links",
         );
     }
-    if !is_valid_code(code) {
+    let Some(r) = link_of_path(code) else {
         return html::error(Some(s), StatusCode::NOT_FOUND, "no such short link");
-    }
+    };
     let c = caller(&s.user);
     let version = f.get("version").and_then(|v| v.parse::<u64>().ok());
     let action = f.get("action").unwrap_or("");
     let result = match action {
-        "edit" => match links.info(&c, code).await {
+        "edit" => match links.info(&c, &r).await {
             Ok(current) => match patch(links, &current, f, now) {
                 Ok(p) => links
-                    .edit(&c, code, &p, version)
+                    .edit(&c, &r, &p, version)
                     .await
                     .map(|_| ())
                     .map_err(ApiError::from),
@@ -613,13 +635,13 @@ pub async fn post(links: &Links, s: &Session, code: &str, f: &Form, now: u64) ->
                 options: None,
             };
             links
-                .edit(&c, code, &p, version)
+                .edit(&c, &r, &p, version)
                 .await
                 .map(|_| ())
                 .map_err(ApiError::from)
         }
         "delete" if s.user.role == Role::Admin => links
-            .delete(&c, code, version)
+            .delete(&c, &r, version)
             .await
             .map(|_| ())
             .map_err(ApiError::from),
@@ -638,7 +660,7 @@ pub async fn post(links: &Links, s: &Session, code: &str, f: &Form, now: u64) ->
     }
     // The change's outbox row is applied before `edit` answers; if Redis
     // was down it stays pending and the drainer retries.
-    let published = match links.store.outbox_pending(code).await {
+    let published = match pending_of(links, &c, &r).await {
         Ok((0, _)) => format!("&published={}", now_unix_ms()),
         _ => String::new(),
     };
@@ -647,6 +669,17 @@ pub async fn post(links: &Links, s: &Session, code: &str, f: &Form, now: u64) ->
         &format!("/admin/links/{code}?done={action}{published}"),
         None,
     )
+}
+
+/// Outbox rows of the link `r` names still pending (after a change).
+async fn pending_of(links: &Links, c: &Caller, r: &LinkRef) -> Result<(u64, Option<u64>), DbError> {
+    match links.find_visible(c, r).await {
+        Ok((key, row)) => {
+            let domain = row.domain.unwrap_or_default();
+            links.store.outbox_pending(&key, &domain).await
+        }
+        Err(_) => Ok((0, None)),
+    }
 }
 
 #[cfg(test)]

@@ -172,9 +172,10 @@ fn form(f: &Fields) -> String {
 /// One result row.
 pub fn row(l: &LinkView) -> String {
     format!(
-        "<tr><td><a href=\"/admin/links/{code}\">{code}</a></td><td>{domain}</td><td class=\"url\">{url}</td>\
+        "<tr><td><a href=\"/admin/links/{path}\">{code}</a></td><td>{domain}</td><td class=\"url\">{url}</td>\
          <td class=\"state-{state}\">{state}</td><td>{app}</td><td>{kdt}</td><td>{created}</td><td class=\"n\">{clicks}</td></tr>",
         code = esc(&l.code),
+        path = esc(&super::link::path_name(l)),
         domain = esc(&l.domain),
         url = esc(&l.url),
         state = l.state,
