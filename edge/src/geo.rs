@@ -41,6 +41,48 @@ struct Db {
     reader: Reader<Vec<u8>>,
     /// The file's modification time and length when read.
     stamp: (Option<SystemTime>, u64),
+    /// The country of each data record seen, by its offset: a country
+    /// database stores one record per country and every network points at
+    /// one of them, so after the first lookups a request pays the tree
+    /// walk and one atomic load instead of decoding the record (issue 25,
+    /// item 8). Direct-mapped, one word a slot (`memo_word`), so readers
+    /// and writers never lock and a collision only costs a decode.
+    memo: Box<[AtomicU64]>,
+}
+
+/// Slots of [`Db::memo`]: more than the countries of the world.
+const MEMO_SLOTS: usize = 1024;
+
+/// A memo slot's word: the record's offset + 1 (0 marks an empty slot) in
+/// the high 48 bits, the country's two letters (0, 0 for none) in the low 16.
+fn memo_word(offset: usize, country: Option<[u8; 2]>) -> Option<u64> {
+    let key = u64::try_from(offset).ok()?.checked_add(1)?;
+    if key >> 48 != 0 {
+        return None;
+    }
+    let [a, b] = country.unwrap_or([0, 0]);
+    Some(key << 16 | u64::from(a) << 8 | u64::from(b))
+}
+
+impl Db {
+    /// The country of the record at `offset`, decoded once per record.
+    fn country_at(
+        &self,
+        offset: usize,
+        decode: impl FnOnce() -> Option<[u8; 2]>,
+    ) -> Option<[u8; 2]> {
+        let slot = &self.memo[offset % MEMO_SLOTS];
+        let word = slot.load(Ordering::Relaxed);
+        if word != 0 && Some(word >> 16) == memo_word(offset, None).map(|w| w >> 16) {
+            let [.., a, b] = word.to_be_bytes();
+            return (a != 0).then_some([a, b]);
+        }
+        let country = decode();
+        if let Some(w) = memo_word(offset, country) {
+            slot.store(w, Ordering::Relaxed);
+        }
+        country
+    }
 }
 
 /// What a country database record may hold: ip-location-db's
@@ -117,9 +159,12 @@ impl Geo {
     pub fn lookup(&self, ip: IpAddr) -> Option<[u8; 2]> {
         let db = self.db.load();
         let db = db.as_ref()?;
-        let rec: CountryRecord<'_> = db.reader.lookup(ip).ok()?.decode().ok()??;
-        let code = rec.country_code.or(rec.country.and_then(|c| c.iso_code))?;
-        two_letters(code.as_bytes())
+        let found = db.reader.lookup(ip).ok()?;
+        db.country_at(found.offset()?, || {
+            let rec: CountryRecord<'_> = found.decode().ok()??;
+            let code = rec.country_code.or(rec.country.and_then(|c| c.iso_code))?;
+            two_letters(code.as_bytes())
+        })
     }
 
     /// Loads the file again if it changed since it was read; a file that
@@ -175,6 +220,7 @@ fn load(path: &Path) -> Result<Db, GeoError> {
     Ok(Db {
         reader,
         stamp: before,
+        memo: (0..MEMO_SLOTS).map(|_| AtomicU64::new(0)).collect(),
     })
 }
 
@@ -226,5 +272,45 @@ mod tests {
             None
         );
         assert!(geo.status().is_none());
+    }
+
+    #[test]
+    fn a_record_is_decoded_once_then_read_from_the_memo() {
+        let db = load(&testkit::country_mmdb()).unwrap_or_else(|e| panic!("{e}"));
+        let found = db
+            .reader
+            .lookup(IpAddr::from([8, 8, 8, 8]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let offset = found
+            .offset()
+            .unwrap_or_else(|| panic!("8.8.8.8 has a record"));
+        let decodes = std::cell::Cell::new(0);
+        let decode = || {
+            decodes.set(decodes.get() + 1);
+            Some(*b"US")
+        };
+        assert_eq!(db.country_at(offset, decode), Some(*b"US"));
+        assert_eq!(db.country_at(offset, decode), Some(*b"US"));
+        assert_eq!(decodes.get(), 1);
+        // Another record in the same slot replaces it; none is remembered too.
+        let other = offset + MEMO_SLOTS;
+        assert_eq!(db.country_at(other, || None), None);
+        assert_eq!(db.country_at(other, || Some(*b"ZZ")), None, "remembered");
+        assert_eq!(db.country_at(offset, decode), Some(*b"US"));
+        assert_eq!(decodes.get(), 2);
+        assert_eq!(
+            memo_word(usize::MAX, None),
+            None,
+            "no room: never remembered"
+        );
+        // Through the whole lookup: the database's answer, twice alike.
+        let geo = Geo::new(&GeoConfig {
+            mmdb_path: Some(testkit::country_mmdb()),
+            ..GeoConfig::default()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let us = geo.lookup(IpAddr::from([8, 8, 8, 8]));
+        assert_eq!(us, Some(*b"US"));
+        assert_eq!(geo.lookup(IpAddr::from([8, 8, 4, 4])), us);
     }
 }

@@ -928,3 +928,65 @@ async fn link_rules_are_shown_edited_and_previewed_in_the_console() {
             .await;
     assert_eq!(still["version"], 2);
 }
+
+/// A per-domain custom code on two domains: the console names each link by
+/// its key (`/admin/links/<domain>/<code>`), the code alone is ambiguous
+/// for an operator who sees both, and a change reaches only its own link.
+#[tokio::test]
+async fn per_domain_codes_have_a_console_page_each() {
+    let c = start();
+    for domain in ["s.shop55.com", "go.brand91.cn"] {
+        let (st, v) =
+            c.s.origin
+                .create(serde_json::json!({
+                    "url": format!("https://{domain}.example/sale"),
+                    "domain": domain,
+                    "code": "sale"
+                }))
+                .await;
+        assert_eq!(st, 201, "{v}");
+    }
+    let root = c.session("root", "root-pw").await;
+    let r = c.get("/admin/links/sale", &root).await;
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r.text().await.unwrap().contains("several domains"));
+    let list = c
+        .get("/admin/links?code=sale", &root)
+        .await
+        .text()
+        .await
+        .unwrap();
+    for domain in ["s.shop55.com", "go.brand91.cn"] {
+        assert!(
+            list.contains(&format!("href=\"/admin/links/{domain}/sale\"")),
+            "{list}"
+        );
+    }
+    let path = "/admin/links/go.brand91.cn/sale";
+    let page = c.get(path, &root).await.text().await.unwrap();
+    assert!(
+        page.contains("https://go.brand91.cn.example/sale"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("https://s.shop55.com.example/sale"),
+        "{page}"
+    );
+    let r = c
+        .post(
+            path,
+            &root,
+            &format!("csrf={}&action=disable&version=1", csrf_of(&page)),
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 303, "{}", r.text().await.unwrap());
+    assert_eq!(c.s.origin.follow("go.brand91.cn", "sale").await.0, 404);
+    assert_eq!(
+        c.s.origin.follow("s.shop55.com", "sale").await,
+        (302, Some("https://s.shop55.com.example/sale".into()))
+    );
+    // A path that is neither a code nor a link key is a 404 page.
+    for bad in ["/admin/links/S.shop55.com/sale", "/admin/links/x/y/sale"] {
+        assert_eq!(c.get(bad, &root).await.status().as_u16(), 404, "{bad}");
+    }
+}
