@@ -506,7 +506,8 @@ impl When {
             }
         }
         if !self.dev.is_empty() || !self.app.is_empty() {
-            let f = ua.get_or_insert_with(|| UaFacts::of(v.user_agent().unwrap_or_default()));
+            let f =
+                ua.get_or_insert_with(|| UaFacts::of_repeated(v.user_agent().unwrap_or_default()));
             if !self.dev.is_empty() && !self.dev.iter().any(|d| f.is(*d, v)) {
                 return false;
             }
@@ -556,6 +557,34 @@ impl UaFacts {
         }
     }
 
+    /// [`UaFacts::of`] through a one-entry memo per thread: a browser
+    /// sends the same User-Agent with every request of a connection, so a
+    /// repeat costs a byte compare instead of two automaton passes (the
+    /// memo the click counter keeps for the device class, `edge/src/clicks`).
+    /// The device class is left to compute, as in [`UaFacts::of`].
+    pub fn of_repeated(ua: &[u8]) -> UaFacts {
+        thread_local! {
+            static LAST: std::cell::RefCell<(Vec<u8>, Option<UaFacts>)> =
+                const { std::cell::RefCell::new((Vec::new(), None)) };
+        }
+        if ua.len() > UA_MEMO_BYTES {
+            return UaFacts::of(ua);
+        }
+        LAST.with(|last| {
+            let Ok(mut last) = last.try_borrow_mut() else {
+                return UaFacts::of(ua);
+            };
+            if let (true, Some(f)) = (last.0 == ua, last.1) {
+                return f;
+            }
+            let f = UaFacts::of(ua);
+            last.0.clear();
+            last.0.extend_from_slice(ua);
+            last.1 = Some(f);
+            f
+        })
+    }
+
     /// The click device class of `ua` (see `clicks::ua`).
     pub fn device(&mut self, ua: &[u8]) -> Device {
         *self.device.get_or_insert_with(|| device_class_bytes(ua))
@@ -573,6 +602,9 @@ impl UaFacts {
         }
     }
 }
+
+/// User-Agents up to this length are remembered by [`UaFacts::of_repeated`].
+const UA_MEMO_BYTES: usize = 512;
 
 /// The in-app tokens of [`INAPP_TXT`] in file order, each with a searcher
 /// built once (SIMD `memmem`: ~100 instructions a token for a User-Agent;

@@ -48,6 +48,22 @@ struct Db {
     /// item 8). Direct-mapped, one word a slot (`memo_word`), so readers
     /// and writers never lock and a collision only costs a decode.
     memo: Box<[AtomicU64]>,
+    /// Distinguishes loads, so a per-thread answer of an older file is
+    /// never taken for this one's ([`Geo::lookup`]).
+    generation: u64,
+}
+
+/// The generation of the next load.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// A lookup's answer: the load's generation, the address, the country.
+type Answered = (u64, IpAddr, Option<[u8; 2]>);
+
+thread_local! {
+    /// The last lookup of this thread. The requests of a connection come
+    /// from one visitor, and behind a proxy from few, so a repeat skips
+    /// the tree walk.
+    static LAST: std::cell::Cell<Option<Answered>> = const { std::cell::Cell::new(None) };
 }
 
 /// Slots of [`Db::memo`]: more than the countries of the world.
@@ -159,12 +175,20 @@ impl Geo {
     pub fn lookup(&self, ip: IpAddr) -> Option<[u8; 2]> {
         let db = self.db.load();
         let db = db.as_ref()?;
-        let found = db.reader.lookup(ip).ok()?;
-        db.country_at(found.offset()?, || {
-            let rec: CountryRecord<'_> = found.decode().ok()??;
-            let code = rec.country_code.or(rec.country.and_then(|c| c.iso_code))?;
-            two_letters(code.as_bytes())
-        })
+        if let Some((g, last, answer)) = LAST.get() {
+            if g == db.generation && last == ip {
+                return answer;
+            }
+        }
+        let answer = db.reader.lookup(ip).ok().and_then(|found| {
+            db.country_at(found.offset()?, || {
+                let rec: CountryRecord<'_> = found.decode().ok()??;
+                let code = rec.country_code.or(rec.country.and_then(|c| c.iso_code))?;
+                two_letters(code.as_bytes())
+            })
+        });
+        LAST.set(Some((db.generation, ip, answer)));
+        answer
     }
 
     /// Loads the file again if it changed since it was read; a file that
@@ -221,6 +245,7 @@ fn load(path: &Path) -> Result<Db, GeoError> {
         reader,
         stamp: before,
         memo: (0..MEMO_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        generation: GENERATION.fetch_add(1, Ordering::Relaxed),
     })
 }
 
@@ -312,5 +337,24 @@ mod tests {
         let us = geo.lookup(IpAddr::from([8, 8, 8, 8]));
         assert_eq!(us, Some(*b"US"));
         assert_eq!(geo.lookup(IpAddr::from([8, 8, 4, 4])), us);
+    }
+
+    #[test]
+    fn the_last_answer_is_never_taken_from_another_load() {
+        // The thread's last answer is one file's: a new load (another
+        // generation) asks its own database, even for the same address.
+        let a = load(&testkit::country_mmdb()).unwrap_or_else(|e| panic!("{e}"));
+        let b = load(&testkit::country_mmdb()).unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(a.generation, b.generation);
+        let ip = IpAddr::from([8, 8, 8, 8]);
+        LAST.set(Some((a.generation, ip, Some(*b"ZZ"))));
+        let geo = Geo::new(&GeoConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+        geo.db.store(Some(Arc::new(b)));
+        assert_eq!(geo.lookup(ip), Some(*b"US"), "not the other load's answer");
+        // Its own generation's last answer is reused (seen by planting one).
+        let g = geo.db.load().as_ref().map_or(0, |d| d.generation);
+        LAST.set(Some((g, ip, Some(*b"ZZ"))));
+        assert_eq!(geo.lookup(ip), Some(*b"ZZ"));
+        LAST.set(None);
     }
 }

@@ -404,3 +404,19 @@ fn destination_labels_round_trip_and_nothing_else_parses() {
         assert_eq!(Destination::parse(bad), None, "{bad:?}");
     }
 }
+
+#[test]
+fn repeated_user_agents_get_the_same_facts() {
+    // The per-thread memo answers exactly as a fresh reading, whatever the
+    // order (a repeat, a change, back), and longer agents bypass it.
+    let long = format!("{WECHAT} {}", "x".repeat(600));
+    for ua in [
+        WECHAT, WECHAT, ANDROID, IPAD, IPAD, WECHAT, &long, &long, "", ANDROID,
+    ] {
+        assert_eq!(
+            UaFacts::of_repeated(ua.as_bytes()),
+            UaFacts::of(ua.as_bytes()),
+            "{ua}"
+        );
+    }
+}
