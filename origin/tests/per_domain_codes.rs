@@ -49,6 +49,10 @@ async fn call(s: &Setup, m: Method, path: &str, key: &str, body: Option<Value>) 
     (st, v)
 }
 
+async fn get(s: &Setup, path: &str, key: &str) -> (u16, Value) {
+    call(s, Method::GET, path, key, None).await
+}
+
 async fn create(s: &Setup, key: &str, domain: &str, code: &str, url: &str) -> (u16, Value) {
     s.origin
         .create_with_key(key, json!({"url": url, "domain": domain, "code": code}))
@@ -108,46 +112,25 @@ async fn one_custom_code_is_two_links_on_two_domains() {
         (M55, "https://shop55.example/sale"),
         (M91, "https://brand91.example/sale"),
     ] {
-        let (st, v) = call(&s, Method::GET, "/api/v1/links/sale", key, None).await;
+        let (st, v) = get(&s, "/api/v1/links/sale", key).await;
         assert_eq!((st, v["url"].as_str()), (200, Some(url)), "{v}");
     }
     // A merchant naming the other's domain gets the answer of an unknown link.
-    let (st, v) = call(
-        &s,
-        Method::GET,
-        &format!("/api/v1/links/sale?domain={B91}"),
-        M55,
-        None,
-    )
-    .await;
+    let (st, v) = get(&s, &format!("/api/v1/links/sale?domain={B91}"), M55).await;
     assert_eq!((st, v["error"].as_str()), (404, Some("not_found")), "{v}");
     // An admin sees both: the code alone is ambiguous, the domain decides.
-    let (st, v) = call(&s, Method::GET, "/api/v1/links/sale", ADMIN, None).await;
+    let (st, v) = get(&s, "/api/v1/links/sale", ADMIN).await;
     assert_eq!(
         (st, v["error"].as_str()),
         (400, Some("domain_required")),
         "{v}"
     );
-    let (st, v) = call(
-        &s,
-        Method::GET,
-        &format!("/api/v1/links/sale?domain={B91}"),
-        ADMIN,
-        None,
-    )
-    .await;
+    let (st, v) = get(&s, &format!("/api/v1/links/sale?domain={B91}"), ADMIN).await;
     assert_eq!(
         (st, v["url"].as_str()),
         (200, Some("https://brand91.example/sale"))
     );
-    let (st, v) = call(
-        &s,
-        Method::GET,
-        "/api/v1/links/sale?domain=Not%20A%20Host",
-        ADMIN,
-        None,
-    )
-    .await;
+    let (st, v) = get(&s, "/api/v1/links/sale?domain=Not%20A%20Host", ADMIN).await;
     assert_eq!(
         (st, v["error"].as_str()),
         (400, Some("invalid_domain")),
@@ -175,7 +158,7 @@ async fn one_custom_code_is_two_links_on_two_domains() {
     let history = |key: &'static str| {
         let s = &s;
         async move {
-            let (st, v) = call(s, Method::GET, "/api/v1/links/sale/history", key, None).await;
+            let (st, v) = get(s, "/api/v1/links/sale/history", key).await;
             assert_eq!(st, 200, "{v}");
             v["history"]
                 .as_array()
@@ -199,14 +182,7 @@ async fn one_custom_code_is_two_links_on_two_domains() {
     let (st, _) = create(&s, M91, B91, "sale", "https://brand91.example/again").await;
     assert_eq!(st, 409);
     // A deleted link is still its domain's (read, never resurrected).
-    let (st, v) = call(
-        &s,
-        Method::GET,
-        &format!("/api/v1/links/sale?domain={B91}"),
-        ADMIN,
-        None,
-    )
-    .await;
+    let (st, v) = get(&s, &format!("/api/v1/links/sale?domain={B91}"), ADMIN).await;
     assert_eq!((st, v["state"].as_str()), (200, Some("deleted")), "{v}");
 }
 
@@ -255,14 +231,7 @@ async fn clicks_count_per_link_of_a_shared_code() {
     let stats = |key: &'static str| {
         let s = &s;
         async move {
-            let (st, v) = call(
-                s,
-                Method::GET,
-                &format!("/api/v1/links/sale/stats?{}", range()),
-                key,
-                None,
-            )
-            .await;
+            let (st, v) = get(s, &format!("/api/v1/links/sale/stats?{}", range()), key).await;
             assert_eq!(st, 200, "{v}");
             totals(&v)
         }
@@ -273,12 +242,10 @@ async fn clicks_count_per_link_of_a_shared_code() {
     .await;
     // A tenant's view names each link with its domain.
     for (kdt, domain, human, bot) in [(55, S55, 5, 1), (91, B91, 2, 0)] {
-        let (st, v) = call(
+        let (st, v) = get(
             &s,
-            Method::GET,
             &format!("/api/v1/stats?kdt_id={kdt}&{}", range()),
             ADMIN,
-            None,
         )
         .await;
         assert_eq!(st, 200, "{v}");
@@ -322,12 +289,10 @@ async fn an_old_batch_names_a_custom_code_held_on_one_domain() {
         "counted under the link",
         Duration::from_secs(20),
         || async {
-            let (st, v) = call(
+            let (st, v) = get(
                 &s,
-                Method::GET,
                 &format!("/api/v1/links/solo-code/stats?{}", range()),
                 M55,
-                None,
             )
             .await;
             st == 200 && totals(&v) == (3, 2)
@@ -398,17 +363,10 @@ async fn a_store_of_protocol_3_5_is_migrated() {
         ["aB3xYz", "s.shop55.com/sale"]
     );
     for (code, want) in [("sale", (4, 1)), ("aB3xYz", (6, 0))] {
-        let (st, v) = call(
-            &s,
-            Method::GET,
-            &format!("/api/v1/links/{code}/stats?{}", range()),
-            M55,
-            None,
-        )
-        .await;
+        let (st, v) = get(&s, &format!("/api/v1/links/{code}/stats?{}", range()), M55).await;
         assert_eq!((st, totals(&v)), (200, want), "{code}: {v}");
     }
-    let (st, v) = call(&s, Method::GET, "/api/v1/links/sale/history", M55, None).await;
+    let (st, v) = get(&s, "/api/v1/links/sale/history", M55).await;
     assert_eq!(
         (st, v["history"].as_array().map(Vec::len)),
         (200, Some(1)),

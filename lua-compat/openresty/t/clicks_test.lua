@@ -63,25 +63,19 @@ local function one_click(key, h, d)
     return string.format("h %s %d 1 0\nr %s %d - 1\nd %s %d desktop 1\n", key, h, key, d, key, d)
 end
 
----------------------------------------------------------------- a fleet code: the bare code, version 1
-do
+-- One click on `code` from SHOP: one batch of `version`, counted under `key`.
+local function single(what, code, key, version)
     local h, d = hour_day()
-    clicks.count("aB3xYz", SHOP, false, DESKTOP, nil)
+    clicks.count(code, SHOP, false, DESKTOP, nil)
     local b = flushed()
-    eq(#b, 1, "fleet code: one batch")
-    eq(b[1] and b[1].v, "1", "fleet code: version 1")
-    eq(b[1] and b[1].body, one_click("aB3xYz", h, d), "fleet code: counted under the code")
+    eq(#b, 1, what .. ": one batch")
+    eq(b[1] and b[1].v, version, what .. ": version " .. version)
+    eq(b[1] and b[1].body, one_click(key, h, d), what .. ": counted under " .. key)
 end
 
----------------------------------------------------------------- a custom code: <domain>/<code>, version 3
-do
-    local h, d = hour_day()
-    clicks.count("sale", SHOP, false, DESKTOP, nil)
-    local b = flushed()
-    eq(#b, 1, "custom code: one batch")
-    eq(b[1] and b[1].v, "3", "custom code: version 3")
-    eq(b[1] and b[1].body, one_click("s.shop55.com/sale", h, d), "custom code: counted under s.shop55.com/sale")
-end
+-- A fleet code: the bare code, version 1; a custom code: <domain>/<code>, version 3.
+single("fleet code", "aB3xYz", "aB3xYz", "1")
+single("custom code", "sale", "s.shop55.com/sale", "3")
 
 ---------------------------------------------------------------- one custom code on two domains: two links
 do
