@@ -17,6 +17,7 @@ pub mod host;
 pub mod inval;
 pub mod keys;
 pub mod link_rules;
+pub mod memo;
 pub mod pages;
 pub mod record;
 pub mod redirect;

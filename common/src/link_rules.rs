@@ -11,9 +11,11 @@
 //! query forwarding; a fallback URL for an expired or disabled link.
 
 use crate::clicks::ua::{device_class_bytes, Device};
+use crate::memo::{remembered, Last};
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::sync::OnceLock;
 
 /// The in-app browser patterns (see the file's header).
@@ -516,7 +518,7 @@ impl When {
             }
         }
         if !self.lang.is_empty() {
-            let l = lang.get_or_insert_with(|| preferred_language_of(v.accept_language()));
+            let l = lang.get_or_insert_with(|| preferred_language_repeated(v.accept_language()));
             if !l
                 .as_ref()
                 .is_some_and(|l| self.lang.iter().any(|x| x.as_bytes() == l.as_bytes()))
@@ -564,25 +566,9 @@ impl UaFacts {
     /// The device class is left to compute, as in [`UaFacts::of`].
     pub fn of_repeated(ua: &[u8]) -> UaFacts {
         thread_local! {
-            static LAST: std::cell::RefCell<(Vec<u8>, Option<UaFacts>)> =
-                const { std::cell::RefCell::new((Vec::new(), None)) };
+            static LAST: RefCell<Last<UaFacts>> = const { RefCell::new(Last::new()) };
         }
-        if ua.len() > UA_MEMO_BYTES {
-            return UaFacts::of(ua);
-        }
-        LAST.with(|last| {
-            let Ok(mut last) = last.try_borrow_mut() else {
-                return UaFacts::of(ua);
-            };
-            if let (true, Some(f)) = (last.0 == ua, last.1) {
-                return f;
-            }
-            let f = UaFacts::of(ua);
-            last.0.clear();
-            last.0.extend_from_slice(ua);
-            last.1 = Some(f);
-            f
-        })
+        remembered(&LAST, ua, UA_MEMO_BYTES, || UaFacts::of(ua))
     }
 
     /// The click device class of `ua` (see `clicks::ua`).
@@ -763,6 +749,18 @@ fn preferred_language_of(header: Option<&[u8]>) -> Option<Lang> {
         }
     }
     best.and_then(|(_, p)| Lang::of_bytes(p))
+}
+
+/// [`preferred_language_of`] through a one-entry memo per thread (the
+/// header repeats on every request of a browser's connection).
+fn preferred_language_repeated(header: Option<&[u8]>) -> Option<Lang> {
+    thread_local! {
+        static LAST: RefCell<Last<Option<Lang>>> = const { RefCell::new(Last::new()) };
+    }
+    match header {
+        None => None,
+        Some(h) => remembered(&LAST, h, 128, || preferred_language_of(Some(h))),
+    }
 }
 
 /// `b` without the spaces and tabs around it.

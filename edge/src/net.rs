@@ -10,6 +10,7 @@ pub use shorturl_common::cidr::{Cidr, CidrError, CidrList};
 use std::net::{IpAddr, SocketAddr};
 
 pub use shorturl_common::conn_caps::ClientKey;
+use shorturl_common::memo::{remembered, Last};
 
 /// One `X-Forwarded-For` hop as an address: `1.2.3.4`, `::1`, and the
 /// `1.2.3.4:5678` / `[::1]:5678` forms some proxies write.
@@ -112,6 +113,50 @@ pub fn client_of_values<'a>(
         .filter(|v| v.iter().all(|&b| b == b'\t' || (32..127).contains(&b)))
         .flat_map(|v| v.rsplit(|&b| b == b','));
     client_behind(peer, hops, trusted).0
+}
+
+/// [`client_of_values`] through a one-entry memo per thread, keyed by the
+/// trusted list, the peer and the header's bytes: a browser's connection
+/// (or a proxy's, for one visitor) repeats them on every request, and the
+/// link rules read the client on every request with a country rule.
+pub fn client_of_values_repeated<'a>(
+    peer: IpAddr,
+    values: impl DoubleEndedIterator<Item = &'a [u8]> + Clone,
+    trusted: &CidrList,
+) -> IpAddr {
+    thread_local! {
+        static LAST: std::cell::RefCell<Last<IpAddr>> =
+            const { std::cell::RefCell::new(Last::new()) };
+    }
+    if trusted.is_empty() {
+        return peer;
+    }
+    // The key: the list's address, the peer, each value and a `\n` (which
+    // no header value holds), in a stack buffer; a longer one is not kept.
+    let mut key = [0u8; 160];
+    let mut len = 0;
+    let mut put = |b: &[u8]| {
+        let end = len + b.len();
+        if let Some(dst) = key.get_mut(len..end) {
+            dst.copy_from_slice(b);
+        }
+        len = end;
+    };
+    put(&(trusted as *const CidrList as usize).to_ne_bytes());
+    match peer {
+        IpAddr::V4(a) => put(&a.octets()),
+        IpAddr::V6(a) => put(&a.octets()),
+    }
+    for v in values.clone() {
+        put(v);
+        put(b"\n");
+    }
+    match key.get(..len) {
+        Some(k) => remembered(&LAST, k, key.len(), || {
+            client_of_values(peer, values, trusted)
+        }),
+        None => client_of_values(peer, values, trusted),
+    }
 }
 
 /// Walks `hops` (right to left) past trusted proxies, from `peer`.
@@ -256,6 +301,34 @@ mod tests {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }
         assert!(!CidrList::default().contains(ip("127.0.0.1")));
+    }
+
+    #[test]
+    fn the_remembered_client_is_the_one_computed() {
+        // The per-thread memo answers exactly as the walk does, whatever the
+        // order: a repeat, another peer, another header, another list, a
+        // header too long to keep.
+        let proxies = list(&["127.0.0.1/32", "10.0.0.0/8"]);
+        let loopback = list(&["127.0.0.1/32"]);
+        let long = format!("{}8.8.8.8", "1.1.1.1, ".repeat(40));
+        let cases: [(&str, &[&str], &CidrList); 8] = [
+            ("127.0.0.1", &["8.8.8.8"], &proxies),
+            ("127.0.0.1", &["8.8.8.8"], &proxies),
+            ("192.0.2.9", &["8.8.8.8"], &proxies),
+            ("127.0.0.1", &["9.9.9.9, 10.1.2.3"], &proxies),
+            ("127.0.0.1", &["9.9.9.9, 10.1.2.3"], &loopback),
+            ("127.0.0.1", &["9.9.9.9", "10.1.2.3"], &proxies),
+            ("127.0.0.1", &[long.as_str()], &proxies),
+            ("127.0.0.1", &[long.as_str()], &proxies),
+        ];
+        for (peer, values, trusted) in cases {
+            let bytes: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
+            assert_eq!(
+                client_of_values_repeated(ip(peer), bytes.iter().copied(), trusted),
+                client_of_values(ip(peer), bytes.iter().copied(), trusted),
+                "{peer} {values:?}"
+            );
+        }
     }
 
     #[test]

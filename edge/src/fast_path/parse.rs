@@ -55,7 +55,7 @@ pub struct Request<'b> {
 
 impl<'b> Request<'b> {
     /// The `X-Forwarded-For` values, in head order.
-    pub fn forwarded_for(&self) -> impl DoubleEndedIterator<Item = &'b [u8]> + '_ {
+    pub fn forwarded_for(&self) -> impl DoubleEndedIterator<Item = &'b [u8]> + Clone + '_ {
         self.xff.iter().take(self.xff_len).copied()
     }
 }

@@ -7,7 +7,7 @@ use crate::access_log::LogLine;
 use crate::cache::{AnswerRef, Key, Serialiser};
 use crate::clicks::record::ClickParts;
 use crate::decide::{self, decide, Facts, Source, Target, Verdict};
-use crate::net::{client_of_values, ClientKey};
+use crate::net::{client_of_values_repeated, ClientKey};
 use crate::outcome::Outcome;
 use crate::proxy::Edge;
 use crate::route::{route_path, CodeBuf, Route};
@@ -409,7 +409,7 @@ impl FastPath {
 
     fn client(&self, req: &Request<'_>, conn: &Conn) -> Option<IpAddr> {
         conn.peer
-            .map(|p| client_of_values(p, req.forwarded_for(), &self.s.cfg.trusted_proxies))
+            .map(|p| client_of_values_repeated(p, req.forwarded_for(), &self.s.cfg.trusted_proxies))
     }
 
     /// The latency histogram and the access log, as the proxy's `logging`.
