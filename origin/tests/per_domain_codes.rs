@@ -268,6 +268,11 @@ async fn clicks_count_per_link_of_a_shared_code() {
     })
     .await;
     assert_eq!((stats(M55).await, stats(M91).await), ((5, 1), (2, 0)));
+    assert_eq!(
+        support::metric_value(&s.origin, "shorturl_clicks_unattributed_total").await,
+        Some(1.0),
+        "counted for ops"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

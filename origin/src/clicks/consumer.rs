@@ -281,23 +281,27 @@ impl Consumer {
                 tracing::warn!(entry = %e.id, batch = %batch_id, error = %err,
                     "click consumer: malformed batch rejected whole (acknowledged, nothing applied)");
             }
-            Ok(b) => match apply_sharded(&self.store, &b, now_unix(), top).await {
-                Ok(Some(added)) => {
-                    let (human, bot) = added.totals();
-                    self.metrics.applied.inc();
-                    self.metrics
-                        .clicks
-                        .with_label_values(&["human"])
-                        .inc_by(human);
-                    self.metrics.clicks.with_label_values(&["bot"]).inc_by(bot);
-                }
-                Ok(None) => {
-                    self.metrics.duplicate.inc();
-                    tracing::info!(entry = %e.id, batch = %b.id,
+            Ok(b) => {
+                match apply_sharded(&self.store, &b, now_unix(), top, &self.metrics.unattributed)
+                    .await
+                {
+                    Ok(Some(added)) => {
+                        let (human, bot) = added.totals();
+                        self.metrics.applied.inc();
+                        self.metrics
+                            .clicks
+                            .with_label_values(&["human"])
+                            .inc_by(human);
+                        self.metrics.clicks.with_label_values(&["bot"]).inc_by(bot);
+                    }
+                    Ok(None) => {
+                        self.metrics.duplicate.inc();
+                        tracing::info!(entry = %e.id, batch = %b.id,
                         "click consumer: batch already applied; acknowledging only");
+                    }
+                    Err(err) => return Ok(self.failed(&e, &b.id, err).await),
                 }
-                Err(err) => return Ok(self.failed(&e, &b.id, err).await),
-            },
+            }
         }
         // Test failpoint: hold after the commit, before the acknowledgement.
         if let Some(path) = failpoint::hold_path("origin.clicks.ack.hold", &batch_id) {

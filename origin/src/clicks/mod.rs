@@ -47,6 +47,11 @@ pub struct ClickMetrics {
     pub pruned: IntCounterVec,
     /// Idle consumers removed from the group.
     pub consumers_removed: IntCounter,
+    /// Codes of old-format batches (version 1, 2) that name a per-domain
+    /// code held on several domains: counted under the bare code, which no
+    /// link reads (protocol 3.6; per batch read, so a redelivery counts
+    /// again).
+    pub unattributed: IntCounter,
 }
 
 impl ClickMetrics {
@@ -88,7 +93,13 @@ impl ClickMetrics {
             "Idle consumers removed from the click consumer group",
         )?;
         reg.register(Box::new(consumers_removed.clone()))?;
+        let unattributed = IntCounter::new(
+            "clicks_unattributed_total",
+            "Per-domain codes of old-format click batches held on several domains (not credited to a link)",
+        )?;
+        reg.register(Box::new(unattributed.clone()))?;
         Ok(ClickMetrics {
+            unattributed,
             pruned,
             consumers_removed,
             applied: batches.with_label_values(&["applied"]),

@@ -113,8 +113,9 @@ pub async fn apply_sharded(
     batch: &Batch,
     now: u64,
     referrers_per_day: usize,
+    unattributed: &prometheus::IntCounter,
 ) -> Result<Option<Batch>, DbError> {
-    let renamed = name_bare_codes(store, batch).await?;
+    let renamed = name_bare_codes(store, batch, unattributed).await?;
     let batch = renamed.as_ref().unwrap_or(batch);
     if !store.shards.sharded {
         return Ok(
@@ -144,7 +145,11 @@ pub async fn apply_sharded(
 /// (possible only once per-domain codes were created, after every edge
 /// should count by key) cannot be told apart and stays bare, logged.
 /// `None` when nothing needed renaming.
-async fn name_bare_codes(store: &Store, batch: &Batch) -> Result<Option<Batch>, DbError> {
+async fn name_bare_codes(
+    store: &Store,
+    batch: &Batch,
+    unattributed: &prometheus::IntCounter,
+) -> Result<Option<Batch>, DbError> {
     let bare: BTreeSet<&str> = batch
         .codes()
         .filter(|c| !c.contains('/') && !is_fleet_code(c))
@@ -158,8 +163,11 @@ async fn name_bare_codes(store: &Store, batch: &Batch) -> Result<Option<Batch>, 
             [only] => {
                 names.insert(code.to_owned(), only.key().name());
             }
-            rows => tracing::warn!(code, links = rows.len(), batch = %batch.id,
-                "click batch names a per-domain code without its domain; counted under the bare code"),
+            rows => {
+                unattributed.inc();
+                tracing::warn!(code, links = rows.len(), batch = %batch.id,
+                    "click batch names a per-domain code without its domain; counted under the bare code");
+            }
         }
     }
     let mut out = batch.clone();
