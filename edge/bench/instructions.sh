@@ -23,7 +23,8 @@
 # BENCH_HEADERS=1 sends a browser's headers from behind a trusted proxy (the
 # edge gets `trusted_proxies` and the country database either way, so the
 # three runs RULES/BENCH_HEADERS 0/0, 0/1, 1/1 differ only in what they
-# name). Needs valgrind, redis-server, wrk, curl, scripts/deps.sh's
+# name). CALLGRIND_OPTS adds callgrind options (e.g. `--cache-sim=yes`, read
+# with KEEP= and callgrind_annotate). Needs valgrind, redis-server, wrk, curl, scripts/deps.sh's
 # country database.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,25p' "$0"; exit 2; }
@@ -78,7 +79,8 @@ edge:
   $GEO_LINES
 YAML
   rm -f "$WORK"/callgrind.out.*
-  RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
+  # shellcheck disable=SC2086 # CALLGRIND_OPTS: extra options, word-split on purpose
+  RUST_LOG=error valgrind --tool=callgrind ${CALLGRIND_OPTS:-} --callgrind-out-file="$WORK/callgrind.out.%p" \
     "$bin" -c "$WORK/edge.yaml" >"$WORK/edge.log" 2>&1 &
   # Under callgrind on a busy machine the start alone can take a minute.
   vpid=$!; PIDS+=($vpid); WAIT_TCP_SECS=300 wait_tcp "$EDGE_PORT"
