@@ -65,9 +65,6 @@ pub fn is_fleet_code(code: &str) -> bool {
     code.len() == CODE_LEN && code.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
-/// Longest link key: a 253-byte domain, `/`, a 32-byte code.
-pub const LINK_KEY_MAX: usize = 253 + 1 + CUSTOM_MAX;
-
 /// The link key of `code` on `domain` (normalised): the code for a fleet
 /// code, `<domain>/<code>` for a per-domain one. What the origin keys its
 /// rows, rollups and history by, and what click batches of version 3 name

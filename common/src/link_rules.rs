@@ -12,6 +12,7 @@
 
 use crate::clicks::ua::{device_class_bytes, Device};
 use crate::memo::{remembered, Last};
+use crate::request_rules::trim_ows;
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -761,17 +762,6 @@ fn preferred_language_repeated(header: Option<&[u8]>) -> Option<Lang> {
         None => None,
         Some(h) => remembered(&LAST, h, 128, || preferred_language_of(Some(h))),
     }
-}
-
-/// `b` without the spaces and tabs around it.
-fn trim_ows(mut b: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = b {
-        b = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = b {
-        b = rest;
-    }
-    b
 }
 
 /// An RFC 9110 qvalue in thousandths: `0`, `0.5`, `1`, `1.000`.

@@ -365,7 +365,19 @@ fn check_path(path: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Strips the optional whitespace (SP, HTAB) around a field value.
+/// `b` without the optional whitespace (SP, HTAB) around it: an element of
+/// a field's list (`Accept-Language` ranges, `X-Forwarded-For` hops).
+pub fn trim_ows(mut b: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = b {
+        b = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = b {
+        b = rest;
+    }
+    b
+}
+
+/// Strips the spaces around a field value.
 fn trim_spaces(v: &[u8]) -> &[u8] {
     let start = v.iter().position(|b| *b != b' ').unwrap_or(v.len());
     let end = v.iter().rposition(|b| *b != b' ').map_or(start, |e| e + 1);

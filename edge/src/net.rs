@@ -11,6 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 
 pub use shorturl_common::conn_caps::ClientKey;
 use shorturl_common::memo::{remembered, Last};
+use shorturl_common::request_rules::trim_ows;
 
 /// One `X-Forwarded-For` hop as an address: `1.2.3.4`, `::1`, and the
 /// `1.2.3.4:5678` / `[::1]:5678` forms some proxies write.
@@ -25,17 +26,6 @@ fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
     hop.parse::<IpAddr>()
         .ok()
         .or_else(|| hop.parse::<SocketAddr>().ok().map(|s| s.ip()))
-}
-
-/// `b` without the spaces and tabs around it.
-fn trim_ows(mut b: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = b {
-        b = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = b {
-        b = rest;
-    }
-    b
 }
 
 /// The common hop, `a.b.c.d`, read byte by byte: a fifth of std's

@@ -18,6 +18,7 @@ use pingora::http::RequestHeader;
 use shorturl_common::clicks::{device_class_bytes, referrer_host_buf, Device, HostBuf};
 use shorturl_common::code::is_fleet_code;
 use shorturl_common::link_rules::Destination;
+use shorturl_common::memo::{remembered, Last};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -147,13 +148,10 @@ impl Registry {
     }
 }
 
-/// One thread's state: its queue (for one registry) and the last user agent.
+/// One thread's state: its queue (for one registry).
 struct Local {
     registry: usize,
     queue: Option<Arc<ArrayQueue<Event>>>,
-    ua_len: usize,
-    ua: [u8; UA_CACHE_BYTES],
-    ua_device: Device,
 }
 
 thread_local! {
@@ -161,26 +159,10 @@ thread_local! {
         RefCell::new(Local {
             registry: 0,
             queue: None,
-            ua_len: usize::MAX,
-            ua: [0; UA_CACHE_BYTES],
-            ua_device: Device::Other,
         })
     };
-}
-
-impl Local {
-    fn device(&mut self, ua: &[u8]) -> Device {
-        if ua.len() == self.ua_len && self.ua[..ua.len()] == *ua {
-            return self.ua_device;
-        }
-        let d = device_class_bytes(ua);
-        if ua.len() <= UA_CACHE_BYTES {
-            self.ua[..ua.len()].copy_from_slice(ua);
-            self.ua_len = ua.len();
-            self.ua_device = d;
-        }
-        d
-    }
+    /// The last user agent's device class (`common::memo`).
+    static LAST_UA: RefCell<Last<Device>> = const { RefCell::new(Last::new()) };
 }
 
 /// The device class of a request: [`Device::Bot`] for `HEAD`, a missing or
@@ -202,10 +184,7 @@ pub fn classify_parts(head: bool, user_agent: Option<&[u8]>) -> Device {
     }
     match user_agent {
         None => Device::Bot,
-        Some(ua) => LOCAL.with(|l| match l.try_borrow_mut() {
-            Ok(mut l) => l.device(ua),
-            Err(_) => device_class_bytes(ua),
-        }),
+        Some(ua) => remembered(&LAST_UA, ua, UA_CACHE_BYTES, || device_class_bytes(ua)),
     }
 }
 

@@ -7,7 +7,7 @@
 //! disagree; tables keyed by link (rollups, audit) name it by
 //! [`LinkKey::name`], `shorturl_common::code::link_key`.
 
-use shorturl_common::code::{is_fleet_code, split_link_key};
+use shorturl_common::code::{is_fleet_code, link_key};
 use std::fmt;
 
 /// `WHERE` condition selecting one link by its key (binds code, scope).
@@ -43,12 +43,6 @@ impl LinkKey {
         is_fleet_code(code).then(|| LinkKey::new(code, ""))
     }
 
-    /// The key a link name (`<code>` or `<domain>/<code>`) stands for.
-    pub fn parse(name: &str) -> Option<LinkKey> {
-        let (domain, code) = split_link_key(name)?;
-        Some(LinkKey::new(code, domain.unwrap_or("")))
-    }
-
     pub fn code(&self) -> &str {
         &self.code
     }
@@ -58,14 +52,9 @@ impl LinkKey {
         &self.scope
     }
 
-    /// Whether the code is unique per domain rather than per fleet.
-    pub fn is_per_domain(&self) -> bool {
-        !self.scope.is_empty()
-    }
-
     /// The name tables keyed by link use: the code, or `<domain>/<code>`.
     pub fn name(&self) -> String {
-        self.to_string()
+        link_key(&self.code, &self.scope)
     }
 
     /// The parameters of [`BY_KEY`].
@@ -76,11 +65,7 @@ impl LinkKey {
 
 impl fmt::Display for LinkKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.scope.is_empty() {
-            f.write_str(&self.code)
-        } else {
-            write!(f, "{}/{}", self.scope, self.code)
-        }
+        f.write_str(&self.name())
     }
 }
 
@@ -99,9 +84,7 @@ mod tests {
         let k = LinkKey::new("sale", "s.shop55.com");
         assert_eq!(k.name(), "s.shop55.com/sale");
         assert_eq!(k.to_string(), k.name());
-        assert!(k.is_per_domain());
-        assert_eq!(LinkKey::parse("s.shop55.com/sale"), Some(k));
+        assert_eq!(k.scope(), "s.shop55.com");
         assert_eq!(LinkKey::fleet("sale"), None);
-        assert_eq!(LinkKey::parse("sale"), None);
     }
 }
