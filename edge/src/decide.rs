@@ -5,7 +5,7 @@
 //! [`Verdict`], so a redirect, a page and both transports cannot drift
 //! apart. Link rules (protocol 3.1.1) extend this module and nothing else:
 //! a record with options has its destination chosen here
-//! ([`link_rules::choose`]); a plain one keeps its pre-serialised answer.
+//! ([`link_rules::choose`]); a plain one keeps its pre-serialised redirect.
 
 use crate::cache::{AnswerRef, RecordRef};
 use crate::limits::Limits;
@@ -38,7 +38,7 @@ pub enum Source {
 /// Where a redirect goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target<'a> {
-    /// The record's own URL: its pre-serialised answer, when there is one.
+    /// The record's own URL.
     Link,
     /// A destination the link's options chose (a rule, a forwarded query,
     /// the expiry fallback).

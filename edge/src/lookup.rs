@@ -48,7 +48,7 @@ pub struct Resolved {
     /// A cache lifetime imposed by the origin (`Cache-Control: max-age`).
     pub max_age: Option<Duration>,
     /// The cache entry holding this answer, when the cache kept it: its
-    /// pre-serialised redirect answers the request that looked it up.
+    /// servable URL answers the request that looked it up.
     pub entry: Option<Arc<Entry>>,
 }
 

@@ -4,23 +4,19 @@
 //! An entry is two allocations: the `Arc` block (counts, the fixed fields
 //! below and the eviction links) and one byte buffer holding
 //! `code ‖ domain ‖ url` (a negative or failure: `code ‖ domain`, the key's
-//! domain), or, when the cache has a [`Serialiser`] (the
-//! fast path's), `code ‖ domain ‖ response`: the redirect's status line and
-//! headers, built once here, with the URL read from inside its `Location`
-//! line (never stored twice). Its weight is what those two allocations
-//! really occupy under the edge's allocator (see [`allocation_size`]), so
-//! the cache's byte count is its memory.
+//! domain). The redirect's head is not stored: when the cache has a
+//! [`Frame`] (the fast path's), an entry records whether its URL fits it,
+//! and the fast path writes the frame around the URL. Its weight is what
+//! those two allocations really occupy under the edge's allocator (see
+//! [`allocation_size`]), so the cache's byte count is its memory.
 
+use super::Frame;
 use shorturl_common::link_rules::LinkOptions;
 use shorturl_common::record::Record;
 use std::fmt;
 use std::mem::size_of;
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
-
-/// Builds the pre-serialised redirect for a URL: the bytes and the offset
-/// of the URL inside them (`None`: no pre-serialised answer for it).
-pub type Serialiser = dyn Fn(&str) -> Option<(Vec<u8>, usize)> + Send + Sync;
 
 /// What a lookup found, as handed to [`super::LocalCache::put`].
 #[derive(Debug, Clone)]
@@ -112,14 +108,11 @@ pub struct Entry {
     pub(super) fresh_until: u64,
     expires_at: u64,
     version: u64,
-    /// `code ‖ domain ‖ url`, or `code ‖ domain ‖ response` (nothing after
-    /// the domain unless found).
+    /// `code ‖ domain ‖ url` (nothing after the domain unless found).
     bytes: Box<[u8]>,
-    url_end: u32,
     domain_len: u16,
-    /// Where the URL starts inside the response, which runs to the end of
-    /// `bytes` (0: no response; a response never starts with its URL).
-    url_in_response: u8,
+    /// The redirect's head is the cache's frame around the URL.
+    servable: bool,
     code_len: u8,
     kind: u8,
     /// The subscription generation the entry's lookup started in (see
@@ -160,8 +153,8 @@ impl Entry {
         Self::build(code, domain, answer, hash, fresh_until, gen, None)
     }
 
-    /// [`Entry::new`], with the redirect pre-serialised by `serialise`
-    /// when the answer is a record. `domain` is the key's (normalised; a
+    /// [`Entry::new`], servable by the fast path when the answer is a
+    /// record whose URL fits `frame`. `domain` is the key's (normalised; a
     /// record's own domain is the same, see [`super::Key::own`]).
     pub(super) fn build(
         code: &str,
@@ -170,7 +163,7 @@ impl Entry {
         hash: u64,
         fresh_until: u64,
         gen: u32,
-        serialise: Option<&Serialiser>,
+        frame: Option<&Frame>,
     ) -> Option<Entry> {
         let (kind, version, expires_at, url, options) = match answer {
             Answer::Found(r) => (
@@ -183,42 +176,22 @@ impl Entry {
             Answer::Negative(v) => (NEGATIVE, *v, 0, "", None),
             Answer::Unavailable => (UNAVAILABLE, 0, 0, "", None),
         };
-        // The response, if any, holds the URL where the serialiser says.
-        let response = serialise
-            .filter(|_| kind == FOUND)
-            .and_then(|f| f(url))
-            .filter(|(r, at)| {
-                (1..=usize::from(u8::MAX)).contains(at)
-                    && r.get(*at..at.saturating_add(url.len())) == Some(url.as_bytes())
-            });
-        let tail = response.as_ref().map_or(url.len(), |(r, _)| r.len());
-        let len = code.len() + domain.len() + tail;
+        let len = code.len() + domain.len() + url.len();
         if code.len() > MAX_CODE || domain.len() > MAX_DOMAIN || len > MAX_BYTES {
             return None;
         }
+        let servable = kind == FOUND && frame.is_some_and(|f| f.fits(url));
         let mut bytes = Vec::with_capacity(len);
         bytes.extend_from_slice(code.as_bytes());
         bytes.extend_from_slice(domain.as_bytes());
-        let head = bytes.len();
-        let url_in_response = match &response {
-            Some((r, at)) => {
-                bytes.extend_from_slice(r);
-                *at
-            }
-            None => {
-                bytes.extend_from_slice(url.as_bytes());
-                0
-            }
-        };
-        let url_start = head + url_in_response;
+        bytes.extend_from_slice(url.as_bytes());
         Some(Entry {
             hash,
             fresh_until,
             expires_at,
             version,
             bytes: bytes.into_boxed_slice(),
-            url_end: (url_start + url.len()) as u32,
-            url_in_response: url_in_response as u8,
+            servable,
             domain_len: domain.len() as u16,
             code_len: code.len() as u8,
             kind,
@@ -270,7 +243,7 @@ impl Entry {
                     version: self.version,
                     expires_at: self.expires_at,
                     domain: self.str_at(d, u),
-                    url: self.str_at(u + usize::from(self.url_in_response), self.url_end as usize),
+                    url: self.str_at(u, self.bytes.len()),
                     options: self.options.as_deref(),
                 })
             }
@@ -279,25 +252,10 @@ impl Entry {
         }
     }
 
-    /// The pre-serialised redirect (status line and headers, without
-    /// `Date` and `Connection`), when the entry is a record and the cache
-    /// has a serialiser.
-    pub fn response(&self) -> Option<&[u8]> {
-        if self.url_in_response == 0 {
-            return None;
-        }
-        let start = self.code_len as usize + self.domain_len as usize;
-        self.bytes.get(start..)
-    }
-
-    /// The pre-serialised redirect cut around its URL: what comes before
-    /// and after it, so a chosen destination can take its place.
-    pub fn response_around_url(&self) -> Option<(&[u8], &[u8])> {
-        let response = self.response()?;
-        let at = usize::from(self.url_in_response);
-        let url_len =
-            self.url_end as usize - (self.code_len as usize + self.domain_len as usize + at);
-        Some((response.get(..at)?, response.get(at + url_len..)?))
+    /// True when the fast path may answer this entry by writing the
+    /// cache's [`Frame`] around its URL (a record whose URL fits it).
+    pub fn servable(&self) -> bool {
+        self.servable
     }
 
     /// The answer as an owned value (allocates: for the miss path only).
@@ -481,48 +439,46 @@ mod tests {
     }
 
     #[test]
-    fn the_url_is_read_from_inside_the_response() {
-        let rec = Answer::Found(Arc::new(Record {
-            version: 2,
-            expires_at: 99,
-            domain: "s.example.com".into(),
-            url: "https://x.example/a?b=1".into(),
-            options: None,
-        }));
+    fn servable_when_the_url_fits_the_frame() {
+        let rec = |url: &str| {
+            Answer::Found(Arc::new(Record {
+                version: 2,
+                expires_at: 99,
+                domain: "s.example.com".into(),
+                url: url.into(),
+                options: None,
+            }))
+        };
         let ser = |url: &str| {
+            if url.contains('\n') {
+                return None;
+            }
             let mut r = b"HTTP/1.1 302 Found\r\nLocation: ".to_vec();
             let at = r.len();
             r.extend_from_slice(url.as_bytes());
             r.extend_from_slice(b"\r\n");
             Some((r, at))
         };
-        let e = Entry::build("abc123", "s.example.com", &rec, 7, 0, 0, Some(&ser));
-        let Some(e) = e else { panic!("not built") };
-        assert_eq!(e.answer(), rec.view());
-        assert_eq!(
-            e.response(),
-            Some(&b"HTTP/1.1 302 Found\r\nLocation: https://x.example/a?b=1\r\n"[..])
-        );
-        assert_eq!(e.weight(), entry_weight(6 + 13 + 55));
-        assert_eq!(
-            e.response_around_url(),
-            Some((&b"HTTP/1.1 302 Found\r\nLocation: "[..], &b"\r\n"[..]))
-        );
-        // A serialiser that misplaces the URL is not believed.
-        let bad = |url: &str| Some((url.as_bytes().to_vec(), 1));
-        let e = Entry::build("abc123", "s.example.com", &rec, 7, 0, 0, Some(&bad));
-        let Some(e) = e else { panic!("not built") };
-        assert_eq!((e.response(), e.answer()), (None, rec.view()));
-        // Negative entries have none.
-        let n = Entry::build(
-            "gone00",
-            "s.example.com",
-            &Answer::Negative(1),
-            7,
-            0,
-            0,
-            Some(&ser),
-        );
-        assert!(n.is_some_and(|n| n.response().is_none()));
+        let Some(frame) = Frame::new(Arc::new(ser)) else {
+            panic!("no frame")
+        };
+        let build = |code: &str, a: &Answer| {
+            Entry::build(code, "s.example.com", a, 7, 0, 0, Some(&frame))
+                .unwrap_or_else(|| panic!("not built"))
+        };
+        let ok = rec("https://x.example/a?b=1");
+        let e = build("abc123", &ok);
+        assert!(e.servable());
+        assert_eq!(e.answer(), ok.view());
+        // Only code, domain and URL are stored: the head is the frame's.
+        assert_eq!(e.weight(), entry_weight(6 + 13 + 23));
+        // A URL the serialiser refuses is cached, not servable.
+        let bad = rec("https://x.example/\nX: y");
+        let e = build("abc124", &bad);
+        assert_eq!((e.servable(), e.answer()), (false, bad.view()));
+        // Nor are negatives, nor entries of a cache without a frame.
+        assert!(!build("gone00", &Answer::Negative(1)).servable());
+        let e = Entry::build("abc123", "s.example.com", &ok, 7, 0, 0, None);
+        assert!(e.is_some_and(|e| !e.servable()));
     }
 }

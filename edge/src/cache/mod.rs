@@ -32,13 +32,15 @@
 
 mod entry;
 mod export;
+mod frame;
 mod generation;
 mod key;
 mod policy;
 mod table;
 mod tombstones;
 
-pub use entry::{allocation_size, Answer, AnswerRef, Entry, RecordRef, Serialiser};
+pub use entry::{allocation_size, Answer, AnswerRef, Entry, RecordRef};
+pub use frame::{Frame, Serialiser};
 pub use generation::Generation;
 pub use key::Key;
 pub use tombstones::MAX_TOMBSTONES;
@@ -95,8 +97,9 @@ pub struct LocalCache {
     base: Instant,
     totals: Arc<Totals>,
     gens: Generations,
-    /// Pre-serialises the redirect of every record stored (the fast path).
-    serialiser: std::sync::OnceLock<Arc<Serialiser>>,
+    /// The fast path's redirect head: records stored whose URL fits it are
+    /// servable ([`Entry::servable`]).
+    frame: std::sync::OnceLock<Arc<Frame>>,
     /// Tests: every code gets this hash (all collide).
     #[cfg(test)]
     fixed_hash: Option<u64>,
@@ -133,7 +136,7 @@ impl LocalCache {
             base: Instant::now(),
             totals,
             gens: Generations::default(),
-            serialiser: std::sync::OnceLock::new(),
+            frame: std::sync::OnceLock::new(),
             #[cfg(test)]
             fixed_hash: None,
         };
@@ -148,11 +151,11 @@ impl LocalCache {
         prometheus::register(Box::new(export::Exporter::new(Arc::clone(&self.totals))?))
     }
 
-    /// From now on, every record stored carries its redirect pre-serialised
-    /// by `f` ([`Entry::response`]). Set once, before serving; later calls
-    /// are ignored.
-    pub fn set_serialiser(&self, f: Arc<Serialiser>) {
-        let _ = self.serialiser.set(f);
+    /// From now on, every record stored whose URL fits `f` is servable
+    /// by the fast path ([`Entry::servable`]). Set once, before serving;
+    /// later calls are ignored.
+    pub fn set_frame(&self, f: Arc<Frame>) {
+        let _ = self.frame.set(f);
     }
 
     fn hash(&self, key: Key<'_>) -> u64 {
@@ -222,9 +225,9 @@ impl LocalCache {
         self.store_entry(key, answer, ttl, gen).0
     }
 
-    /// [`LocalCache::store`], also handing back the entry it cached (its
-    /// pre-serialised redirect is what the request that looked the code up
-    /// answers with, without reading the cache again).
+    /// [`LocalCache::store`], also handing back the entry it cached (the
+    /// request that looked the code up answers from it, without reading
+    /// the cache again).
     pub fn store_entry(
         &self,
         key: Key<'_>,
@@ -245,7 +248,7 @@ impl LocalCache {
             hash,
             h.now.saturating_add(Self::ttl_ticks(ttl)),
             gen.0,
-            self.serialiser.get().map(|f| &**f),
+            self.frame.get().map(|f| &**f),
         )
         .map(Arc::new);
         let guard = epoch::pin();

@@ -1,12 +1,12 @@
 //! The fast path's answer bytes, serialised from the very headers the
 //! proxy sends (`crate::respond`), so the two paths cannot drift apart:
-//! a redirect's status line and headers are built once per cached record
-//! ([`redirect_serialiser`], stored in the cache entry), the 404's once per
-//! process ([`Answers`]). Per request only `Date` and `Connection` are
-//! appended, as Pingora appends them.
+//! a redirect's status line and headers are built once per process around
+//! an empty place for the URL ([`redirect_frame`], a cache entry stores
+//! only the URL), the 404's once per process ([`Answers`]). Per request
+//! only `Date` and `Connection` are appended, as Pingora appends them.
 
 use super::clock::DATE_LEN;
-use crate::cache::Serialiser;
+use crate::cache::{Frame, Serialiser};
 use crate::respond;
 use http::HeaderValue;
 use pingora::http::ResponseHeader;
@@ -14,10 +14,16 @@ use shorturl_common::error::NOT_FOUND_BODY;
 use shorturl_common::redirect::RedirectPolicy;
 use std::sync::Arc;
 
-/// Why the answers could not be built (a header Pingora refuses).
+/// Why the answers could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("fast path answers: {0}")]
-pub struct AnswerError(#[from] Box<pingora::Error>);
+pub enum AnswerError {
+    /// A header Pingora refuses.
+    #[error("fast path answers: {0}")]
+    Header(#[from] Box<pingora::Error>),
+    /// The redirect's head does not hold its URL as `Location`'s value.
+    #[error("fast path answers: no URL in the redirect's Location")]
+    Frame,
+}
 
 /// The status line and header lines of `h` as Pingora's HTTP/1 writer
 /// puts them on the wire, without the blank line that ends the head.
@@ -39,8 +45,7 @@ pub fn serialise(h: &ResponseHeader) -> Vec<u8> {
 
 const LOCATION: &[u8] = b"\r\nLocation: ";
 
-/// The cache's serialiser: the redirect to a URL under `policy`, and where
-/// the URL sits in it.
+/// The redirect to a URL under `policy`, and where the URL sits in it.
 pub fn redirect_serialiser(policy: RedirectPolicy) -> Arc<Serialiser> {
     Arc::new(move |url: &str| {
         let h = respond::redirect_header(&policy, url, None).ok()?;
@@ -48,6 +53,11 @@ pub fn redirect_serialiser(policy: RedirectPolicy) -> Arc<Serialiser> {
         let at = memchr::memmem::find(&bytes, LOCATION)? + LOCATION.len();
         Some((bytes, at))
     })
+}
+
+/// The cache's frame: the redirect under `policy` around its URL.
+pub fn redirect_frame(policy: RedirectPolicy) -> Result<Frame, AnswerError> {
+    Frame::new(redirect_serialiser(policy)).ok_or(AnswerError::Frame)
 }
 
 /// The answers that are the same for every request of a kind.
@@ -88,9 +98,9 @@ impl Answers {
         })
     }
 
-    /// Appends a redirect: `parts` make the head (the entry's
-    /// pre-serialised one whole, or cut around its URL with a chosen URL
-    /// between), then HSTS over TLS, `Date` and `Connection`.
+    /// Appends a redirect: `parts` make the head (the frame around the
+    /// URL, or a head made whole), then HSTS over TLS, `Date` and
+    /// `Connection`.
     pub fn redirect_parts(&self, out: &mut Vec<u8>, parts: [&[u8]; 3], tls: bool, end: &End) {
         for p in parts {
             out.extend_from_slice(p);
@@ -146,6 +156,19 @@ impl End {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_frame_is_the_redirect_around_any_url() {
+        let f = redirect_frame(RedirectPolicy::default()).unwrap_or_else(|e| panic!("{e}"));
+        let url = "https://x.example/a?b=1";
+        assert!(f.fits(url));
+        assert_eq!(
+            String::from_utf8_lossy(&f.around(url.as_bytes()).concat()),
+            "HTTP/1.1 302 Found\r\nLocation: https://x.example/a?b=1\r\nContent-Length: 0\r\nCache-Control: private, max-age=60\r\n"
+        );
+        // What Location cannot carry does not fit (the proxy answers it).
+        assert!(!f.fits("https://x.example/\r\nSet-Cookie: a=b"));
+    }
 
     #[test]
     fn redirect_bytes_hold_the_url_in_location() {

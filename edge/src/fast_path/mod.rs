@@ -14,7 +14,7 @@
 //! limits), that is not sent to HTTPS first (`edge.https.redirect`), when
 //! the in-process cache holds a fresh entry for the code that is
 //! * a record bound to the request's host and not expired: the redirect,
-//!   from the bytes pre-serialised in the cache entry (`answer`), and the
+//!   from the pre-serialised frame around the entry's URL (`answer`), and the
 //!   click counted (`clicks`, same queue and classification);
 //! * a negative entry, and the client is under its unknown-code limit: the
 //!   protocol 404, counted against that limit;
@@ -51,6 +51,6 @@ mod clock;
 mod parse;
 mod service;
 
-pub use answer::{redirect_serialiser, serialise, AnswerError};
+pub use answer::{redirect_frame, redirect_serialiser, serialise, AnswerError};
 pub use clock::{date, format as format_date};
 pub use service::FastPath;

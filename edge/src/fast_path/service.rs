@@ -4,7 +4,7 @@
 use super::answer::{Answers, End};
 use super::parse::{parse, Parsed, Request};
 use crate::access_log::LogLine;
-use crate::cache::{AnswerRef, Key, Serialiser};
+use crate::cache::{AnswerRef, Frame, Key};
 use crate::clicks::record::ClickParts;
 use crate::decide::{self, decide, Facts, Source, Target, Verdict};
 use crate::net::{client_of_values_repeated, ClientKey};
@@ -40,8 +40,9 @@ pub struct FastPath {
     /// The proxy's own state (`Edge::state`).
     s: Arc<EdgeState>,
     answers: Answers,
-    /// Makes a redirect's head when a lookup's answer was not cached.
-    serialiser: Arc<Serialiser>,
+    /// The redirect's head around its URL (shared with the cache), and
+    /// made whole when a lookup's answer was not cached.
+    frame: Arc<Frame>,
     keepalive: Duration,
     /// Set when the service stops: idle connections close, answers say
     /// `Connection: close`.
@@ -75,16 +76,16 @@ enum Step {
 
 impl FastPath {
     /// The fast path for `proxy`, sharing its state `s` (the `Arc` the
-    /// proxy's `Edge` holds). Registers the redirect serialiser with the
-    /// cache: records stored from now on carry their answer bytes.
+    /// proxy's `Edge` holds). Registers the redirect's frame with the
+    /// cache: records stored from now on are answered around their URL.
     pub fn new(proxy: Arc<HttpProxy<Edge>>, s: Arc<EdgeState>) -> Result<Self, super::AnswerError> {
         let answers = Answers::new(&s.cfg.redirect, s.tls.https.hsts.as_ref())?;
-        let serialiser = super::redirect_serialiser(s.cfg.redirect.clone());
+        let frame = Arc::new(super::redirect_frame(s.cfg.redirect.clone())?);
         if s.cfg.fast_path.enabled {
-            s.resolver.cache.set_serialiser(Arc::clone(&serialiser));
+            s.resolver.cache.set_frame(Arc::clone(&frame));
         }
         Ok(FastPath {
-            serialiser,
+            frame,
             keepalive: Duration::from_secs(s.cfg.limits.keepalive_timeout_secs),
             proxy,
             s,
@@ -267,25 +268,26 @@ impl FastPath {
             now,
         ) {
             Verdict::Redirect(rec, Target::Link) => {
-                let Some(response) = entry.response() else {
+                if !entry.servable() {
                     return Decision::HandOver;
-                };
+                }
                 s.metrics.local_hit.inc();
                 let dest = Target::Link.destination(&rec);
                 let click = ((code.as_str(), rec.domain), dest);
-                self.redirect(req, conn, click, now, [response, &[], &[]], out);
+                let head = self.frame.around(rec.url.as_bytes());
+                self.redirect(req, conn, click, now, head, out);
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
             Verdict::Redirect(rec, Target::Chosen(url, dest)) => {
-                // The record's head with the chosen URL in its place.
-                let Some((before, after)) = entry.response_around_url() else {
+                // The head with the chosen URL in the record's place.
+                if !entry.servable() {
                     return Decision::HandOver;
-                };
+                }
                 s.metrics.local_hit.inc();
-                let parts = [before, url.as_bytes(), after];
                 let click = ((code.as_str(), rec.domain), Some(dest));
-                self.redirect(req, conn, click, now, parts, out);
+                let head = self.frame.around(url.as_bytes());
+                self.redirect(req, conn, click, now, head, out);
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
@@ -331,19 +333,20 @@ impl FastPath {
             now,
         ) {
             Verdict::Redirect(rec, target) => {
-                // The bytes the lookup stored, else made here (the cache
-                // may not have kept them, or the rules chose another URL).
+                // The frame around the URL the lookup stored, else a head
+                // made here (the cache may not have kept the entry, or the
+                // rules chose another URL).
                 let made;
-                let stored = resolved.entry.as_ref().and_then(|e| e.response());
-                let response = match (&target, stored) {
-                    (Target::Link, Some(r)) => r,
+                let servable = resolved.entry.as_ref().is_some_and(|e| e.servable());
+                let head = match &target {
+                    Target::Link if servable => self.frame.around(rec.url.as_bytes()),
                     _ => {
-                        made = (self.serialiser)(target.url(&rec))?;
-                        &made.0[..]
+                        made = self.frame.serialise(target.url(&rec))?;
+                        [&made[..], &[], &[]]
                     }
                 };
                 let click = ((code, rec.domain), target.destination(&rec));
-                self.redirect(req, conn, click, now, [response, &[], &[]], out);
+                self.redirect(req, conn, click, now, head, out);
                 s.cfg.redirect.status
             }
             Verdict::Unavailable => {
@@ -361,8 +364,8 @@ impl FastPath {
         Some((status, resolved.source, start))
     }
 
-    /// Counts the click and appends the redirect (`parts`: the record's
-    /// pre-serialised head, whole or cut around another URL).
+    /// Counts the click and appends the redirect (`head`: the frame around
+    /// a URL, or a head made whole).
     fn redirect(
         &self,
         req: &Request<'_>,
