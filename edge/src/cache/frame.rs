@@ -105,7 +105,11 @@ mod tests {
             let mut r = b"HTTP/1.1 302 Found\r\nLocation: ".to_vec();
             let at = r.len();
             r.extend_from_slice(u.as_bytes());
-            r.extend_from_slice(if u.len() > 1 { b"\r\nX: long\r\n" } else { b"\r\n" });
+            r.extend_from_slice(if u.len() > 1 {
+                b"\r\nX: long\r\n"
+            } else {
+                b"\r\n"
+            });
             Some((r, at))
         };
         let Some(f) = Frame::new(Arc::new(varies)) else {

@@ -18,6 +18,11 @@ pub struct CacheConfig {
     /// of life entries cached before are served, and the longest TTL of
     /// entries cached meanwhile.
     pub unsubscribed_grace: Duration,
+    /// Off (the default): the process opts out of transparent huge pages
+    /// (`crate::start::huge_pages`). mimalloc advises its arena
+    /// `MADV_HUGEPAGE`, so every 2 MiB region touched once became resident
+    /// whole: 18 MiB more RSS at start, and a cache's RSS off its budget.
+    pub transparent_huge_pages: bool,
 }
 
 /// The page cache (QR codes and previews proxied through `pingora-cache`).
@@ -53,6 +58,7 @@ pub fn from_file(f: &CacheFile) -> Result<CacheConfig, ConfigError> {
         unavailable_ttl: ms(f.unavailable_ttl_ms, "edge.cache.unavailable_ttl_ms")?,
         tombstone_ttl: ms(f.tombstone_ttl_ms, "edge.cache.tombstone_ttl_ms")?,
         unsubscribed_grace: ms(f.unsubscribed_grace_ms, "edge.cache.unsubscribed_grace_ms")?,
+        transparent_huge_pages: f.transparent_huge_pages,
     })
 }
 

@@ -231,6 +231,9 @@ pub struct CacheFile {
     /// While the invalidation subscription is down, entries are trusted at
     /// most this long past its last sign of life.
     pub unsubscribed_grace_ms: u64,
+    /// Let the kernel back the edge's memory with transparent huge pages
+    /// (default false: RSS then follows what the cache really uses).
+    pub transparent_huge_pages: bool,
 }
 
 impl Default for CacheFile {
@@ -242,6 +245,7 @@ impl Default for CacheFile {
             unavailable_ttl_ms: 1000,
             tombstone_ttl_ms: 10_000,
             unsubscribed_grace_ms: 5_000,
+            transparent_huge_pages: false,
         }
     }
 }
