@@ -69,3 +69,27 @@ fn a_small_cache_stays_within_max_bytes_and_reports_it() {
     );
     assert_eq!(edge.counter("local", "hit"), 1);
 }
+
+/// `THP_enabled` of a process's `/proc/<pid>/status` (Linux ≥ 5.0).
+fn thp_enabled(pid: u32) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("THP_enabled:"))?;
+    Some(line.split_whitespace().nth(1)? == "1")
+}
+
+#[test]
+fn transparent_huge_pages_are_off_unless_configured() {
+    // Without the field (an older kernel) there is nothing to check.
+    let Some(ours) = thp_enabled(std::process::id()) else {
+        return;
+    };
+    let redis = Redis::start();
+    let opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
+    let edge = start_edge(opts);
+    assert_eq!(thp_enabled(edge.proc.pid()), Some(false));
+    // Turned back on: the process keeps what it inherited.
+    let mut opts = EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{}", free_port())]);
+    opts.extra = "  cache: { transparent_huge_pages: true }\n";
+    let edge = start_edge(opts);
+    assert_eq!(thp_enabled(edge.proc.pid()), Some(ours));
+}
