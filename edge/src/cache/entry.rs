@@ -449,16 +449,7 @@ mod tests {
                 options: None,
             }))
         };
-        let ser = |url: &str| {
-            if url.contains('\n') {
-                return None;
-            }
-            let mut r = b"HTTP/1.1 302 Found\r\nLocation: ".to_vec();
-            let at = r.len();
-            r.extend_from_slice(url.as_bytes());
-            r.extend_from_slice(b"\r\n");
-            Some((r, at))
-        };
+        let ser = super::super::frame::tests::location;
         let Some(frame) = Frame::new(Arc::new(ser)) else {
             panic!("no frame")
         };

@@ -65,10 +65,12 @@ impl Frame {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn location(url: &str) -> Option<(Vec<u8>, usize)> {
+    /// A serialiser of heads `302` + `Location` that refuses a line break:
+    /// the shape of the fast path's, for the cache's tests.
+    pub(in crate::cache) fn location(url: &str) -> Option<(Vec<u8>, usize)> {
         if url.contains('\n') {
             return None;
         }
