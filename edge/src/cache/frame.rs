@@ -23,10 +23,10 @@ impl Frame {
     /// The frame of `serialise`'s heads, cut around a probe URL; `None`
     /// when the serialiser does not put the URL where it says.
     pub fn new(serialise: Arc<Serialiser>) -> Option<Frame> {
-        const PROBE: &[u8] = b"/";
-        let (head, at) = serialise("/")?;
+        const PROBE: &str = "/";
+        let (head, at) = serialise(PROBE)?;
         let end = at.checked_add(PROBE.len())?;
-        if head.get(at..end)? != PROBE {
+        if head.get(at..end)? != PROBE.as_bytes() {
             return None;
         }
         Some(Frame {
