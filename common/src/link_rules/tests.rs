@@ -420,3 +420,26 @@ fn repeated_user_agents_get_the_same_facts() {
         );
     }
 }
+
+#[test]
+fn condition_sets_are_bits_written_in_their_own_order() {
+    let o = opts(r#"{"r":[{"c":{"dev":["desktop","ios","ios"],"app":["tiktok","wechat"]},"u":"https://a"}]}"#);
+    let w = &o.rules[0].when;
+    assert_eq!(
+        w.dev.iter().collect::<Vec<_>>(),
+        [DeviceCond::Ios, DeviceCond::Desktop]
+    );
+    assert!(w.app.contains(App::Tiktok) && !w.app.contains(App::Qq));
+    assert_eq!(
+        o.encode(),
+        r#"{"r":[{"c":{"dev":["ios","desktop"],"app":["wechat","tiktok"]},"u":"https://a"}]}"#
+    );
+    // Bounds hold as for the other lists; codes are checked as read.
+    let many = vec!["\"ios\""; MAX_VALUES + 1].join(",");
+    assert!(LinkOptions::decode(&format!(r#"{{"r":[{{"c":{{"dev":[{many}]}},"u":"https://a"}}]}}"#)).is_none());
+    assert!(LinkOptions::decode(r#"{"r":[{"c":{"cc":["USA"]},"u":"https://a"}]}"#).is_none());
+    assert!(LinkOptions::decode(r#"{"r":[{"c":{"lang":["EN"]},"u":"https://a"}]}"#).is_none());
+    let o = opts(r#"{"r":[{"c":{"cc":["US","CN"],"lang":["zh"]},"u":"https://a"}]}"#);
+    assert_eq!(&*o.rules[0].when.cc, &[Country(*b"US"), Country(*b"CN")]);
+    assert_eq!(o.rules[0].when.lang[0].as_str(), "zh");
+}

@@ -323,11 +323,8 @@ impl fmt::Debug for Entry {
 /// as allocated (cheap and the same on every call, as the cache needs).
 fn options_weight(o: &LinkOptions) -> usize {
     use shorturl_common::link_rules::Rule;
-    let strings = |v: &[String]| {
-        v.iter()
-            .map(|s| allocation_size(s.len()) + 24)
-            .sum::<usize>()
-    };
+    // An empty boxed slice allocates nothing.
+    let boxed = |n: usize| if n == 0 { 0 } else { allocation_size(n) };
     let rules: usize = o
         .rules
         .iter()
@@ -338,12 +335,12 @@ fn options_weight(o: &LinkOptions) -> usize {
                     .iter()
                     .map(|(u, _)| allocation_size(u.len()) + 32)
                     .sum::<usize>()
-                + strings(&r.when.cc)
-                + strings(&r.when.lang)
-                + r.when.dev.len()
-                + r.when.app.len()
-                + r.when.q.as_ref().map_or(0, |(k, v)| {
-                    allocation_size(k.len()) + allocation_size(v.len())
+                + boxed(size_of_val(&*r.when.cc))
+                + boxed(size_of_val(&*r.when.lang))
+                + r.when.q.as_deref().map_or(0, |(k, v)| {
+                    allocation_size(size_of::<(String, String)>())
+                        + allocation_size(k.len())
+                        + allocation_size(v.len())
                 })
         })
         .sum();

@@ -12,10 +12,12 @@ pub use crate::store::options::{Settings, UTM_FIELDS};
 
 use crate::error::ApiError;
 use serde_json::{json, Map, Value};
-use shorturl_common::link_rules::{is_destination, App, DeviceCond, Rule, When, MAX_RULES};
+use shorturl_common::link_rules::{
+    is_destination, App, Country, DeviceCond, Lang, Rule, When, MAX_RULES, MAX_VALUES,
+};
 
 /// The API fields this module owns (creation and edit bodies).
-pub const FIELDS: [&str; 8] = [
+pub const FIELDS: [&str; 11] = [
     "forward_query",
     "expired_url",
     "rules",
@@ -164,8 +166,12 @@ fn parse_rules(v: &Value) -> Result<Vec<Rule>, ApiError> {
     Ok(rules)
 }
 
+/// A condition's list of strings (at most [`MAX_VALUES`]).
 fn strings(v: &Value, name: &str) -> Result<Vec<String>, String> {
     match v {
+        Value::Array(xs) if xs.len() > MAX_VALUES => {
+            Err(format!("{name}: at most {MAX_VALUES} values"))
+        }
         Value::Array(xs) => xs
             .iter()
             .map(|x| {
@@ -206,14 +212,14 @@ fn parse_when(w: &Map<String, Value>) -> Result<When, String> {
             "country" => {
                 when.cc = strings(v, k)?
                     .iter()
-                    .map(|s| s.to_ascii_uppercase())
-                    .collect()
+                    .map(|s| Country::parse(&s.to_ascii_uppercase()))
+                    .collect::<Result<_, _>>()?
             }
             "language" => {
                 when.lang = strings(v, k)?
                     .iter()
-                    .map(|s| s.to_ascii_lowercase())
-                    .collect()
+                    .map(|s| Lang::parse(&s.to_ascii_lowercase()))
+                    .collect::<Result<_, _>>()?
             }
             "from" | "until" => {
                 let t = v
@@ -229,7 +235,9 @@ fn parse_when(w: &Map<String, Value>) -> Result<When, String> {
                 let name = v.get("name").and_then(Value::as_str);
                 let value = v.get("value").and_then(Value::as_str);
                 match (name, value, v.as_object().map(|o| o.len())) {
-                    (Some(n), Some(val), Some(2)) => when.q = Some((n.to_owned(), val.to_owned())),
+                    (Some(n), Some(val), Some(2)) => {
+                        when.q = Some(Box::new((n.to_owned(), val.to_owned())))
+                    }
                     _ => return Err("query is {\"name\": string, \"value\": string}".into()),
                 }
             }
@@ -256,10 +264,12 @@ fn rule_view(r: &Rule) -> Value {
         );
     }
     if !w.cc.is_empty() {
-        when.insert("country".into(), json!(w.cc));
+        let cc: Vec<&str> = w.cc.iter().map(Country::as_str).collect();
+        when.insert("country".into(), json!(cc));
     }
     if !w.lang.is_empty() {
-        when.insert("language".into(), json!(w.lang));
+        let lang: Vec<&str> = w.lang.iter().map(Lang::as_str).collect();
+        when.insert("language".into(), json!(lang));
     }
     if let Some(f) = w.from {
         when.insert("from".into(), json!(f));
@@ -267,7 +277,7 @@ fn rule_view(r: &Rule) -> Value {
     if let Some(u) = w.until {
         when.insert("until".into(), json!(u));
     }
-    if let Some((n, v)) = &w.q {
+    if let Some((n, v)) = w.q.as_deref() {
         when.insert("query".into(), json!({"name": n, "value": v}));
     }
     let mut out = Map::new();
@@ -314,8 +324,8 @@ mod tests {
             "utm_source":"mail","utm_campaign":"sale"}"#;
         let mut s = Settings::default();
         assert_eq!(s.apply(&obj(body)).ok(), Some(true));
-        assert_eq!(s.o.rules[0].when.cc, vec!["CN".to_string()]);
-        assert_eq!(s.o.rules[0].when.lang, vec!["zh".to_string()]);
+        assert_eq!(&*s.o.rules[0].when.cc, &[Country(*b"CN")]);
+        assert_eq!(s.o.rules[0].when.lang[0].as_str(), "zh");
         let view = Value::Object(s.view());
         assert_eq!(view["rules"][0]["when"]["country"], json!(["CN"]));
         assert_eq!(
