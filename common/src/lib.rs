@@ -11,6 +11,7 @@ pub mod clicks;
 pub mod code;
 pub mod config;
 pub mod conn_caps;
+pub mod crawlers;
 pub mod error;
 pub mod failpoint;
 pub mod host;

@@ -52,6 +52,11 @@ pub struct LinkOptions {
     /// The targeting rules, in order.
     #[serde(rename = "r", default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<Rule>,
+    /// The link has a social card (the origin keeps its title, description
+    /// and image): a link-preview crawler gets the card page instead of
+    /// the redirect (protocol 4.4; `crate::crawlers`).
+    #[serde(rename = "g", default, skip_serializing_if = "is_false")]
+    pub card: bool,
 }
 
 impl LinkOptions {

@@ -10,6 +10,9 @@ pub enum PageKind {
     Svg,
     Png,
     Preview,
+    /// A link's social card (protocol 4.4): what link-preview crawlers get
+    /// on `/{code}`, served through the page cache from `/{code}.card`.
+    Card,
 }
 
 impl PageKind {
@@ -19,10 +22,11 @@ impl PageKind {
             PageKind::Svg => "svg",
             PageKind::Png => "png",
             PageKind::Preview => "preview",
+            PageKind::Card => "card",
         }
     }
 
-    /// `/{code}.svg`, `/{code}.png` or `/{code}+` → the kind and the code
+    /// `/{code}.svg`, `/{code}.png`, `/{code}+` or `/{code}.card` → the kind and the code
     /// (not yet checked to be a valid code).
     pub fn of_path(path: &str) -> Option<(PageKind, &str)> {
         let rest = path.strip_prefix('/')?;
@@ -30,6 +34,8 @@ impl PageKind {
             Some((PageKind::Svg, code))
         } else if let Some(code) = rest.strip_suffix(".png") {
             Some((PageKind::Png, code))
+        } else if let Some(code) = rest.strip_suffix(".card") {
+            Some((PageKind::Card, code))
         } else {
             rest.strip_suffix('+').map(|code| (PageKind::Preview, code))
         }

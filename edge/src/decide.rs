@@ -10,6 +10,7 @@
 use crate::cache::{AnswerRef, RecordRef};
 use crate::limits::Limits;
 use crate::net::ClientKey;
+use shorturl_common::crawlers;
 use shorturl_common::link_rules::{self, Destination, Visitor};
 use std::borrow::Cow;
 
@@ -83,6 +84,9 @@ pub enum Verdict<'a> {
     TooMany,
     /// The lookup failed: 503.
     Unavailable,
+    /// A link-preview crawler on a live link with a social card: the card
+    /// page (protocol 4.4), through the page cache.
+    Card(RecordRef<'a>),
 }
 
 /// Whether a lookup may run for this request: a miss costs Redis and
@@ -109,6 +113,7 @@ pub fn decide<'a>(
             match rec.options {
                 None if !expired => Verdict::Redirect(rec, Target::Link),
                 None => not_found(facts),
+                Some(o) if o.card && !expired && !o.gone && is_crawler(facts) => Verdict::Card(rec),
                 Some(o) => match link_rules::choose(o, rec.url, expired, code, facts, now) {
                     Some(c) if c.dest == Destination::Link && matches!(c.url, Cow::Borrowed(_)) => {
                         Verdict::Redirect(rec, Target::Link)
@@ -123,6 +128,12 @@ pub fn decide<'a>(
         AnswerRef::Unavailable => Verdict::Unavailable,
         AnswerRef::Negative(_) => not_found(facts),
     }
+}
+
+/// Whether the request comes from a link-preview crawler (asked only for a
+/// link with a social card).
+fn is_crawler(facts: &impl Facts) -> bool {
+    facts.user_agent().is_some_and(crawlers::is_crawler)
 }
 
 /// Counts a rendered [`Verdict::NotFound`] against the client.
@@ -160,11 +171,12 @@ mod tests {
         host: Option<&'static str>,
         client: Option<IpAddr>,
         html: bool,
+        ua: &'static str,
     }
 
     impl Visitor for Req {
         fn user_agent(&self) -> Option<&[u8]> {
-            Some(b"Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148")
+            Some(self.ua.as_bytes())
         }
         fn accept_language(&self) -> Option<&[u8]> {
             None
@@ -199,6 +211,7 @@ mod tests {
             host: Some("s.shop55.com"),
             client: Some(CLIENT),
             html: false,
+            ua: "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148",
         }
     }
 
@@ -502,6 +515,39 @@ mod tests {
             NOW,
         );
         assert_eq!(v, Verdict::NotFound { page: false });
+    }
+
+    #[test]
+    fn a_crawler_gets_the_card_of_a_live_link_that_has_one() {
+        let l = limits(0);
+        let crawler = Req {
+            ua: "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)",
+            ..req()
+        };
+        let card = options(r#"{"g":true,"r":[{"c":{"dev":["ios"]},"u":"https://a/ios"}]}"#);
+        let at = |o, expires_at, who: &Req| {
+            decide(
+                with_options(o, expires_at),
+                "abc123",
+                Source::Memory,
+                who,
+                &l,
+                NOW,
+            )
+        };
+        assert!(matches!(at(&card, NOW + 9, &crawler), Verdict::Card(_)));
+        // People get the rules' answer; a link without a card redirects
+        // crawlers too; an expired link has no card.
+        assert!(matches!(
+            at(&card, NOW + 9, &req()),
+            Verdict::Redirect(_, Target::Chosen(..))
+        ));
+        let plain = options(r#"{"r":[{"c":{"dev":["ios"]},"u":"https://a/ios"}]}"#);
+        assert!(matches!(
+            at(&plain, NOW + 9, &crawler),
+            Verdict::Redirect(..)
+        ));
+        assert_eq!(at(&card, NOW, &crawler), Verdict::NotFound { page: false });
     }
 
     #[test]

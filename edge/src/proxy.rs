@@ -45,7 +45,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{ErrorSource, ErrorType};
 use pingora_cache::{CacheKey, RespCacheable};
 use shorturl_common::batch_items::ItemCounter;
-use shorturl_common::link_rules::{self, Visitor};
+use shorturl_common::link_rules::{self, Destination, Visitor};
 use shorturl_common::pages::PageKind;
 use shorturl_common::status::FastPathDim;
 use shorturl_common::time::now_unix;
@@ -71,6 +71,9 @@ pub struct PageCtx {
     /// A browser's 404 on a plain code: the origin's 404 page, or the
     /// JSON 404 when the origin cannot answer.
     html404: bool,
+    /// The origin's path for it when not the request's (a social card
+    /// answered on `/{code}` is the origin's `/{code}.card`).
+    upstream_path: Option<String>,
 }
 
 /// Where a looked-up code's answer lives: a cached entry, or the result
@@ -308,6 +311,26 @@ impl Edge {
                 respond::redirect(session, &self.state.cfg.redirect, url, hsts).await?;
                 Ok(true)
             }
+            Verdict::Card(rec) => {
+                // A crawler's fetch counts as a (bot) click of the link.
+                self.state.clicks.record(
+                    session.req_header(),
+                    (code, rec.domain),
+                    Some(Destination::Link),
+                    now,
+                );
+                ctx.outcome = Outcome::Page;
+                let req = session.req_header();
+                let key = ctx
+                    .host
+                    .and_then(|h| h.get(req))
+                    .and_then(|host| crate::pages::key(host, PageKind::Card, code, None));
+                self.to_page_origin(session, ctx, key, false);
+                if let Some(p) = ctx.page.as_mut() {
+                    p.upstream_path = Some(format!("/{code}.card"));
+                }
+                Ok(false)
+            }
             Verdict::NotFound { page } => self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => self.unavailable(session).await,
@@ -432,7 +455,7 @@ impl Edge {
                     .not_found_code(session, ctx, prefers_html(session.req_header()))
                     .await
             }
-            Verdict::Redirect(..) => {}
+            Verdict::Redirect(..) | Verdict::Card(_) => {}
             Verdict::NotFound { page } => return self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => return self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => return self.unavailable(session).await,
@@ -457,7 +480,11 @@ impl Edge {
         key: Option<CacheKey>,
         html404: bool,
     ) {
-        ctx.page = Some(Box::new(PageCtx { key, html404 }));
+        ctx.page = Some(Box::new(PageCtx {
+            key,
+            html404,
+            upstream_path: None,
+        }));
         session.set_read_timeout(Some(self.state.cfg.limits.client_timeout));
         session.set_write_timeout(Some(self.state.cfg.limits.client_timeout));
     }
@@ -788,6 +815,12 @@ impl ProxyHttp for Edge {
         upstream: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if let Some(path) = ctx.page.as_ref().and_then(|p| p.upstream_path.as_deref()) {
+            let uri = path
+                .parse::<http::Uri>()
+                .or_err(ErrorType::InternalError, "card path")?;
+            upstream.set_uri(uri);
+        }
         if let Some(peer) = ctx.peer {
             let xff = forwarded_for(
                 peer,

@@ -14,7 +14,7 @@
 # Knobs (environment), defaults as in conf/edge.yaml (SU_REDIS_MODE, SU_REDIS_MASTER_NAME above):
 #   SU_MODE=full|redis-only   redis-only: no per-worker LRU, no shared dict (Redis on every request)
 #   SU_WORKERS=1  SU_LISTEN_ADDR=127.0.0.1  SU_DEFAULT_DOMAIN=localhost  SU_CACHE_SIZE=64m
-#   SU_PAGES_CACHE_SIZE=32m  (proxy_cache max_size of the QR codes and previews)
+#   SU_PAGES_CACHE_SIZE=32m  (proxy_cache max_size of the QR codes, previews and cards)
 #   SU_REDIS_TIMEOUT_MS=30  SU_REDIS_CONNECT_TIMEOUT_MS=200
 #   SU_ORIGIN_CONNECT_TIMEOUT_MS=100  SU_ORIGIN_READ_TIMEOUT_MS=5000  SU_RECORD_TIMEOUT_MS=500
 #   SU_STATUS_TIMEOUT_MS=300  SU_HEALTH_INTERVAL_MS=1000  SU_ORIGIN_POOL_IDLE_TIMEOUT_MS=5000
@@ -41,13 +41,15 @@
 #     common/data/inapp.txt of this checkout)  SU_GEO_COUNTRY_HEADER=<header> (e.g. CF-IPCountry,
 #     read from SU_TRUSTED_PROXIES only; default none)  SU_GEO_MMDB_PATH=<MaxMind DB> (default none;
 #     needs libmaxminddb0)  SU_GEO_RELOAD_INTERVAL_MS=5000 (how often the database file is checked)
+#   Social cards (protocol 4.4): SU_CRAWLERS_FILE=<link-preview crawler tokens> (default
+#     common/data/crawlers.txt of this checkout)
 #   SU_CONF=<file.lua>  use this module config instead of generating one (its `tls` table holds the
 #     store keys then); the config is written mode 0600 (it may hold the store key)
 #   SU_DIE_WITH_MASTER=1  workers exit when the master dies (test harnesses)
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,47p' "$0" >&2
+  sed -n '2,49p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -118,6 +120,9 @@ bots_file="$(cd "$(dirname "$bots_file")" && pwd)/$(basename "$bots_file")"
 inapp_file="${SU_INAPP_FILE:-$here/../../common/data/inapp.txt}"
 [ -r "$inapp_file" ] || { echo "start.sh: cannot read the in-app browser patterns $inapp_file (SU_INAPP_FILE)" >&2; exit 2; }
 inapp_file="$(cd "$(dirname "$inapp_file")" && pwd)/$(basename "$inapp_file")"
+crawlers_file="${SU_CRAWLERS_FILE:-$here/../../common/data/crawlers.txt}"
+[ -r "$crawlers_file" ] || { echo "start.sh: cannot read the link-preview crawlers $crawlers_file (SU_CRAWLERS_FILE)" >&2; exit 2; }
+crawlers_file="$(cd "$(dirname "$crawlers_file")" && pwd)/$(basename "$crawlers_file")"
 country_header="${SU_GEO_COUNTRY_HEADER:-}"
 case "$country_header" in *[!A-Za-z0-9_-]*) echo "start.sh: SU_GEO_COUNTRY_HEADER must be a header name" >&2; exit 2 ;; esac
 mmdb_path="${SU_GEO_MMDB_PATH:-}"
@@ -273,7 +278,8 @@ for kv in "PREFIX=$prefix" "LUA_DIR=$here/lua" "CONF=$conf" "WORKERS=$workers" \
           "CLIENT_TIMEOUT=${SU_CLIENT_TIMEOUT_SECS:-10}" \
           "ORIGIN_CONNECT_TIMEOUT=${SU_ORIGIN_CONNECT_TIMEOUT_MS:-100}" \
           "ORIGIN_READ_TIMEOUT=${SU_ORIGIN_READ_TIMEOUT_MS:-5000}" \
-          "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" "INAPP_FILE=$inapp_file" "TLS_LISTENER=$tls_listener" \
+          "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" "INAPP_FILE=$inapp_file" "CRAWLERS_FILE=$crawlers_file" \
+          "TLS_LISTENER=$tls_listener" \
           "TLS_CACHE_SECS=$(int SU_TLS_CACHE_SECS "${SU_TLS_CACHE_SECS:-5}")"; do
   sed_args+=(-e "s|@${kv%%=*}@|$(esc "${kv#*=}")|g")
 done

@@ -34,7 +34,7 @@ pub struct CreateRequest {
     pub settings: Settings,
 }
 
-const FIELDS: [&str; 16] = [
+const FIELDS: [&str; 19] = [
     "url",
     "domain",
     "app",
@@ -51,6 +51,9 @@ const FIELDS: [&str; 16] = [
     "utm_campaign",
     "utm_term",
     "utm_content",
+    "og_title",
+    "og_description",
+    "og_image",
 ];
 
 /// A JSON object with only `fields` in it, or the 400 saying why not.

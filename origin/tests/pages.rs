@@ -366,3 +366,118 @@ fn a_bad_colour_is_refused_at_start_naming_the_field() {
     let err = std::fs::read_to_string(dir.path().join("serve.err")).unwrap();
     assert!(err.contains("pages.domains.s.shop55.com.accent"), "{err}");
 }
+
+const CRAWLER: &str = "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crawlers_get_the_social_card_and_people_the_redirect() {
+    let s = setup();
+    let o = &s.origin;
+    // Bad card fields are refused, naming the field, and nothing is made.
+    for bad in [
+        json!({"og_title": ""}),
+        json!({"og_title": "a\u{7}b"}),
+        json!({"og_title": "x".repeat(201)}),
+        json!({"og_description": 7}),
+        json!({"og_image": "http://img.example/a.png"}),
+        json!({"og_image": "https://img.example/a b.png"}),
+    ] {
+        let mut body = json!({"url": "https://shop.example/sale", "domain": SHOP});
+        for (k, v) in bad.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let (st, e) = o.create(body.clone()).await;
+        assert_eq!(
+            (st, e["error"].as_str()),
+            (400, Some("invalid_og")),
+            "{body}: {e}"
+        );
+    }
+    let (st, v) = o
+        .create(json!({
+            "url": "https://shop.example/sale",
+            "domain": SHOP,
+            "og_title": "Sale \"today\" <b>only</b>",
+            "og_description": "Half off & more",
+            "og_image": "https://img.example/sale.png?w=1200&h=630",
+        }))
+        .await;
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(v["og_title"], "Sale \"today\" <b>only</b>");
+    assert_eq!(v["og_image"], "https://img.example/sale.png?w=1200&h=630");
+    let code = v["code"].as_str().unwrap().to_owned();
+    // The record says only that there is a card.
+    let rec = s.redis_record_on(SHOP, &code).await.unwrap();
+    assert!(
+        rec.starts_with("3 1 ") && rec.ends_with(r#" {"g":true}"#),
+        "{rec}"
+    );
+
+    let (st, h, body) = fetch(&s, &format!("/{code}"), SHOP, &[("User-Agent", CRAWLER)]).await;
+    assert_eq!(st, 200);
+    assert!(h.get("location").is_none());
+    assert_eq!(header(&h, "content-type"), "text/html; charset=utf-8");
+    assert!(header(&h, "content-security-policy").starts_with("default-src 'none'; "));
+    let page = String::from_utf8(body.clone()).unwrap();
+    for want in [
+        "<meta property=\"og:title\" content=\"Sale &quot;today&quot; &lt;b&gt;only&lt;/b&gt;\">",
+        "<meta property=\"og:description\" content=\"Half off &amp; more\">",
+        "<meta property=\"og:image\" content=\"https://img.example/sale.png?w=1200&amp;h=630\">",
+        "<meta name=\"twitter:card\" content=\"summary_large_image\">",
+    ] {
+        assert!(page.contains(want), "{want} in {page}");
+    }
+    let short = v["short_url"].as_str().unwrap();
+    assert!(
+        page.contains(&format!("<meta property=\"og:url\" content=\"{short}\">")),
+        "{page}"
+    );
+    // The same bytes on its own path; people get the redirect.
+    let (st, _, direct) = fetch(&s, &format!("/{code}.card"), SHOP, &[]).await;
+    assert_eq!((st, &direct), (200, &body));
+    let (st, loc) = o
+        .follow_with(
+            SHOP,
+            &format!("/{code}"),
+            &[(
+                "User-Agent",
+                "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0",
+            )],
+        )
+        .await;
+    assert_eq!(
+        (st, loc.as_deref()),
+        (302, Some("https://shop.example/sale"))
+    );
+    // Another domain's host gets the 404, card or not.
+    let (st, _, _) = fetch(
+        &s,
+        &format!("/{code}"),
+        "go.brand91.cn",
+        &[("User-Agent", CRAWLER)],
+    )
+    .await;
+    assert_eq!(st, 404);
+
+    // Clearing the card: crawlers are redirected, the card path is a 404.
+    let (st, e) = o
+        .patch(
+            KEY,
+            &code,
+            json!({"og_title": null, "og_description": null, "og_image": null}),
+        )
+        .await;
+    assert_eq!(st, 200, "{e}");
+    assert_eq!(e["og_title"], Value::Null);
+    let rec = s.redis_record_on(SHOP, &code).await.unwrap();
+    assert!(rec.starts_with("2 2 "), "{rec}");
+    let (st, loc) = o
+        .follow_with(SHOP, &format!("/{code}"), &[("User-Agent", CRAWLER)])
+        .await;
+    assert_eq!(
+        (st, loc.as_deref()),
+        (302, Some("https://shop.example/sale"))
+    );
+    let (st, _, _) = fetch(&s, &format!("/{code}.card"), SHOP, &[]).await;
+    assert_eq!(st, 404);
+}

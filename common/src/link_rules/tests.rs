@@ -443,3 +443,20 @@ fn condition_sets_are_bits_written_in_their_own_order() {
     assert_eq!(&*o.rules[0].when.cc, &[Country(*b"US"), Country(*b"CN")]);
     assert_eq!(o.rules[0].when.lang[0].as_str(), "zh");
 }
+
+#[test]
+fn the_card_flag_is_read_and_written_as_g() {
+    let o = opts(r#"{"g":true}"#);
+    assert!(o.card && !o.is_empty());
+    assert_eq!(o.encode(), r#"{"g":true}"#);
+    assert!(LinkOptions::decode(r#"{"g":1}"#).is_none());
+    assert_eq!(opts(r#"[false,null,false,[],true]"#), o);
+}
+
+#[test]
+fn a_rules_conditions_fit_in_little_more_than_a_cache_line() {
+    // The edge walks every rule of a link on each request (perf.md, "Link
+    // rules laid out for the walk"): no condition list is a Vec of Strings.
+    assert!(std::mem::size_of::<When>() <= 80, "{}", std::mem::size_of::<When>());
+    assert!(std::mem::size_of::<Rule>() <= 128, "{}", std::mem::size_of::<Rule>());
+}

@@ -357,7 +357,7 @@ impl FastPath {
                 self.not_found(req, conn, &facts, out);
                 404
             }
-            Verdict::NotFound { page: true } | Verdict::TooMany => return None,
+            Verdict::NotFound { page: true } | Verdict::TooMany | Verdict::Card(_) => return None,
         };
         s.metrics.local_miss.inc();
         s.metrics.fast_path.resolved.inc();

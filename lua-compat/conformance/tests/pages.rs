@@ -2,7 +2,9 @@
 //! page cache and the OpenResty module's `proxy_cache` give the same status,
 //! content type and bytes for QR codes, previews, 404 pages and refused
 //! parameters; repeats are served from each edge's cache (the origin's page
-//! counter does not move); an edit purges the preview on both.
+//! counter does not move); an edit purges the preview on both. A link with
+//! a social card (protocol 4.4) answers a link-preview crawler with the
+//! same card page on both.
 
 use crate::support;
 
@@ -320,5 +322,118 @@ fn page_scans_spend_the_unknown_code_budget_on_both_edges() {
             e.name
         );
         assert_eq!(origin_pages(&origin), served, "{}: not cached", e.name);
+    }
+}
+
+/// Social cards (protocol 4.4): a link created with Open Graph fields has a
+/// card (`g` in its record); a link-preview crawler on `/{code}` gets the
+/// card page through each edge's page cache, the same bytes on both as the
+/// origin's `/{code}.card`, its title escaped; a browser gets the redirect,
+/// and so does a crawler on a link without a card.
+#[test]
+fn a_crawler_gets_the_same_social_card_from_both_edges() {
+    const CRAWLER: &str = "facebookexternalhit/1.1";
+    const PERSON: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 \
+                          (KHTML, like Gecko) Chrome/126.0 Safari/537.36";
+    let visit = |port: u16, path: &str, ua: &str| {
+        http::request(port, "GET", path, DOMAIN, &[("User-Agent", ua)], b"")
+    };
+    let redis = Redis::start();
+    let origin = Origin::start(&redis, 50);
+    let edges = [
+        Edge::pingora(&redis.url(), &origin.addr()),
+        Edge::openresty(&format!("127.0.0.1:{}", redis.port()), &origin.addr()),
+    ];
+    for e in &edges {
+        wait_for(&format!("{} to subscribe", e.name), TIMEOUT, || {
+            e.status()["inval"]["subscribed"] == json!(true)
+        });
+    }
+    let sale = "https://shop.example/sale?id=7";
+    let r = api(
+        &origin,
+        "POST",
+        "/api/v1/links",
+        json!({
+            "url": sale,
+            "domain": DOMAIN,
+            "og_title": "Sale <b>today</b>",
+            "og_description": "d",
+            "og_image": "https://img.example/a.png",
+        }),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let code = r.json()["code"].as_str().unwrap().to_owned();
+    let plain_url = "https://shop.example/plain";
+    let r = api(
+        &origin,
+        "POST",
+        "/api/v1/links",
+        json!({ "url": plain_url, "domain": DOMAIN }),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let plain = r.json()["code"].as_str().unwrap().to_owned();
+    // The creations' messages (best-effort, after the answer) would purge
+    // a card cached before they arrive: wait until each edge heard both.
+    for e in &edges {
+        wait_for(
+            &format!("{} to hear the creations", e.name),
+            TIMEOUT,
+            || e.status()["inval"]["messages"].as_u64().unwrap_or(0) >= 2,
+        );
+    }
+
+    // What both edges must serve: the origin's own card page.
+    let want = visit(origin.port, &format!("/{code}.card"), CRAWLER);
+    assert_eq!(want.status, 200, "{}", want.text());
+    let page = want.text();
+    assert!(
+        page.contains("<meta property=\"og:title\" content=\"Sale &lt;b&gt;today&lt;/b&gt;\">")
+            && !page.contains("<b>today"),
+        "{page}"
+    );
+
+    let cards: Vec<Response> = edges
+        .iter()
+        .map(|e| visit(e.port, &format!("/{code}"), CRAWLER))
+        .collect();
+    for (e, r) in edges.iter().zip(&cards) {
+        assert_eq!(r.status, 200, "{}: {}\n{}", e.name, r.text(), e.logs());
+        assert_eq!(
+            r.header("content-type"),
+            Some("text/html; charset=utf-8"),
+            "{}",
+            e.name
+        );
+        assert_eq!(r.body, want.body, "{}: not the origin's card", e.name);
+        assert_eq!(r.header("location"), None, "{}", e.name);
+    }
+    assert_eq!(cards[0].body, cards[1].body);
+
+    // Again: from each edge's page cache (the origin serves no page).
+    let served = origin_pages(&origin);
+    for e in &edges {
+        let r = visit(e.port, &format!("/{code}"), CRAWLER);
+        assert_eq!((r.status, &r.body), (200, &want.body), "{}", e.name);
+    }
+    assert_eq!(origin_pages(&origin), served, "the card was not cached");
+
+    for e in &edges {
+        // A person gets the redirect...
+        let r = visit(e.port, &format!("/{code}"), PERSON);
+        assert_eq!(
+            (r.status, r.header("location")),
+            (302, Some(sale)),
+            "{}: a browser",
+            e.name
+        );
+        // ...and so does a crawler on a link without a card.
+        let r = visit(e.port, &format!("/{plain}"), CRAWLER);
+        assert_eq!(
+            (r.status, r.header("location")),
+            (302, Some(plain_url)),
+            "{}: a crawler on a link without a card",
+            e.name
+        );
     }
 }

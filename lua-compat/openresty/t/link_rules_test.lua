@@ -391,6 +391,68 @@ do
     ok(not link_rules.is_empty(o), "options that change something")
 end
 
+---------------------------------------------------------------- g: the social card (protocol 4.4)
+-- Read as `f` is (a plain bool, LinkOptions' 5th field: the 5th element
+-- of the sequence form), written last and only when true.
+for _, b in ipairs({
+    '{"g":1}',
+    '{"g":0}',
+    '{"g":null}',
+    '{"g":"true"}',
+    '{"g":[]}',
+    '{"g":True}',
+    '{"g":tru}',
+    '{"g":true,"g":true}',
+    '{"g":true,"g":false}',
+    '{"g": true}',
+    '{"G":true}',
+    '{"g":true,}',
+    '[true,null,false,[],null]',
+    '[true,null,false,[],1]',
+    '[true,null,false,[],true,false]',
+    '[true,null,false,[],true,]',
+    '{"g":true,"d":true}',
+}) do
+    eq(link_rules.decode(b), nil, "refused (g): " .. b)
+end
+for _, g in ipairs({
+    { '{"g":true}', '{"g":true}' },
+    { '{"g":false}', '{}' },
+    { '{"\\u0067":true}', '{"g":true}' },
+    { '{"g":true,"f":true}', '{"f":true,"g":true}' },
+    { '{"g":true,"x":"https://a/x","d":true}', '{"x":"https://a/x","d":true,"g":true}' },
+    { '{"g":true,"r":[{"c":{"dev":["ios"]},"u":"https://a/1"}],"f":false}',
+        '{"r":[{"c":{"dev":["ios"]},"u":"https://a/1"}],"g":true}' },
+    { '[false,null,false,[],true]', '{"g":true}' },
+    { '[true,null,false,[],false]', '{"f":true}' },
+    { '[false,"https://a/x",false,[[{},"https://a/1"]],true]',
+        '{"x":"https://a/x","r":[{"c":{},"u":"https://a/1"}],"g":true}' },
+}) do
+    local o = link_rules.decode(g[1])
+    eq(o and link_rules.encode(o), g[2], "accepted (g): " .. g[1])
+end
+do
+    local o = opts('{"g":true}')
+    eq(o.g, true, "g read")
+    eq(opts("{}").g, false, "g defaults to false")
+    ok(not link_rules.is_empty(o), "options with only g change something")
+    eq(proto.encode_record(1, 9, "d.com", "https://x/", o), '3 1 9 d.com https://x/ {"g":true}',
+        "a record with g stays protocol 3")
+    -- Otherwise evaluated exactly as before: the card is the edge's
+    -- decision (edge.lua), not choose()'s.
+    local url, label = link_rules.choose(o, "https://x.example/base", false, "abc123", V({ ua = IPHONE }), 1)
+    eq(url, "https://x.example/base", "g: the link's URL")
+    eq(label, "link", "g: label link")
+    local r = opts('{"g":true,"f":true,"r":[{"c":{"dev":["ios"]},"u":"https://a/ios"}]}')
+    eq(url_for(r, V({ ua = IPHONE, q = "a=1" }), 1), "https://a/ios?a=1", "g: rules and forwarding unchanged")
+    local x = opts('{"g":true,"x":"https://a/over"}')
+    url, label = link_rules.choose(x, "https://x/", true, "c", V(), 1)
+    eq(url, "https://a/over", "g: expired, the fallback")
+    eq(label, "expired", "g: expired label")
+    local a = proto.decode('3 4 9 d.com https://x/ {"g":true}')
+    ok(a and a.kind == "found" and a.opts and a.opts.g == true, "record with g decoded")
+end
+
 ---------------------------------------------------------------- record.rs: protocol 3 records
 do
     local line = '3 4 9 d.com https://x/ {"f":true,"r":[{"c":{"dev":["ios"]},"u":"https://i/"}]}'

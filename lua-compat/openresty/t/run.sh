@@ -9,7 +9,8 @@
 # 2. unless SU_SKIP_E2E=1 (or without redis-server): the module itself
 #    (start.sh) in front of a private Redis holding protocol 3 records,
 #    checking the redirects link rules answer (Location, 404s, the country
-#    header from a trusted proxy, forwarding, pages of a disabled link) and
+#    header from a trusted proxy, forwarding, pages of a disabled link, the
+#    social card's decision) and
 #    the protocol 3.5 keys (records and invalidations by (domain, code), a
 #    request without Host) and the protocol 3.6 click keys (the batches in
 #    the stream).
@@ -147,6 +148,10 @@ rset sale "2 1 $far s.test https://x.example/sale"
 E2E_DOMAIN=go.test rset sale "2 1 $far go.test https://x.example/sale-go"
 # Only under the key before protocol 3.5: not read any more.
 redis-cli -p "$rport" SET "su:1:link:oldkey1" "2 1 $far s.test https://x.example/old-key" >/dev/null
+# Social cards (protocol 4.4): `g`.
+rset card01 "3 1 $far s.test https://x.example/card {\"g\":true,\"r\":[{\"c\":{\"dev\":[\"ios\"]},\"u\":\"https://a/ios\"}]}"
+rset cardx1 "3 2 5 s.test https://x.example/old {\"x\":\"https://a/over\",\"g\":true}"
+rset cardd1 "3 3 $far s.test https://x.example/off {\"x\":\"https://a/gone\",\"d\":true,\"g\":true}"
 rset inval1 "2 1 $far s.test https://x.example/v1"
 E2E_DOMAIN=go.test rset inval1 "2 1 $far go.test https://x.example/go-v1"
 
@@ -201,6 +206,14 @@ E2E_HOST= e2e "no Host (HTTP/1.0), a live code: 404" 404 "" "/plain1" -0
 e2e "protocol 2 record unchanged" 302 "https://x.example/plain" "/plain1?a=1"
 e2e "malformed options: a miss (no origin: 503)" 503 "" "/bad001"
 e2e "page of a disabled link: 404" 404 "" "/gone01.png"
+CRAWLER="facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)"
+e2e "card: a crawler gets the page (no origin: 503)" 503 "" "/card01?utm=1" -A "$CRAWLER"
+e2e "card: the page path (no origin: 503)" 503 "" "/card01.card"
+e2e "card: a browser gets the rules' redirect" 302 "https://a/ios" "/card01" -A "$IOS"
+e2e "card: no User-Agent, the redirect" 302 "https://x.example/card" "/card01"
+e2e "card: a crawler on a link without one, the redirect" 302 "https://x.example/base" "/rules01" -A "$CRAWLER"
+e2e "card: a crawler on an expired link, the fallback" 302 "https://a/over" "/cardx1" -A "Twitterbot/1.0"
+e2e "card: a crawler on a disabled link, the fallback" 302 "https://a/gone" "/cardd1" -A "Twitterbot/1.0"
 a="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
 b="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
 if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "  ok   split: stable ($a)"; else echo "  FAIL split: '$a' then '$b'"; failed=1; fi

@@ -4,7 +4,8 @@
 
 use super::{not_found as json_not_found, AppState};
 use crate::error::ApiError;
-use crate::pages::html::{self, Gone, Page, Preview};
+use crate::links::options::Settings;
+use crate::pages::html::{self, CardPage, Gone, Page, Preview};
 use crate::pages::qr::{self, QrParams};
 use crate::pages::{accept, etag, none_match, PageKind};
 use crate::store::{LinkKey, LinkRow, RowState};
@@ -90,7 +91,7 @@ pub async fn page(
         return not_found(s, headers, host, code, None).await;
     }
     let params = match kind {
-        PageKind::Preview => None,
+        PageKind::Preview | PageKind::Card => None,
         PageKind::Svg | PageKind::Png => match QrParams::from_query(query) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -125,6 +126,7 @@ pub async fn page(
             .map(|b| (b, "image/svg+xml", pages.qr_max_age, None)),
         (PageKind::Png, Some(p)) => qr::png(&s.links.cfg.short_url(host, code), p)
             .map(|b| (b, "image/png", pages.qr_max_age, None)),
+        (PageKind::Card, _) => return card(s, headers, host, code).await,
         _ => return preview(s, headers, host, code).await,
     };
     match rendered {
@@ -170,6 +172,48 @@ async fn preview(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> R
             domain: host,
             url: row.url.as_deref().unwrap_or_default(),
             created: created.get(..10).unwrap_or(&created),
+        },
+    );
+    let (r, matched) = cached(
+        headers,
+        page.body,
+        HTML,
+        s.links.cfg.pages.preview_max_age,
+        Some(&page.csp),
+    );
+    count(s, kind, if matched { "not_modified" } else { "ok" });
+    r
+}
+
+/// The social card of a live link that has one (protocol 4.4): the page
+/// link-preview crawlers get instead of its redirect.
+async fn card(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Response {
+    let kind = PageKind::Card.label();
+    let row = match s.links.store.find(&LinkKey::new(code, host)).await {
+        Ok(r) => r,
+        Err(e) => {
+            count(s, kind, "error");
+            return ApiError::from(crate::links::LinkError::from(e)).into_response();
+        }
+    };
+    let now = now_unix();
+    let why = gone_of(row.as_ref(), host, now);
+    let live = row.filter(|r| is_live(r, host, now));
+    let settings = live
+        .as_ref()
+        .map(|r| Settings::from_column(r.options.as_deref()));
+    let (Some(row), Some(og)) = (live, settings.map(|st| st.og).filter(|o| !o.is_empty())) else {
+        count(s, kind, "not_found");
+        return html_or_json_404(s, headers, host, why);
+    };
+    let page = html::card(
+        s.links.cfg.pages.theme(Some(host)),
+        &CardPage {
+            short_url: &s.links.cfg.short_url(host, code),
+            url: row.url.as_deref().unwrap_or_default(),
+            title: og.title.as_deref(),
+            description: og.description.as_deref(),
+            image: og.image.as_deref(),
         },
     );
     let (r, matched) = cached(

@@ -2,10 +2,12 @@
 
 use super::{not_found, pages, AppState};
 use crate::error::ApiError;
+use crate::pages::PageKind;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use shorturl_common::code::code_from_path;
+use shorturl_common::crawlers;
 use shorturl_common::link_rules::{self, Visitor};
 use shorturl_common::record::Lookup;
 use shorturl_common::time::now_unix;
@@ -63,6 +65,17 @@ pub async fn redirect(
         query,
         peer,
     };
+    if let Lookup::Found(r) = &lookup {
+        let card = r.options.as_ref().is_some_and(|o| o.card && !o.gone);
+        if card
+            && r.binds(host)
+            && !r.is_expired_at(now)
+            && visitor.user_agent().is_some_and(crawlers::is_crawler)
+        {
+            // A link-preview crawler gets the social card (protocol 4.4).
+            return pages::page(s, PageKind::Card, code, Some(host), headers, None).await;
+        }
+    }
     let target = match &lookup {
         Lookup::Found(r) if r.binds(host) => match &r.options {
             None if !r.is_expired_at(now) => Some(Cow::Borrowed(r.url.as_str())),

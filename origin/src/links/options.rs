@@ -26,7 +26,16 @@ pub const FIELDS: [&str; 11] = [
     "utm_campaign",
     "utm_term",
     "utm_content",
+    "og_title",
+    "og_description",
+    "og_image",
 ];
+
+/// Longest `og_title` and `og_description` (characters).
+const MAX_OG_TITLE: usize = 200;
+const MAX_OG_DESCRIPTION: usize = 1000;
+/// Longest `og_image` (bytes).
+const MAX_OG_IMAGE: usize = 2048;
 
 /// Longest UTM value (bytes).
 const MAX_UTM: usize = 200;
@@ -43,6 +52,9 @@ impl Settings {
         for (i, f) in UTM_FIELDS.iter().enumerate() {
             m.insert((*f).into(), json!(self.utm(i)));
         }
+        m.insert("og_title".into(), json!(self.og.title));
+        m.insert("og_description".into(), json!(self.og.description));
+        m.insert("og_image".into(), json!(self.og.image));
         m
     }
 
@@ -94,11 +106,63 @@ impl Settings {
         if self.utm.iter().all(Option::is_none) {
             self.utm.clear();
         }
+        let og = [
+            ("og_title", &mut self.og.title),
+            ("og_description", &mut self.og.description),
+            ("og_image", &mut self.og.image),
+        ];
+        for (f, slot) in og {
+            if let Some(v) = obj.get(f) {
+                *slot = card_field(f, v)?;
+                any = true;
+            }
+        }
         self.o
             .validate()
             .map_err(|e| invalid("invalid_rules", e.to_string()))?;
         Ok(any)
     }
+}
+
+/// One social card field: text without control characters (the title
+/// and description), or an absolute `https` URL (the image); `null`
+/// clears it.
+fn card_field(f: &str, v: &Value) -> Result<Option<String>, ApiError> {
+    let s = match v {
+        Value::Null => return Ok(None),
+        Value::String(s) => s,
+        _ => return Err(card_error(f)),
+    };
+    let ok = match f {
+        "og_image" => {
+            s.len() <= MAX_OG_IMAGE
+                && s.get(..8)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("https://"))
+                && is_destination(s)
+        }
+        _ => {
+            let max = if f == "og_title" {
+                MAX_OG_TITLE
+            } else {
+                MAX_OG_DESCRIPTION
+            };
+            !s.trim().is_empty() && s.chars().count() <= max && !s.chars().any(char::is_control)
+        }
+    };
+    if ok {
+        Ok(Some(s.clone()))
+    } else {
+        Err(card_error(f))
+    }
+}
+
+fn card_error(f: &str) -> ApiError {
+    let what = match f {
+        "og_title" => format!("og_title must be 1-{MAX_OG_TITLE} characters without control characters, or null"),
+        "og_description" => format!("og_description must be 1-{MAX_OG_DESCRIPTION} characters without control characters, or null"),
+        _ => format!("og_image must be an absolute https URL of printable ASCII (at most {MAX_OG_IMAGE} bytes), or null"),
+    };
+    invalid("invalid_og", what)
 }
 
 fn invalid(code: &'static str, msg: impl Into<String>) -> ApiError {

@@ -85,13 +85,18 @@ fn style(t: &Theme) -> String {
 }
 
 fn page(theme: &Theme, heading: &str, main: &str) -> Page {
+    page_with_head(theme, heading, "", main)
+}
+
+/// [`page`] with `head` (markup, already escaped) in its `<head>`.
+fn page_with_head(theme: &Theme, heading: &str, head: &str, main: &str) -> Page {
     let style = style(theme);
     let hash = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(style.as_bytes()));
     let body = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta name=\"robots\" content=\"noindex\">\
-         <title>{title} · {heading}</title><style>{style}</style></head>\
+         <title>{title} · {heading}</title>{head}<style>{style}</style></head>\
          <body><main><h1>{heading}</h1>{main}<p><small>{title}</small></p></main></body></html>\n",
         title = escape(&theme.title),
         heading = escape(heading),
@@ -152,6 +157,63 @@ pub fn preview(theme: &Theme, p: &Preview<'_>) -> Page {
         code = escape(p.code),
     );
     page(theme, "Where this link goes", &main)
+}
+
+/// What a link's social card shows (protocol 4.4).
+pub struct CardPage<'a> {
+    /// The link's short URL (`og:url`).
+    pub short_url: &'a str,
+    /// The stored destination (the page's "Continue").
+    pub url: &'a str,
+    pub title: Option<&'a str>,
+    pub description: Option<&'a str>,
+    /// An absolute https URL (validated by the API).
+    pub image: Option<&'a str>,
+}
+
+/// The social card: Open Graph and Twitter card tags for link-preview
+/// crawlers, and for a person who opens it the title, the description and
+/// a plain link on. Without a title the theme's names the card.
+pub fn card(theme: &Theme, c: &CardPage<'_>) -> Page {
+    let title = c.title.unwrap_or(&theme.title);
+    let mut head = String::new();
+    let mut meta = |attr: &str, name: &str, value: &str| {
+        head.push_str(&format!(
+            "<meta {attr}=\"{name}\" content=\"{}\">",
+            escape(value)
+        ));
+    };
+    meta("property", "og:type", "website");
+    meta("property", "og:url", c.short_url);
+    meta("property", "og:title", title);
+    meta("name", "twitter:title", title);
+    if let Some(d) = c.description {
+        meta("property", "og:description", d);
+        meta("name", "description", d);
+        meta("name", "twitter:description", d);
+    }
+    let kind = match c.image {
+        Some(i) => {
+            meta("property", "og:image", i);
+            meta("name", "twitter:image", i);
+            "summary_large_image"
+        }
+        None => "summary",
+    };
+    meta("name", "twitter:card", kind);
+    let description = c
+        .description
+        .map(|d| format!("<p>{}</p>", escape(d)))
+        .unwrap_or_default();
+    let button = if is_web_url(c.url) {
+        format!(
+            "<a class=\"button\" href=\"{}\" rel=\"noopener noreferrer nofollow\">Continue</a>",
+            escape(c.url)
+        )
+    } else {
+        String::new()
+    };
+    page_with_head(theme, title, &head, &format!("{description}{button}"))
 }
 
 /// The 404 page for people: what happened, never where the link went.
@@ -230,6 +292,43 @@ mod tests {
     fn only_web_urls_get_a_button() {
         assert!(preview_of("HTTPS://a.example/").contains("class=\"button\""));
         assert!(!preview_of("javascript:alert(1)").contains("class=\"button\""));
+    }
+
+    #[test]
+    fn a_card_escapes_its_fields_and_names_its_image() {
+        let c = CardPage {
+            short_url: "https://sho.rt/abc123",
+            url: "https://shop.example/sale",
+            title: Some("Sale \"50%\" <b>off</b>"),
+            description: Some("Today & tomorrow"),
+            image: Some("https://img.example/a.png?x=1&y=2"),
+        };
+        let p = card(&Theme::default(), &c);
+        let body = String::from_utf8(p.body).unwrap();
+        assert!(!body.contains("<b>") && !body.contains("<script"), "{body}");
+        assert!(body.contains(
+            "<meta property=\"og:title\" content=\"Sale &quot;50%&quot; &lt;b&gt;off&lt;/b&gt;\">"
+        ));
+        assert!(body.contains("<meta property=\"og:url\" content=\"https://sho.rt/abc123\">"));
+        assert!(body.contains(
+            "<meta property=\"og:image\" content=\"https://img.example/a.png?x=1&amp;y=2\">"
+        ));
+        assert!(body.contains("content=\"summary_large_image\""));
+        assert!(body.contains("<p>Today &amp; tomorrow</p>"), "{body}");
+        assert!(body.contains("href=\"https://shop.example/sale\""));
+        assert!(p.csp.contains("default-src 'none'") && !p.csp.contains("script-src"));
+        let plain = CardPage {
+            title: None,
+            description: None,
+            image: None,
+            ..c
+        };
+        let body = String::from_utf8(card(&Theme::default(), &plain).body).unwrap();
+        assert!(body.contains("content=\"summary\"") && !body.contains("og:image"));
+        assert!(
+            body.contains("<meta property=\"og:title\" content=\"Short link\">"),
+            "{body}"
+        );
     }
 
     #[test]

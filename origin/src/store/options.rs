@@ -24,6 +24,29 @@ pub struct Settings {
     /// UTM values by field index of [`UTM_FIELDS`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub utm: Vec<Option<String>>,
+    /// The social card (protocol 4.4): kept here, rendered by the origin;
+    /// the record carries only that there is one (`g`).
+    #[serde(default, skip_serializing_if = "Card::is_empty")]
+    pub og: Card,
+}
+
+/// What link-preview crawlers are shown of a link (API `og_title`,
+/// `og_description`, `og_image`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Card {
+    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(rename = "d", default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// An absolute `https` URL.
+    #[serde(rename = "i", default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+impl Card {
+    pub fn is_empty(&self) -> bool {
+        self.title.is_none() && self.description.is_none() && self.image.is_none()
+    }
 }
 
 impl Settings {
@@ -44,7 +67,7 @@ impl Settings {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.o.is_empty() && self.utm.iter().all(Option::is_none)
+        self.o.is_empty() && self.utm.iter().all(Option::is_none) && self.og.is_empty()
     }
 
     /// The UTM value of field `i`.
@@ -69,7 +92,11 @@ impl Settings {
 
     /// The options a record of a live link carries (`None`: none).
     pub fn live_options(&self) -> Option<LinkOptions> {
-        (!self.o.is_empty()).then(|| self.o.clone())
+        let card = !self.og.is_empty();
+        (!self.o.is_empty() || card).then(|| LinkOptions {
+            card,
+            ..self.o.clone()
+        })
     }
 
     /// The options of a disabled or expired link: its fallback alone.

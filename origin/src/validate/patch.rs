@@ -27,7 +27,7 @@ pub struct Patch {
     pub options: Option<Map<String, Value>>,
 }
 
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 14] = [
     "url",
     "expires_at",
     "state",
@@ -39,6 +39,9 @@ const FIELDS: [&str; 11] = [
     "utm_campaign",
     "utm_term",
     "utm_content",
+    "og_title",
+    "og_description",
+    "og_image",
 ];
 
 /// Parses and validates an edit body at `now` (Unix seconds).

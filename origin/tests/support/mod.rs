@@ -425,9 +425,14 @@ impl Setup {
 
     /// The raw value of `su:1:link:sho.rt/{code}` (the default domain) in this setup's Redis.
     pub async fn redis_record(&self, code: &str) -> Option<String> {
+        self.redis_record_on("sho.rt", code).await
+    }
+
+    /// The raw value of `code`'s record on `domain` in this setup's Redis.
+    pub async fn redis_record_on(&self, domain: &str, code: &str) -> Option<String> {
         let mut c = self.redis_conn().await;
         redis::cmd("GET")
-            .arg(shorturl_common::keys::link_key("sho.rt", code))
+            .arg(shorturl_common::keys::link_key(domain, code))
             .query_async(&mut c)
             .await
             .unwrap()

@@ -122,6 +122,10 @@ local function defaults()
             -- common/data/inapp.txt (the `app` condition); "" = the path
             -- start.sh rendered.
             inapp_file = "",
+            -- common/data/crawlers.txt (protocol 4.4: the link-preview
+            -- crawlers a link with a social card answers with its card);
+            -- "" = the path start.sh rendered.
+            crawlers_file = "",
         },
         -- Workers exit with the master (tests kill the master with SIGKILL).
         die_with_master = false,
@@ -337,14 +341,21 @@ local function check_geo(c, nginx)
     if l.inapp_file == "" then
         error("link_rules.inapp_file must name the in-app browser patterns (common/data/inapp.txt)", 0)
     end
+    if l.crawlers_file == "" then
+        l.crawlers_file = nginx.crawlers_file or ""
+    end
+    if l.crawlers_file == "" then
+        error("link_rules.crawlers_file must name the link-preview crawlers (common/data/crawlers.txt)", 0)
+    end
 end
 
 -- Limits that are nginx directives, not module settings: nginx.conf is
 -- rendered with them before the module loads its config.
 local NGINX_LIMITS = { "header_timeout_secs", "max_connections", "max_connections_per_ip", "keepalive_timeout_secs",
     "clients_tracked" }
--- (`nginx.bots_file` and `nginx.inapp_file`, also rendered by start.sh,
--- are the defaults of clicks.bots_file and link_rules.inapp_file;
+-- (`nginx.bots_file`, `nginx.inapp_file` and `nginx.crawlers_file`, also
+-- rendered by start.sh, are the defaults of clicks.bots_file,
+-- link_rules.inapp_file and link_rules.crawlers_file;
 -- `nginx.tls_listener` says whether it rendered a TLS listener.)
 
 -- Loads and validates `path`; returns the config or raises a message.

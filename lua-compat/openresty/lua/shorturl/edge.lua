@@ -22,6 +22,7 @@ local pages = require("shorturl.pages")
 local accept = require("shorturl.accept")
 local batch = require("shorturl.batch")
 local link_rules = require("shorturl.link_rules")
+local crawlers = require("shorturl.crawlers")
 local geo = require("shorturl.geo")
 
 local ngx = ngx
@@ -205,11 +206,33 @@ local function visitor(head, pq)
         country = visitor_country, key = visitor_key }
 end
 
--- A record with options bound to `host` (protocol 3.1.1): the rules'
--- destination, or for an expired or disabled link its fallback, else the
--- protocol 404.
+-- A link-preview crawler on a live link with a social card (protocol 4.4,
+-- Verdict::Card on the Pingora edge): instead of the redirect, the page
+-- `/{code}.card` through the page cache, exactly as the page path would be
+-- served (kind `card`, no query in the key nor upstream). Counted as a
+-- redirect of the link to its own URL would be (destination `link`; every
+-- crawler is also a bot of bots.txt).
+local function card(code, host, head)
+    clicks.count(code, host, head.method == "HEAD", head.ua, head.referer, "link")
+    var.su_outcome = "PAGE"
+    local key = pages.key(host, "card", code, nil)
+    -- The origin's path, without the query: proxy_pass without a URI part
+    -- sends the request's URI once it was changed.
+    ngx.req.set_uri("/" .. code .. ".card")
+    ngx.req.set_uri_args("")
+    return to_page_origin(origins.select() or cfg.origins[1], key)
+end
+
+-- A record with options bound to `host` (protocol 3.1.1): a crawler's
+-- card (a live link with `g`), else the rules' destination, or for an
+-- expired or disabled link its fallback, else the protocol 404.
 local function redirect_by_rules(code, ans, head, pq)
     local t = floor(now())
+    local o = ans.opts
+    if o.g and not o.d and ans.exp > t and crawlers.is_crawler(head.ua) then
+        -- ans.domain: the request's host (redirect_or_404 checked).
+        return card(code, ans.domain, head)
+    end
     local url, dest = link_rules.choose(ans.opts, ans.url, ans.exp <= t, code, visitor(head, pq), t)
     if url then
         -- ans.domain: the request's host (redirect_or_404 checked).
@@ -277,7 +300,7 @@ local function forward(method, path)
     return ngx.exec("@shorturl_origin")
 end
 
--- A page (QR code, preview): its code looked up and decided exactly as a
+-- A page (QR code, preview, social card): its code looked up and decided exactly as a
 -- redirect's (404, 429, 503 alike); a live record's page is proxied through
 -- nginx's proxy_cache (pages.lua). Any configured origin is used when none
 -- is healthy: a cached page is still served (stale), an uncached one fails

@@ -279,11 +279,14 @@ local read_rule = struct({ "c", "u", "s" }, {
     s = seq(tuple({ str, uint })),
 })
 
-local read_options = struct({ "f", "x", "d", "r" }, {
+-- `g` (protocol 4.4: the link has a social card) is read as `f` is: a
+-- plain bool, the 5th field of the sequence form.
+local read_options = struct({ "f", "x", "d", "r", "g" }, {
     f = bool,
     x = optional(str),
     d = bool,
     r = seq(read_rule),
+    g = bool,
 })
 
 ---------------------------------------------------------------- validation
@@ -378,6 +381,7 @@ end
 local function defaults(o)
     o.f = o.f or false
     o.d = o.d or false
+    o.g = o.g or false
     o.r = o.r or {}
     for _, r in ipairs(o.r) do
         r.c = r.c or {}
@@ -428,7 +432,7 @@ end
 
 -- True when the options change nothing (LinkOptions::is_empty).
 function M.is_empty(o)
-    return not o.f and not o.x and not o.d and #o.r == 0
+    return not o.f and not o.x and not o.d and not o.g and #o.r == 0
 end
 
 ---------------------------------------------------------------- writing options
@@ -493,6 +497,9 @@ function M.encode(o)
         end
         out[#out + 1] = '"r":[' .. concat(rules, ",") .. "]"
     end
+    if o.g then
+        out[#out + 1] = '"g":true'
+    end
     return "{" .. concat(out, ",") .. "}"
 end
 
@@ -542,10 +549,12 @@ function M.in_app(ua)
     return nil
 end
 
--- Loads what the rules read besides the record: the in-app patterns and,
--- when clicks did not already load it, the bot list (the device class).
--- Raises a message naming the setting.
+-- Loads what the rules read besides the record: the in-app patterns, the
+-- link-preview crawlers (a link with a card, `g`: crawlers.lua) and, when
+-- clicks did not already load it, the bot list (the device class). Raises
+-- a message naming the setting.
 function M.init(cfg)
+    require("shorturl.crawlers").init(cfg)
     local n, err = M.load_inapp(cfg.link_rules.inapp_file)
     if not n then
         error("link_rules.inapp_file: " .. tostring(err), 0)

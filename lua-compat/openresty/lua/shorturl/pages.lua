@@ -1,6 +1,7 @@
--- Pages for people through nginx's proxy_cache (docs/protocol.md 4.3, the
--- twin of edge/src/pages/ on the Pingora edge): which paths are pages, the
--- cache key (the same composition as the Pingora edge's), and the purge.
+-- Pages for people through nginx's proxy_cache (docs/protocol.md 4.3, and
+-- 4.4's social card; the twin of edge/src/pages/ on the Pingora edge):
+-- which paths are pages, the cache key (the same composition as the
+-- Pingora edge's), and the purge.
 --
 -- Stock nginx has no purge: every key carries generations from
 -- lua_shared_dict shorturl_pages_gen, one per code (bumped by each invalidation
@@ -23,17 +24,21 @@ local GEN_TTL = 90000
 
 local SUFFIX = { [".svg"] = "svg", [".png"] = "png" }
 
--- `/{code}.svg`, `/{code}.png`, `/{code}+` (a valid code) → kind, code.
+-- `/{code}.svg`, `/{code}.png`, `/{code}+`, `/{code}.card` (a valid code)
+-- → kind, code.
 function M.of_path(path)
     if byte(path, 1) ~= 47 then -- '/'
         return nil
     end
     local kind, code = SUFFIX[sub(path, -4)], sub(path, 2, -5)
     if not kind then
-        if byte(path, -1) ~= 43 then -- '+'
+        if sub(path, -5) == ".card" then
+            kind, code = "card", sub(path, 2, -6)
+        elseif byte(path, -1) == 43 then -- '+'
+            kind, code = "preview", sub(path, 2, -2)
+        else
             return nil
         end
-        kind, code = "preview", sub(path, 2, -2)
     end
     if proto.is_valid_code(code) then
         return kind, code
@@ -93,7 +98,7 @@ function M.key(host, kind, code, query)
         return nil
     end
     local params = ""
-    if kind ~= "preview" then
+    if kind ~= "preview" and kind ~= "card" then
         local size, margin = M.qr_params(query)
         if not size then
             return nil

@@ -147,6 +147,10 @@ fn fields(l: &LinkView) -> String {
             ),
         ),
         ("UTM", esc(&utm_text(l))),
+        (
+            "Social card",
+            format!("<span id=\"card\">{}</span>", esc(&card_text(l))),
+        ),
     ];
     let mut s = String::from("<table id=\"fields\">");
     for (k, v) in rows {
@@ -165,6 +169,22 @@ fn utm_text(l: &LinkView) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// The social card's fields set, `name: value` joined by ` · `.
+fn card_text(l: &LinkView) -> String {
+    CARD_FIELDS
+        .iter()
+        .filter_map(|(f, label)| l.options[*f].as_str().map(|v| format!("{label}: {v}")))
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// The social card's API fields and their labels in the console.
+const CARD_FIELDS: [(&str, &str); 3] = [
+    ("og_title", "Title"),
+    ("og_description", "Description"),
+    ("og_image", "Image URL (https)"),
+];
 
 /// The rules as a table: conditions, then where they send a visitor.
 fn rules_table(l: &LinkView) -> String {
@@ -316,12 +336,20 @@ fn controls(s: &Session, l: &LinkView) -> String {
          <label><input type=\"checkbox\" name=\"forward_query\" id=\"edit-forward\" value=\"on\"{fq}> Forward the query string</label>\
          <input type=\"hidden\" name=\"options_form\" value=\"1\">\
          <label>Rules (JSON, as in the API; docs/protocol.md 3.1.1)<textarea name=\"rules\" id=\"edit-rules\" rows=\"8\" cols=\"60\">{rules}</textarea></label>\
+         <fieldset><legend>Social card (what link previews show)</legend>{card}</fieldset>\
          <button type=\"submit\" id=\"save\">Save</button></form>",
         url = esc(&l.url),
         exp = esc(&l.expires_at),
         xurl = esc(l.options["expired_url"].as_str().unwrap_or("")),
         fq = if l.options["forward_query"] == true { " checked" } else { "" },
         rules = esc(&rules_json(l)),
+        card = CARD_FIELDS
+            .iter()
+            .map(|(f, label)| format!(
+                "<label>{label}<input name=\"{f}\" id=\"edit-{f}\" size=\"48\" value=\"{}\"></label>",
+                esc(l.options[*f].as_str().unwrap_or(""))
+            ))
+            .collect::<String>(),
     );
     let (action, label, confirm) = if l.state == "disabled" {
         ("enable", "Enable", "")
@@ -569,14 +597,21 @@ fn patch(links: &Links, current: &LinkView, f: &Form, now: u64) -> Result<Patch,
         if current.options["forward_query"] != fq {
             body.insert("forward_query".into(), fq.into());
         }
-        let x = f.get("expired_url").map(str::trim).unwrap_or("");
-        if current.options["expired_url"].as_str().unwrap_or("") != x {
-            let v = if x.is_empty() {
-                serde_json::Value::Null
-            } else {
-                x.into()
+        // Text fields: an emptied one clears the field; one the form does
+        // not have (an older page's) stays.
+        let texts = std::iter::once("expired_url").chain(CARD_FIELDS.iter().map(|(f, _)| *f));
+        for name in texts {
+            let Some(x) = f.get(name).map(str::trim) else {
+                continue;
             };
-            body.insert("expired_url".into(), v);
+            if current.options[name].as_str().unwrap_or("") != x {
+                let v = if x.is_empty() {
+                    serde_json::Value::Null
+                } else {
+                    x.into()
+                };
+                body.insert(name.into(), v);
+            }
         }
         let text = f.get("rules").map(str::trim).unwrap_or("");
         let rules: serde_json::Value = if text.is_empty() {
