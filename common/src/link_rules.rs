@@ -654,7 +654,7 @@ impl When {
         if !self.dev.is_empty() || !self.app.is_empty() {
             let f =
                 ua.get_or_insert_with(|| UaFacts::of_repeated(v.user_agent().unwrap_or_default()));
-            if !self.dev.is_empty() && !self.dev.iter().any(|d| f.is(d, v)) {
+            if !self.dev.is_empty() && !f.is_any(self.dev, v) {
                 return false;
             }
             if !self.app.is_empty() && !f.app.is_some_and(|a| self.app.contains(a)) {
@@ -717,15 +717,23 @@ impl UaFacts {
         *self.device.get_or_insert_with(|| device_class_bytes(ua))
     }
 
-    fn is(&mut self, d: DeviceCond, v: &impl Visitor) -> bool {
-        match d {
-            DeviceCond::Ios => self.ios,
-            DeviceCond::Android => self.android,
-            DeviceCond::Mobile => self.device(v.user_agent().unwrap_or_default()) == Device::Mobile,
-            DeviceCond::Tablet => self.device(v.user_agent().unwrap_or_default()) == Device::Tablet,
-            DeviceCond::Desktop => {
-                self.device(v.user_agent().unwrap_or_default()) == Device::Desktop
-            }
+    /// Whether any of `want` describes the visitor: bit tests, the device
+    /// class computed only when `want` names one.
+    fn is_any(&mut self, want: Set<DeviceCond>, v: &impl Visitor) -> bool {
+        if (self.ios && want.contains(DeviceCond::Ios))
+            || (self.android && want.contains(DeviceCond::Android))
+        {
+            return true;
+        }
+        let classes = [DeviceCond::Mobile, DeviceCond::Tablet, DeviceCond::Desktop];
+        if !classes.iter().any(|c| want.contains(*c)) {
+            return false;
+        }
+        match self.device(v.user_agent().unwrap_or_default()) {
+            Device::Mobile => want.contains(DeviceCond::Mobile),
+            Device::Tablet => want.contains(DeviceCond::Tablet),
+            Device::Desktop => want.contains(DeviceCond::Desktop),
+            Device::Bot | Device::Other => false,
         }
     }
 }

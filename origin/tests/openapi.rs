@@ -78,7 +78,8 @@ fn link() -> Value {
                   {"when": {}, "split": [{"url": "https://x.example/a", "weight": 1},
                                          {"url": "https://x.example/b", "weight": 3}]}],
         "utm_source": "mail", "utm_medium": null, "utm_campaign": null,
-        "utm_term": null, "utm_content": null
+        "utm_term": null, "utm_content": null,
+        "og_title": "Sale", "og_description": null, "og_image": null
     })
 }
 

@@ -135,7 +135,9 @@ fn ensure_template() -> PathBuf {
     // Threads of one test process build it once (they would share the
     // staging directory below); other processes race only on the rename.
     static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = BUILDING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = BUILDING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let tpl = template_dir();
     if tpl.join("mysql").exists() {
         return tpl;

@@ -423,7 +423,9 @@ fn repeated_user_agents_get_the_same_facts() {
 
 #[test]
 fn condition_sets_are_bits_written_in_their_own_order() {
-    let o = opts(r#"{"r":[{"c":{"dev":["desktop","ios","ios"],"app":["tiktok","wechat"]},"u":"https://a"}]}"#);
+    let o = opts(
+        r#"{"r":[{"c":{"dev":["desktop","ios","ios"],"app":["tiktok","wechat"]},"u":"https://a"}]}"#,
+    );
     let w = &o.rules[0].when;
     assert_eq!(
         w.dev.iter().collect::<Vec<_>>(),
@@ -436,7 +438,10 @@ fn condition_sets_are_bits_written_in_their_own_order() {
     );
     // Bounds hold as for the other lists; codes are checked as read.
     let many = vec!["\"ios\""; MAX_VALUES + 1].join(",");
-    assert!(LinkOptions::decode(&format!(r#"{{"r":[{{"c":{{"dev":[{many}]}},"u":"https://a"}}]}}"#)).is_none());
+    assert!(LinkOptions::decode(&format!(
+        r#"{{"r":[{{"c":{{"dev":[{many}]}},"u":"https://a"}}]}}"#
+    ))
+    .is_none());
     assert!(LinkOptions::decode(r#"{"r":[{"c":{"cc":["USA"]},"u":"https://a"}]}"#).is_none());
     assert!(LinkOptions::decode(r#"{"r":[{"c":{"lang":["EN"]},"u":"https://a"}]}"#).is_none());
     let o = opts(r#"{"r":[{"c":{"cc":["US","CN"],"lang":["zh"]},"u":"https://a"}]}"#);
@@ -457,6 +462,14 @@ fn the_card_flag_is_read_and_written_as_g() {
 fn a_rules_conditions_fit_in_little_more_than_a_cache_line() {
     // The edge walks every rule of a link on each request (perf.md, "Link
     // rules laid out for the walk"): no condition list is a Vec of Strings.
-    assert!(std::mem::size_of::<When>() <= 80, "{}", std::mem::size_of::<When>());
-    assert!(std::mem::size_of::<Rule>() <= 128, "{}", std::mem::size_of::<Rule>());
+    assert!(
+        std::mem::size_of::<When>() <= 80,
+        "{}",
+        std::mem::size_of::<When>()
+    );
+    assert!(
+        std::mem::size_of::<Rule>() <= 128,
+        "{}",
+        std::mem::size_of::<Rule>()
+    );
 }
