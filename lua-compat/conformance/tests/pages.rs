@@ -57,14 +57,9 @@ enum From {
     Edge,
 }
 
-fn inval_dropped(edge: &Edge) -> u64 {
-    edge.status()["inval"]["dropped"].as_u64().unwrap_or(0)
-}
-
-#[test]
-fn both_edges_serve_the_same_pages_from_their_caches_and_purge_them() {
-    let redis = Redis::start();
-    let origin = Origin::start(&redis, 50);
+/// Both edges in front of `origin`, each subscribed to invalidations (so
+/// a later change's message reaches it).
+fn subscribed_edges(redis: &Redis, origin: &Origin) -> [Edge; 2] {
     let edges = [
         Edge::pingora(&redis.url(), &origin.addr()),
         Edge::openresty(&format!("127.0.0.1:{}", redis.port()), &origin.addr()),
@@ -74,6 +69,18 @@ fn both_edges_serve_the_same_pages_from_their_caches_and_purge_them() {
             e.status()["inval"]["subscribed"] == json!(true)
         });
     }
+    edges
+}
+
+fn inval_dropped(edge: &Edge) -> u64 {
+    edge.status()["inval"]["dropped"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn both_edges_serve_the_same_pages_from_their_caches_and_purge_them() {
+    let redis = Redis::start();
+    let origin = Origin::start(&redis, 50);
+    let edges = subscribed_edges(&redis, &origin);
     // Stored as browsers read it (`"`, `<`, `>` encoded); the quote in the
     // path and `&` survive and must come out escaped.
     let hostile = "https://evil.example/x'onmouseover='alert(1)'?q=\"><script>alert(1)</script>";
@@ -340,15 +347,7 @@ fn a_crawler_gets_the_same_social_card_from_both_edges() {
     };
     let redis = Redis::start();
     let origin = Origin::start(&redis, 50);
-    let edges = [
-        Edge::pingora(&redis.url(), &origin.addr()),
-        Edge::openresty(&format!("127.0.0.1:{}", redis.port()), &origin.addr()),
-    ];
-    for e in &edges {
-        wait_for(&format!("{} to subscribe", e.name), TIMEOUT, || {
-            e.status()["inval"]["subscribed"] == json!(true)
-        });
-    }
+    let edges = subscribed_edges(&redis, &origin);
     let sale = "https://shop.example/sale?id=7";
     let r = api(
         &origin,

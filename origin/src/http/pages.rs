@@ -148,32 +148,36 @@ pub async fn page(
     }
 }
 
-/// The preview of a live link: its row for the creation date.
-async fn preview(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Response {
-    let kind = PageKind::Preview.label();
+/// The row of a live link of `host` for a page of `kind`, or the answer
+/// instead (the store's error, or the 404 saying why).
+async fn live_row(
+    s: &AppState,
+    headers: &HeaderMap,
+    host: &str,
+    code: &str,
+    kind: &str,
+) -> Result<(LinkRow, Gone), Response> {
     let row = match s.links.store.find(&LinkKey::new(code, host)).await {
         Ok(r) => r,
         Err(e) => {
             count(s, kind, "error");
-            return ApiError::from(crate::links::LinkError::from(e)).into_response();
+            return Err(ApiError::from(crate::links::LinkError::from(e)).into_response());
         }
     };
     let now = now_unix();
     let why = gone_of(row.as_ref(), host, now);
-    let Some(row) = row.filter(|r| is_live(r, host, now)) else {
-        count(s, kind, "not_found");
-        return html_or_json_404(s, headers, host, why);
-    };
-    let created = rfc3339(row.created_at.unwrap_or(0));
-    let page = html::preview(
-        s.links.cfg.pages.theme(Some(host)),
-        &Preview {
-            code,
-            domain: host,
-            url: row.url.as_deref().unwrap_or_default(),
-            created: created.get(..10).unwrap_or(&created),
-        },
-    );
+    match row.filter(|r| is_live(r, host, now)) {
+        Some(r) => Ok((r, why)),
+        None => {
+            count(s, kind, "not_found");
+            Err(html_or_json_404(s, headers, host, why))
+        }
+    }
+}
+
+/// The 200 (or 304) of an HTML page of `kind`, cacheable for as long as
+/// the preview.
+fn html_page(s: &AppState, headers: &HeaderMap, kind: &str, page: Page) -> Response {
     let (r, matched) = cached(
         headers,
         page.body,
@@ -185,27 +189,39 @@ async fn preview(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> R
     r
 }
 
+/// The preview of a live link: its row for the creation date.
+async fn preview(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Response {
+    let kind = PageKind::Preview.label();
+    let row = match live_row(s, headers, host, code, kind).await {
+        Ok((row, _)) => row,
+        Err(r) => return r,
+    };
+    let created = rfc3339(row.created_at.unwrap_or(0));
+    let page = html::preview(
+        s.links.cfg.pages.theme(Some(host)),
+        &Preview {
+            code,
+            domain: host,
+            url: row.url.as_deref().unwrap_or_default(),
+            created: created.get(..10).unwrap_or(&created),
+        },
+    );
+    html_page(s, headers, kind, page)
+}
+
 /// The social card of a live link that has one (protocol 4.4): the page
 /// link-preview crawlers get instead of its redirect.
 async fn card(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Response {
     let kind = PageKind::Card.label();
-    let row = match s.links.store.find(&LinkKey::new(code, host)).await {
+    let (row, why) = match live_row(s, headers, host, code, kind).await {
         Ok(r) => r,
-        Err(e) => {
-            count(s, kind, "error");
-            return ApiError::from(crate::links::LinkError::from(e)).into_response();
-        }
+        Err(r) => return r,
     };
-    let now = now_unix();
-    let why = gone_of(row.as_ref(), host, now);
-    let live = row.filter(|r| is_live(r, host, now));
-    let settings = live
-        .as_ref()
-        .map(|r| Settings::from_column(r.options.as_deref()));
-    let (Some(row), Some(og)) = (live, settings.map(|st| st.og).filter(|o| !o.is_empty())) else {
+    let og = Settings::from_column(row.options.as_deref()).og;
+    if og.is_empty() {
         count(s, kind, "not_found");
         return html_or_json_404(s, headers, host, why);
-    };
+    }
     let page = html::card(
         s.links.cfg.pages.theme(Some(host)),
         &CardPage {
@@ -216,15 +232,7 @@ async fn card(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Resp
             image: og.image.as_deref(),
         },
     );
-    let (r, matched) = cached(
-        headers,
-        page.body,
-        HTML,
-        s.links.cfg.pages.preview_max_age,
-        Some(&page.csp),
-    );
-    count(s, kind, if matched { "not_modified" } else { "ok" });
-    r
+    html_page(s, headers, kind, page)
 }
 
 fn is_live(row: &LinkRow, host: &str, now: u64) -> bool {

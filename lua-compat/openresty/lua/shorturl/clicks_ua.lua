@@ -186,10 +186,10 @@ local trim_value = M.trim_value
 
 ---------------------------------------------------------------- the bot list
 
--- Loads the bot list (one pattern a line, `#` comments, blank lines
--- ignored, a leading `^` anchors it at the start); as ua.rs `parse_list`.
--- Returns the number of patterns, or nil, err.
-function M.load(path)
+-- The lines of one of common/data's files as its Rust reader takes them:
+-- trimmed, blank lines and `#` comment lines skipped, in file order.
+-- Returns the list, or nil, err.
+function M.data_lines(path)
     local f, err = io.open(path, "r")
     if not f then
         return nil, err
@@ -199,30 +199,45 @@ function M.load(path)
     if not text then
         return nil, "cannot read " .. path
     end
-    index, prefixes, patterns = {}, {}, 0
+    local list = {}
     for line in (text .. "\n"):gmatch("([^\n]*)\n") do
-        local p = trim((line:gsub("\r$", "")))
-        if p ~= "" and byte(p, 1) ~= 35 then -- '#'
-            if byte(p, 1) == 94 then -- '^'
-                local rest = sub(p, 2)
-                if rest ~= "" then
-                    prefixes[#prefixes + 1] = lower(rest)
-                    patterns = patterns + 1
-                end
-            else
-                p = lower(p)
-                if #p < 2 then
-                    return nil, "bot pattern " .. p .. " is shorter than 2 bytes"
-                end
-                local k = byte(p, 1) * 256 + byte(p, 2)
-                local bucket = index[k]
-                if not bucket then
-                    bucket = {}
-                    index[k] = bucket
-                end
-                bucket[#bucket + 1] = p
+        local l = trim((line:gsub("\r$", "")))
+        if l ~= "" and byte(l, 1) ~= 35 then -- '#'
+            list[#list + 1] = l
+        end
+    end
+    return list
+end
+
+-- Loads the bot list (one pattern a line, `#` comments, blank lines
+-- ignored, a leading `^` anchors it at the start); as ua.rs `parse_list`.
+-- Returns the number of patterns, or nil, err.
+function M.load(path)
+    local lines, err = M.data_lines(path)
+    if not lines then
+        return nil, err
+    end
+    index, prefixes, patterns = {}, {}, 0
+    for _, p in ipairs(lines) do
+        if byte(p, 1) == 94 then -- '^'
+            local rest = sub(p, 2)
+            if rest ~= "" then
+                prefixes[#prefixes + 1] = lower(rest)
                 patterns = patterns + 1
             end
+        else
+            p = lower(p)
+            if #p < 2 then
+                return nil, "bot pattern " .. p .. " is shorter than 2 bytes"
+            end
+            local k = byte(p, 1) * 256 + byte(p, 2)
+            local bucket = index[k]
+            if not bucket then
+                bucket = {}
+                index[k] = bucket
+            end
+            bucket[#bucket + 1] = p
+            patterns = patterns + 1
         end
     end
     return patterns

@@ -7,7 +7,7 @@
 -- substring of the User-Agent.
 local clicks_ua = require("shorturl.clicks_ua")
 
-local byte, find, lower = string.byte, string.find, string.lower
+local find, lower = string.find, string.lower
 local type = type
 
 local M = {}
@@ -18,23 +18,15 @@ local tokens = {} -- lower case, in file order
 -- `str::trim` does, then blank and `#` lines skipped). Returns the number
 -- of tokens, or nil, err.
 function M.load(path)
-    local f, err = io.open(path, "r")
-    if not f then
+    local lines, err = clicks_ua.data_lines(path)
+    if not lines then
         return nil, err
     end
-    local text = f:read("*a")
-    f:close()
-    if not text then
-        return nil, "cannot read " .. path
-    end
     local list = {}
-    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
-        local l = clicks_ua.trim((line:gsub("\r$", "")))
-        if l ~= "" and byte(l, 1) ~= 35 then -- '#'
-            -- LuaJIT's lower() folds ASCII letters only, as
-            -- ascii_case_insensitive does.
-            list[#list + 1] = lower(l)
-        end
+    for i = 1, #lines do
+        -- LuaJIT's lower() folds ASCII letters only, as
+        -- ascii_case_insensitive does.
+        list[i] = lower(lines[i])
     end
     tokens = list
     return #list

@@ -511,25 +511,17 @@ local inapp = {} -- { app, token }, in file order
 -- naming an unknown app are skipped, as in_app's pattern list does).
 -- Returns the number of patterns, or nil, err.
 function M.load_inapp(path)
-    local f, err = io.open(path, "r")
-    if not f then
+    local lines, err = clicks_ua.data_lines(path)
+    if not lines then
         return nil, err
     end
-    local text = f:read("*a")
-    f:close()
-    if not text then
-        return nil, "cannot read " .. path
-    end
     local list = {}
-    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
-        local l = clicks_ua.trim((line:gsub("\r$", "")))
-        if l ~= "" and byte(l, 1) ~= 35 then
-            local sp = find(l, " ", 1, true)
-            if sp then
-                local app, token = sub(l, 1, sp - 1), clicks_ua.trim(sub(l, sp + 1))
-                if APPS[app] then
-                    list[#list + 1] = { app, token }
-                end
+    for _, l in ipairs(lines) do
+        local sp = find(l, " ", 1, true)
+        if sp then
+            local app, token = sub(l, 1, sp - 1), clicks_ua.trim(sub(l, sp + 1))
+            if APPS[app] then
+                list[#list + 1] = { app, token }
             end
         end
     end
