@@ -869,6 +869,8 @@ async fn link_rules_are_shown_edited_and_previewed_in_the_console() {
                 ("forward_query", "on"),
                 ("expired_url", ""),
                 ("rules", rules),
+                ("og_title", "Summer <sale>"),
+                ("og_image", ""),
             ]),
         )
         .await;
@@ -888,6 +890,14 @@ async fn link_rules_are_shown_edited_and_previewed_in_the_console() {
     assert_eq!(after["forward_query"], true);
     assert_eq!(after["expired_url"], serde_json::Value::Null);
     assert_eq!(after["rules"][0]["url"], "https://a.example/droid");
+    // The social card from the form: set, and an empty input left unset.
+    assert_eq!(after["og_title"], "Summer <sale>");
+    assert_eq!(after["og_image"], serde_json::Value::Null);
+    let shown = c.get(&path, &root).await.text().await.unwrap();
+    assert!(
+        shown.contains("<span id=\"card\">Title: Summer &lt;sale&gt;</span>"),
+        "{shown}"
+    );
     assert_eq!(
         count(&c.s, &format!("SELECT COUNT(*) FROM link_audit WHERE code = '{code}' AND actor = 'admin:root' AND action = 'edit'")),
         1
