@@ -2,7 +2,7 @@
 //! User-Agents a link with a social card answers with its card page
 //! instead of the redirect. The OpenResty module reads the same file.
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
+use aho_corasick::AhoCorasick;
 use std::sync::OnceLock;
 
 /// The crawler tokens (see the file's header).
@@ -10,25 +10,14 @@ pub const CRAWLERS_TXT: &str = include_str!("../data/crawlers.txt");
 
 /// The tokens of [`CRAWLERS_TXT`], in file order.
 pub fn tokens() -> impl Iterator<Item = &'static str> {
-    CRAWLERS_TXT
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    crate::clicks::ua::data_lines(CRAWLERS_TXT)
 }
 
 /// Whether `ua` is a link-preview crawler's: it contains a token, ASCII
 /// case aside. Asked only for a link that has a card.
 pub fn is_crawler(ua: &[u8]) -> bool {
     static AC: OnceLock<Option<AhoCorasick>> = OnceLock::new();
-    let ac = AC.get_or_init(|| {
-        AhoCorasickBuilder::new()
-            .ascii_case_insensitive(true)
-            .match_kind(MatchKind::LeftmostFirst)
-            .kind(Some(AhoCorasickKind::DFA))
-            .build(tokens())
-            .ok()
-    });
-    match ac {
+    match AC.get_or_init(|| crate::link_rules::prefilter(tokens(), true)) {
         Some(ac) => ac.is_match(ua),
         None => {
             let lower = ua.to_ascii_lowercase();

@@ -257,6 +257,14 @@ fn is_param(s: &str) -> bool {
 }
 
 impl LinkOptions {
+    /// Whether a visitor with User-Agent `ua` gets the link's social card
+    /// instead of its redirect (protocol 4.4): the link has one, is live,
+    /// and `ua` is a link-preview crawler's. One rule for the edges and
+    /// the origin.
+    pub fn shows_card(&self, expired: bool, ua: Option<&[u8]>) -> bool {
+        self.card && !self.gone && !expired && ua.is_some_and(crate::crawlers::is_crawler)
+    }
+
     /// True when the options change nothing (the record stays protocol 2).
     pub fn is_empty(&self) -> bool {
         *self == LinkOptions::default()
@@ -609,10 +617,7 @@ struct InApp {
 fn inapp() -> &'static InApp {
     static P: OnceLock<InApp> = OnceLock::new();
     P.get_or_init(|| {
-        let pairs: Vec<(App, &str)> = INAPP_TXT
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        let pairs: Vec<(App, &str)> = crate::clicks::ua::data_lines(INAPP_TXT)
             .filter_map(|l| {
                 let (app, token) = l.split_once(' ')?;
                 Some((App::parse(app)?, token.trim()))
@@ -630,7 +635,10 @@ fn inapp() -> &'static InApp {
 
 /// A DFA that tells whether any of `tokens` occurs (`None` if it cannot be
 /// built: then every search runs).
-fn prefilter<'a>(tokens: impl IntoIterator<Item = &'a str>, caseless: bool) -> Option<AhoCorasick> {
+pub(crate) fn prefilter<'a>(
+    tokens: impl IntoIterator<Item = &'a str>,
+    caseless: bool,
+) -> Option<AhoCorasick> {
     AhoCorasickBuilder::new()
         .ascii_case_insensitive(caseless)
         .match_kind(MatchKind::LeftmostFirst)

@@ -10,7 +10,6 @@
 use crate::cache::{AnswerRef, RecordRef};
 use crate::limits::Limits;
 use crate::net::ClientKey;
-use shorturl_common::crawlers;
 use shorturl_common::link_rules::{self, Destination, Visitor};
 use std::borrow::Cow;
 
@@ -113,7 +112,7 @@ pub fn decide<'a>(
             match rec.options {
                 None if !expired => Verdict::Redirect(rec, Target::Link),
                 None => not_found(facts),
-                Some(o) if o.card && !expired && !o.gone && is_crawler(facts) => Verdict::Card(rec),
+                Some(o) if o.shows_card(expired, facts.user_agent()) => Verdict::Card(rec),
                 Some(o) => match link_rules::choose(o, rec.url, expired, code, facts, now) {
                     Some(c) if c.dest == Destination::Link && matches!(c.url, Cow::Borrowed(_)) => {
                         Verdict::Redirect(rec, Target::Link)
@@ -128,12 +127,6 @@ pub fn decide<'a>(
         AnswerRef::Unavailable => Verdict::Unavailable,
         AnswerRef::Negative(_) => not_found(facts),
     }
-}
-
-/// Whether the request comes from a link-preview crawler (asked only for a
-/// link with a social card).
-fn is_crawler(facts: &impl Facts) -> bool {
-    facts.user_agent().is_some_and(crawlers::is_crawler)
 }
 
 /// Counts a rendered [`Verdict::NotFound`] against the client.

@@ -75,15 +75,20 @@ struct Bots {
     prefixes: Vec<Vec<u8>>,
 }
 
+/// The lines of one of `common/data`'s files: trimmed, blank lines and
+/// `#` comment lines skipped, in file order (the OpenResty module's
+/// `clicks_ua.data_lines` reads them the same way).
+pub fn data_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
+
 /// Splits the list file into substring and prefix patterns (lower-cased).
 fn parse_list(text: &str) -> (Vec<String>, Vec<Vec<u8>>) {
     let mut any = Vec::new();
     let mut prefixes = Vec::new();
-    for line in text.lines() {
-        let p = line.trim();
-        if p.is_empty() || p.starts_with('#') {
-            continue;
-        }
+    for p in data_lines(text) {
         match p.strip_prefix('^') {
             Some(rest) if !rest.is_empty() => prefixes.push(rest.to_ascii_lowercase().into_bytes()),
             Some(_) => {}

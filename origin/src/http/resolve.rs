@@ -7,7 +7,6 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use shorturl_common::code::code_from_path;
-use shorturl_common::crawlers;
 use shorturl_common::link_rules::{self, Visitor};
 use shorturl_common::record::Lookup;
 use shorturl_common::time::now_unix;
@@ -66,12 +65,11 @@ pub async fn redirect(
         peer,
     };
     if let Lookup::Found(r) = &lookup {
-        let card = r.options.as_ref().is_some_and(|o| o.card && !o.gone);
-        if card
-            && r.binds(host)
-            && !r.is_expired_at(now)
-            && visitor.user_agent().is_some_and(crawlers::is_crawler)
-        {
+        let card = r
+            .options
+            .as_ref()
+            .is_some_and(|o| o.shows_card(r.is_expired_at(now), visitor.user_agent()));
+        if card && r.binds(host) {
             // A link-preview crawler gets the social card (protocol 4.4).
             return pages::page(s, PageKind::Card, code, Some(host), headers, None).await;
         }
