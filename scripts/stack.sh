@@ -79,7 +79,13 @@ dev_config() {
   if [ ! -s "$VAR/dev-tls-store-key" ]; then
     (umask 077; head -c 32 /dev/urandom | base64 >"$VAR/dev-tls-store-key")
   fi
-  chmod 600 "$VAR/dev-admin-password" "$VAR/dev-tls-store-key"
+  # The unlock key of password links (protocol 4.5): the origin signs
+  # tokens with it (SHORTURL_UNLOCK_KEY), the edge opens them
+  # (SHORTURL_EDGE_UNLOCK_KEYS).
+  if [ ! -s "$VAR/dev-unlock-key" ]; then
+    (umask 077; head -c 32 /dev/urandom | base64 >"$VAR/dev-unlock-key")
+  fi
+  chmod 600 "$VAR/dev-admin-password" "$VAR/dev-tls-store-key" "$VAR/dev-unlock-key"
   local phc
   phc=$("$BIN/shorturl-origin" hash-password <"$VAR/dev-admin-password")
   rm -f "$VAR/origin.yaml"
@@ -117,7 +123,8 @@ dev_tls() {
 start_origin() {
   alive "$VAR/origin.pid" && return 0
   "$BIN/shorturl-origin" -c "$VAR/origin.yaml" pregen --count "$PREGEN_COUNT" --quiet
-  nohup "$BIN/shorturl-origin" -c "$VAR/origin.yaml" serve >"$VAR/origin.log" 2>&1 &
+  SHORTURL_UNLOCK_KEY=$(cat "$VAR/dev-unlock-key") \
+    nohup "$BIN/shorturl-origin" -c "$VAR/origin.yaml" serve >"$VAR/origin.log" 2>&1 &
   echo $! >"$VAR/origin.pid"
   wait_tcp "$ORIGIN_PORT" origin
 }
@@ -127,6 +134,7 @@ start_edge() {
   alive "$VAR/edge.pid" && return 0
   SHORTURL_EDGE_TLS_STORE_KEY=$(cat "$VAR/dev-tls-store-key") \
   SHORTURL_EDGE_INTERNAL_TOKEN=$(cat "$VAR/dev-internal-token") \
+  SHORTURL_EDGE_UNLOCK_KEYS=$(cat "$VAR/dev-unlock-key") \
     nohup "$BIN/shorturl-edge" -c conf/edge.dev.yaml >"$VAR/edge.log" 2>&1 &
   echo $! >"$VAR/edge.pid"
   wait_tcp "$EDGE_PORT" edge
@@ -165,6 +173,7 @@ case "${1:-}" in
 Stack is up: origin 127.0.0.1:$ORIGIN_PORT, Redis 127.0.0.1:$REDIS_PORT, MariaDB 127.0.0.1:$MYSQL_PORT$([ -x "$BIN/shorturl-edge" ] && echo ", edge 127.0.0.1:$EDGE_PORT").
 API keys: var/dev-api-key (admin), var/dev-merchant-key (merchant 55, domain s.shop55.com); secrets in var/ are mode 0600.
 TLS store key (seals private keys in Redis): var/dev-tls-store-key, given to the edge as SHORTURL_EDGE_TLS_STORE_KEY.
+Unlock key (password links' tokens): var/dev-unlock-key, given to the origin and the edge.
 Admin console: http://127.0.0.1:$ORIGIN_PORT/admin/ (user admin, password in var/dev-admin-password; docs/admin.md)
 Logs: var/*.log. Stop with: make down
 

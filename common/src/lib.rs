@@ -24,12 +24,14 @@ pub mod record;
 pub mod redirect;
 pub mod redis;
 pub mod request_rules;
+pub mod secret_key;
 pub mod singleflight;
 pub mod status;
 pub mod time;
 pub mod tls;
 #[cfg(feature = "tls-seal")]
 pub mod tls_seal;
+pub mod unlock;
 
 /// Version of the wire contract (record format, invalidation channel, HTTP
 /// API, status JSON). 2: versioned records and invalidation messages; 3:

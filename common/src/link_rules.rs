@@ -60,6 +60,11 @@ pub struct LinkOptions {
     /// the redirect (protocol 4.4; `crate::crawlers`).
     #[serde(rename = "g", default, skip_serializing_if = "is_false")]
     pub card: bool,
+    /// The link needs a password (protocol 4.5; the origin keeps its
+    /// hash): only a visitor with a valid unlock token (`crate::unlock`)
+    /// gets its answer.
+    #[serde(rename = "p", default, skip_serializing_if = "is_false")]
+    pub password: bool,
 }
 
 impl LinkOptions {
@@ -260,9 +265,21 @@ impl LinkOptions {
     /// Whether a visitor with User-Agent `ua` gets the link's social card
     /// instead of its redirect (protocol 4.4): the link has one, is live,
     /// and `ua` is a link-preview crawler's. One rule for the edges and
-    /// the origin.
+    /// the origin. A password link shows none (its card page would link
+    /// the destination).
     pub fn shows_card(&self, expired: bool, ua: Option<&[u8]>) -> bool {
-        self.card && !self.gone && !expired && ua.is_some_and(crate::crawlers::is_crawler)
+        self.card
+            && !self.password
+            && !self.gone
+            && !expired
+            && ua.is_some_and(crate::crawlers::is_crawler)
+    }
+
+    /// Whether a visitor must show an unlock token first (protocol 4.5):
+    /// a live password link. A record kept for its fallback carries no
+    /// `p`: the fallback is public.
+    pub fn locked(&self, expired: bool) -> bool {
+        self.password && !self.gone && !expired
     }
 
     /// True when the options change nothing (the record stays protocol 2).

@@ -13,6 +13,9 @@ pub enum PageKind {
     /// A link's social card (protocol 4.4): what link-preview crawlers get
     /// on `/{code}`, served through the page cache from `/{code}.card`.
     Card,
+    /// A password link's form (protocol 4.5): what browsers get on
+    /// `/{code}` without an unlock token, from `/{code}.password`.
+    Password,
 }
 
 impl PageKind {
@@ -23,10 +26,12 @@ impl PageKind {
             PageKind::Png => "png",
             PageKind::Preview => "preview",
             PageKind::Card => "card",
+            PageKind::Password => "password",
         }
     }
 
-    /// `/{code}.svg`, `/{code}.png`, `/{code}+` or `/{code}.card` → the kind and the code
+    /// `/{code}.svg`, `/{code}.png`, `/{code}+`, `/{code}.card` or
+    /// `/{code}.password` → the kind and the code
     /// (not yet checked to be a valid code).
     pub fn of_path(path: &str) -> Option<(PageKind, &str)> {
         let rest = path.strip_prefix('/')?;
@@ -36,6 +41,8 @@ impl PageKind {
             Some((PageKind::Png, code))
         } else if let Some(code) = rest.strip_suffix(".card") {
             Some((PageKind::Card, code))
+        } else if let Some(code) = rest.strip_suffix(".password") {
+            Some((PageKind::Password, code))
         } else {
             rest.strip_suffix('+').map(|code| (PageKind::Preview, code))
         }

@@ -20,25 +20,12 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use openssl::symm::{decrypt_aead, encrypt_aead, Cipher};
-use sha2::{Digest, Sha256};
 
 /// The prefix of a sealed value (format version 1).
 pub const PREFIX: &str = "enc1:";
 const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
-/// Bytes of an AES-256 key.
-pub const KEY_LEN: usize = 32;
-
-/// A store key that is not usable.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum KeyError {
-    #[error("not base64")]
-    NotBase64,
-    #[error(
-        "must be {KEY_LEN} bytes (base64 of 32 random bytes: `openssl rand -base64 32`), got {0}"
-    )]
-    Length(usize),
-}
+pub use crate::secret_key::{KeyError, KEY_LEN};
 
 /// Why a stored value was refused (the certificate or account is not used).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -72,50 +59,8 @@ impl OpenError {
 #[error("sealing failed: {0}")]
 pub struct SealError(#[from] openssl::error::ErrorStack);
 
-/// One AES-256 key and its id. `Debug` shows the id only.
-#[derive(Clone)]
-pub struct StoreKey {
-    id: String,
-    key: [u8; KEY_LEN],
-}
-
-impl std::fmt::Debug for StoreKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StoreKey({})", self.id)
-    }
-}
-
-impl StoreKey {
-    /// The key from its 32 bytes.
-    pub fn from_bytes(key: [u8; KEY_LEN]) -> StoreKey {
-        StoreKey {
-            id: key_id(&key),
-            key,
-        }
-    }
-
-    /// The key from base64 (standard alphabet, surrounding white space
-    /// ignored, as `openssl rand -base64 32` prints it).
-    pub fn from_base64(text: &str) -> Result<StoreKey, KeyError> {
-        let bytes = STANDARD
-            .decode(text.trim())
-            .map_err(|_| KeyError::NotBase64)?;
-        let key: [u8; KEY_LEN] = bytes
-            .as_slice()
-            .try_into()
-            .map_err(|_| KeyError::Length(bytes.len()))?;
-        Ok(StoreKey::from_bytes(key))
-    }
-
-    /// First 8 hex digits of SHA-256 over the key bytes.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-}
-
-fn key_id(key: &[u8]) -> String {
-    hex::encode(&Sha256::digest(key)[..4])
-}
+/// One AES-256 key and its id (`crate::secret_key`).
+pub type StoreKey = crate::secret_key::SecretKey;
 
 /// Which key opened a value: the issuer re-seals all but `Current`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +102,7 @@ impl StoreKeys {
         let mut tag = [0u8; TAG_LEN];
         let ct = encrypt_aead(
             Cipher::aes_256_gcm(),
-            &self.current.key,
+            self.current.bytes(),
             Some(&nonce),
             name.as_bytes(),
             plain,
@@ -204,7 +149,7 @@ impl StoreKeys {
             known = true;
             if let Ok(plain) = decrypt_aead(
                 Cipher::aes_256_gcm(),
-                &k.key,
+                k.bytes(),
                 Some(nonce),
                 name.as_bytes(),
                 ct,
@@ -235,6 +180,7 @@ fn is_other_version(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     const NAME: &str = "su:1:tls:cert:s.shop55.com";
 
@@ -247,7 +193,7 @@ mod tests {
         let k = StoreKey::from_base64(&format!("  {}\n", STANDARD.encode([7u8; 32]))).unwrap();
         assert_eq!(k.id(), &hex::encode(Sha256::digest([7u8; 32]))[..8]);
         assert_eq!(k.id().len(), 8);
-        assert_eq!(format!("{k:?}"), format!("StoreKey({})", k.id()));
+        assert_eq!(format!("{k:?}"), format!("SecretKey({})", k.id()));
         assert_eq!(
             StoreKey::from_base64(&STANDARD.encode([7u8; 31])).unwrap_err(),
             KeyError::Length(31)
@@ -322,8 +268,10 @@ mod tests {
             OpenError::Undecryptable(key(1).id().to_owned())
         );
         // A key with the same id that is not the key (an id names, it does not prove).
-        let mut forged = StoreKeys::new(key(3), vec![]);
-        forged.current.id = key(1).id().to_owned();
+        let forged = StoreKeys::new(
+            crate::secret_key::SecretKey::forged([3; KEY_LEN], key(1).id()),
+            vec![],
+        );
         assert!(matches!(
             forged.open(NAME, &v),
             Err(OpenError::Undecryptable(_))

@@ -23,6 +23,9 @@ pub trait Facts: Visitor {
     fn client(&self) -> Option<ClientKey>;
     /// The client prefers HTML: its 404 is the origin's page.
     fn prefers_html(&self) -> bool;
+    /// The request carries an unlock token that opens `code` of `rec` at
+    /// `now` (protocol 4.5). Read only for a live password link.
+    fn unlocked(&self, rec: &RecordRef<'_>, code: &str, now: u64) -> bool;
 }
 
 /// Where an answer comes from.
@@ -86,6 +89,9 @@ pub enum Verdict<'a> {
     /// A link-preview crawler on a live link with a social card: the card
     /// page (protocol 4.4), through the page cache.
     Card(RecordRef<'a>),
+    /// A live password link and no unlock token that opens it (protocol
+    /// 4.5): the form (`page`: the client prefers HTML), else the 401.
+    Locked { page: bool },
 }
 
 /// Whether a lookup may run for this request: a miss costs Redis and
@@ -112,6 +118,11 @@ pub fn decide<'a>(
             match rec.options {
                 None if !expired => Verdict::Redirect(rec, Target::Link),
                 None => not_found(facts),
+                Some(o) if o.locked(expired) && !facts.unlocked(&rec, code, now) => {
+                    Verdict::Locked {
+                        page: facts.prefers_html(),
+                    }
+                }
                 Some(o) if o.shows_card(expired, facts.user_agent()) => Verdict::Card(rec),
                 Some(o) => match link_rules::choose(o, rec.url, expired, code, facts, now) {
                     Some(c) if c.dest == Destination::Link && matches!(c.url, Cow::Borrowed(_)) => {
@@ -165,6 +176,7 @@ mod tests {
         client: Option<IpAddr>,
         html: bool,
         ua: &'static str,
+        cookie: Option<&'static str>,
     }
 
     impl Visitor for Req {
@@ -195,6 +207,22 @@ mod tests {
         fn prefers_html(&self) -> bool {
             self.html
         }
+        fn unlocked(&self, rec: &RecordRef<'_>, code: &str, now: u64) -> bool {
+            unlock_keys().opened_by(
+                self.cookie.map(str::as_bytes),
+                rec.domain,
+                code,
+                rec.version,
+                now,
+            )
+        }
+    }
+
+    fn unlock_keys() -> shorturl_common::unlock::UnlockKeys {
+        shorturl_common::unlock::UnlockKeys::from_base64([
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"))
     }
 
     const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
@@ -205,6 +233,7 @@ mod tests {
             client: Some(CLIENT),
             html: false,
             ua: "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148",
+            cookie: None,
         }
     }
 

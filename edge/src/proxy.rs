@@ -20,7 +20,7 @@
 //!   `response_cache_filter` and `should_serve_stale` act only on them
 
 use crate::access_log::LogLine;
-use crate::cache::{AnswerRef, Entry, Key};
+use crate::cache::{AnswerRef, Entry, Key, RecordRef};
 use crate::decide::{self, decide, Facts, Source, Verdict};
 use crate::limits::Refusal;
 use crate::lookup::Resolved;
@@ -74,6 +74,9 @@ pub struct PageCtx {
     /// The origin's path for it when not the request's (a social card
     /// answered on `/{code}` is the origin's `/{code}.card`).
     upstream_path: Option<String>,
+    /// Answered on `/{code}` for this visitor only (a password form):
+    /// the client's copy says `no-store`, the cached one keeps its own.
+    no_store: bool,
 }
 
 /// Where a looked-up code's answer lives: a cached entry, or the result
@@ -161,6 +164,17 @@ impl Facts for ProxyFacts<'_> {
     fn prefers_html(&self) -> bool {
         prefers_html(self.req)
     }
+
+    fn unlocked(&self, rec: &RecordRef<'_>, code: &str, now: u64) -> bool {
+        let cookies = self.req.headers.get_all(http::header::COOKIE);
+        self.edge.state.cfg.unlock.opened_by(
+            cookies.iter().map(|v| v.as_bytes()),
+            rec.domain,
+            code,
+            rec.version,
+            now,
+        )
+    }
 }
 
 /// Per-request state.
@@ -173,6 +187,8 @@ pub struct Ctx {
     client: Option<IpAddr>,
     /// A creation was forwarded: its answer may count as refused.
     creation: bool,
+    /// A password entry was forwarded (`POST /{code}`).
+    unlock: bool,
     /// Where the request's host is (protocol 2.1); `None`: no domain.
     host: Option<HostAt>,
     upstream: Option<SocketAddr>,
@@ -200,6 +216,9 @@ pub struct BatchBody {
 
 /// The path of a batch creation (protocol section 5).
 const BATCH_PATH: &str = "/api/v1/links/batch";
+/// Largest password form an edge passes on (protocol 4.5; the origin
+/// reads no more either).
+const MAX_UNLOCK_BODY: u64 = 4096;
 
 /// Whether the client prefers HTML to JSON (`common::accept`).
 fn prefers_html(req: &RequestHeader) -> bool {
@@ -308,7 +327,13 @@ impl Edge {
                     .record(session.req_header(), (code, rec.domain), dest, now);
                 let hsts = self.hsts(ctx);
                 let url = target.url(&rec);
-                respond::redirect(session, &self.state.cfg.redirect, url, hsts).await?;
+                let mut h = respond::redirect_header(&self.state.cfg.redirect, url, hsts)?;
+                if rec.options.is_some_and(|o| o.password) {
+                    // Opened by the visitor's cookie: no cache may keep it
+                    // past the token or a new password (protocol 4.5).
+                    h.insert_header("Cache-Control", "no-store")?;
+                }
+                session.write_response_header(Box::new(h), true).await?;
                 Ok(true)
             }
             Verdict::Card(rec) => {
@@ -319,22 +344,97 @@ impl Edge {
                     Some(Destination::Link),
                     now,
                 );
-                ctx.outcome = Outcome::Page;
-                let req = session.req_header();
-                let key = ctx
-                    .host
-                    .and_then(|h| h.get(req))
-                    .and_then(|host| crate::pages::key(host, PageKind::Card, code, None));
-                self.to_page_origin(session, ctx, key, false);
+                self.page_instead(session, ctx, PageKind::Card, code);
+                Ok(false)
+            }
+            Verdict::Locked { page: true } => {
+                // The password form (protocol 4.5): no click yet.
+                self.page_instead(session, ctx, PageKind::Password, code);
                 if let Some(p) = ctx.page.as_mut() {
-                    p.upstream_path = Some(format!("/{code}.card"));
+                    p.no_store = true;
                 }
                 Ok(false)
+            }
+            Verdict::Locked { page: false } => {
+                ctx.outcome = Outcome::Local;
+                respond::error(
+                    session,
+                    401,
+                    "password_required",
+                    "this link needs a password",
+                    None,
+                )
+                .await?;
+                Ok(true)
             }
             Verdict::NotFound { page } => self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => self.unavailable(session).await,
         }
+    }
+
+    /// Answers `/{code}` with the code's page of `kind` (the origin's
+    /// `/{code}.<kind>`, through the page cache).
+    fn page_instead(&self, session: &mut Session, ctx: &mut Ctx, kind: PageKind, code: &str) {
+        ctx.outcome = Outcome::Page;
+        let req = session.req_header();
+        let key = ctx
+            .host
+            .and_then(|h| h.get(req))
+            .and_then(|host| crate::pages::key(host, kind, code, None));
+        self.to_page_origin(session, ctx, key, false);
+        if let Some(p) = ctx.page.as_mut() {
+            p.upstream_path = Some(format!("/{code}.{}", kind.label()));
+        }
+    }
+
+    /// `POST /{code}`: a password link's form (protocol 4.5). Looked up
+    /// and decided as `GET` is; a live password link's entry goes to the
+    /// origin (uncached), which checks it and sets the unlock token.
+    async fn unlock(&self, session: &mut Session, ctx: &mut Ctx, code: &str) -> Result<bool> {
+        let looked = self.look_up(session.req_header(), ctx, code).await;
+        let now = now_unix();
+        match self.verdict(session.req_header(), ctx, code, &looked, now) {
+            Verdict::Locked { .. } => {}
+            // Entered again with a token that already opens it.
+            Verdict::Redirect(rec, _) if rec.options.is_some_and(|o| o.password) => {}
+            Verdict::NotFound { page } => return self.not_found_code(session, ctx, page).await,
+            Verdict::TooMany => return self.too_many(session, ctx, Refusal::Unknown).await,
+            Verdict::Unavailable => return self.unavailable(session).await,
+            Verdict::Redirect(..) | Verdict::Card(_) => {
+                ctx.outcome = Outcome::Bad;
+                respond::error(
+                    session,
+                    405,
+                    "method_not_allowed",
+                    "only GET and HEAD resolve a short link",
+                    None,
+                )
+                .await?;
+                return Ok(true);
+            }
+        }
+        let too_long = session
+            .req_header()
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n > MAX_UNLOCK_BODY);
+        if too_long {
+            ctx.outcome = Outcome::Bad;
+            respond::error(
+                session,
+                413,
+                "body_too_large",
+                "body is larger than 4096 bytes",
+                None,
+            )
+            .await?;
+            return Ok(true);
+        }
+        ctx.unlock = true;
+        self.to_origin(session, ctx).await
     }
 
     /// The 503 of a failed record lookup.
@@ -455,7 +555,9 @@ impl Edge {
                     .not_found_code(session, ctx, prefers_html(session.req_header()))
                     .await
             }
-            Verdict::Redirect(..) | Verdict::Card(_) => {}
+            // The origin answers a password link's pages (its preview is
+            // the form, its card none).
+            Verdict::Redirect(..) | Verdict::Card(_) | Verdict::Locked { .. } => {}
             Verdict::NotFound { page } => return self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => return self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => return self.unavailable(session).await,
@@ -484,6 +586,7 @@ impl Edge {
             key,
             html404,
             upstream_path: None,
+            no_store: false,
         }));
         session.set_read_timeout(Some(self.state.cfg.limits.client_timeout));
         session.set_write_timeout(Some(self.state.cfg.limits.client_timeout));
@@ -508,6 +611,11 @@ impl Edge {
                 }
             }
         }
+        self.to_origin(session, ctx).await
+    }
+
+    /// Proxies the request to an origin of the pool, uncached.
+    async fn to_origin(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         ctx.outcome = Outcome::Fwd;
         let Some(addr) = self.origin.select() else {
             self.state.metrics.origin_error.inc();
@@ -545,6 +653,7 @@ impl ProxyHttp for Edge {
             peer: None,
             client: None,
             creation: false,
+            unlock: false,
             host: None,
             upstream: None,
             connect_failures: 0,
@@ -618,6 +727,7 @@ impl ProxyHttp for Edge {
                 self.page(session, ctx, kind, &code).await
             }
             Route::AcmeChallenge => self.acme_challenge(session, ctx).await,
+            Route::Unlock(code) => self.unlock(session, ctx, code.as_str()).await,
             Route::CodeWrongMethod => {
                 ctx.outcome = Outcome::Bad;
                 respond::error(
@@ -818,8 +928,16 @@ impl ProxyHttp for Edge {
         if let Some(path) = ctx.page.as_ref().and_then(|p| p.upstream_path.as_deref()) {
             let uri = path
                 .parse::<http::Uri>()
-                .or_err(ErrorType::InternalError, "card path")?;
+                .or_err(ErrorType::InternalError, "page path")?;
             upstream.set_uri(uri);
+        }
+        if ctx.unlock {
+            // Whether the unlock cookie may say `Secure` (protocol 4.5).
+            if ctx.tls {
+                upstream.insert_header("X-Forwarded-Proto", "https")?;
+            } else {
+                upstream.remove_header("X-Forwarded-Proto");
+            }
         }
         if let Some(peer) = ctx.peer {
             let xff = forwarded_for(
@@ -849,6 +967,9 @@ impl ProxyHttp for Edge {
         }
         if let Some(v) = self.hsts(ctx) {
             upstream.insert_header("Strict-Transport-Security", v.clone())?;
+        }
+        if ctx.page.as_ref().is_some_and(|p| p.no_store) {
+            upstream.insert_header("Cache-Control", "no-store")?;
         }
         Ok(())
     }

@@ -62,6 +62,8 @@ pub enum Route {
     Code(CodeBuf),
     /// `GET|HEAD /{code}.svg`, `/{code}.png` or `/{code}+`.
     Page(PageKind, CodeBuf),
+    /// `POST /{code}`: a password link's form (protocol 4.5).
+    Unlock(CodeBuf),
     /// Another method on a code or page path: 405.
     CodeWrongMethod,
     /// Proxied to the origin pool.
@@ -79,7 +81,13 @@ pub enum Route {
 /// Routes `req` (see the module documentation).
 pub fn route(req: &RequestHeader) -> Route {
     let get_or_head = req.method == Method::GET || req.method == Method::HEAD;
-    route_path(get_or_head, req.uri.path())
+    let path = req.uri.path();
+    if req.method == Method::POST && !matches!(path, "/shorturl_status" | "/healthz") {
+        if let Some(c) = code_from_path(path).and_then(CodeBuf::new) {
+            return Route::Unlock(c);
+        }
+    }
+    route_path(get_or_head, path)
 }
 
 /// Routes a request by its method (`GET`/`HEAD` or not) and its path (no
@@ -135,9 +143,13 @@ mod tests {
         assert_eq!(to("GET", "/promo-0001_x"), "code promo-0001_x");
         let longest = format!("/{}", "z".repeat(CUSTOM_MAX));
         assert_eq!(to("GET", &longest), format!("code {}", &longest[1..]));
-        for m in ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"] {
+        for m in ["PUT", "DELETE", "PATCH", "OPTIONS"] {
             assert_eq!(to(m, "/aB3xYz"), "CodeWrongMethod", "{m}");
         }
+        // A password link's form posts to the link (protocol 4.5).
+        assert_eq!(to("POST", "/aB3xYz?x=1"), "Unlock(CodeBuf(\"aB3xYz\"))");
+        assert_eq!(to("POST", "/healthz"), "CodeWrongMethod");
+        assert_eq!(to("POST", "/aB3xYz.png"), "CodeWrongMethod");
     }
 
     #[test]

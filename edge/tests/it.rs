@@ -19,6 +19,7 @@ mod invalidation;
 mod legacy_config;
 mod operations;
 mod pages_cache;
+mod password_browser;
 mod redirects;
 mod redis_cluster;
 mod redis_sentinel;

@@ -43,13 +43,16 @@
 #     needs libmaxminddb0)  SU_GEO_RELOAD_INTERVAL_MS=5000 (how often the database file is checked)
 #   Social cards (protocol 4.4): SU_CRAWLERS_FILE=<link-preview crawler tokens> (default
 #     common/data/crawlers.txt of this checkout)
-#   SU_CONF=<file.lua>  use this module config instead of generating one (its `tls` table holds the
-#     store keys then); the config is written mode 0600 (it may hold the store key)
+#   Password links (protocol 4.5): SU_UNLOCK_KEYS=<base64 of 32 bytes>[,<base64>...] (default none:
+#     no unlock token is valid) the keys whose `su_pass` tokens open a link, as the Pingora edge's
+#     unlock.keys: the origin's unlock.key, plus its old_keys while their tokens live
+#   SU_CONF=<file.lua>  use this module config instead of generating one (its `tls` and `unlock`
+#     tables hold the keys then); the config is written mode 0600 (it may hold the keys)
 #   SU_DIE_WITH_MASTER=1  workers exit when the master dies (test harnesses)
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,49p' "$0" >&2
+  sed -n '2,52p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -135,10 +138,27 @@ case "$store_key$store_old_keys" in *[!A-Za-z0-9+/=,\ ]*)
   echo "start.sh: SU_TLS_STORE_KEY and SU_TLS_STORE_OLD_KEYS must be base64 (old keys comma-separated)" >&2; exit 2 ;;
 esac
 case "$store_key" in *,*) echo "start.sh: SU_TLS_STORE_KEY is one key" >&2; exit 2 ;; esac
+unlock_keys="${SU_UNLOCK_KEYS:-}"
+case "$unlock_keys" in *[!A-Za-z0-9+/=,\ ]*)
+  echo "start.sh: SU_UNLOCK_KEYS must be base64 keys (32 bytes each: \`openssl rand -base64 32\`), comma-separated" >&2; exit 2 ;;
+esac
+# Each key's length here too: the module's config (config.lua) refuses it
+# as well, but only when nginx starts (`nginx -t`, SU_CHECK=1, does not
+# run the module's init).
+unlock_i=0
+IFS=',' read -ra unlock_list <<< "$unlock_keys"
+for k in "${unlock_list[@]}"; do
+  k="${k// /}"
+  [ -n "$k" ] || continue
+  if ! n="$(printf '%s' "$k" | base64 -d 2>/dev/null | wc -c)" || [ "${n// /}" != 32 ]; then
+    echo "start.sh: SU_UNLOCK_KEYS: key $unlock_i is not base64 of 32 bytes (\`openssl rand -base64 32\`)" >&2; exit 2
+  fi
+  unlock_i=$((unlock_i + 1))
+done
 
 conf="$prefix/conf/shorturl.lua"
-# The config may hold secrets (the store key, the internal token, Redis
-# credentials): readable by its owner only.
+# The config may hold secrets (the store key, the unlock keys, the internal
+# token, Redis credentials): readable by its owner only.
 rm -f "$conf"
 umask_was=$(umask); umask 077
 if [ -n "${SU_CONF:-}" ]; then
@@ -199,6 +219,9 @@ return {
   tls = {
     store_key = "$store_key",
     store_old_keys = $(lua_list "$store_old_keys"),
+  },
+  unlock = {
+    keys = $(lua_list "$unlock_keys"),
   },
   die_with_master = $([ "${SU_DIE_WITH_MASTER:-0}" = 1 ] && echo true || echo false),
 }

@@ -72,6 +72,10 @@ impl From<LinkError> for ApiError {
                 "version_mismatch",
                 e.to_string(),
             ),
+            LinkError::PasswordsDisabled => {
+                ApiError::bad_request("invalid_password", e.to_string())
+            }
+            LinkError::PasswordHash => unavailable("the password could not be stored; retry"),
             LinkError::InvalidCursor => ApiError::bad_request(
                 "invalid_cursor",
                 "cursor is not one this query returned (changed, or from other filters)",

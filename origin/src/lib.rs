@@ -26,6 +26,7 @@ pub mod links;
 pub mod metrics;
 pub mod outbox;
 pub mod pages;
+pub mod passwords;
 pub mod permutation;
 pub mod pregen;
 pub mod rekey;

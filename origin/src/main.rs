@@ -237,7 +237,7 @@ fn hash_password() -> ExitCode {
         eprintln!("empty password: give one line on stdin");
         return ExitCode::from(2);
     }
-    match shorturl_origin::admin::users::hash_password(password) {
+    match shorturl_origin::passwords::hash_password(password) {
         Ok(h) => {
             println!("{h}");
             ExitCode::SUCCESS

@@ -33,6 +33,10 @@ pub struct Metrics {
     /// Pages rendered for people (`kind`: svg, png, preview, html404;
     /// `result`: ok, not_modified, not_found, bad_request, error).
     pub pages: IntCounterVec,
+    /// Password entries of password links (`result`: ok, wrong, limited,
+    /// busy, bad_request, cross_site) and password checks run.
+    pub unlock_attempts: IntCounterVec,
+    pub unlock_checks: IntCounter,
     pub requests: HistogramVec,
     /// Outbox rows pending (the whole installation's, as last polled).
     pub outbox_pending: IntGauge,
@@ -123,7 +127,22 @@ impl Metrics {
             &["kind", "result"],
         )?;
         r.register(Box::new(pages.clone()))?;
+        let unlock_attempts = IntCounterVec::new(
+            Opts::new(
+                "unlock_attempts_total",
+                "Password entries of password-protected links, by result",
+            ),
+            &["result"],
+        )?;
+        r.register(Box::new(unlock_attempts.clone()))?;
+        let unlock_checks = IntCounter::new(
+            "unlock_password_checks_total",
+            "Password checks (argon2id) run for password-protected links",
+        )?;
+        r.register(Box::new(unlock_checks.clone()))?;
         Ok(Metrics {
+            unlock_attempts,
+            unlock_checks,
             redis_hit: dim("redis", "hit"),
             redis_miss: dim("redis", "miss"),
             redis_error: dim("redis", "error"),

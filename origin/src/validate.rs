@@ -14,6 +14,7 @@ pub use stats::{parse_link_stats, parse_tenant_stats};
 use crate::config::LinksConfig;
 use crate::error::ApiError;
 use crate::links::options::Settings;
+use crate::links::unlock::NewPassword;
 use serde_json::{Map, Value};
 use shorturl_common::code::{is_reserved_code, is_valid_code};
 use shorturl_common::host::normalize_host;
@@ -32,9 +33,11 @@ pub struct CreateRequest {
     /// Options, rules and UTM fields (`links::options`); the URL above
     /// already carries the UTM fields.
     pub settings: Settings,
+    /// The password to protect it with (hashed by the creation).
+    pub password: Option<NewPassword>,
 }
 
-const FIELDS: [&str; 19] = [
+const FIELDS: [&str; 20] = [
     "url",
     "domain",
     "app",
@@ -54,6 +57,7 @@ const FIELDS: [&str; 19] = [
     "og_title",
     "og_description",
     "og_image",
+    "password",
 ];
 
 /// A JSON object with only `fields` in it, or the 400 saying why not.
@@ -201,6 +205,7 @@ fn create_of(obj: Map<String, Value>, cfg: &LinksConfig) -> Result<CreateRequest
         code,
         ttl_days,
         settings,
+        password: crate::links::unlock::parse(&obj)?.flatten(),
     })
 }
 

@@ -28,6 +28,7 @@ mod odd_requests;
 mod openapi;
 mod operations;
 mod pages;
+mod password_links;
 mod per_domain_codes;
 mod recycle;
 mod schemathesis;

@@ -53,6 +53,7 @@ async fn a_link_is_read_edited_disabled_enabled_deleted_and_its_history_kept() {
             "og_description",
             "og_image",
             "og_title",
+            "password_protected",
             "reaped_at",
             "rules",
             "short_url",

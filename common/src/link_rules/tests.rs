@@ -459,6 +459,21 @@ fn the_card_flag_is_read_and_written_as_g() {
 }
 
 #[test]
+fn the_password_flag_is_read_and_written_as_p_and_hides_the_card() {
+    let o = opts(r#"{"g":true,"p":true}"#);
+    assert!(o.password && o.card);
+    assert_eq!(o.encode(), r#"{"g":true,"p":true}"#);
+    assert!(LinkOptions::decode(r#"{"p":"yes"}"#).is_none());
+    assert_eq!(opts(r#"[false,null,false,[],true,true]"#), o);
+    // A password link's card would link its destination: none is shown.
+    let crawler = Some(&b"facebookexternalhit/1.1"[..]);
+    assert!(!o.shows_card(false, crawler));
+    assert!(opts(r#"{"g":true}"#).shows_card(false, crawler));
+    assert!(o.locked(false));
+    assert!(!o.locked(true), "an expired link's fallback is public");
+}
+
+#[test]
 fn a_rules_conditions_fit_in_little_more_than_a_cache_line() {
     // The edge walks every rule of a link on each request (perf.md, "Link
     // rules laid out for the walk"): no condition list is a Vec of Strings.

@@ -67,6 +67,19 @@ pub struct EdgeFile {
     /// The visitor's country for the link rules (`config::geo`).
     #[serde(default)]
     pub geo: GeoFile,
+    /// Password links' unlock tokens (`config::unlock`).
+    #[serde(default)]
+    pub unlock: UnlockFile,
+}
+
+/// `edge.unlock`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnlockFile {
+    /// Base64 of 32 bytes each: every key an unlock token may be signed
+    /// with (the origins' `unlock.key` and, while rotating, the previous).
+    #[serde(default)]
+    pub keys: Vec<String>,
 }
 
 /// `edge.geo`.
@@ -132,6 +145,7 @@ impl EdgeFile {
             fast_path: FastPathFile::default(),
             heartbeat_interval_ms: d_heartbeat_interval_ms(),
             geo: GeoFile::default(),
+            unlock: UnlockFile::default(),
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod legacy_lua;
 pub mod limits;
 pub mod origin;
 pub mod redis;
+pub mod unlock;
 
 pub use self::access_log::{AccessLogConfig, AccessLogTarget};
 pub use self::cache::{CacheConfig, PagesCacheConfig};
@@ -103,6 +104,8 @@ pub struct EdgeConfig {
     pub fast_path: FastPathConfig,
     /// The visitor's country for the link rules (`crate::geo`).
     pub geo: GeoConfig,
+    /// The keys that open password links' unlock tokens (protocol 4.5).
+    pub unlock: shorturl_common::unlock::UnlockKeys,
 }
 
 /// The redirect fast path.
@@ -213,6 +216,7 @@ fn edge_from_file(
     let pages_cache = cache::pages_from_file(&f.pages_cache)?;
     let access_log = access_log::from_file(&f.access_log)?;
     let geo = geo::from_file(&f.geo)?;
+    let unlock = unlock::from_file(&f.unlock, env)?;
     Ok(EdgeConfig {
         listen: f.listen,
         metrics_listen: f.metrics_listen,
@@ -237,6 +241,7 @@ fn edge_from_file(
         },
         heartbeat_interval: Duration::from_millis(f.heartbeat_interval_ms),
         geo,
+        unlock,
     })
 }
 

@@ -4,7 +4,7 @@
 use super::answer::{Answers, End};
 use super::parse::{parse, Parsed, Request};
 use crate::access_log::LogLine;
-use crate::cache::{AnswerRef, Frame, Key};
+use crate::cache::{AnswerRef, Frame, Key, RecordRef};
 use crate::clicks::record::ClickParts;
 use crate::decide::{self, decide, Facts, Source, Target, Verdict};
 use crate::net::{client_of_values_repeated, ClientKey};
@@ -357,7 +357,10 @@ impl FastPath {
                 self.not_found(req, conn, &facts, out);
                 404
             }
-            Verdict::NotFound { page: true } | Verdict::TooMany | Verdict::Card(_) => return None,
+            Verdict::NotFound { page: true }
+            | Verdict::TooMany
+            | Verdict::Card(_)
+            | Verdict::Locked { .. } => return None,
         };
         s.metrics.local_miss.inc();
         s.metrics.fast_path.resolved.inc();
@@ -492,6 +495,12 @@ impl Facts for FastFacts<'_> {
     fn prefers_html(&self) -> bool {
         let accept = self.req.accept.and_then(|a| std::str::from_utf8(a).ok());
         shorturl_common::accept::prefers_html(accept)
+    }
+
+    /// The fast path reads no cookies: a password link is the proxy's,
+    /// which opens its token in process (no origin round trip either way).
+    fn unlocked(&self, _: &RecordRef<'_>, _: &str, _: u64) -> bool {
+        false
     }
 }
 

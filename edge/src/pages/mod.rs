@@ -124,7 +124,7 @@ impl PageCache {
 pub fn key(host: &str, kind: PageKind, code: &str, query: Option<&str>) -> Option<CacheKey> {
     let host = normalize_host(host)?;
     let params = match kind {
-        PageKind::Preview | PageKind::Card => String::new(),
+        PageKind::Preview | PageKind::Card | PageKind::Password => String::new(),
         PageKind::Svg | PageKind::Png => {
             let p = QrParams::from_query(query).ok()?;
             format!("{}x{}", p.size, p.margin)

@@ -14,3 +14,4 @@ mod openresty_cluster;
 mod openresty_invalidation;
 mod openresty_tls;
 mod pages;
+mod password_links;

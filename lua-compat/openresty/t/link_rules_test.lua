@@ -409,7 +409,7 @@ for _, b in ipairs({
     '{"g":true,}',
     '[true,null,false,[],null]',
     '[true,null,false,[],1]',
-    '[true,null,false,[],true,false]',
+    '[true,null,false,[],true,false,false]', -- a 7th field (p is the 6th)
     '[true,null,false,[],true,]',
     '{"g":true,"d":true}',
 }) do
@@ -451,6 +451,75 @@ do
     eq(label, "expired", "g: expired label")
     local a = proto.decode('3 4 9 d.com https://x/ {"g":true}')
     ok(a and a.kind == "found" and a.opts and a.opts.g == true, "record with g decoded")
+end
+
+---------------------------------------------------------------- p: a password (protocol 4.5)
+-- Read as `g` is (a plain bool, LinkOptions' 6th field: the 6th element
+-- of the sequence form), written last and only when true.
+for _, b in ipairs({
+    '{"p":1}',
+    '{"p":0}',
+    '{"p":null}',
+    '{"p":"true"}',
+    '{"p":[]}',
+    '{"p":{}}',
+    '{"p":True}',
+    '{"p":tru}',
+    '{"p":true,"p":true}',
+    '{"p":true,"p":false}',
+    '{"p": true}',
+    '{"P":true}',
+    '{"p":true,}',
+    '{"p":"1"}',
+    '[true,null,false,[],false,null]',
+    '[true,null,false,[],false,1]',
+    '[true,null,false,[],false,true,false]',
+    '[true,null,false,[],false,true,]',
+    '{"p":true,"d":true}',
+}) do
+    eq(link_rules.decode(b), nil, "refused (p): " .. b)
+end
+for _, p in ipairs({
+    { '{"p":true}', '{"p":true}' },
+    { '{"p":false}', '{}' },
+    { '{"\\u0070":true}', '{"p":true}' },
+    { '{"p":true,"f":true}', '{"f":true,"p":true}' },
+    { '{"p":true,"g":true}', '{"g":true,"p":true}' },
+    { '{"p":true,"x":"https://a/x","d":true}', '{"x":"https://a/x","d":true,"p":true}' },
+    { '{"p":true,"r":[{"c":{"dev":["ios"]},"u":"https://a/1"}],"f":false}',
+        '{"r":[{"c":{"dev":["ios"]},"u":"https://a/1"}],"p":true}' },
+    { '[false,null,false,[],false,true]', '{"p":true}' },
+    { '[false,null,false,[],true]', '{"g":true}' },
+    { '[true,null,false,[],false,false]', '{"f":true}' },
+    { '[false,"https://a/x",false,[[{},"https://a/1"]],true,true]',
+        '{"x":"https://a/x","r":[{"c":{},"u":"https://a/1"}],"g":true,"p":true}' },
+}) do
+    local o = link_rules.decode(p[1])
+    eq(o and link_rules.encode(o), p[2], "accepted (p): " .. p[1])
+end
+do
+    local o = opts('{"p":true}')
+    eq(o.p, true, "p read")
+    eq(opts("{}").p, false, "p defaults to false")
+    eq(opts('{"g":true}').p, false, "p defaults to false beside g")
+    ok(not link_rules.is_empty(o), "options with only p change something")
+    eq(proto.encode_record(3, 9, "d.com", "https://x/", o), '3 3 9 d.com https://x/ {"p":true}',
+        "a record with p stays protocol 3")
+    -- Otherwise evaluated exactly as before: the password is the edge's
+    -- gate (edge.lua, unlock.lua), not choose()'s.
+    local url, label = link_rules.choose(o, "https://x.example/base", false, "abc123", V({ ua = IPHONE }), 1)
+    eq(url, "https://x.example/base", "p: the link's URL")
+    eq(label, "link", "p: label link")
+    local r = opts('{"p":true,"f":true,"r":[{"c":{"dev":["ios"]},"u":"https://a/ios"}]}')
+    eq(url_for(r, V({ ua = IPHONE, q = "a=1" }), 1), "https://a/ios?a=1", "p: rules and forwarding unchanged")
+    local x = opts('{"p":true,"x":"https://a/over"}')
+    url, label = link_rules.choose(x, "https://x/", true, "c", V(), 1)
+    eq(url, "https://a/over", "p: expired, the fallback")
+    eq(label, "expired", "p: expired label")
+    local a = proto.decode('3 4 9 s.shop55.com https://x/ {"p":true}')
+    ok(a and a.kind == "found" and a.opts and a.opts.p == true and a.v == 4, "record with p decoded")
+    local n = proto.decode('3 4 9 s.shop55.com https://x/ {"p":1}')
+    eq(n, nil, "record with a malformed p: a miss")
 end
 
 ---------------------------------------------------------------- record.rs: protocol 3 records

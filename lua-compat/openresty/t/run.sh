@@ -10,7 +10,8 @@
 #    (start.sh) in front of a private Redis holding protocol 3 records,
 #    checking the redirects link rules answer (Location, 404s, the country
 #    header from a trusted proxy, forwarding, pages of a disabled link, the
-#    social card's decision) and
+#    social card's decision, a password link's gate with unlock tokens
+#    signed here by Python, and its form posts) and
 #    the protocol 3.5 keys (records and invalidations by (domain, code), a
 #    request without Host) and the protocol 3.6 click keys (the batches in
 #    the stream).
@@ -80,6 +81,7 @@ http {
     init_by_lua_block { require("resty.core") }
     lua_shared_dict shorturl_cache 1m;
     lua_shared_dict shorturl_state 1m;
+    lua_shared_dict shorturl_pages_gen 1m;
     access_log off;
     server {
         listen 127.0.0.1:$port;
@@ -118,7 +120,9 @@ mport="${SU_T_PORT5:-$(free_port)}"
 # geo_test.lua left a database placing 127.0.0.0/8 in KR (when libmaxminddb is there).
 mmdb=""
 [ -s "$tmp/w/test.mmdb" ] && mmdb="$tmp/w/test.mmdb"
-SU_DIE_WITH_MASTER=1 SU_CLICKS_ENABLED=1 SU_CLICKS_FLUSH_INTERVAL_MS=50 SU_DEFAULT_DOMAIN=s.test SU_TRUSTED_PROXIES=127.0.0.1/32 \
+# Password links (protocol 4.5): the test key, bytes 0..31 (t/unlock_test.lua's K1).
+UNLOCK_KEY="AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+SU_UNLOCK_KEYS="$UNLOCK_KEY" SU_DIE_WITH_MASTER=1 SU_CLICKS_ENABLED=1 SU_CLICKS_FLUSH_INTERVAL_MS=50 SU_DEFAULT_DOMAIN=s.test SU_TRUSTED_PROXIES=127.0.0.1/32 \
   SU_GEO_COUNTRY_HEADER=CF-IPCountry SU_GEO_MMDB_PATH="$mmdb" SU_ACCESS_LOG=off SU_UNKNOWN_LIMIT=0 \
   SU_METRICS_PORT="$mport" \
   "$openresty/start.sh" "$tmp/edge" "$eport" "127.0.0.1:$rport" "127.0.0.1:$oport" >"$tmp/edge.log" 2>&1 &
@@ -152,6 +156,10 @@ redis-cli -p "$rport" SET "su:1:link:oldkey1" "2 1 $far s.test https://x.example
 rset card01 "3 1 $far s.test https://x.example/card {\"g\":true,\"r\":[{\"c\":{\"dev\":[\"ios\"]},\"u\":\"https://a/ios\"}]}"
 rset cardx1 "3 2 5 s.test https://x.example/old {\"x\":\"https://a/over\",\"g\":true}"
 rset cardd1 "3 3 $far s.test https://x.example/off {\"x\":\"https://a/gone\",\"d\":true,\"g\":true}"
+# Password links (protocol 4.5): `p`.
+rset pass01 "3 5 $far s.test https://x.example/secret {\"p\":true,\"f\":true,\"g\":true,\"r\":[{\"c\":{\"dev\":[\"ios\"]},\"u\":\"https://a/ios\"}]}"
+rset passx1 "3 2 5 s.test https://x.example/old {\"x\":\"https://a/over\",\"p\":true}"
+rset passd1 "3 3 $far s.test https://x.example/off {\"x\":\"https://a/gone\",\"d\":true,\"p\":true}"
 rset inval1 "2 1 $far s.test https://x.example/v1"
 E2E_DOMAIN=go.test rset inval1 "2 1 $far go.test https://x.example/go-v1"
 
@@ -214,6 +222,51 @@ e2e "card: no User-Agent, the redirect" 302 "https://x.example/card" "/card01"
 e2e "card: a crawler on a link without one, the redirect" 302 "https://x.example/base" "/rules01" -A "$CRAWLER"
 e2e "card: a crawler on an expired link, the fallback" 302 "https://a/over" "/cardx1" -A "Twitterbot/1.0"
 e2e "card: a crawler on a disabled link, the fallback" 302 "https://a/gone" "/cardd1" -A "Twitterbot/1.0"
+# Unlock tokens signed apart from the module (unlock.lua only checks them).
+token() { # domain code version exp [base64 key]
+  python3 -c 'import sys, hmac, hashlib, base64
+d, c, v, e, k = sys.argv[1:6]
+key = base64.b64decode(k)
+mac = hmac.new(key, f"1\n{d}\n{c}\n{v}\n{e}".encode(), hashlib.sha256).digest()
+print("1.%s.%s.%s" % (hashlib.sha256(key).hexdigest()[:8], e, base64.urlsafe_b64encode(mac).rstrip(b"=").decode()))' \
+    "$1" "$2" "$3" "$4" "${5:-$UNLOCK_KEY}"
+}
+HTML="text/html,application/xhtml+xml,*/*;q=0.8"
+PASS="su_pass=$(token s.test pass01 5 "$far")"
+e2e "password: no token, JSON: 401" 401 "" "/pass01?utm=1"
+e2e "password: no token, HEAD: 401" 401 "" "/pass01" -I
+e2e "password: no token, a browser gets the form (no origin: 503)" 503 "" "/pass01?utm=1" -H "Accept: $HTML"
+e2e "password: the form's page path (no origin: 503)" 503 "" "/pass01.password"
+e2e "password: a valid token, the rules and forwarding" 302 "https://a/ios?utm=1" "/pass01?utm=1" -A "$IOS" -b "$PASS"
+e2e "password: a valid token among others" 302 "https://x.example/secret" "/pass01" \
+  -H "Cookie: a=1; su_pass=1.00000000.$far.x; $PASS; b=2"
+e2e "password: a valid token, HEAD" 302 "https://x.example/secret" "/pass01" -I -b "$PASS"
+e2e "password: a valid token, a crawler gets the redirect, never the card" 302 "https://x.example/secret" "/pass01" \
+  -A "$CRAWLER" -b "$PASS"
+e2e "password: no token, a crawler gets the 401, never the card" 401 "" "/pass01" -A "$CRAWLER"
+e2e "password: an expired token" 401 "" "/pass01" -b "su_pass=$(token s.test pass01 5 1700000000)"
+e2e "password: a token of an earlier version" 401 "" "/pass01" -b "su_pass=$(token s.test pass01 4 "$far")"
+e2e "password: a token of another code" 401 "" "/pass01" -b "su_pass=$(token s.test pass02 5 "$far")"
+e2e "password: a token of another domain" 401 "" "/pass01" -b "su_pass=$(token go.test pass01 5 "$far")"
+e2e "password: a token of a key not configured" 401 "" "/pass01" \
+  -b "su_pass=$(token s.test pass01 5 "$far" ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=)"
+e2e "password: expired with x, the fallback without a password" 302 "https://a/over" "/passx1"
+e2e "password: disabled with x, the fallback without a password" 302 "https://a/gone" "/passd1"
+body="$(curl -sS -H 'Host: s.test' "http://127.0.0.1:$eport/pass01" || true)"
+[ "$body" = '{"error":"password_required","message":"this link needs a password"}' ] &&
+  echo "  ok   password: the 401's body" || { echo "  FAIL password: 401 body '$body'"; failed=1; }
+# POST /{code} (the form's post): decided as GET, proxied for a password link only.
+e2e "post: a live link without a password: 405" 405 "" "/plain1" -d "password=x"
+e2e "post: a link kept for its fallback: 405" 405 "" "/passx1" -d "password=x"
+e2e "post: an expired link without x: 404" 404 "" "/expd01" -d "password=x"
+E2E_HOST=other.test e2e "post: another domain's record: 404" 404 "" "/gone01" -d "password=x"
+e2e "post: a password link, a body over 4096 bytes: 413" 413 "" "/pass01" --data-binary "password=$(head -c 4100 /dev/zero | tr '\0' a)"
+code="$(curl -sS -o /dev/null -w '%{http_code}' -H 'Host: s.test' -d 'password=x' "http://127.0.0.1:$eport/pass01" || true)"
+case "$code" in
+  502|503) echo "  ok   post: a password link is proxied (no origin: $code)" ;;
+  *) echo "  FAIL post: a password link: $code, want 502 or 503"; failed=1 ;;
+esac
+e2e "put: still 405 before any lookup" 405 "" "/pass01" -X PUT
 a="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
 b="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
 if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "  ok   split: stable ($a)"; else echo "  FAIL split: '$a' then '$b'"; failed=1; fi

@@ -27,6 +27,7 @@ pub use routes::{router, Console};
 
 use crate::config::{AdminConfig, AdminUser};
 use crate::error::ApiError;
+use crate::passwords::{Checks, SigninLimiter};
 use crate::tenancy::{Caller, Scope};
 use axum::response::Response;
 use edges::Edges;
@@ -36,7 +37,6 @@ use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use session::Session;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use users::{Checks, SigninLimiter};
 
 /// Sign-in attempts by outcome (`shorturl_admin_signins_total{result}`).
 pub struct SigninCounts {
@@ -91,7 +91,12 @@ impl Admin {
         let result = |r: &str| signins.with_label_values(&[r]);
         Ok(Admin {
             users: Arc::new(cfg.users.clone()),
-            limiter: SigninLimiter::new(&cfg),
+            limiter: SigninLimiter::new(
+                cfg.signin_burst,
+                cfg.signin_refill_per_min,
+                cfg.signin_address_burst,
+                cfg.signin_address_refill_per_min,
+            ),
             checks: Checks::new(cfg.max_concurrent_signins, checks),
             form_tokens: csrf::FormTokens::new(form_key),
             signins: SigninCounts {

@@ -50,6 +50,33 @@ pub struct FileConfig {
     /// After SIGTERM, keep serving this long while `/healthz` says draining.
     #[serde(default)]
     pub drain_secs: Option<u64>,
+    /// Password-protected links (`super::unlock`).
+    #[serde(default)]
+    pub unlock: UnlockFile,
+}
+
+/// `unlock:` (protocol 4.5).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnlockFile {
+    /// Base64 of 32 bytes: signs unlock tokens (or `SHORTURL_UNLOCK_KEY`).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Earlier keys, still accepted on the origin's own `/{code}`.
+    #[serde(default)]
+    pub old_keys: Vec<String>,
+    #[serde(default)]
+    pub token_ttl_secs: Option<u64>,
+    #[serde(default)]
+    pub burst: Option<u32>,
+    #[serde(default)]
+    pub refill_per_min: Option<u32>,
+    #[serde(default)]
+    pub address_burst: Option<u32>,
+    #[serde(default)]
+    pub address_refill_per_min: Option<u32>,
+    #[serde(default)]
+    pub max_concurrent_checks: Option<u32>,
 }
 
 /// `limits:`.

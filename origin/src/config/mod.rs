@@ -13,6 +13,7 @@ mod pages;
 mod serving;
 mod shards;
 mod tenancy;
+mod unlock;
 
 pub use admin::{AdminConfig, AdminUser, Role};
 pub use clicks::ClicksConfig;
@@ -21,6 +22,7 @@ pub use pages::{PagesConfig, Theme};
 pub use serving::{InternalConfig, ServeLimits};
 pub use shards::{ShardConfig, ShardsConfig};
 pub use tenancy::AppConfig;
+pub use unlock::{UnlockConfig, ENV_UNLOCK_KEY};
 
 use file::FileConfig;
 use shorturl_common::cidr::{CidrError, CidrList};
@@ -151,6 +153,8 @@ pub struct Config {
     pub pages: PagesConfig,
     /// The admin console's users and sessions.
     pub admin: AdminConfig,
+    /// Password-protected links: the token key and attempt limits.
+    pub unlock: UnlockConfig,
     /// The listener's head deadline and connection caps.
     pub limits: ServeLimits,
     /// Who may call `/internal/*` and `/metrics`.
@@ -364,6 +368,7 @@ impl Config {
         }
         let pages = pages::pages(f.pages)?;
         let admin = admin::admin(f.admin)?;
+        let unlock = unlock::unlock(f.unlock, env)?;
         let limits = serving::limits(f.limits)?;
         let internal = serving::internal(f.internal, env)?;
         let redirect_max_age = lifecycle::cache_control_max_age(&f.redirect.cache_control)
@@ -406,6 +411,7 @@ impl Config {
             lifecycle,
             pages,
             admin,
+            unlock,
             limits,
             internal,
             drain: Duration::from_secs(f.drain_secs.unwrap_or(3)),

@@ -22,6 +22,7 @@ mod pages;
 mod resolve;
 mod rules;
 mod stats;
+mod unlock;
 
 use crate::auth::Auth;
 use crate::body::read_body_max;
@@ -211,13 +212,30 @@ async fn public(State(s): State<AppState>, req: Request) -> Response {
     if path.starts_with("/api/") {
         return no_route(path);
     }
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return method_not_allowed("GET, HEAD");
-    }
     let host = req
         .extensions()
         .get::<RequestHost>()
         .and_then(|h| h.0.clone());
+    if req.method() == Method::POST && crate::pages::PageKind::of_path(path).is_none() {
+        // A password link's form (protocol 4.5).
+        let (parts, body) = req.into_parts();
+        let entry = unlock::EntryRequest {
+            host: host.as_deref(),
+            path: parts.uri.path(),
+            query: parts.uri.query(),
+            peer: parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0),
+            headers: &parts.headers,
+        };
+        let mut r = unlock::enter(&s, entry, body).await;
+        r.extensions_mut().insert(RouteName("unlock"));
+        return r;
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return method_not_allowed("GET, HEAD");
+    }
     let headers = req.headers();
     let (name, r) = if let Some((kind, code)) = crate::pages::PageKind::of_path(path) {
         let r = pages::page(&s, kind, code, host.as_deref(), headers, uri.query()).await;

@@ -91,7 +91,7 @@ pub async fn page(
         return not_found(s, headers, host, code, None).await;
     }
     let params = match kind {
-        PageKind::Preview | PageKind::Card => None,
+        PageKind::Preview | PageKind::Card | PageKind::Password => None,
         PageKind::Svg | PageKind::Png => match QrParams::from_query(query) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -127,6 +127,7 @@ pub async fn page(
         (PageKind::Png, Some(p)) => qr::png(&s.links.cfg.short_url(host, code), p)
             .map(|b| (b, "image/png", pages.qr_max_age, None)),
         (PageKind::Card, _) => return card(s, headers, host, code).await,
+        (PageKind::Password, _) => return password_form(s, headers, host, code).await,
         _ => return preview(s, headers, host, code).await,
     };
     match rendered {
@@ -178,12 +179,16 @@ async fn live_row(
 /// The 200 (or 304) of an HTML page of `kind`, cacheable for as long as
 /// the preview.
 fn html_page(s: &AppState, headers: &HeaderMap, kind: &str, page: Page) -> Response {
-    let (r, matched) = cached(
+    let (mut r, matched) = cached(
         headers,
         page.body,
         HTML,
         s.links.cfg.pages.preview_max_age,
         Some(&page.csp),
+    );
+    r.headers_mut().insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static(page.referrer),
     );
     count(s, kind, if matched { "not_modified" } else { "ok" });
     r
@@ -196,6 +201,13 @@ async fn preview(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> R
         Ok((row, _)) => row,
         Err(r) => return r,
     };
+    if Settings::from_column(row.options.as_deref())
+        .password
+        .is_some()
+    {
+        // The preview would show where a password link goes.
+        return html_page(s, headers, kind, password_page(s, host));
+    }
     let created = rfc3339(row.created_at.unwrap_or(0));
     let page = html::preview(
         s.links.cfg.pages.theme(Some(host)),
@@ -233,6 +245,70 @@ async fn card(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Resp
         },
     );
     html_page(s, headers, kind, page)
+}
+
+/// A password link's form (protocol 4.5), cacheable like the preview: what
+/// browsers get on `/{code}` without an unlock token.
+async fn password_form(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Response {
+    let kind = PageKind::Password.label();
+    let row = match live_row(s, headers, host, code, kind).await {
+        Ok((row, _)) => row,
+        Err(r) => return r,
+    };
+    if Settings::from_column(row.options.as_deref())
+        .password
+        .is_none()
+    {
+        count(s, kind, "not_found");
+        return html_or_json_404(s, headers, host, Gone::Unknown);
+    }
+    html_page(s, headers, kind, password_page(s, host))
+}
+
+fn password_page(s: &AppState, host: &str) -> Page {
+    html::password(s.links.cfg.pages.theme(Some(host)), None)
+}
+
+/// `/{code}` of a live password link without a valid unlock token
+/// (protocol 4.5): the form for a browser, the `401` for anyone else;
+/// neither kept by any cache.
+pub fn locked(s: &AppState, headers: &HeaderMap, host: &str) -> Response {
+    if prefers_html(headers) {
+        count(s, PageKind::Password.label(), "ok");
+        return uncached_html(StatusCode::OK, password_page(s, host), None);
+    }
+    let mut r = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "password_required",
+        "this link needs a password",
+    )
+    .into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// An HTML page nobody may keep (`no-store`), with `status` and, for a
+/// refusal to retry later, `Retry-After`.
+pub fn uncached_html(status: StatusCode, page: Page, retry_after: Option<u64>) -> Response {
+    let Page {
+        body,
+        csp,
+        referrer,
+    } = page;
+    let len = body.len();
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(HTML));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(secs) = retry_after {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    secure(h, Some(&csp));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static(referrer));
+    r
 }
 
 fn is_live(row: &LinkRow, host: &str, now: u64) -> bool {
@@ -307,7 +383,7 @@ fn html_404(s: &AppState, host: &str, why: Gone) -> Response {
         Gone::Disabled => "disabled",
     };
     count(s, "html404", result);
-    let Page { body, csp } = html::not_found(s.links.cfg.pages.theme(Some(host)), why);
+    let Page { body, csp, .. } = html::not_found(s.links.cfg.pages.theme(Some(host)), why);
     let len = body.len();
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = StatusCode::NOT_FOUND;

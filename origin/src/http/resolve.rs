@@ -65,6 +65,24 @@ pub async fn redirect(
         peer,
     };
     if let Lookup::Found(r) = &lookup {
+        let locked = r
+            .options
+            .as_ref()
+            .is_some_and(|o| o.locked(r.is_expired_at(now)));
+        if locked && r.binds(host) {
+            let cookies = headers
+                .get_all(header::COOKIE)
+                .iter()
+                .map(HeaderValue::as_bytes);
+            if !s
+                .links
+                .unlock
+                .keys
+                .opened_by(cookies, host, code, r.version, now)
+            {
+                return pages::locked(s, headers, host);
+            }
+        }
         let card = r
             .options
             .as_ref()
@@ -74,6 +92,8 @@ pub async fn redirect(
             return pages::page(s, PageKind::Card, code, Some(host), headers, None).await;
         }
     }
+    let no_store =
+        matches!(&lookup, Lookup::Found(r) if r.options.as_ref().is_some_and(|o| o.password));
     let target = match &lookup {
         Lookup::Found(r) if r.binds(host) => match &r.options {
             None if !r.is_expired_at(now) => Some(Cow::Borrowed(r.url.as_str())),
@@ -98,6 +118,10 @@ pub async fn redirect(
             let h = resp.headers_mut();
             h.insert(header::LOCATION, loc);
             h.insert(header::CACHE_CONTROL, cc);
+            if no_store {
+                // Opened by the visitor's cookie (protocol 4.5).
+                h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            }
             h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
             resp
         }

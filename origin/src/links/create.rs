@@ -84,6 +84,10 @@ impl Links {
             }
             Denied::KdtIdRequired(d) => LinkError::KdtIdRequired(d),
         })?;
+        let mut settings = req.settings;
+        if let Some(p) = req.password {
+            settings.password = Some(self.unlock.hash(p).await?);
+        }
         let now = now_unix();
         let ttl_days = req.ttl_days.unwrap_or(self.cfg.links.default_ttl_days);
         let data = Arc::new(LinkData {
@@ -96,7 +100,7 @@ impl Links {
             created_at: now,
             expires_at: now + u64::from(ttl_days) * 86_400,
             redirect_status: self.cfg.redirect.status,
-            options: req.settings.to_column(),
+            options: settings.to_column(),
         });
 
         if let Some(code) = req.code {

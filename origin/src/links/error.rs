@@ -57,6 +57,13 @@ pub enum LinkError {
     /// renewal) may change it.
     #[error("the link expired; renew it with a later expires_at")]
     LinkExpired,
+    /// A password was given but this origin has no `unlock.key`: the
+    /// edges could not open its tokens.
+    #[error("this service cannot protect links with a password (no unlock.key configured)")]
+    PasswordsDisabled,
+    /// Hashing a new password failed (no permit, a panicked thread).
+    #[error("the password could not be hashed")]
+    PasswordHash,
     /// Every pre-generated code has been issued.
     #[error("all {capacity} pre-generated codes have been issued")]
     CodesExhausted { capacity: u64 },

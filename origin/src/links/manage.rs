@@ -59,7 +59,9 @@ fn check_version(row: &LinkRow, if_match: Option<u64>) -> Result<(), LinkError> 
 }
 
 /// What an edit changes in `row`, or `None` when every value is already so.
-fn edit(row: &LinkRow, patch: &Patch) -> Option<Change> {
+/// `password`: the new password's hash, or `Some(None)` to remove it
+/// (hashed before the change: `patch.password` is the plain one).
+fn apply_edit(row: &LinkRow, patch: &Patch, password: Option<Option<&str>>) -> Option<Change> {
     let mut after = row.clone();
     if let Some(u) = &patch.url {
         after.url = Some(u.clone());
@@ -67,12 +69,15 @@ fn edit(row: &LinkRow, patch: &Patch) -> Option<Change> {
     if let Some(e) = patch.expires_at {
         after.expires_at = Some(e);
     }
-    if patch.url.is_some() || patch.options.is_some() {
+    if patch.url.is_some() || patch.options.is_some() || password.is_some() {
         let before = Settings::from_column(row.options.as_deref());
         let mut settings = before.clone();
         if let Some(given) = &patch.options {
             // Checked when the body was parsed; the rules replace whole.
             settings.apply(given).ok()?;
+        }
+        if let Some(p) = password {
+            settings.password = p.map(str::to_owned);
         }
         let url = after.url.clone().unwrap_or_default();
         after.url = Some(settings.merge_utm_after(&url, &before));
@@ -215,6 +220,11 @@ impl Links {
                 }
             }
         }
+        let password = match &patch.password {
+            Some(Some(p)) => Some(Some(self.unlock.hash(p.clone()).await?)),
+            Some(None) => Some(None),
+            None => None,
+        };
         let row = self
             .change(caller, r, |row| {
                 if row.state == RowState::Deleted {
@@ -226,7 +236,11 @@ impl Links {
                 if row.state == RowState::Expired && patch.expires_at.is_none() {
                     return Err(LinkError::LinkExpired);
                 }
-                Ok(edit(row, patch))
+                Ok(apply_edit(
+                    row,
+                    patch,
+                    password.as_ref().map(Option::as_deref),
+                ))
             })
             .await?;
         Ok(self.view(&row, now_unix()))
@@ -285,12 +299,17 @@ mod tests {
         }
     }
 
+    fn edit(row: &LinkRow, patch: &Patch) -> Option<Change> {
+        apply_edit(row, patch, None)
+    }
+
     fn patch(url: Option<&str>, exp: Option<u64>, state: Option<PatchState>) -> Patch {
         Patch {
             url: url.map(str::to_owned),
             expires_at: exp,
             state,
             options: None,
+            password: None,
         }
     }
 

@@ -16,6 +16,7 @@ mod manage;
 pub mod options;
 mod resolve;
 mod search;
+pub mod unlock;
 mod view;
 
 pub use batch::MAX_BATCH_ITEMS;
@@ -58,6 +59,8 @@ pub struct Links {
     /// Custom-code attempts per app (refusals are metered: each says the
     /// code exists somewhere).
     custom_refusals: Refusals<String>,
+    /// Password-protected links: new passwords' hashes, visitors' entries.
+    pub unlock: unlock::Unlocker,
 }
 
 /// The parts [`Links`] is assembled from.
@@ -80,6 +83,11 @@ impl Links {
             MAX_CUSTOM_CODE_APPS,
         );
         let outbox = Outbox::new(p.store.clone(), p.cache.clone(), Arc::clone(&p.metrics));
+        let unlock = unlock::Unlocker::new(
+            &p.cfg.unlock,
+            p.metrics.unlock_attempts.clone(),
+            p.metrics.unlock_checks.clone(),
+        );
         Arc::new(Links {
             cfg: p.cfg,
             store: p.store,
@@ -92,6 +100,7 @@ impl Links {
             cursor: p.cursor,
             flight: resolve::flight(),
             custom_refusals,
+            unlock,
         })
     }
 }

@@ -55,6 +55,7 @@ impl Settings {
         m.insert("og_title".into(), json!(self.og.title));
         m.insert("og_description".into(), json!(self.og.description));
         m.insert("og_image".into(), json!(self.og.image));
+        m.insert("password_protected".into(), self.password.is_some().into());
         m
     }
 

@@ -69,6 +69,10 @@ pub struct Preview<'a> {
 pub struct Page {
     pub body: Vec<u8>,
     pub csp: String,
+    /// `Referrer-Policy`: `no-referrer`, but `same-origin` on a page whose
+    /// form posts to itself (under `no-referrer` browsers send `Origin:
+    /// null`, and the entry could not tell its own site from another).
+    pub referrer: &'static str,
 }
 
 fn style(t: &Theme) -> String {
@@ -77,7 +81,10 @@ fn style(t: &Theme) -> String {
          main{{max-width:36rem;margin:10vh auto;padding:0 1rem}}\
          h1{{font-size:1.5rem}}code{{display:block;overflow-wrap:anywhere;padding:.5rem;border:1px solid {accent}}}\
          a.button{{display:inline-block;margin-top:1rem;padding:.5rem 1.25rem;background:{accent};color:{bg};text-decoration:none;border-radius:4px}}\
-         img{{display:block;margin-top:1rem}}",
+         img{{display:block;margin-top:1rem}}\
+         input,button{{font:inherit;padding:.4rem .6rem}}\
+         button{{margin-left:.5rem;background:{accent};color:{bg};border:0;border-radius:4px}}\
+         p.error{{font-weight:bold}}",
         bg = t.background,
         fg = t.foreground,
         accent = t.accent
@@ -90,6 +97,11 @@ fn page(theme: &Theme, heading: &str, main: &str) -> Page {
 
 /// [`page`] with `head` (markup, already escaped) in its `<head>`.
 fn page_with_head(theme: &Theme, heading: &str, head: &str, main: &str) -> Page {
+    page_posting(theme, heading, head, main, "'none'")
+}
+
+/// [`page_with_head`] whose forms may post to `form_action` (CSP source).
+fn page_posting(theme: &Theme, heading: &str, head: &str, main: &str, form_action: &str) -> Page {
     let style = style(theme);
     let hash = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(style.as_bytes()));
     let body = format!(
@@ -102,10 +114,15 @@ fn page_with_head(theme: &Theme, heading: &str, head: &str, main: &str) -> Page 
         heading = escape(heading),
     );
     Page {
+        referrer: if form_action == "'none'" {
+            "no-referrer"
+        } else {
+            "same-origin"
+        },
         body: body.into_bytes(),
         csp: format!(
             "default-src 'none'; style-src 'sha256-{hash}'; img-src 'self'; base-uri 'none'; \
-             form-action 'none'; frame-ancestors 'none'"
+             form-action {form_action}; frame-ancestors 'none'"
         ),
     }
 }
@@ -216,6 +233,26 @@ pub fn card(theme: &Theme, c: &CardPage<'_>) -> Page {
     page_with_head(theme, title, &head, &format!("{description}{button}"))
 }
 
+/// The password form of a password-protected link (protocol 4.5), with
+/// `error` said above it after a refused entry. It posts to the URL it
+/// was shown on (no `action`: the query stays), and names nothing of the
+/// link: not its destination, not its code.
+pub fn password(theme: &Theme, error: Option<&str>) -> Page {
+    let error = error
+        .map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e)))
+        .unwrap_or_default();
+    let main = format!(
+        "<p>This link is protected. Enter its password to continue.</p>{error}\
+         <form method=\"post\"><label for=\"password\">Password</label> \
+         <input id=\"password\" name=\"password\" type=\"password\" \
+         autocomplete=\"current-password\" maxlength=\"128\" required autofocus>\
+         <button type=\"submit\">Continue</button></form>"
+    );
+    // Browsers hold a form's whole redirect chain to `form-action`: the
+    // entry's 303 leads to the link, whose redirect leads anywhere.
+    page_posting(theme, "Password required", "", &main, "'self' http: https:")
+}
+
 /// The 404 page for people: what happened, never where the link went.
 pub fn not_found(theme: &Theme, why: Gone) -> Page {
     let (heading, text) = why.text();
@@ -233,6 +270,19 @@ mod tests {
             "&quot;&gt;&lt;script&gt;alert(&#39;x&#39;)&amp;&lt;/script&gt;"
         );
         assert_eq!(escape("plain é"), "plain é");
+    }
+
+    #[test]
+    fn the_password_form_posts_to_itself_and_escapes_its_message() {
+        let p = password(&Theme::default(), Some("<b>Wrong</b>"));
+        let body = String::from_utf8(p.body).unwrap();
+        assert!(body.contains("<form method=\"post\">"), "{body}");
+        assert!(body.contains("name=\"password\" type=\"password\""));
+        assert!(body.contains("&lt;b&gt;Wrong&lt;/b&gt;") && !body.contains("<b>"));
+        assert!(!body.contains("<script"));
+        assert!(p.csp.contains("form-action 'self'") && !p.csp.contains("script-src"));
+        let plain = String::from_utf8(password(&Theme::default(), None).body).unwrap();
+        assert!(!plain.contains("class=\"error\""));
     }
 
     #[test]

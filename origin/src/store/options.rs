@@ -28,6 +28,10 @@ pub struct Settings {
     /// the record carries only that there is one (`g`).
     #[serde(default, skip_serializing_if = "Card::is_empty")]
     pub og: Card,
+    /// The password's argon2id PHC string (protocol 4.5): kept here only;
+    /// the record carries only that there is one (`p`).
+    #[serde(rename = "pw", default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
 }
 
 /// What link-preview crawlers are shown of a link (API `og_title`,
@@ -67,7 +71,10 @@ impl Settings {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.o.is_empty() && self.utm.iter().all(Option::is_none) && self.og.is_empty()
+        self.o.is_empty()
+            && self.utm.iter().all(Option::is_none)
+            && self.og.is_empty()
+            && self.password.is_none()
     }
 
     /// The UTM value of field `i`.
@@ -93,8 +100,10 @@ impl Settings {
     /// The options a record of a live link carries (`None`: none).
     pub fn live_options(&self) -> Option<LinkOptions> {
         let card = !self.og.is_empty();
-        (!self.o.is_empty() || card).then(|| LinkOptions {
+        let password = self.password.is_some();
+        (!self.o.is_empty() || card || password).then(|| LinkOptions {
             card,
+            password,
             ..self.o.clone()
         })
     }

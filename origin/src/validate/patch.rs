@@ -4,6 +4,7 @@ use super::{json_object, validate_url};
 use crate::config::LinksConfig;
 use crate::error::ApiError;
 use crate::links::options::{self, Settings};
+use crate::links::unlock::{self, NewPassword};
 use serde_json::{Map, Value};
 use shorturl_common::time::parse_rfc3339;
 
@@ -25,9 +26,11 @@ pub struct Patch {
     /// The option fields given (`links::options::FIELDS`), checked on
     /// their own; applied to the link's current options by the edit.
     pub options: Option<Map<String, Value>>,
+    /// `password`: a new one, or `None` to remove it (hashed by the edit).
+    pub password: Option<Option<NewPassword>>,
 }
 
-const FIELDS: [&str; 14] = [
+const FIELDS: [&str; 15] = [
     "url",
     "expires_at",
     "state",
@@ -42,6 +45,7 @@ const FIELDS: [&str; 14] = [
     "og_title",
     "og_description",
     "og_image",
+    "password",
 ];
 
 /// Parses and validates an edit body at `now` (Unix seconds).
@@ -103,6 +107,7 @@ pub fn parse_patch(body: &[u8], cfg: &LinksConfig, now: u64) -> Result<Patch, Ap
         expires_at,
         state,
         options,
+        password: unlock::parse(&obj)?,
     })
 }
 
@@ -199,6 +204,7 @@ mod tests {
                 expires_at: parse_rfc3339("2027-01-16T00:00:00Z"),
                 state: Some(PatchState::Disabled),
                 options: None,
+                password: None,
             }
         );
     }

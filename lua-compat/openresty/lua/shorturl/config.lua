@@ -104,6 +104,15 @@ local function defaults()
             store_key = "",
             store_old_keys = {},
         },
+        -- Password-protected links (protocol section 4.5), the Pingora
+        -- edge's `unlock:`: the keys whose unlock tokens (cookie `su_pass`)
+        -- open a link, base64 of 32 bytes each; every one is accepted (the
+        -- origin's current key and those still live after a rotation).
+        -- None: no token is valid, a password link only ever gets its form
+        -- or the 401 (start.sh: SU_UNLOCK_KEYS).
+        unlock = {
+            keys = {},
+        },
         -- The visitor's country, for the link rules' `cc` condition
         -- (protocol section 3.1.1), the Pingora edge's `geo:`.
         geo = {
@@ -315,6 +324,24 @@ local function store_keys(t, tls_listener)
     return keys
 end
 
+-- `unlock.keys` as { { id, key }, ... }; errors name the setting and the
+-- variable start.sh fills it from, never the key.
+local function unlock_keys(list)
+    local keys, seen = {}, {}
+    for i, text in ipairs(list) do
+        local k, err = seal.parse_key(text)
+        if not k then
+            error(format("unlock.keys[%d] (start.sh: SU_UNLOCK_KEYS): %s", i - 1, err), 0)
+        end
+        if seen[k.key] then
+            error(format("unlock.keys[%d] (start.sh: SU_UNLOCK_KEYS): key %s is listed twice", i - 1, k.id), 0)
+        end
+        seen[k.key] = true
+        keys[#keys + 1] = k
+    end
+    return keys
+end
+
 -- An RFC 9110 field name (token).
 local function field_name(s)
     return #s >= 1 and not s:find("[^!#$%%&'*+%-.^_`|~0-9A-Za-z]")
@@ -460,6 +487,7 @@ function M.load(path, nginx)
     end
     check_clicks(c, nginx)
     c.store_keys = store_keys(c.tls, nginx.tls_listener)
+    c.unlock_keys = unlock_keys(c.unlock.keys)
     c.trusted = net.parse_list(c.trusted_proxies, "trusted_proxies")
     c.status_cidrs = net.parse_list(c.status_allow, "status_allow")
     check_geo(c, nginx)

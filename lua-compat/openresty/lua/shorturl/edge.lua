@@ -1,8 +1,8 @@
 -- The short-link edge as an nginx/Lua module: the same routes, answers,
 -- counters and access-log lines as the Pingora edge (edge/src/proxy.rs).
 -- This file is the request flow (protocol 2.1, routing, redirects, API
--- forwarding); lookups, clients and limits, status, responses and metrics
--- have their own modules.
+-- forwarding, password links' gate and form posts); lookups, clients and
+-- limits, status, responses and metrics have their own modules.
 local proto = require("shorturl.proto")
 local rules = require("shorturl.rules")
 local net = require("shorturl.net")
@@ -23,6 +23,7 @@ local accept = require("shorturl.accept")
 local batch = require("shorturl.batch")
 local link_rules = require("shorturl.link_rules")
 local crawlers = require("shorturl.crawlers")
+local unlock = require("shorturl.unlock")
 local geo = require("shorturl.geo")
 
 local ngx = ngx
@@ -51,6 +52,7 @@ function M.init(path, nginx_limits)
     clicks.init(cfg)
     clicks_stats.init(cfg)
     link_rules.init(cfg)
+    unlock.init(cfg)
     geo.init(cfg)
 end
 
@@ -223,21 +225,46 @@ local function card(code, host, head)
     return to_page_origin(origins.select() or cfg.origins[1], key)
 end
 
--- A record with options bound to `host` (protocol 3.1.1): a crawler's
--- card (a live link with `g`), else the rules' destination, or for an
--- expired or disabled link its fallback, else the protocol 404.
+-- A visitor without a valid unlock token on a live password link
+-- (protocol 4.5): for a client that prefers HTML (4.2) the origin's form
+-- `/{code}.password` through the page cache, as card() serves the card
+-- (kind `password`, no query in the key nor upstream), but answered with
+-- `Cache-Control: no-store` (page_header; the cached copy keeps the
+-- origin's): the same URL redirects once the visitor holds a token. Any
+-- other client: 401 `password_required`. Neither is a click.
+local function password_required(code, host, head)
+    if not accept.prefers_html(head.accept) then
+        return error_response(401, "password_required", "this link needs a password")
+    end
+    var.su_outcome = "PAGE"
+    var.su_page_nostore = "1"
+    local key = pages.key(host, "password", code, nil)
+    ngx.req.set_uri("/" .. code .. ".password")
+    ngx.req.set_uri_args("")
+    return to_page_origin(origins.select() or cfg.origins[1], key)
+end
+
+-- A record with options bound to `host` (protocol 3.1.1): a live password
+-- link (`p`) first asks for an unlock token (4.5); then a crawler's card
+-- (a live link with `g`, never one with `p`), else the rules' destination,
+-- or for an expired or disabled link its fallback (no password asked),
+-- else the protocol 404.
 local function redirect_by_rules(code, ans, head, pq)
     local t = floor(now())
     local o = ans.opts
-    if o.g and not o.d and ans.exp > t and crawlers.is_crawler(head.ua) then
-        -- ans.domain: the request's host (redirect_or_404 checked).
+    local live = not o.d and ans.exp > t
+    -- ans.domain: the request's host (redirect_or_404 checked).
+    if live and o.p and not unlock.request_opens(head.headers, ans.domain, code, ans.v, t) then
+        return password_required(code, ans.domain, head)
+    end
+    if live and o.g and not o.p and crawlers.is_crawler(head.ua) then
         return card(code, ans.domain, head)
     end
     local url, dest = link_rules.choose(ans.opts, ans.url, ans.exp <= t, code, visitor(head, pq), t)
     if url then
         -- ans.domain: the request's host (redirect_or_404 checked).
         clicks.count(code, ans.domain, head.method == "HEAD", head.ua, head.referer, dest)
-        return respond.redirect(url)
+        return respond.redirect(url, o.p)
     end
     clients.count_unknown()
     return not_found_code(head)
@@ -261,6 +288,88 @@ local function redirect_or_404(code, host, head, pq)
         return unavailable()
     end
     return not_found_code(head)
+end
+
+local function method_not_allowed()
+    var.su_outcome = "BAD"
+    return error_response(405, "method_not_allowed", "only GET and HEAD resolve a short link")
+end
+
+-- The largest form a password link's POST carries (protocol 4.5: the
+-- origin reads no more).
+local MAX_UNLOCK_BODY = 4096
+
+-- Proxies a POST /{code} to an origin's own POST /{code}, uncached, path,
+-- query and body unchanged (location @shorturl_unlock): a password link's
+-- form (`html404` false: the origin's 303 with the token, or its
+-- 400/403/429 form, passed on as it is; 503 when no origin is up, 502
+-- when none answers), or for a browser a code that is not one (`html404`:
+-- the origin's 404 page, else the JSON 404). The body is bounded before
+-- anything is read or an origin chosen: a larger Content-Length is
+-- refused here, a larger chunked body by the location's
+-- client_max_body_size (unlock_too_large); a 404 never sends it on.
+local function to_unlock_origin(html404)
+    local len = tonumber(var.content_length or "")
+    if len and len > MAX_UNLOCK_BODY then
+        if html404 then
+            return not_found()
+        end
+        return M.unlock_too_large()
+    end
+    local o = origins.select()
+    if not o then
+        stat("origin_error")
+        if html404 then
+            return not_found()
+        end
+        var.su_outcome = "FWD"
+        return error_response(503, "unavailable", "no origin available", RETRY_AFTER)
+    end
+    stat("origin_forward")
+    if html404 then
+        var.su_html404 = "1"
+    else
+        var.su_outcome = "FWD"
+    end
+    var.su_upstream = o.proxy
+    local c, used = clients.client()
+    var.su_xff = net.forwarded_for(var.remote_addr, used)
+    var.su_client = c
+    -- Only the edge says the visitor came over TLS (the origin then marks
+    -- the cookie Secure): a client's own X-Forwarded-Proto never passes.
+    var.su_xfp = var.https == "on" and "https" or ""
+    return ngx.exec("@shorturl_unlock")
+end
+
+-- POST /{code} (protocol 4.5): the code looked up and decided as for GET
+-- (the same 429, 404 and 503); a live password link bound to the host is
+-- proxied to the origin with the visitor's form; any other record that
+-- answers GET (a live link, or one kept for its fallback `x`) is the 405
+-- every other method gets.
+local function unlock_post(code, host, head)
+    local ans = look_up(host, code)
+    if not ans then
+        return too_many("unknown")
+    end
+    if ans.kind == "found" and host == ans.domain then
+        local o = ans.opts
+        if not (o and o.d) and ans.exp > floor(now()) then
+            if o and o.p then
+                return to_unlock_origin(false)
+            end
+            return method_not_allowed()
+        elseif o and o.x then
+            return method_not_allowed()
+        end
+    end
+    if decide(ans, host) == "unav" then
+        return unavailable()
+    end
+    -- The protocol 404 (decide counted it against the unknown-code limit).
+    if accept.prefers_html(head.accept) then
+        return to_unlock_origin(true)
+    end
+    return not_found()
 end
 
 local function forward(method, path)
@@ -443,9 +552,10 @@ local function route(head, host, path, pq)
     end
     local code = proto.code_from_path(path)
     if code then
-        if not get_or_head then
-            var.su_outcome = "BAD"
-            return error_response(405, "method_not_allowed", "only GET and HEAD resolve a short link")
+        if method == "POST" then
+            return unlock_post(code, host, head)
+        elseif not get_or_head then
+            return method_not_allowed()
         end
         return redirect_or_404(code, host, head, pq)
     end
@@ -455,8 +565,7 @@ local function route(head, host, path, pq)
     local kind, pcode = pages.of_path(path)
     if kind then
         if not get_or_head then
-            var.su_outcome = "BAD"
-            return error_response(405, "method_not_allowed", "only GET and HEAD resolve a short link")
+            return method_not_allowed()
         end
         return page(host, kind, pcode, pq, head)
     end
@@ -536,6 +645,39 @@ function M.page_failed()
     end
     var.su_outcome = "PAGE"
     return error_response(503, "unavailable", "no origin available", RETRY_AFTER)
+end
+
+-- header_filter of the page location: a password link's form answered on
+-- `/{code}` itself (password_required) is never kept by the client, so
+-- the same URL redirects once the visitor holds a token. Only the client's
+-- copy: proxy_cache stores the origin's answer as the origin sent it.
+function M.page_header()
+    if var.su_page_nostore == "1" then
+        header["Cache-Control"] = "no-store"
+    end
+end
+
+-- error_page 502/503/504 of the unlock location (nginx's own, never the
+-- origin's: proxy_intercept_errors is off): no origin answered a form post
+-- (502, as for the API), or for a browser's 404 page the JSON 404.
+function M.unlock_failed()
+    stat("origin_error")
+    var.su_outcome = "FWD"
+    if var.su_html404 == "1" then
+        return not_found()
+    end
+    return error_response(502, "bad_gateway", "origin failed to answer", RETRY_AFTER)
+end
+
+-- A form post over MAX_UNLOCK_BODY bytes (a Content-Length over it, or
+-- error_page 413 of the unlock location for a chunked body that grew past
+-- it): refused by the edge, as the origin's API refuses a body too large.
+function M.unlock_too_large()
+    var.su_outcome = "BAD"
+    if var.su_html404 == "1" then
+        return not_found()
+    end
+    return error_response(413, "body_too_large", "body is larger than " .. MAX_UNLOCK_BODY .. " bytes")
 end
 
 -- log_by_lua of the page location: the page-cache result (pages only, not

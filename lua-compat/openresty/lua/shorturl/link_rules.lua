@@ -279,14 +279,16 @@ local read_rule = struct({ "c", "u", "s" }, {
     s = seq(tuple({ str, uint })),
 })
 
--- `g` (protocol 4.4: the link has a social card) is read as `f` is: a
--- plain bool, the 5th field of the sequence form.
-local read_options = struct({ "f", "x", "d", "r", "g" }, {
+-- `g` (protocol 4.4: the link has a social card) and `p` (4.5: it needs
+-- a password) are read as `f` is: plain bools, the 5th and 6th fields of
+-- the sequence form.
+local read_options = struct({ "f", "x", "d", "r", "g", "p" }, {
     f = bool,
     x = optional(str),
     d = bool,
     r = seq(read_rule),
     g = bool,
+    p = bool,
 })
 
 ---------------------------------------------------------------- validation
@@ -382,6 +384,7 @@ local function defaults(o)
     o.f = o.f or false
     o.d = o.d or false
     o.g = o.g or false
+    o.p = o.p or false
     o.r = o.r or {}
     for _, r in ipairs(o.r) do
         r.c = r.c or {}
@@ -432,7 +435,7 @@ end
 
 -- True when the options change nothing (LinkOptions::is_empty).
 function M.is_empty(o)
-    return not o.f and not o.x and not o.d and not o.g and #o.r == 0
+    return not o.f and not o.x and not o.d and not o.g and not o.p and #o.r == 0
 end
 
 ---------------------------------------------------------------- writing options
@@ -499,6 +502,9 @@ function M.encode(o)
     end
     if o.g then
         out[#out + 1] = '"g":true'
+    end
+    if o.p then
+        out[#out + 1] = '"p":true'
     end
     return "{" .. concat(out, ",") .. "}"
 end

@@ -1,5 +1,6 @@
 -- Pages for people through nginx's proxy_cache (docs/protocol.md 4.3, and
--- 4.4's social card; the twin of edge/src/pages/ on the Pingora edge):
+-- 4.4's social card and 4.5's password form; the twin of edge/src/pages/
+-- on the Pingora edge):
 -- which paths are pages, the cache key (the same composition as the
 -- Pingora edge's), and the purge.
 --
@@ -24,8 +25,12 @@ local GEN_TTL = 90000
 
 local SUFFIX = { [".svg"] = "svg", [".png"] = "png" }
 
--- `/{code}.svg`, `/{code}.png`, `/{code}+`, `/{code}.card` (a valid code)
--- → kind, code.
+-- Kinds whose key has no query part: the origin reads no parameter of
+-- theirs (the QR codes' `size` and `margin` are the only ones).
+local NO_QUERY = { preview = true, card = true, password = true }
+
+-- `/{code}.svg`, `/{code}.png`, `/{code}+`, `/{code}.card`,
+-- `/{code}.password` (a valid code) → kind, code.
 function M.of_path(path)
     if byte(path, 1) ~= 47 then -- '/'
         return nil
@@ -34,6 +39,8 @@ function M.of_path(path)
     if not kind then
         if sub(path, -5) == ".card" then
             kind, code = "card", sub(path, 2, -6)
+        elseif sub(path, -9) == ".password" then
+            kind, code = "password", sub(path, 2, -10)
         elseif byte(path, -1) == 43 then -- '+'
             kind, code = "preview", sub(path, 2, -2)
         else
@@ -98,7 +105,7 @@ function M.key(host, kind, code, query)
         return nil
     end
     local params = ""
-    if kind ~= "preview" and kind ~= "card" then
+    if not NO_QUERY[kind] then
         local size, margin = M.qr_params(query)
         if not size then
             return nil

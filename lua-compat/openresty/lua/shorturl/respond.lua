@@ -44,11 +44,13 @@ function M.not_found()
     return M.json(404, M.NOT_FOUND_BODY, cfg.redirect.not_found_cache_control)
 end
 
-function M.redirect(url)
+-- `no_store`: the answer was opened by the visitor's cookie (a password
+-- link, protocol 4.5): no cache may keep it.
+function M.redirect(url, no_store)
     ngx.status = cfg.redirect.status
     header["Location"] = url
     header["Content-Length"] = 0
-    header["Cache-Control"] = cfg.redirect.cache_control
+    header["Cache-Control"] = no_store and "no-store" or cfg.redirect.cache_control
     return M.finish("")
 end
 

@@ -668,6 +668,7 @@ pub async fn post(links: &Links, s: &Session, code: &str, f: &Form, now: u64) ->
                     PatchState::Active
                 }),
                 options: None,
+                password: None,
             };
             links
                 .edit(&c, &r, &p, version)

@@ -106,10 +106,14 @@ pub async fn submit(links: &Links, admin: &Admin, req: &Req, body: Body, now: u6
             "too many sign-ins at this moment: try again in a few seconds",
         );
     };
-    let checked = admin
-        .checks
-        .check(permit, admin.users.clone(), name.clone(), password)
-        .await;
+    let checked = crate::admin::users::check(
+        &admin.checks,
+        permit,
+        admin.users.clone(),
+        name.clone(),
+        password,
+    )
+    .await;
     let Some(user) = checked else {
         admin.signins.wrong.inc();
         tracing::warn!(user = ?key, ?addr, "admin sign-in failed");
