@@ -65,6 +65,11 @@ pub struct LinkOptions {
     /// gets its answer.
     #[serde(rename = "p", default, skip_serializing_if = "is_false")]
     pub password: bool,
+    /// The in-app browsers that cannot open the link's destinations: their
+    /// visitors get the guidance page instead of the redirect (protocol
+    /// 4.6; the origin decides which links, from its `guide` settings).
+    #[serde(rename = "b", default, skip_serializing_if = "Set::is_empty")]
+    pub guide: Set<App>,
 }
 
 impl LinkOptions {
@@ -273,6 +278,16 @@ impl LinkOptions {
             && !self.gone
             && !expired
             && ua.is_some_and(crate::crawlers::is_crawler)
+    }
+
+    /// Whether a visitor with User-Agent `ua` gets the in-app browser
+    /// guidance instead of the redirect (protocol 4.6): a live link whose
+    /// `b` holds the visitor's in-app browser.
+    pub fn shows_guide(&self, expired: bool, ua: Option<&[u8]>) -> bool {
+        !self.guide.is_empty()
+            && !self.gone
+            && !expired
+            && ua.and_then(in_app).is_some_and(|a| self.guide.contains(a))
     }
 
     /// Whether a visitor must show an unlock token first (protocol 4.5):
@@ -757,6 +772,15 @@ impl Lang {
 /// the first 32 ranges are read.
 pub fn preferred_language(header: Option<&[u8]>) -> Option<String> {
     preferred_language_of(header).map(|l| String::from_utf8_lossy(l.as_bytes()).into_owned())
+}
+
+/// The language of the in-app browser guidance (protocol 4.6): `zh` for a
+/// visitor whose language is Chinese, else `en`.
+pub fn guide_language(accept_language: Option<&[u8]>) -> &'static str {
+    match preferred_language_of(accept_language) {
+        Some(l) if l.as_bytes() == b"zh" => "zh",
+        _ => "en",
+    }
 }
 
 /// [`preferred_language`] without allocating.

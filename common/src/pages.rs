@@ -16,6 +16,9 @@ pub enum PageKind {
     /// A password link's form (protocol 4.5): what browsers get on
     /// `/{code}` without an unlock token, from `/{code}.password`.
     Password,
+    /// The in-app browser guidance (protocol 4.6): what the listed in-app
+    /// browsers get on `/{code}`, from `/{code}.guide?lang=zh|en`.
+    Guide,
 }
 
 impl PageKind {
@@ -27,6 +30,7 @@ impl PageKind {
             PageKind::Preview => "preview",
             PageKind::Card => "card",
             PageKind::Password => "password",
+            PageKind::Guide => "guide",
         }
     }
 
@@ -43,6 +47,8 @@ impl PageKind {
             Some((PageKind::Card, code))
         } else if let Some(code) = rest.strip_suffix(".password") {
             Some((PageKind::Password, code))
+        } else if let Some(code) = rest.strip_suffix(".guide") {
+            Some((PageKind::Guide, code))
         } else {
             rest.strip_suffix('+').map(|code| (PageKind::Preview, code))
         }
@@ -109,6 +115,17 @@ fn number(v: &str) -> Option<u32> {
         return None;
     }
     v.parse().ok()
+}
+
+/// The language of a guidance page's query (`lang=zh`; anything else,
+/// or none, is `en`): what the origin renders and the page cache keys.
+pub fn guide_lang_of_query(query: Option<&str>) -> &'static str {
+    let zh = query.is_some_and(|q| q.split('&').any(|p| p == "lang=zh"));
+    if zh {
+        "zh"
+    } else {
+        "en"
+    }
 }
 
 #[cfg(test)]

@@ -92,6 +92,9 @@ pub enum Verdict<'a> {
     /// A live password link and no unlock token that opens it (protocol
     /// 4.5): the form (`page`: the client prefers HTML), else the 401.
     Locked { page: bool },
+    /// A visitor in an in-app browser that cannot open the link: the
+    /// guidance page in `lang` (`zh` or `en`; protocol 4.6).
+    Guide { lang: &'static str },
 }
 
 /// Whether a lookup may run for this request: a miss costs Redis and
@@ -118,6 +121,12 @@ pub fn decide<'a>(
             match rec.options {
                 None if !expired => Verdict::Redirect(rec, Target::Link),
                 None => not_found(facts),
+                // An in-app browser that cannot open it goes to the system
+                // browser first (a password entered here would be asked
+                // again there).
+                Some(o) if o.shows_guide(expired, facts.user_agent()) => Verdict::Guide {
+                    lang: link_rules::guide_language(facts.accept_language()),
+                },
                 Some(o) if o.locked(expired) && !facts.unlocked(&rec, code, now) => {
                     Verdict::Locked {
                         page: facts.prefers_html(),
@@ -177,6 +186,7 @@ mod tests {
         html: bool,
         ua: &'static str,
         cookie: Option<&'static str>,
+        lang: Option<&'static str>,
     }
 
     impl Visitor for Req {
@@ -184,7 +194,7 @@ mod tests {
             Some(self.ua.as_bytes())
         }
         fn accept_language(&self) -> Option<&[u8]> {
-            None
+            self.lang.map(str::as_bytes)
         }
         fn country(&self) -> Option<[u8; 2]> {
             None
@@ -234,6 +244,7 @@ mod tests {
             html: false,
             ua: "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148",
             cookie: None,
+            lang: None,
         }
     }
 
@@ -586,5 +597,72 @@ mod tests {
             NOW,
         );
         assert_eq!(v, Verdict::NotFound { page: false });
+    }
+
+    #[test]
+    fn a_password_link_answers_only_a_visitor_whose_token_opens_it() {
+        let l = limits(0);
+        let locked = options(r#"{"p":true,"g":true}"#);
+        let at = |who: &Req| {
+            decide(
+                with_options(&locked, NOW + 9),
+                "abc123",
+                Source::Memory,
+                who,
+                &l,
+                NOW,
+            )
+        };
+        assert_eq!(at(&req()), Verdict::Locked { page: false });
+        let browser = Req {
+            html: true,
+            ..req()
+        };
+        assert_eq!(at(&browser), Verdict::Locked { page: true });
+        let token = unlock_keys()
+            .sign("s.shop55.com", "abc123", 3, NOW + 60)
+            .unwrap_or_default();
+        let cookie: &'static str = Box::leak(format!("su_pass={token}").into_boxed_str());
+        let opened = Req {
+            cookie: Some(cookie),
+            ua: "facebookexternalhit/1.1",
+            ..req()
+        };
+        // Opened: the redirect, never the card (it would link the destination).
+        assert!(matches!(at(&opened), Verdict::Redirect(_, Target::Link)));
+    }
+
+    #[test]
+    fn listed_in_app_browsers_get_the_guidance_in_their_language() {
+        let l = limits(0);
+        let guided = options(r#"{"b":["wechat","qq"]}"#);
+        let at = |who: &Req| {
+            decide(
+                with_options(&guided, NOW + 9),
+                "abc123",
+                Source::Memory,
+                who,
+                &l,
+                NOW,
+            )
+        };
+        let wechat = Req {
+            ua: "Mozilla/5.0 (iPhone) MicroMessenger/8.0.47",
+            lang: Some("zh-CN,zh;q=0.9"),
+            ..req()
+        };
+        assert_eq!(at(&wechat), Verdict::Guide { lang: "zh" });
+        let english = Req {
+            lang: None,
+            ..wechat
+        };
+        assert_eq!(at(&english), Verdict::Guide { lang: "en" });
+        // Another app, or a browser: the redirect.
+        let weibo = Req {
+            ua: "Mozilla/5.0 (iPhone) Weibo (iPhone10,1__weibo__12.1.0)",
+            ..req()
+        };
+        assert!(matches!(at(&weibo), Verdict::Redirect(..)));
+        assert!(matches!(at(&req()), Verdict::Redirect(..)));
     }
 }

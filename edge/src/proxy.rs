@@ -74,8 +74,9 @@ pub struct PageCtx {
     /// The origin's path for it when not the request's (a social card
     /// answered on `/{code}` is the origin's `/{code}.card`).
     upstream_path: Option<String>,
-    /// Answered on `/{code}` for this visitor only (a password form):
-    /// the client's copy says `no-store`, the cached one keeps its own.
+    /// Answered on `/{code}` for this visitor only (a card, a password
+    /// form, a guide): the client's copy says `no-store`, the cached one
+    /// keeps its own.
     no_store: bool,
 }
 
@@ -344,15 +345,18 @@ impl Edge {
                     Some(Destination::Link),
                     now,
                 );
-                self.page_instead(session, ctx, PageKind::Card, code);
+                self.page_instead(session, ctx, PageKind::Card, code, None);
+                Ok(false)
+            }
+            Verdict::Guide { lang } => {
+                // In-app browser guidance (protocol 4.6): no click yet.
+                let query = format!("lang={lang}");
+                self.page_instead(session, ctx, PageKind::Guide, code, Some(&query));
                 Ok(false)
             }
             Verdict::Locked { page: true } => {
                 // The password form (protocol 4.5): no click yet.
-                self.page_instead(session, ctx, PageKind::Password, code);
-                if let Some(p) = ctx.page.as_mut() {
-                    p.no_store = true;
-                }
+                self.page_instead(session, ctx, PageKind::Password, code, None);
                 Ok(false)
             }
             Verdict::Locked { page: false } => {
@@ -374,17 +378,31 @@ impl Edge {
     }
 
     /// Answers `/{code}` with the code's page of `kind` (the origin's
-    /// `/{code}.<kind>`, through the page cache).
-    fn page_instead(&self, session: &mut Session, ctx: &mut Ctx, kind: PageKind, code: &str) {
+    /// `/{code}.<kind>[?query]`, through the page cache).
+    fn page_instead(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        kind: PageKind,
+        code: &str,
+        query: Option<&str>,
+    ) {
         ctx.outcome = Outcome::Page;
         let req = session.req_header();
         let key = ctx
             .host
             .and_then(|h| h.get(req))
-            .and_then(|host| crate::pages::key(host, kind, code, None));
+            .and_then(|host| crate::pages::key(host, kind, code, query));
         self.to_page_origin(session, ctx, key, false);
         if let Some(p) = ctx.page.as_mut() {
-            p.upstream_path = Some(format!("/{code}.{}", kind.label()));
+            // `/{code}` answers others differently (a redirect, another
+            // language): no cache may keep this answer for them.
+            p.no_store = true;
+            let path = format!("/{code}.{}", kind.label());
+            p.upstream_path = Some(match query {
+                Some(q) => format!("{path}?{q}"),
+                None => path,
+            });
         }
     }
 
@@ -401,17 +419,8 @@ impl Edge {
             Verdict::NotFound { page } => return self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => return self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => return self.unavailable(session).await,
-            Verdict::Redirect(..) | Verdict::Card(_) => {
-                ctx.outcome = Outcome::Bad;
-                respond::error(
-                    session,
-                    405,
-                    "method_not_allowed",
-                    "only GET and HEAD resolve a short link",
-                    None,
-                )
-                .await?;
-                return Ok(true);
+            Verdict::Redirect(..) | Verdict::Card(_) | Verdict::Guide { .. } => {
+                return self.wrong_method(session, ctx).await
             }
         }
         let too_long = session
@@ -435,6 +444,21 @@ impl Edge {
         }
         ctx.unlock = true;
         self.to_origin(session, ctx).await
+    }
+
+    /// The 405 of a method other than `GET` and `HEAD` on a code or page
+    /// path (`POST` only for a password link's form).
+    async fn wrong_method(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        ctx.outcome = Outcome::Bad;
+        respond::error(
+            session,
+            405,
+            "method_not_allowed",
+            "only GET and HEAD resolve a short link",
+            None,
+        )
+        .await?;
+        Ok(true)
     }
 
     /// The 503 of a failed record lookup.
@@ -557,7 +581,10 @@ impl Edge {
             }
             // The origin answers a password link's pages (its preview is
             // the form, its card none).
-            Verdict::Redirect(..) | Verdict::Card(_) | Verdict::Locked { .. } => {}
+            Verdict::Redirect(..)
+            | Verdict::Card(_)
+            | Verdict::Locked { .. }
+            | Verdict::Guide { .. } => {}
             Verdict::NotFound { page } => return self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => return self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => return self.unavailable(session).await,
@@ -728,18 +755,7 @@ impl ProxyHttp for Edge {
             }
             Route::AcmeChallenge => self.acme_challenge(session, ctx).await,
             Route::Unlock(code) => self.unlock(session, ctx, code.as_str()).await,
-            Route::CodeWrongMethod => {
-                ctx.outcome = Outcome::Bad;
-                respond::error(
-                    session,
-                    405,
-                    "method_not_allowed",
-                    "only GET and HEAD resolve a short link",
-                    None,
-                )
-                .await?;
-                Ok(true)
-            }
+            Route::CodeWrongMethod => self.wrong_method(session, ctx).await,
             Route::Api => self.forward(session, ctx).await,
             Route::Status => {
                 if !ctx

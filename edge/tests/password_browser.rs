@@ -9,8 +9,7 @@ use crate::support;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
-use support::http::request;
-use support::{start_edge, EdgeOpts, Origin, API_KEY, TIMEOUT};
+use support::{patch_link, start_edge, EdgeOpts, Origin, API_KEY, TIMEOUT};
 use testkit::browser::ChromeDriver;
 use testkit::peer::Peer;
 use testkit::{wait_for, Redis};
@@ -28,24 +27,8 @@ fn link_requests(origin: &Origin) -> u64 {
         .sum()
 }
 
-fn api(
-    origin: &Origin,
-    method: &str,
-    path: &str,
-    body: serde_json::Value,
-) -> support::http::Response {
-    let auth = format!("Bearer {API_KEY}");
-    request(
-        origin.port,
-        method,
-        path,
-        "localhost",
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        body.to_string().as_bytes(),
-    )
+fn create(port: u16, body: &serde_json::Value) -> support::http::Response {
+    support::http::api(port, API_KEY, "POST", "/api/v1/links", body)
 }
 
 /// Types `password` into the form on the page and sends it.
@@ -125,11 +108,9 @@ fn a_password_link_in_a_browser() {
     let site = Peer::start();
     let landed = |s: &Peer| s.count(|r| r.path == "/landed");
     let dest = format!("http://127.0.0.1:{}/landed", site.port());
-    let r = api(
-        &origin,
-        "POST",
-        "/api/v1/links",
-        json!({"url": dest, "domain": DOMAIN, "password": "open sesame"}),
+    let r = create(
+        origin.port,
+        &json!({"url": dest, "domain": DOMAIN, "password": "open sesame"}),
     );
     assert_eq!(r.status, 201, "{}", r.text());
     let code = r.json()["code"].as_str().unwrap().to_owned();
@@ -180,10 +161,9 @@ fn a_password_link_in_a_browser() {
 
         // A new password voids the cookie: the form again.
         let messages = edge.status()["inval"]["messages"].as_u64().unwrap_or(0);
-        let r = api(
-            &origin,
-            "PATCH",
-            &format!("/api/v1/links/{code}?domain={DOMAIN}"),
+        let r = patch_link(
+            origin.port,
+            &format!("{code}?domain={DOMAIN}"),
             json!({"password": "new secret"}),
         );
         assert_eq!(r.status, 200, "{}", r.text());

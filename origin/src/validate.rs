@@ -37,7 +37,7 @@ pub struct CreateRequest {
     pub password: Option<NewPassword>,
 }
 
-const FIELDS: [&str; 20] = [
+const FIELDS: [&str; 21] = [
     "url",
     "domain",
     "app",
@@ -57,6 +57,7 @@ const FIELDS: [&str; 20] = [
     "og_title",
     "og_description",
     "og_image",
+    "inapp_guide",
     "password",
 ];
 

@@ -18,6 +18,7 @@ mod clicks_retention;
 mod coalescing;
 mod concurrency;
 mod faults;
+mod inapp_guide;
 mod invalidation;
 mod issuing;
 mod lifecycle;

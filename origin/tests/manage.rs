@@ -49,6 +49,8 @@ async fn a_link_is_read_edited_disabled_enabled_deleted_and_its_history_kept() {
             "expires_at",
             "expires_at_unix",
             "forward_query",
+            "inapp_guide",
+            "inapp_guided",
             "kdt_id",
             "og_description",
             "og_image",

@@ -227,6 +227,20 @@ pub fn request(
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
+/// An API call on a fresh connection: `Authorization: Bearer <key>` and,
+/// unless `body` is `Null`, a JSON body (`Host: localhost`).
+pub fn api(port: u16, key: &str, method: &str, path: &str, body: &serde_json::Value) -> Response {
+    let auth = format!("Bearer {key}");
+    let mut headers = vec![("Authorization", auth.as_str())];
+    let bytes = if body.is_null() {
+        Vec::new()
+    } else {
+        headers.push(("Content-Type", "application/json"));
+        body.to_string().into_bytes()
+    };
+    request(port, method, path, "localhost", &headers, &bytes)
+}
+
 /// `GET path` on a fresh connection.
 pub fn get(port: u16, path: &str, host: &str) -> Response {
     request(port, "GET", path, host, &[], b"")

@@ -474,6 +474,26 @@ fn the_password_flag_is_read_and_written_as_p_and_hides_the_card() {
 }
 
 #[test]
+fn the_guide_apps_are_read_and_written_as_b() {
+    let o = opts(r#"{"b":["qq","wechat"]}"#);
+    assert_eq!(o.encode(), r#"{"b":["wechat","qq"]}"#);
+    assert!(LinkOptions::decode(r#"{"b":["icq"]}"#).is_none());
+    assert_eq!(
+        opts(r#"[false,null,false,[],false,false,["wechat","qq"]]"#),
+        o
+    );
+    let wechat = Some(&b"Mozilla/5.0 (iPhone) MicroMessenger/8.0.47"[..]);
+    let safari = Some(&b"Mozilla/5.0 (iPhone) Version/17.0 Safari/604.1"[..]);
+    assert!(o.shows_guide(false, wechat));
+    assert!(!o.shows_guide(false, safari));
+    assert!(!o.shows_guide(true, wechat), "an expired link's fallback");
+    assert!(!opts(r#"{"f":true}"#).shows_guide(false, wechat));
+    assert_eq!(guide_language(Some(b"zh-CN,zh;q=0.9,en;q=0.8")), "zh");
+    assert_eq!(guide_language(Some(b"en-US,zh;q=0.5")), "en");
+    assert_eq!(guide_language(None), "en");
+}
+
+#[test]
 fn a_rules_conditions_fit_in_little_more_than_a_cache_line() {
     // The edge walks every rule of a link on each request (perf.md, "Link
     // rules laid out for the walk"): no condition list is a Vec of Strings.

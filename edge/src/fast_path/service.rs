@@ -360,7 +360,8 @@ impl FastPath {
             Verdict::NotFound { page: true }
             | Verdict::TooMany
             | Verdict::Card(_)
-            | Verdict::Locked { .. } => return None,
+            | Verdict::Locked { .. }
+            | Verdict::Guide { .. } => return None,
         };
         s.metrics.local_miss.inc();
         s.metrics.fast_path.resolved.inc();

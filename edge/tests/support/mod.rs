@@ -422,47 +422,24 @@ pub fn create_link(port: u16, url: &str, domain: Option<&str>) -> http::Response
         Some(d) => serde_json::json!({ "url": url, "domain": d }),
         None => serde_json::json!({ "url": url }),
     };
-    let auth = format!("Bearer {API_KEY}");
-    http::request(
-        port,
-        "POST",
-        "/api/v1/links",
-        "localhost",
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        body.to_string().as_bytes(),
-    )
+    http::api(port, API_KEY, "POST", "/api/v1/links", &body)
 }
 
 /// `PATCH /api/v1/links/{code}` with a JSON body, through `port` (edge or origin).
 pub fn patch_link(port: u16, code: &str, body: serde_json::Value) -> http::Response {
-    let auth = format!("Bearer {API_KEY}");
-    http::request(
+    http::api(
         port,
+        API_KEY,
         "PATCH",
         &format!("/api/v1/links/{code}"),
-        "localhost",
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        body.to_string().as_bytes(),
+        &body,
     )
 }
 
 /// `DELETE /api/v1/links/{code}` through `port` (edge or origin).
 pub fn delete_link(port: u16, code: &str) -> http::Response {
-    let auth = format!("Bearer {API_KEY}");
-    http::request(
-        port,
-        "DELETE",
-        &format!("/api/v1/links/{code}"),
-        "localhost",
-        &[("Authorization", &auth)],
-        b"",
-    )
+    let path = format!("/api/v1/links/{code}");
+    http::api(port, API_KEY, "DELETE", &path, &serde_json::Value::Null)
 }
 
 impl Edge {

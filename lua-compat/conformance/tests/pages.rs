@@ -27,18 +27,7 @@ fn origin_pages(origin: &Origin) -> u64 {
 }
 
 fn api(origin: &Origin, method: &str, path: &str, body: serde_json::Value) -> Response {
-    let auth = format!("Bearer {API_KEY}");
-    http::request(
-        origin.port,
-        method,
-        path,
-        "localhost",
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        body.to_string().as_bytes(),
-    )
+    http::api(origin.port, API_KEY, method, path, &body)
 }
 
 fn fetch(edge: &Edge, method: &str, path: &str, accept: Option<&str>) -> Response {
@@ -432,6 +421,81 @@ fn a_crawler_gets_the_same_social_card_from_both_edges() {
             (r.status, r.header("location")),
             (302, Some(plain_url)),
             "{}: a crawler on a link without a card",
+            e.name
+        );
+    }
+}
+
+/// In-app browser guidance (protocol 4.6): a link to an app download
+/// carries `b`; WeChat gets the origin's guidance page through each
+/// edge's page cache, in Chinese for a Chinese visitor and in English
+/// otherwise, the same bytes on both; a browser gets the redirect.
+#[test]
+fn an_in_app_browser_gets_the_same_guide_from_both_edges() {
+    const WECHAT: &str =
+        "Mozilla/5.0 (Linux; Android 14) Mobile Safari/537.36 MicroMessenger/8.0.47";
+    const PERSON: &str = "Mozilla/5.0 (Linux; Android 14) Chrome/126.0 Mobile Safari/537.36";
+    let apk = "https://dl.shop.example/shop.apk";
+    let visit = |port: u16, path: &str, ua: &str, lang: Option<&str>| {
+        let mut h = vec![("User-Agent", ua)];
+        if let Some(l) = lang {
+            h.push(("Accept-Language", l));
+        }
+        http::request(port, "GET", path, DOMAIN, &h, b"")
+    };
+    let redis = Redis::start();
+    let origin = Origin::start(&redis, 50);
+    let edges = subscribed_edges(&redis, &origin);
+    let r = api(
+        &origin,
+        "POST",
+        "/api/v1/links",
+        json!({ "url": apk, "domain": DOMAIN }),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["inapp_guided"], json!(true));
+    let code = r.json()["code"].as_str().unwrap().to_owned();
+    for e in &edges {
+        wait_for(&format!("{} to hear the creation", e.name), TIMEOUT, || {
+            e.status()["inval"]["messages"].as_u64().unwrap_or(0) >= 1
+        });
+    }
+    for (lang, accept) in [("zh", Some("zh-CN,zh;q=0.9")), ("en", None)] {
+        let want = visit(
+            origin.port,
+            &format!("/{code}.guide?lang={lang}"),
+            PERSON,
+            None,
+        );
+        assert_eq!(want.status, 200, "{}", want.text());
+        for e in &edges {
+            let r = visit(e.port, &format!("/{code}"), WECHAT, accept);
+            assert_eq!(r.status, 200, "{}: {}\n{}", e.name, r.text(), e.logs());
+            assert_eq!(
+                r.body, want.body,
+                "{}: not the origin's {lang} guide",
+                e.name
+            );
+            assert_eq!(r.header("location"), None, "{}", e.name);
+        }
+        // Again: from each edge's page cache.
+        let served = origin_pages(&origin);
+        for e in &edges {
+            let r = visit(e.port, &format!("/{code}"), WECHAT, accept);
+            assert_eq!((r.status, &r.body), (200, &want.body), "{}", e.name);
+        }
+        assert_eq!(
+            origin_pages(&origin),
+            served,
+            "the {lang} guide was not cached"
+        );
+    }
+    for e in &edges {
+        let r = visit(e.port, &format!("/{code}"), PERSON, Some("zh-CN"));
+        assert_eq!(
+            (r.status, r.header("location")),
+            (302, Some(apk)),
+            "{}: a browser",
             e.name
         );
     }

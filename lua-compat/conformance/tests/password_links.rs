@@ -35,18 +35,7 @@ fn origin_link_requests(origin: &Origin) -> u64 {
 }
 
 fn api(origin: &Origin, method: &str, path: &str, body: serde_json::Value) -> Response {
-    let auth = format!("Bearer {API_KEY}");
-    http::request(
-        origin.port,
-        method,
-        path,
-        "localhost",
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        body.to_string().as_bytes(),
-    )
+    http::api(origin.port, API_KEY, method, path, &body)
 }
 
 fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> Response {

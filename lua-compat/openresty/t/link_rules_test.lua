@@ -409,7 +409,7 @@ for _, b in ipairs({
     '{"g":true,}',
     '[true,null,false,[],null]',
     '[true,null,false,[],1]',
-    '[true,null,false,[],true,false,false]', -- a 7th field (p is the 6th)
+    '[true,null,false,[],true,false,[],false]', -- an 8th field (p is the 6th, b the 7th)
     '[true,null,false,[],true,]',
     '{"g":true,"d":true}',
 }) do
@@ -473,7 +473,7 @@ for _, b in ipairs({
     '{"p":"1"}',
     '[true,null,false,[],false,null]',
     '[true,null,false,[],false,1]',
-    '[true,null,false,[],false,true,false]',
+    '[true,null,false,[],false,true,[],false]', -- an 8th field
     '[true,null,false,[],false,true,]',
     '{"p":true,"d":true}',
 }) do
@@ -520,6 +520,124 @@ do
     ok(a and a.kind == "found" and a.opts and a.opts.p == true and a.v == 4, "record with p decoded")
     local n = proto.decode('3 4 9 s.shop55.com https://x/ {"p":1}')
     eq(n, nil, "record with a malformed p: a miss")
+end
+
+---------------------------------------------------------------- b: in-app browser guidance (protocol 4.6)
+-- Read as the `app` condition's list is (LinkOptions' 7th field, a
+-- Set<App>: names of App, at most 50 read, duplicates fold), written after
+-- `p` in App::ALL's order and only when not empty.
+for _, b in ipairs({
+    '{"b":["icq"]}', -- an unknown app
+    '{"b":["WeChat"]}',
+    '{"b":["wechat","icq"]}',
+    '{"b":"wechat"}',
+    '{"b":null}',
+    '{"b":true}',
+    '{"b":{}}',
+    '{"b":[null]}',
+    '{"b":[1]}',
+    '{"b":["wechat",]}',
+    '{"b":[],"b":[]}',
+    '{"b": ["wechat"]}',
+    '{"B":["wechat"]}',
+    '{"b":[' .. string.rep('"wechat",', 50) .. '"wechat"]}', -- 51 names, duplicates or not
+    '{"b":[' .. string.rep('"qq",', 50) .. '"wechat"]}',
+    '[false,null,false,[],false,false,["icq"]]',
+    '[false,null,false,[],false,false,null]',
+    '[false,null,false,[],false,false,true]',
+    '[false,null,false,[],false,false,["wechat"],false]', -- an 8th field
+    '[false,null,false,[],false,false,["wechat"],]',
+}) do
+    eq(link_rules.decode(b), nil, "refused (b): " .. b:sub(1, 120))
+end
+for _, c in ipairs({
+    { '{"b":["wechat"]}', '{"b":["wechat"]}' },
+    { '{"b":[]}', '{}' },
+    { '{"b":["qq","wechat"]}', '{"b":["wechat","qq"]}' }, -- App::ALL's order
+    { '{"b":["wechat","qq","wechat"]}', '{"b":["wechat","qq"]}' }, -- duplicates fold
+    { '{"b":["tiktok","line","instagram","facebook","dingtalk","weibo","alipay","qq","wechat"]}',
+        '{"b":["wechat","qq","alipay","weibo","dingtalk","facebook","instagram","line","tiktok"]}' },
+    { '{"b":[' .. string.rep('"qq",', 49) .. '"wechat"]}', '{"b":["wechat","qq"]}' }, -- 50 names
+    { '{"b":[{"weibo":null}]}', '{"b":["weibo"]}' }, -- serde_json's externally tagged unit variant
+    { '{"\\u0062":["\\u0071q"]}', '{"b":["qq"]}' },
+    { '{"b":["wechat"],"p":true,"g":true,"f":true}', '{"f":true,"g":true,"p":true,"b":["wechat"]}' },
+    { '{"b":["alipay"],"x":"https://a/x","d":true}', '{"x":"https://a/x","d":true,"b":["alipay"]}' },
+    -- The sequence form: b is the 7th field.
+    { '[false,null,false,[],false,false,["wechat","qq"]]', '{"b":["wechat","qq"]}' },
+    { '[false,null,false,[],false,false,[]]', '{}' },
+    { '[true,null,false,[],true,true,["dingtalk"]]', '{"f":true,"g":true,"p":true,"b":["dingtalk"]}' },
+    { '[false,null,false,[],false,true]', '{"p":true}' },
+}) do
+    local o = link_rules.decode(c[1])
+    eq(o and link_rules.encode(o), c[2], "accepted (b): " .. c[1]:sub(1, 120))
+end
+do
+    -- The Rust test's case (the_guide_apps_are_read_and_written_as_b).
+    local o = opts('{"b":["qq","wechat"]}')
+    eq(link_rules.encode(o), '{"b":["wechat","qq"]}', "b: Rust's encoding")
+    eq(link_rules.encode(opts('[false,null,false,[],false,false,["wechat","qq"]]')), link_rules.encode(o),
+        "b: the sequence form reads the same")
+    ok(o.guide and o.guide.wechat and o.guide.qq and not o.guide.weibo, "b read as a set")
+    eq(#o.b, 2, "b: the names as read")
+    eq(opts("{}").guide, nil, "no b: no set")
+    eq(opts('{"b":[]}').guide, nil, "an empty b: no set")
+    eq(#opts("{}").b, 0, "b defaults to empty")
+    ok(not link_rules.is_empty(o), "options with only b change something")
+    ok(link_rules.is_empty(opts('{"b":[]}')), "an empty b changes nothing")
+    eq(proto.encode_record(2, 9, "d.com", "https://x/", o), '3 2 9 d.com https://x/ {"b":["wechat","qq"]}',
+        "a record with b stays protocol 3")
+    -- shows_guide: the visitor's app (in_app, the `app` condition's) is one of b's.
+    local WEIBO = "Mozilla/5.0 (iPhone) Weibo (iPhone10,1__weibo__12.1.0)"
+    local SAFARI = "Mozilla/5.0 (iPhone) Version/17.0 Safari/604.1"
+    ok(link_rules.shows_guide(o, WECHAT), "shows_guide: WeChat")
+    ok(link_rules.shows_guide(o, "Mozilla/5.0 (iPhone) MicroMessenger/8.0.47"), "shows_guide: WeChat (Rust's UA)")
+    ok(link_rules.shows_guide(o, "Mozilla/5.0 QQ/9.0.0"), "shows_guide: QQ")
+    ok(not link_rules.shows_guide(o, WEIBO), "shows_guide: Weibo not listed")
+    ok(not link_rules.shows_guide(o, SAFARI), "shows_guide: a browser")
+    ok(not link_rules.shows_guide(o, IPHONE), "shows_guide: iPhone Safari")
+    ok(not link_rules.shows_guide(o, nil), "shows_guide: no User-Agent")
+    ok(not link_rules.shows_guide(o, ""), "shows_guide: an empty User-Agent")
+    ok(not link_rules.shows_guide(o, "micromessenger/8"), "shows_guide: tokens are case-sensitive")
+    -- The first matching line of inapp.txt names the app: Instagram's UA
+    -- carrying MicroMessenger is WeChat's.
+    ok(link_rules.shows_guide(o, "Instagram 300 ... MicroMessenger/8"), "shows_guide: file order wins")
+    ok(not link_rules.shows_guide(opts('{"b":["instagram"]}'), "Instagram 300 ... MicroMessenger/8"),
+        "shows_guide: file order wins (the other way)")
+    ok(link_rules.shows_guide(opts('{"b":["weibo"]}'), WEIBO), "shows_guide: Weibo listed")
+    ok(not link_rules.shows_guide(opts('{"f":true}'), WECHAT), "shows_guide: a link without b")
+    -- Otherwise evaluated exactly as before: the guidance is the edge's
+    -- decision (edge.lua), not choose()'s; a visitor of another app gets
+    -- the rules.
+    local r = opts('{"b":["wechat"],"f":true,"r":[{"c":{"app":["wechat"]},"u":"https://a/wechat"}]}')
+    eq(url_for(r, V({ ua = WECHAT, q = "a=1" }), 1), "https://a/wechat?a=1", "b: rules and forwarding unchanged")
+    local x = opts('{"b":["wechat"],"x":"https://a/over"}')
+    local url, label = link_rules.choose(x, "https://x/", true, "c", V({ ua = WECHAT }), 1)
+    eq(url, "https://a/over", "b: expired, the fallback")
+    eq(label, "expired", "b: expired label")
+    local a = proto.decode('3 4 9 d.com https://x/ {"b":["wechat","qq"]}')
+    ok(a and a.kind == "found" and a.opts and a.opts.guide and a.opts.guide.qq, "record with b decoded")
+    eq(proto.decode('3 4 9 d.com https://x/ {"b":["icq"]}'), nil, "record with an unknown app in b: a miss")
+    eq(proto.decode('3 4 9 d.com https://x/ {"b":[' .. string.rep('"qq",', 50) .. '"qq"]}'), nil,
+        "record with 51 names in b: a miss")
+    -- guide_language: `zh` when the visitor's language is, else `en`.
+    for _, c in ipairs({
+        { "zh-CN,zh;q=0.9,en;q=0.8", "zh" },
+        { "zh-CN", "zh" },
+        { "zh", "zh" },
+        { "ZH-tw", "zh" },
+        { "zh-Hant-TW;q=0.8", "zh" },
+        { "en-US,zh;q=0.5", "en" },
+        { "en;q=0.5, zh", "zh" },
+        { "fr", "en" },
+        { "zho", "en" },
+        { "zh;q=0", "en" },
+        { "*", "en" },
+        { "", "en" },
+        { "zh\255", "en" }, -- not UTF-8: no language
+    }) do
+        eq(link_rules.guide_language(c[1]), c[2], "guide_language(" .. show(c[1]) .. ")")
+    end
+    eq(link_rules.guide_language(nil), "en", "guide_language: no header")
 end
 
 ---------------------------------------------------------------- record.rs: protocol 3 records

@@ -11,14 +11,16 @@
 #    checking the redirects link rules answer (Location, 404s, the country
 #    header from a trusted proxy, forwarding, pages of a disabled link, the
 #    social card's decision, a password link's gate with unlock tokens
-#    signed here by Python, and its form posts) and
+#    signed here by Python, and its form posts, the in-app browser
+#    guidance's decision and, last, its page through a recording origin
+#    started here: the upstream URI, the key's language, no click) and
 #    the protocol 3.5 keys (records and invalidations by (domain, code), a
 #    request without Host) and the protocol 3.6 click keys (the batches in
 #    the stream).
 #
 # Ports: SU_T_PORT1..5 (the unit nginx, Redis, the module, an origin port
-# nobody listens on, the module's metrics; the conformance suite's test
-# passes reserved ones), else free ones from the kernel. Exits non-zero when a check fails. Every process it starts is stopped by
+# nobody listens on until the guidance checks at the end, the module's
+# metrics; the conformance suite's test passes reserved ones), else free ones from the kernel. Exits non-zero when a check fails. Every process it starts is stopped by
 # its pid, and its directory removed (SU_KEEP_TMP=1 keeps it).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -115,7 +117,7 @@ redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$
 pids+=("$!")
 wait_port "$rport"
 eport="${SU_T_PORT3:-$(free_port)}"
-oport="${SU_T_PORT4:-$(free_port)}" # no origin listens there: every record comes from Redis
+oport="${SU_T_PORT4:-$(free_port)}" # no origin listens there (until the end): every record comes from Redis
 mport="${SU_T_PORT5:-$(free_port)}"
 # geo_test.lua left a database placing 127.0.0.0/8 in KR (when libmaxminddb is there).
 mmdb=""
@@ -160,6 +162,14 @@ rset cardd1 "3 3 $far s.test https://x.example/off {\"x\":\"https://a/gone\",\"d
 rset pass01 "3 5 $far s.test https://x.example/secret {\"p\":true,\"f\":true,\"g\":true,\"r\":[{\"c\":{\"dev\":[\"ios\"]},\"u\":\"https://a/ios\"}]}"
 rset passx1 "3 2 5 s.test https://x.example/old {\"x\":\"https://a/over\",\"p\":true}"
 rset passd1 "3 3 $far s.test https://x.example/off {\"x\":\"https://a/gone\",\"d\":true,\"p\":true}"
+# In-app browser guidance (protocol 4.6): `b`.
+rset guide1 "3 1 $far s.test https://x.example/app.apk {\"b\":[\"wechat\",\"qq\"],\"f\":true,\"r\":[{\"c\":{\"dev\":[\"ios\"]},\"u\":\"https://a/ios\"}]}"
+rset guide2 "3 1 $far s.test https://x.example/app2.apk {\"b\":[\"wechat\"]}"
+rset guidx1 "3 2 5 s.test https://x.example/old.apk {\"x\":\"https://a/over\",\"b\":[\"wechat\"]}"
+rset guidd1 "3 3 $far s.test https://x.example/off.apk {\"x\":\"https://a/gone\",\"d\":true,\"b\":[\"wechat\"]}"
+rset guidp1 "3 6 $far s.test https://x.example/secret.apk {\"p\":true,\"b\":[\"wechat\"]}"
+rset guidc1 "3 1 $far s.test https://x.example/card.apk {\"g\":true,\"b\":[\"wechat\"]}"
+rset guidb1 "3 1 $far s.test https://x.example/bad.apk {\"b\":[\"icq\"]}"
 rset inval1 "2 1 $far s.test https://x.example/v1"
 E2E_DOMAIN=go.test rset inval1 "2 1 $far go.test https://x.example/go-v1"
 
@@ -267,6 +277,26 @@ case "$code" in
   *) echo "  FAIL post: a password link: $code, want 502 or 503"; failed=1 ;;
 esac
 e2e "put: still 405 before any lookup" 405 "" "/pass01" -X PUT
+# In-app browser guidance (protocol 4.6): the decision (the page itself
+# once an origin listens, below).
+WECHAT="Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148 MicroMessenger/8.0.47(0x18002f2c) NetType/WIFI"
+QQ="Mozilla/5.0 (Linux; Android 14) Mobile Safari/537.36 QQ/9.0.0.1"
+WEIBO="Mozilla/5.0 (iPhone) Mobile/15E148 Weibo (iPhone10,1__weibo__12.1.0__iphone__os17.0)"
+e2e "guide: WeChat gets the page (no origin: 503)" 503 "" "/guide1?utm=1" -A "$WECHAT" -H "Accept-Language: zh-CN"
+e2e "guide: QQ gets the page (no origin: 503)" 503 "" "/guide1" -A "$QQ"
+e2e "guide: the page's path (no origin: 503)" 503 "" "/guide1.guide?lang=zh"
+e2e "guide: an app not in b gets the rules' redirect" 302 "https://a/ios?utm=1" "/guide1?utm=1" -A "$WEIBO"
+e2e "guide: a browser gets the rules' redirect" 302 "https://a/ios" "/guide1" -A "$IOS"
+e2e "guide: no User-Agent, the redirect" 302 "https://x.example/app.apk" "/guide1"
+e2e "guide: the token is case-sensitive" 302 "https://x.example/app.apk" "/guide1" -A "micromessenger/8.0"
+e2e "guide: WeChat on a link without b, the rules' redirect" 302 "https://a/ios?src=sl" "/rules01" -A "$WECHAT"
+e2e "guide: WeChat on a plain link, the redirect" 302 "https://x.example/plain" "/plain1" -A "$WECHAT"
+e2e "guide: WeChat on an expired link, the fallback" 302 "https://a/over" "/guidx1" -A "$WECHAT"
+e2e "guide: WeChat on a disabled link, the fallback" 302 "https://a/gone" "/guidd1" -A "$WECHAT"
+e2e "guide: before the password (no token; no origin: 503)" 503 "" "/guidp1" -A "$WECHAT"
+e2e "guide: the password for a browser (no token: 401)" 401 "" "/guidp1" -A "$IOS"
+e2e "guide: an unknown app in b: a miss (no origin: 503)" 503 "" "/guidb1" -A "$IOS"
+e2e "guide: POST is the password's, not the guide's: 405" 405 "" "/guide1" -A "$WECHAT" -d "password=x"
 a="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
 b="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
 if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "  ok   split: stable ($a)"; else echo "  FAIL split: '$a' then '$b'"; failed=1; fi
@@ -320,6 +350,73 @@ check_clicks "clicks: the same custom code on the other domain apart (v 3)" go.t
 check_clicks "clicks: no fleet code under a domain" s.test/plain1 ""
 check_clicks "clicks: nor on the other domain" go.test/sale01 ""
 check_clicks "clicks: no custom code alone" sale ""
+
+# The guidance page through an origin (protocol 4.6): one that records
+# what it is asked and answers every request 200 with the request's path
+# and query as the body, cacheable as the origin's pages are.
+python3 - "$oport" "$tmp/origin-requests" >"$tmp/origin.log" 2>&1 <<'PY' &
+import os, signal, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+port, log = int(sys.argv[1]), sys.argv[2]
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def answer(self, body):
+        with open(log, "a") as f:
+            f.write("%s %s\n" % (self.command, self.path))
+        b = self.path.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Cache-Control", "public, max-age=60")
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        if body:
+            self.wfile.write(b)
+    def do_GET(self):
+        self.answer(True)
+    def do_HEAD(self):
+        self.answer(False)
+    def log_message(self, *a):
+        pass
+# Started in the background, it would ignore stop()'s SIGQUIT.
+signal.signal(signal.SIGQUIT, lambda *a: os._exit(0))
+ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+PY
+pids+=("$!")
+wait_port "$oport"
+page_body() { # name want-body path [curl args...]: a 200 whose body is want-body
+  local name="$1" want="$2" path="$3"; shift 3
+  local got
+  got="$(curl -sS -w ' %{http_code}' -H 'Host: s.test' "$@" "http://127.0.0.1:$eport$path" 2>/dev/null || true)"
+  if [ "$got" = "$want 200" ]; then echo "  ok   $name"; else echo "  FAIL $name: got '$got', want '$want 200'"; failed=1; fi
+}
+asked() { grep -c -x -F "GET $1" "$tmp/origin-requests" 2>/dev/null || true; }
+page_body "guide: WeChat, zh-CN: /{code}.guide?lang=zh, the query dropped" "/guide1.guide?lang=zh" "/guide1?utm=1&lang=en" \
+  -A "$WECHAT" -H "Accept-Language: zh-CN,zh;q=0.9,en;q=0.8"
+page_body "guide: WeChat, no language: lang=en" "/guide1.guide?lang=en" "/guide1" -A "$WECHAT"
+page_body "guide: QQ, English first: lang=en (cached)" "/guide1.guide?lang=en" "/guide1" -A "$QQ" \
+  -H "Accept-Language: en-US,zh;q=0.5"
+page_body "guide: WeChat, zh-TW: lang=zh (cached)" "/guide1.guide?lang=zh" "/guide1" -A "$WECHAT" -H "Accept-Language: zh-TW"
+page_body "guide: /{code}.guide?lang=fr shares the en entry" "/guide1.guide?lang=en" "/guide1.guide?lang=fr"
+page_body "guide: /{code}.guide shares the en entry" "/guide1.guide?lang=en" "/guide1.guide"
+n="$(asked "/guide1.guide?lang=zh") $(asked "/guide1.guide?lang=en")"
+[ "$n" = "1 1" ] && echo "  ok   guide: one origin request per language" ||
+  { echo "  FAIL guide: origin requests (zh en) '$n', want '1 1'"; failed=1; }
+page_body "guide: before the password (no token)" "/guidp1.guide?lang=en" "/guidp1" -A "$WECHAT"
+page_body "guide: with a token too" "/guidp1.guide?lang=en" "/guidp1" -A "$WECHAT" \
+  -b "su_pass=$(token s.test guidp1 6 "$far")"
+page_body "guide: before the social card (a crawler in WeChat)" "/guidc1.guide?lang=en" "/guidc1" -A "$CRAWLER $WECHAT"
+page_body "guide: a crawler elsewhere gets the card" "/guidc1.card" "/guidc1" -A "$CRAWLER"
+page_body "guide: WeChat on a link with a card, the guidance" "/guidc1.guide?lang=en" "/guidc1" -A "$WECHAT"
+h="$(curl -sS -o /dev/null -D - -H 'Host: s.test' -A "$WECHAT" "http://127.0.0.1:$eport/guide2" | tr -d '\r' |
+  awk -F': ' 'tolower($1) == "cache-control" { print $2 }')"
+[ "$h" = "no-store" ] && echo "  ok   guide: no-store to the client (/{code} redirects others)" ||
+  { echo "  FAIL guide: Cache-Control '$h'"; failed=1; }
+e2e "guide: HEAD, the page" 200 "" "/guide2" -I -A "$WECHAT"
+e2e "guide: a browser still gets the redirect" 302 "https://x.example/app2.apk" "/guide2" -A "$IOS"
+# Not a click: guidp1 was only ever guided (or refused), before guide2's
+# redirect reached the stream (one worker, clicks flushed in order).
+check_clicks "guide: a browser's redirect is a click" guide2 "?*"
+check_clicks "guide: the page is not a click" guidp1 ""
 if grep -E '\[(error|crit|alert|emerg)\]' "$tmp/edge/logs/error.log" | grep -v -E 'connect\(\) failed|health|origin' | head -5 | grep .; then
   echo "  FAIL errors in the edge's error.log"
   failed=1

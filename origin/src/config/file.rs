@@ -53,6 +53,30 @@ pub struct FileConfig {
     /// Password-protected links (`super::unlock`).
     #[serde(default)]
     pub unlock: UnlockFile,
+    /// In-app browser guidance (`super::guide`).
+    #[serde(default)]
+    pub guide: GuideFile,
+}
+
+/// `guide:` (protocol 4.6).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuideFile {
+    /// Links guide unless their domain or they say otherwise (default true).
+    #[serde(default)]
+    pub default: Option<bool>,
+    /// Per short domain: on or off.
+    #[serde(default)]
+    pub domains: std::collections::BTreeMap<String, bool>,
+    /// The in-app browsers guided (default wechat, qq, weibo, alipay, dingtalk).
+    #[serde(default)]
+    pub apps: Option<Vec<String>>,
+    /// Destinations whose path ends with `.<ext>` (default [apk]).
+    #[serde(default)]
+    pub extensions: Option<Vec<String>>,
+    /// Destinations on these hosts or their subdomains.
+    #[serde(default)]
+    pub hosts: Vec<String>,
 }
 
 /// `unlock:` (protocol 4.5).

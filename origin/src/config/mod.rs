@@ -8,6 +8,7 @@
 mod admin;
 mod clicks;
 pub mod file;
+mod guide;
 mod lifecycle;
 mod pages;
 mod serving;
@@ -17,6 +18,7 @@ mod unlock;
 
 pub use admin::{AdminConfig, AdminUser, Role};
 pub use clicks::ClicksConfig;
+pub use guide::GuideConfig;
 pub use lifecycle::LifecycleConfig;
 pub use pages::{PagesConfig, Theme};
 pub use serving::{InternalConfig, ServeLimits};
@@ -155,6 +157,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Password-protected links: the token key and attempt limits.
     pub unlock: UnlockConfig,
+    /// In-app browser guidance: which links, apps and destinations.
+    pub guide: GuideConfig,
     /// The listener's head deadline and connection caps.
     pub limits: ServeLimits,
     /// Who may call `/internal/*` and `/metrics`.
@@ -369,6 +373,7 @@ impl Config {
         let pages = pages::pages(f.pages)?;
         let admin = admin::admin(f.admin)?;
         let unlock = unlock::unlock(f.unlock, env)?;
+        let guide = guide::guide(f.guide)?;
         let limits = serving::limits(f.limits)?;
         let internal = serving::internal(f.internal, env)?;
         let redirect_max_age = lifecycle::cache_control_max_age(&f.redirect.cache_control)
@@ -412,6 +417,7 @@ impl Config {
             pages,
             admin,
             unlock,
+            guide,
             limits,
             internal,
             drain: Duration::from_secs(f.drain_secs.unwrap_or(3)),

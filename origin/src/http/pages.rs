@@ -91,7 +91,7 @@ pub async fn page(
         return not_found(s, headers, host, code, None).await;
     }
     let params = match kind {
-        PageKind::Preview | PageKind::Card | PageKind::Password => None,
+        PageKind::Preview | PageKind::Card | PageKind::Password | PageKind::Guide => None,
         PageKind::Svg | PageKind::Png => match QrParams::from_query(query) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -128,6 +128,7 @@ pub async fn page(
             .map(|b| (b, "image/png", pages.qr_max_age, None)),
         (PageKind::Card, _) => return card(s, headers, host, code).await,
         (PageKind::Password, _) => return password_form(s, headers, host, code).await,
+        (PageKind::Guide, _) => return guide(s, headers, host, code, query).await,
         _ => return preview(s, headers, host, code).await,
     };
     match rendered {
@@ -247,6 +248,37 @@ async fn card(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Resp
     html_page(s, headers, kind, page)
 }
 
+/// The in-app browser guidance of a live link with `b` (protocol 4.6), in
+/// the language its query asks (`lang=zh`, else English).
+async fn guide(
+    s: &AppState,
+    headers: &HeaderMap,
+    host: &str,
+    code: &str,
+    query: Option<&str>,
+) -> Response {
+    let kind = PageKind::Guide.label();
+    let row = match live_row(s, headers, host, code, kind).await {
+        Ok((row, _)) => row,
+        Err(r) => return r,
+    };
+    if Settings::from_column(row.options.as_deref())
+        .o
+        .guide
+        .is_empty()
+    {
+        count(s, kind, "not_found");
+        return html_or_json_404(s, headers, host, Gone::Unknown);
+    }
+    let lang = shorturl_common::pages::guide_lang_of_query(query);
+    let page = html::guide(
+        s.links.cfg.pages.theme(Some(host)),
+        lang,
+        &s.links.cfg.short_url(host, code),
+    );
+    html_page(s, headers, kind, page)
+}
+
 /// A password link's form (protocol 4.5), cacheable like the preview: what
 /// browsers get on `/{code}` without an unlock token.
 async fn password_form(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Response {
@@ -267,6 +299,17 @@ async fn password_form(s: &AppState, headers: &HeaderMap, host: &str, code: &str
 
 fn password_page(s: &AppState, host: &str) -> Page {
     html::password(s.links.cfg.pages.theme(Some(host)), None)
+}
+
+/// A page answered on `/{code}` instead of the redirect (a card, a
+/// guide): the same URL answers others differently, so no cache may keep
+/// it for them.
+pub fn instead_of_redirect(mut r: Response) -> Response {
+    if r.status() == StatusCode::OK || r.status() == StatusCode::NOT_MODIFIED {
+        r.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    r
 }
 
 /// `/{code}` of a live password link without a valid unlock token

@@ -65,6 +65,17 @@ pub async fn redirect(
         peer,
     };
     if let Lookup::Found(r) = &lookup {
+        let guide = r
+            .options
+            .as_ref()
+            .is_some_and(|o| o.shows_guide(r.is_expired_at(now), visitor.user_agent()));
+        if guide && r.binds(host) {
+            // An in-app browser that cannot open it (protocol 4.6).
+            let lang = link_rules::guide_language(visitor.accept_language());
+            let query = format!("lang={lang}");
+            let r = pages::page(s, PageKind::Guide, code, Some(host), headers, Some(&query)).await;
+            return pages::instead_of_redirect(r);
+        }
         let locked = r
             .options
             .as_ref()
@@ -89,7 +100,8 @@ pub async fn redirect(
             .is_some_and(|o| o.shows_card(r.is_expired_at(now), visitor.user_agent()));
         if card && r.binds(host) {
             // A link-preview crawler gets the social card (protocol 4.4).
-            return pages::page(s, PageKind::Card, code, Some(host), headers, None).await;
+            let r = pages::page(s, PageKind::Card, code, Some(host), headers, None).await;
+            return pages::instead_of_redirect(r);
         }
     }
     let no_store =

@@ -88,6 +88,7 @@ impl Links {
         if let Some(p) = req.password {
             settings.password = Some(self.unlock.hash(p).await?);
         }
+        super::guide::apply(&self.cfg.guide, &domain, &req.url, &mut settings);
         let now = now_unix();
         let ttl_days = req.ttl_days.unwrap_or(self.cfg.links.default_ttl_days);
         let data = Arc::new(LinkData {

@@ -7,6 +7,7 @@
 use super::options::Settings;
 use super::view::{DeletedView, HistoryEntry, HistoryView};
 use super::{LinkError, LinkView, Links};
+use crate::config::GuideConfig;
 use crate::store::{AuditAction, Change, LinkKey, LinkRow, Modified, RowState};
 use crate::tenancy::{Caller, Scope};
 use crate::validate::{Patch, PatchState};
@@ -61,7 +62,12 @@ fn check_version(row: &LinkRow, if_match: Option<u64>) -> Result<(), LinkError> 
 /// What an edit changes in `row`, or `None` when every value is already so.
 /// `password`: the new password's hash, or `Some(None)` to remove it
 /// (hashed before the change: `patch.password` is the plain one).
-fn apply_edit(row: &LinkRow, patch: &Patch, password: Option<Option<&str>>) -> Option<Change> {
+fn apply_edit(
+    row: &LinkRow,
+    patch: &Patch,
+    password: Option<Option<&str>>,
+    guide: &GuideConfig,
+) -> Option<Change> {
     let mut after = row.clone();
     if let Some(u) = &patch.url {
         after.url = Some(u.clone());
@@ -80,7 +86,14 @@ fn apply_edit(row: &LinkRow, patch: &Patch, password: Option<Option<&str>>) -> O
             settings.password = p.map(str::to_owned);
         }
         let url = after.url.clone().unwrap_or_default();
-        after.url = Some(settings.merge_utm_after(&url, &before));
+        let url = settings.merge_utm_after(&url, &before);
+        super::guide::apply(
+            guide,
+            row.domain.as_deref().unwrap_or_default(),
+            &url,
+            &mut settings,
+        );
+        after.url = Some(url);
         after.options = settings.to_column();
     }
     match patch.state {
@@ -240,6 +253,7 @@ impl Links {
                     row,
                     patch,
                     password.as_ref().map(Option::as_deref),
+                    &self.cfg.guide,
                 ))
             })
             .await?;
@@ -300,7 +314,7 @@ mod tests {
     }
 
     fn edit(row: &LinkRow, patch: &Patch) -> Option<Change> {
-        apply_edit(row, patch, None)
+        apply_edit(row, patch, None, &GuideConfig::default())
     }
 
     fn patch(url: Option<&str>, exp: Option<u64>, state: Option<PatchState>) -> Patch {

@@ -17,7 +17,7 @@ use shorturl_common::link_rules::{
 };
 
 /// The API fields this module owns (creation and edit bodies).
-pub const FIELDS: [&str; 11] = [
+pub const FIELDS: [&str; 12] = [
     "forward_query",
     "expired_url",
     "rules",
@@ -29,6 +29,7 @@ pub const FIELDS: [&str; 11] = [
     "og_title",
     "og_description",
     "og_image",
+    "inapp_guide",
 ];
 
 /// Longest `og_title` and `og_description` (characters).
@@ -56,6 +57,8 @@ impl Settings {
         m.insert("og_description".into(), json!(self.og.description));
         m.insert("og_image".into(), json!(self.og.image));
         m.insert("password_protected".into(), self.password.is_some().into());
+        m.insert("inapp_guide".into(), json!(self.guide));
+        m.insert("inapp_guided".into(), (!self.o.guide.is_empty()).into());
         m
     }
 
@@ -117,6 +120,19 @@ impl Settings {
                 *slot = card_field(f, v)?;
                 any = true;
             }
+        }
+        if let Some(v) = obj.get("inapp_guide") {
+            self.guide = match v {
+                Value::Null => None,
+                Value::Bool(b) => Some(*b),
+                _ => {
+                    return Err(invalid(
+                        "invalid_inapp_guide",
+                        "inapp_guide must be true, false or null (the domain's setting)",
+                    ))
+                }
+            };
+            any = true;
         }
         self.o
             .validate()

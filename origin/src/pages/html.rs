@@ -97,15 +97,22 @@ fn page(theme: &Theme, heading: &str, main: &str) -> Page {
 
 /// [`page`] with `head` (markup, already escaped) in its `<head>`.
 fn page_with_head(theme: &Theme, heading: &str, head: &str, main: &str) -> Page {
-    page_posting(theme, heading, head, main, "'none'")
+    page_posting(theme, heading, head, main, "'none'", "en")
 }
 
 /// [`page_with_head`] whose forms may post to `form_action` (CSP source).
-fn page_posting(theme: &Theme, heading: &str, head: &str, main: &str, form_action: &str) -> Page {
+fn page_posting(
+    theme: &Theme,
+    heading: &str,
+    head: &str,
+    main: &str,
+    form_action: &str,
+    lang: &str,
+) -> Page {
     let style = style(theme);
     let hash = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(style.as_bytes()));
     let body = format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+        "<!DOCTYPE html>\n<html lang=\"{lang}\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <meta name=\"robots\" content=\"noindex\">\
          <title>{title} · {heading}</title>{head}<style>{style}</style></head>\
@@ -250,7 +257,44 @@ pub fn password(theme: &Theme, error: Option<&str>) -> Page {
     );
     // Browsers hold a form's whole redirect chain to `form-action`: the
     // entry's 303 leads to the link, whose redirect leads anywhere.
-    page_posting(theme, "Password required", "", &main, "'self' http: https:")
+    page_posting(
+        theme,
+        "Password required",
+        "",
+        &main,
+        "'self' http: https:",
+        "en",
+    )
+}
+
+/// The in-app browser guidance (protocol 4.6) in `lang` (`zh`, else
+/// English): how to open the link in the system browser, and its short
+/// URL to copy. No script: the visitor does it by hand.
+pub fn guide(theme: &Theme, lang: &str, short_url: &str) -> Page {
+    let url = escape(short_url);
+    let (lang, heading, main) = if lang == "zh" {
+        (
+            "zh",
+            "请在浏览器中打开",
+            format!(
+                "<p>应用内的浏览器无法打开这个链接。</p>\
+                 <p>请点击右上角的「···」，选择「在浏览器中打开」。</p>\
+                 <p>或复制下面的链接，粘贴到浏览器中打开：</p><code>{url}</code>"
+            ),
+        )
+    } else {
+        (
+            "en",
+            "Open in your browser",
+            format!(
+                "<p>This app's built-in browser cannot open this link.</p>\
+                 <p>Tap <strong>···</strong> at the top right and choose \
+                 <strong>Open in browser</strong>.</p>\
+                 <p>Or copy this link into your browser:</p><code>{url}</code>"
+            ),
+        )
+    };
+    page_posting(theme, heading, "", &main, "'none'", lang)
 }
 
 /// The 404 page for people: what happened, never where the link went.
@@ -283,6 +327,25 @@ mod tests {
         assert!(p.csp.contains("form-action 'self'") && !p.csp.contains("script-src"));
         let plain = String::from_utf8(password(&Theme::default(), None).body).unwrap();
         assert!(!plain.contains("class=\"error\""));
+    }
+
+    #[test]
+    fn the_guide_speaks_chinese_or_english_and_escapes_the_url() {
+        let zh = String::from_utf8(guide(&Theme::default(), "zh", "http://s/a\"<b>").body).unwrap();
+        assert!(
+            zh.contains("<html lang=\"zh\">") && zh.contains("在浏览器中打开"),
+            "{zh}"
+        );
+        assert!(
+            zh.contains("<code>http://s/a&quot;&lt;b&gt;</code>"),
+            "{zh}"
+        );
+        let en = String::from_utf8(guide(&Theme::default(), "fr", "http://s/a").body).unwrap();
+        assert!(
+            en.contains("<html lang=\"en\">") && en.contains("Open in browser"),
+            "{en}"
+        );
+        assert!(!en.contains("<script") && !en.contains("<form"));
     }
 
     #[test]

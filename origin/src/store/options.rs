@@ -32,6 +32,11 @@ pub struct Settings {
     /// the record carries only that there is one (`p`).
     #[serde(rename = "pw", default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
+    /// The link's own in-app guidance setting (API `inapp_guide`; `None`:
+    /// its domain's). What it comes to is `o.guide` (`b`), set when the
+    /// link is written (`links::guide`).
+    #[serde(rename = "gp", default, skip_serializing_if = "Option::is_none")]
+    pub guide: Option<bool>,
 }
 
 /// What link-preview crawlers are shown of a link (API `og_title`,
@@ -75,6 +80,7 @@ impl Settings {
             && self.utm.iter().all(Option::is_none)
             && self.og.is_empty()
             && self.password.is_none()
+            && self.guide.is_none()
     }
 
     /// The UTM value of field `i`.

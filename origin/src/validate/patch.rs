@@ -30,7 +30,7 @@ pub struct Patch {
     pub password: Option<Option<NewPassword>>,
 }
 
-const FIELDS: [&str; 15] = [
+const FIELDS: [&str; 16] = [
     "url",
     "expires_at",
     "state",
@@ -45,6 +45,7 @@ const FIELDS: [&str; 15] = [
     "og_title",
     "og_description",
     "og_image",
+    "inapp_guide",
     "password",
 ];
 

@@ -213,10 +213,12 @@ end
 -- `/{code}.card` through the page cache, exactly as the page path would be
 -- served (kind `card`, no query in the key nor upstream). Counted as a
 -- redirect of the link to its own URL would be (destination `link`; every
--- crawler is also a bot of bots.txt).
+-- crawler is also a bot of bots.txt). `no-store` to the client, as every
+-- page answered on `/{code}` itself: the same URL redirects others.
 local function card(code, host, head)
     clicks.count(code, host, head.method == "HEAD", head.ua, head.referer, "link")
     var.su_outcome = "PAGE"
+    var.su_page_nostore = "1"
     local key = pages.key(host, "card", code, nil)
     -- The origin's path, without the query: proxy_pass without a URI part
     -- sends the request's URI once it was changed.
@@ -244,16 +246,43 @@ local function password_required(code, host, head)
     return to_page_origin(origins.select() or cfg.origins[1], key)
 end
 
--- A record with options bound to `host` (protocol 3.1.1): a live password
--- link (`p`) first asks for an unlock token (4.5); then a crawler's card
--- (a live link with `g`, never one with `p`), else the rules' destination,
--- or for an expired or disabled link its fallback (no password asked),
--- else the protocol 404.
+-- A visitor whose in-app browser is one of a live link's `b` (protocol
+-- 4.6, Verdict::Guide on the Pingora edge): instead of the redirect, the
+-- origin's `/{code}.guide?lang=<l>` through the page cache, as card()
+-- serves the card (kind `guide`, the key's parameter `<l>`: `zh` for a
+-- visitor whose language is `zh`, else `en`; upstream, the request's query
+-- replaced by `lang=<l>` alone), `no-store` to the client as the card. Not
+-- a click (the visit in the system browser will be).
+local function guide(code, host, head)
+    local lang = head.headers and head.headers["accept-language"]
+    if type(lang) == "table" then
+        lang = lang[1]
+    end
+    local l = link_rules.guide_language(lang)
+    var.su_outcome = "PAGE"
+    var.su_page_nostore = "1"
+    local args = "lang=" .. l
+    local key = pages.key(host, "guide", code, args)
+    ngx.req.set_uri("/" .. code .. ".guide")
+    ngx.req.set_uri_args(args)
+    return to_page_origin(origins.select() or cfg.origins[1], key)
+end
+
+-- A record with options bound to `host` (protocol 3.1.1): an in-app
+-- browser of `b` first gets its guidance page (4.6: a password entered
+-- there would be asked again in the system browser); then a live password
+-- link (`p`) asks for an unlock token (4.5); then a crawler's card (a live
+-- link with `g`, never one with `p`); else the rules' destination, or for an
+-- expired or disabled link its fallback (no password asked, no card nor
+-- guidance), else the protocol 404.
 local function redirect_by_rules(code, ans, head, pq)
     local t = floor(now())
     local o = ans.opts
     local live = not o.d and ans.exp > t
     -- ans.domain: the request's host (redirect_or_404 checked).
+    if live and o.guide and link_rules.shows_guide(o, head.ua) then
+        return guide(code, ans.domain, head)
+    end
     if live and o.p and not unlock.request_opens(head.headers, ans.domain, code, ans.v, t) then
         return password_required(code, ans.domain, head)
     end
@@ -409,7 +438,7 @@ local function forward(method, path)
     return ngx.exec("@shorturl_origin")
 end
 
--- A page (QR code, preview, social card): its code looked up and decided exactly as a
+-- A page (QR code, preview, social card, password form, guidance): its code looked up and decided exactly as a
 -- redirect's (404, 429, 503 alike); a live record's page is proxied through
 -- nginx's proxy_cache (pages.lua). Any configured origin is used when none
 -- is healthy: a cached page is still served (stale), an uncached one fails

@@ -29,6 +29,8 @@ M.MAX_PARAM = 128
 local DEVICES = { ios = true, android = true, mobile = true, tablet = true, desktop = true }
 local APPS = { wechat = true, qq = true, alipay = true, weibo = true, dingtalk = true, facebook = true,
     instagram = true, line = true, tiktok = true }
+-- The apps in App::ALL's order: a set of them (`b`) is written in it.
+local APP_ORDER = { "wechat", "qq", "alipay", "weibo", "dingtalk", "facebook", "instagram", "line", "tiktok" }
 
 ---------------------------------------------------------------- reading options
 
@@ -281,14 +283,17 @@ local read_rule = struct({ "c", "u", "s" }, {
 
 -- `g` (protocol 4.4: the link has a social card) and `p` (4.5: it needs
 -- a password) are read as `f` is: plain bools, the 5th and 6th fields of
--- the sequence form.
-local read_options = struct({ "f", "x", "d", "r", "g", "p" }, {
+-- the sequence form. `b` (4.6: the in-app browsers that get the guidance
+-- page) is a list of app names read as the `app` condition's (a Set<App>:
+-- at most 50 names, an unknown one refused), the 7th field.
+local read_options = struct({ "f", "x", "d", "r", "g", "p", "b" }, {
     f = bool,
     x = optional(str),
     d = bool,
     r = seq(read_rule),
     g = bool,
     p = bool,
+    b = seq(enum(APPS)),
 })
 
 ---------------------------------------------------------------- validation
@@ -344,7 +349,7 @@ end
 
 -- LinkOptions::validate.
 local function valid(o)
-    if #o.r > M.MAX_RULES then
+    if #o.r > M.MAX_RULES or #o.b > M.MAX_VALUES then
         return false
     end
     if o.x and not is_destination(o.x) then
@@ -385,6 +390,7 @@ local function defaults(o)
     o.d = o.d or false
     o.g = o.g or false
     o.p = o.p or false
+    o.b = o.b or {}
     o.r = o.r or {}
     for _, r in ipairs(o.r) do
         r.c = r.c or {}
@@ -393,8 +399,22 @@ local function defaults(o)
     return o
 end
 
--- The evaluated form: numbers as numbers, what each rule reads.
+-- A list of app names as the set it stands for (duplicates fold), nil
+-- when empty.
+local function app_set(list)
+    local set
+    for i = 1, #list do
+        set = set or {}
+        set[list[i]] = true
+    end
+    return set
+end
+
+-- The evaluated form: numbers as numbers, what each rule reads; `b` as
+-- `guide`, the set of apps whose visitors get the guidance page (nil:
+-- none).
 local function prepare(o)
+    o.guide = app_set(o.b)
     for _, r in ipairs(o.r) do
         local total = 0
         for _, v in ipairs(r.s) do
@@ -435,7 +455,7 @@ end
 
 -- True when the options change nothing (LinkOptions::is_empty).
 function M.is_empty(o)
-    return not o.f and not o.x and not o.d and not o.g and not o.p and #o.r == 0
+    return not o.f and not o.x and not o.d and not o.g and not o.p and #o.r == 0 and #o.b == 0
 end
 
 ---------------------------------------------------------------- writing options
@@ -505,6 +525,17 @@ function M.encode(o)
     end
     if o.p then
         out[#out + 1] = '"p":true'
+    end
+    -- A Set<App>: its members in App::ALL's order, each once.
+    local guide = app_set(o.b)
+    if guide then
+        local names = {}
+        for _, a in ipairs(APP_ORDER) do
+            if guide[a] then
+                names[#names + 1] = a
+            end
+        end
+        out[#out + 1] = '"b":' .. jlist(names)
     end
     return "{" .. concat(out, ",") .. "}"
 end
@@ -663,6 +694,25 @@ function M.preferred_language(header)
         end
     end
     return best and lower(best) or nil
+end
+
+-- guide_language: the language of the in-app browser guidance (protocol
+-- 4.6): `zh` when the visitor's language (preferred_language, as the
+-- `lang` condition reads it) is `zh`, else `en`.
+function M.guide_language(header)
+    return M.preferred_language(header) == "zh" and "zh" or "en"
+end
+
+-- shows_guide: the in-app browser of a visitor with User-Agent `ua` (the
+-- `app` condition's: in_app) is one of `b`'s, for options `o` (M.decode).
+-- Whether the link is live is the caller's question.
+function M.shows_guide(o, ua)
+    local guide = o.guide
+    if not guide then
+        return false
+    end
+    local app = ua_facts(ua).app
+    return app ~= nil and guide[app] == true
 end
 
 -- has_pair: query `q` has the pair `name=value`, byte for byte (a pair

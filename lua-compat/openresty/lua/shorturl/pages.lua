@@ -1,6 +1,6 @@
 -- Pages for people through nginx's proxy_cache (docs/protocol.md 4.3, and
--- 4.4's social card and 4.5's password form; the twin of edge/src/pages/
--- on the Pingora edge):
+-- 4.4's social card, 4.5's password form and 4.6's in-app browser
+-- guidance; the twin of edge/src/pages/ on the Pingora edge):
 -- which paths are pages, the cache key (the same composition as the
 -- Pingora edge's), and the purge.
 --
@@ -26,11 +26,12 @@ local GEN_TTL = 90000
 local SUFFIX = { [".svg"] = "svg", [".png"] = "png" }
 
 -- Kinds whose key has no query part: the origin reads no parameter of
--- theirs (the QR codes' `size` and `margin` are the only ones).
+-- theirs (the QR codes' `size` and `margin`, and the guidance page's
+-- `lang`, are the only ones).
 local NO_QUERY = { preview = true, card = true, password = true }
 
 -- `/{code}.svg`, `/{code}.png`, `/{code}+`, `/{code}.card`,
--- `/{code}.password` (a valid code) → kind, code.
+-- `/{code}.password`, `/{code}.guide` (a valid code) → kind, code.
 function M.of_path(path)
     if byte(path, 1) ~= 47 then -- '/'
         return nil
@@ -41,6 +42,8 @@ function M.of_path(path)
             kind, code = "card", sub(path, 2, -6)
         elseif sub(path, -9) == ".password" then
             kind, code = "password", sub(path, 2, -10)
+        elseif sub(path, -6) == ".guide" then
+            kind, code = "guide", sub(path, 2, -7)
         elseif byte(path, -1) == 43 then -- '+'
             kind, code = "preview", sub(path, 2, -2)
         else
@@ -98,14 +101,33 @@ function M.qr_params(query)
     return size, margin
 end
 
+-- The language of a guidance page's query (common::pages::
+-- guide_lang_of_query): `zh` when one of its `&`-separated pairs is
+-- exactly `lang=zh` (no decoding), else `en` (another value, none, no
+-- query): what the origin renders, so `/{code}.guide` and
+-- `/{code}.guide?lang=fr` share the `en` entry.
+function M.guide_lang(query)
+    if query then
+        for p in (query .. "&"):gmatch("([^&]*)&") do
+            if p == "lang=zh" then
+                return "zh"
+            end
+        end
+    end
+    return "en"
+end
+
 -- The cache key of a page request, or nil when it must not be cached (no
 -- host, or QR parameters the origin refuses). `host` is normalised.
+-- `query`: the request's, after `?` (nil: none).
 function M.key(host, kind, code, query)
     if not host then
         return nil
     end
     local params = ""
-    if not NO_QUERY[kind] then
+    if kind == "guide" then
+        params = M.guide_lang(query)
+    elseif not NO_QUERY[kind] then
         local size, margin = M.qr_params(query)
         if not size then
             return nil
