@@ -208,6 +208,21 @@ local function visitor(head, pq)
         country = visitor_country, key = visitor_key }
 end
 
+-- Answers `/{code}` with the code's page of `kind`: the origin's
+-- `/{code}.<kind>[?args]` through the page cache (outcome PAGE), and
+-- `no-store` to the client, as every page answered on `/{code}` itself (the
+-- same URL redirects others; the cached copy keeps the origin's headers).
+-- proxy_pass without a URI part sends the request's URI once it was
+-- changed, so the query is replaced too.
+local function page_instead(code, host, kind, args)
+    var.su_outcome = "PAGE"
+    var.su_page_nostore = "1"
+    local key = pages.key(host, kind, code, args)
+    ngx.req.set_uri("/" .. code .. "." .. kind)
+    ngx.req.set_uri_args(args or "")
+    return to_page_origin(origins.select() or cfg.origins[1], key)
+end
+
 -- A link-preview crawler on a live link with a social card (protocol 4.4,
 -- Verdict::Card on the Pingora edge): instead of the redirect, the page
 -- `/{code}.card` through the page cache, exactly as the page path would be
@@ -217,14 +232,7 @@ end
 -- page answered on `/{code}` itself: the same URL redirects others.
 local function card(code, host, head)
     clicks.count(code, host, head.method == "HEAD", head.ua, head.referer, "link")
-    var.su_outcome = "PAGE"
-    var.su_page_nostore = "1"
-    local key = pages.key(host, "card", code, nil)
-    -- The origin's path, without the query: proxy_pass without a URI part
-    -- sends the request's URI once it was changed.
-    ngx.req.set_uri("/" .. code .. ".card")
-    ngx.req.set_uri_args("")
-    return to_page_origin(origins.select() or cfg.origins[1], key)
+    return page_instead(code, host, "card", nil)
 end
 
 -- A visitor without a valid unlock token on a live password link
@@ -238,12 +246,7 @@ local function password_required(code, host, head)
     if not accept.prefers_html(head.accept) then
         return error_response(401, "password_required", "this link needs a password")
     end
-    var.su_outcome = "PAGE"
-    var.su_page_nostore = "1"
-    local key = pages.key(host, "password", code, nil)
-    ngx.req.set_uri("/" .. code .. ".password")
-    ngx.req.set_uri_args("")
-    return to_page_origin(origins.select() or cfg.origins[1], key)
+    return page_instead(code, host, "password", nil)
 end
 
 -- A visitor whose in-app browser is one of a live link's `b` (protocol
@@ -258,14 +261,7 @@ local function guide(code, host, head)
     if type(lang) == "table" then
         lang = lang[1]
     end
-    local l = link_rules.guide_language(lang)
-    var.su_outcome = "PAGE"
-    var.su_page_nostore = "1"
-    local args = "lang=" .. l
-    local key = pages.key(host, "guide", code, args)
-    ngx.req.set_uri("/" .. code .. ".guide")
-    ngx.req.set_uri_args(args)
-    return to_page_origin(origins.select() or cfg.origins[1], key)
+    return page_instead(code, host, "guide", "lang=" .. link_rules.guide_language(lang))
 end
 
 -- A record with options bound to `host` (protocol 3.1.1): an in-app
