@@ -898,6 +898,11 @@ async fn link_rules_are_shown_edited_and_previewed_in_the_console() {
         shown.contains("<span id=\"card\">Title: Summer &lt;sale&gt;</span>"),
         "{shown}"
     );
+    assert!(
+        shown.contains("<span id=\"password\">none</span>"),
+        "{shown}"
+    );
+    assert!(shown.contains("<span id=\"guide\">not needed"), "{shown}");
     assert_eq!(
         count(&c.s, &format!("SELECT COUNT(*) FROM link_audit WHERE code = '{code}' AND actor = 'admin:root' AND action = 'edit'")),
         1

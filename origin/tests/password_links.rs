@@ -213,8 +213,11 @@ async fn a_password_link_answers_only_after_its_password() {
     );
     let (st, _, _) = fetch(&s, &format!("/{code}.password"), SHOP, &[]).await;
     assert_eq!(st, 404);
-    let (st, _, _) = post_form(&s, &format!("/{code}"), "password=new+secret", &[]).await;
-    assert_eq!(st, 404, "not a password link any more");
+    let (st, h, _) = post_form(&s, &format!("/{code}"), "password=new+secret", &[]).await;
+    assert_eq!(st, 405, "not a password link any more: no form");
+    assert_eq!(header(&h, "allow"), "GET, HEAD, POST");
+    let (st, _, _) = post_form(&s, "/nosuch1", "password=x", &[]).await;
+    assert_eq!(st, 404);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -234,7 +234,8 @@ async fn public(State(s): State<AppState>, req: Request) -> Response {
         return r;
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return method_not_allowed("GET, HEAD");
+        let is_page = crate::pages::PageKind::of_path(path).is_some();
+        return method_not_allowed(if is_page { "GET, HEAD" } else { CODE_METHODS });
     }
     let headers = req.headers();
     let (name, r) = if let Some((kind, code)) = crate::pages::PageKind::of_path(path) {
@@ -253,6 +254,9 @@ async fn public(State(s): State<AppState>, req: Request) -> Response {
 fn ok<T: serde::Serialize>(status: StatusCode, body: &T) -> Response {
     json_response(status, serde_json::to_vec(body).unwrap_or_default())
 }
+
+/// The methods of a code path: `POST` is a password link's form.
+const CODE_METHODS: &str = "GET, HEAD, POST";
 
 fn method_not_allowed(allowed: &'static str) -> Response {
     let mut r = ApiError::new(

@@ -52,11 +52,12 @@ pub async fn enter(s: &AppState, req: EntryRequest<'_>, body: Body) -> Response 
             && r.domain.as_deref() == Some(host)
             && r.expires_at.is_some_and(|e| e > now)
     });
-    let Some((row, phc)) = live.and_then(|r| {
-        let phc = Settings::from_column(r.options.as_deref()).password?;
-        Some((r, phc))
-    }) else {
+    let Some(row) = live else {
         return pages::not_found(s, headers, Some(host), code, None).await;
+    };
+    let Some(phc) = Settings::from_column(row.options.as_deref()).password else {
+        // A link without a password has no form: as the edges answer.
+        return super::method_not_allowed(super::CODE_METHODS);
     };
     let unlocker = &s.links.unlock;
     let form = |status, error, retry_after| {

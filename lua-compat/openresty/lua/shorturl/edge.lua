@@ -577,7 +577,8 @@ local function route(head, host, path, pq)
     end
     local code = proto.code_from_path(path)
     if code then
-        if method == "POST" then
+        -- `/shorturl_status` and `/healthz` have code shapes but no form.
+        if method == "POST" and path ~= "/shorturl_status" and path ~= "/healthz" then
             return unlock_post(code, host, head)
         elseif not get_or_head then
             return method_not_allowed()

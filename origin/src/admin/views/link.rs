@@ -151,6 +151,14 @@ fn fields(l: &LinkView) -> String {
             "Social card",
             format!("<span id=\"card\">{}</span>", esc(&card_text(l))),
         ),
+        (
+            "Password",
+            format!("<span id=\"password\">{}</span>", password_text(l)),
+        ),
+        (
+            "In-app guidance",
+            format!("<span id=\"guide\">{}</span>", guide_text(l)),
+        ),
     ];
     let mut s = String::from("<table id=\"fields\">");
     for (k, v) in rows {
@@ -159,6 +167,29 @@ fn fields(l: &LinkView) -> String {
     s.push_str("</table>");
     s.push_str(&rules_table(l));
     s
+}
+
+/// Whether visitors must enter a password (protocol 4.5; never the
+/// password or its hash).
+fn password_text(l: &LinkView) -> &'static str {
+    if l.options["password_protected"] == true {
+        "set: visitors enter it on the link's form"
+    } else {
+        "none"
+    }
+}
+
+/// What in-app browsers get (protocol 4.6), and whose setting it is.
+fn guide_text(l: &LinkView) -> &'static str {
+    let guided = l.options["inapp_guided"] == true;
+    match (guided, l.options["inapp_guide"].as_bool()) {
+        (true, Some(true)) => {
+            "shown (on for this link): an in-app browser cannot open a destination"
+        }
+        (true, _) => "shown: an in-app browser cannot open a destination",
+        (false, Some(false)) => "off for this link",
+        (false, _) => "not needed: every destination opens in in-app browsers",
+    }
 }
 
 /// The UTM fields set, `name=value` joined by spaces.
