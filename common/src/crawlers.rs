@@ -17,7 +17,7 @@ pub fn tokens() -> impl Iterator<Item = &'static str> {
 /// case aside. Asked only for a link that has a card.
 pub fn is_crawler(ua: &[u8]) -> bool {
     static AC: OnceLock<Option<AhoCorasick>> = OnceLock::new();
-    match AC.get_or_init(|| crate::link_rules::prefilter(tokens(), true)) {
+    match AC.get_or_init(|| crate::clicks::ua::prefilter(tokens(), true)) {
         Some(ac) => ac.is_match(ua),
         None => {
             let lower = ua.to_ascii_lowercase();

@@ -13,7 +13,7 @@
 use crate::clicks::ua::{device_class_bytes, Device};
 use crate::memo::{remembered, Last};
 use crate::request_rules::trim_ows;
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
+use aho_corasick::AhoCorasick;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -656,27 +656,13 @@ fn inapp() -> &'static InApp {
             })
             .collect();
         InApp {
-            any: prefilter(pairs.iter().map(|(_, t)| *t), false),
+            any: crate::clicks::ua::prefilter(pairs.iter().map(|(_, t)| *t), false),
             tokens: pairs
                 .iter()
                 .map(|(a, t)| (*a, memchr::memmem::Finder::new(t.as_bytes()).into_owned()))
                 .collect(),
         }
     })
-}
-
-/// A DFA that tells whether any of `tokens` occurs (`None` if it cannot be
-/// built: then every search runs).
-pub(crate) fn prefilter<'a>(
-    tokens: impl IntoIterator<Item = &'a str>,
-    caseless: bool,
-) -> Option<AhoCorasick> {
-    AhoCorasickBuilder::new()
-        .ascii_case_insensitive(caseless)
-        .match_kind(MatchKind::LeftmostFirst)
-        .kind(Some(AhoCorasickKind::DFA))
-        .build(tokens)
-        .ok()
 }
 
 /// The link rules' platform facts of `ua`: whether it contains `iphone`,

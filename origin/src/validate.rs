@@ -2,6 +2,7 @@
 //! 400 with a precise kind, before anything is written. Creations and
 //! batches here, edits in [`patch`], search queries in [`search`].
 
+mod password;
 mod patch;
 mod query;
 mod search;
@@ -206,7 +207,7 @@ fn create_of(obj: Map<String, Value>, cfg: &LinksConfig) -> Result<CreateRequest
         code,
         ttl_days,
         settings,
-        password: crate::links::unlock::parse(&obj)?.flatten(),
+        password: password::parse(&obj)?.flatten(),
     })
 }
 

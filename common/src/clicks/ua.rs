@@ -104,12 +104,7 @@ fn bots() -> &'static Bots {
         let (any, prefixes) = parse_list(BOTS_TXT);
         // A DFA: about 1 ns a byte whatever the list's size, for a few MB
         // built once (the default NFA costs ~10 ns a byte here).
-        let any = AhoCorasickBuilder::new()
-            .ascii_case_insensitive(true)
-            .match_kind(MatchKind::LeftmostFirst)
-            .kind(Some(AhoCorasickKind::DFA))
-            .build(&any)
-            .ok();
+        let any = prefilter(any.iter().map(String::as_str), true);
         Bots { any, prefixes }
     })
 }
@@ -178,6 +173,21 @@ const MOBI: u32 = 1 << 6;
 const MOBILE: u32 = 0b1111_1100_0000;
 const OTHER: u32 = 0b1_1111 << 12;
 const DESKTOP: u32 = 0b1_1111 << 17;
+
+/// A DFA that tells whether any of `tokens` occurs (`None` if it cannot be
+/// built: then every search runs): the bots', crawlers' and in-app
+/// browsers' lists.
+pub(crate) fn prefilter<'a>(
+    tokens: impl IntoIterator<Item = &'a str>,
+    caseless: bool,
+) -> Option<AhoCorasick> {
+    AhoCorasickBuilder::new()
+        .ascii_case_insensitive(caseless)
+        .match_kind(MatchKind::LeftmostFirst)
+        .kind(Some(AhoCorasickKind::DFA))
+        .build(tokens)
+        .ok()
+}
 
 fn tokens() -> Option<&'static AhoCorasick> {
     static T: OnceLock<Option<AhoCorasick>> = OnceLock::new();

@@ -1,10 +1,11 @@
 //! Validation of edit bodies (`PATCH /api/v1/links/{code}`).
 
+use super::password;
 use super::{json_object, validate_url};
 use crate::config::LinksConfig;
 use crate::error::ApiError;
 use crate::links::options::{self, Settings};
-use crate::links::unlock::{self, NewPassword};
+use crate::links::unlock::NewPassword;
 use serde_json::{Map, Value};
 use shorturl_common::time::parse_rfc3339;
 
@@ -108,7 +109,7 @@ pub fn parse_patch(body: &[u8], cfg: &LinksConfig, now: u64) -> Result<Patch, Ap
         expires_at,
         state,
         options,
-        password: unlock::parse(&obj)?,
+        password: password::parse(&obj)?,
     })
 }
 
