@@ -190,6 +190,8 @@ pub struct Ctx {
     creation: bool,
     /// A password entry was forwarded (`POST /{code}`).
     unlock: bool,
+    /// Its body's bytes so far (a chunked one is refused past the bound).
+    unlock_bytes: u64,
     /// Where the request's host is (protocol 2.1); `None`: no domain.
     host: Option<HostAt>,
     upstream: Option<SocketAddr>,
@@ -220,6 +222,8 @@ const BATCH_PATH: &str = "/api/v1/links/batch";
 /// Largest password form an edge passes on (protocol 4.5; the origin
 /// reads no more either).
 const MAX_UNLOCK_BODY: u64 = 4096;
+/// The 413's message for a larger one, by `Content-Length` or chunked.
+const UNLOCK_TOO_LARGE: &str = "body is larger than 4096 bytes";
 
 /// Whether the client prefers HTML to JSON (`common::accept`).
 fn prefers_html(req: &RequestHeader) -> bool {
@@ -432,14 +436,7 @@ impl Edge {
             .is_some_and(|n| n > MAX_UNLOCK_BODY);
         if too_long {
             ctx.outcome = Outcome::Bad;
-            respond::error(
-                session,
-                413,
-                "body_too_large",
-                "body is larger than 4096 bytes",
-                None,
-            )
-            .await?;
+            respond::error(session, 413, "body_too_large", UNLOCK_TOO_LARGE, None).await?;
             return Ok(true);
         }
         ctx.unlock = true;
@@ -681,6 +678,7 @@ impl ProxyHttp for Edge {
             client: None,
             creation: false,
             unlock: false,
+            unlock_bytes: 0,
             host: None,
             upstream: None,
             connect_failures: 0,
@@ -901,6 +899,15 @@ impl ProxyHttp for Edge {
         end_of_stream: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if ctx.unlock {
+            // A chunked form has no Content-Length to refuse it by: the
+            // same 413 once it grows past the bound (`fail_to_proxy`).
+            ctx.unlock_bytes += body.as_ref().map_or(0, |b| b.len() as u64);
+            if ctx.unlock_bytes > MAX_UNLOCK_BODY {
+                return Err(Error::explain(ErrorType::HTTPStatus(413), UNLOCK_TOO_LARGE));
+            }
+            return Ok(());
+        }
         let Some(batch) = ctx.batch.as_mut() else {
             return Ok(());
         };
@@ -1033,6 +1040,21 @@ impl ProxyHttp for Edge {
             return FailToProxy {
                 error_code: 429,
                 can_reuse_downstream: true,
+            };
+        }
+        if ctx.unlock && code == 413 {
+            // A chunked form past the bound; the rest of it is unread.
+            ctx.outcome = Outcome::Bad;
+            if session.response_written().is_none() {
+                if let Err(err) =
+                    respond::error(session, 413, "body_too_large", UNLOCK_TOO_LARGE, None).await
+                {
+                    tracing::debug!(error = %err, "cannot send error response");
+                }
+            }
+            return FailToProxy {
+                error_code: 413,
+                can_reuse_downstream: false,
             };
         }
         let forwarded = ctx.upstream.is_some();
