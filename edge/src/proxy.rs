@@ -955,8 +955,20 @@ impl ProxyHttp for Edge {
             upstream.set_uri(uri);
         }
         if ctx.unlock {
-            // Whether the unlock cookie may say `Secure` (protocol 4.5).
-            if ctx.tls {
+            // Whether the unlock cookie may say `Secure` (protocol 4.5):
+            // reached over TLS, or through a trusted proxy that says it
+            // was (TLS ended in front of the edge). A client's own claim
+            // never passes.
+            let trusted = ctx
+                .peer
+                .is_some_and(|p| self.state.cfg.trusted_proxies.contains(p));
+            let proxied_https = trusted
+                && session
+                    .req_header()
+                    .headers
+                    .get("x-forwarded-proto")
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+            if ctx.tls || proxied_https {
                 upstream.insert_header("X-Forwarded-Proto", "https")?;
             } else {
                 upstream.remove_header("X-Forwarded-Proto");

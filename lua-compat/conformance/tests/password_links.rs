@@ -246,3 +246,59 @@ fn both_edges_guard_a_password_link_alike_and_open_it_from_memory() {
         );
     }
 }
+
+/// Behind a proxy that ends TLS (a peer in `trusted_proxies`), its
+/// `X-Forwarded-Proto: https` makes the unlock cookie `Secure` on both
+/// edges; the same header from an untrusted client does not.
+#[test]
+fn a_trusted_proxys_https_makes_the_cookie_secure() {
+    let redis = Redis::start();
+    let origin = Origin::start_with(&redis, 50, &[("SHORTURL_UNLOCK_KEY", KEY.to_owned())]);
+    let pingora = |trusted: &str| {
+        Edge::pingora_with(
+            &redis.url(),
+            &origin.addr(),
+            &format!("  unlock: {{ keys: [\"{KEY}\"] }}\n  trusted_proxies: [{trusted}]\n"),
+        )
+    };
+    let openresty = |trusted: &str| {
+        Edge::openresty_with(
+            &format!("127.0.0.1:{}", redis.port()),
+            &origin.addr(),
+            &[
+                ("SU_UNLOCK_KEYS", KEY.to_owned()),
+                ("SU_TRUSTED_PROXIES", trusted.to_owned()),
+            ],
+        )
+    };
+    let r = api(
+        &origin,
+        "POST",
+        "/api/v1/links",
+        json!({"url": URL, "domain": DOMAIN, "password": "open sesame"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let link = format!("/{}", r.json()["code"].as_str().unwrap());
+    let enter = |port: u16, proto: Option<&str>| {
+        let mut h = vec![("Content-Type", "application/x-www-form-urlencoded")];
+        if let Some(p) = proto {
+            h.push(("X-Forwarded-Proto", p));
+        }
+        let r = http::request(port, "POST", &link, DOMAIN, &h, b"password=open+sesame");
+        assert_eq!(r.status, 303, "{}", r.text());
+        r.header("set-cookie").unwrap_or_default().to_owned()
+    };
+    for (trusted, edges) in [
+        (
+            true,
+            [pingora("\"127.0.0.1/32\""), openresty("127.0.0.1/32")],
+        ),
+        (false, [pingora(""), openresty("")]),
+    ] {
+        for e in &edges {
+            let secure = enter(e.port, Some("https")).ends_with("; Secure");
+            assert_eq!(secure, trusted, "{}: trusted {trusted}", e.name);
+            assert!(!enter(e.port, None).ends_with("; Secure"), "{}", e.name);
+        }
+    }
+}

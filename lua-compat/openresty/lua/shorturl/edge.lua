@@ -360,9 +360,16 @@ local function to_unlock_origin(html404)
     local c, used = clients.client()
     var.su_xff = net.forwarded_for(var.remote_addr, used)
     var.su_client = c
-    -- Only the edge says the visitor came over TLS (the origin then marks
-    -- the cookie Secure): a client's own X-Forwarded-Proto never passes.
-    var.su_xfp = var.https == "on" and "https" or ""
+    -- Whether the visitor came over TLS (the origin then marks the cookie
+    -- Secure): this edge's TLS, or a trusted proxy's X-Forwarded-Proto
+    -- (TLS ended in front of the edge); a client's own never passes.
+    local xfp = ngx.req.get_headers()["x-forwarded-proto"]
+    if type(xfp) == "table" then
+        xfp = xfp[1]
+    end
+    local proxied_https = net.contains(cfg.trusted, var.remote_addr)
+        and type(xfp) == "string" and xfp:lower() == "https"
+    var.su_xfp = (var.https == "on" or proxied_https) and "https" or ""
     return ngx.exec("@shorturl_unlock")
 end
 
