@@ -498,5 +498,19 @@ fn an_in_app_browser_gets_the_same_guide_from_both_edges() {
             "{}: a browser",
             e.name
         );
+        // A conditional request for the guide: the 304, kept by no cache.
+        let r = visit(e.port, &format!("/{code}"), WECHAT, None);
+        let tag = r.header("etag").unwrap_or_default().to_owned();
+        assert!(tag.starts_with('"'), "{}: ETag {tag:?}", e.name);
+        assert_eq!(r.header("cache-control"), Some("no-store"), "{}", e.name);
+        let h = [("User-Agent", WECHAT), ("If-None-Match", tag.as_str())];
+        let r = http::request(e.port, "GET", &format!("/{code}"), DOMAIN, &h, b"");
+        assert_eq!((r.status, r.body.len()), (304, 0), "{}", e.name);
+        assert_eq!(
+            r.header("cache-control"),
+            Some("no-store"),
+            "{}: 304",
+            e.name
+        );
     }
 }
