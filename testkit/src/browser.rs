@@ -76,3 +76,31 @@ impl ChromeDriver {
         caps
     }
 }
+
+impl Drop for ChromeDriver {
+    /// Chromium outlives a killed chromedriver (it is reparented, not
+    /// signalled): a test that panicked before closing its session would
+    /// leave one running. Every process whose command line names this
+    /// driver's private profile is ours: stop them.
+    fn drop(&mut self) {
+        self.proc.kill();
+        let profile = self.dir.path().join("profile");
+        let needle = format!("--user-data-dir={}", profile.display());
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let ours = cmdline
+                .split(|&b| b == 0)
+                .any(|arg| arg == needle.as_bytes());
+            if ours {
+                // SAFETY: kill(2) on a process started by this driver.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
