@@ -332,13 +332,8 @@ impl Edge {
                     .record(session.req_header(), (code, rec.domain), dest, now);
                 let hsts = self.hsts(ctx);
                 let url = target.url(&rec);
-                let mut h = respond::redirect_header(&self.state.cfg.redirect, url, hsts)?;
-                if rec.options.is_some_and(|o| o.password) {
-                    // Opened by the visitor's cookie: no cache may keep it
-                    // past the token or a new password (protocol 4.5).
-                    h.insert_header("Cache-Control", "no-store")?;
-                }
-                session.write_response_header(Box::new(h), true).await?;
+                let opened = rec.options.is_some_and(|o| o.password);
+                respond::redirect(session, &self.state.cfg.redirect, url, hsts, opened).await?;
                 Ok(true)
             }
             Verdict::Card(rec) => {

@@ -14,13 +14,19 @@ use shorturl_common::redirect::RedirectPolicy;
 
 /// Writes the redirect to `url`; `hsts`: a `Strict-Transport-Security`
 /// value (answers over TLS, when configured).
+/// `no_store`: the answer was opened by the visitor's cookie (a password
+/// link, protocol 4.5): no cache may keep it.
 pub async fn redirect(
     session: &mut Session,
     policy: &RedirectPolicy,
     url: &str,
     hsts: Option<&HeaderValue>,
+    no_store: bool,
 ) -> Result<()> {
-    let h = redirect_header(policy, url, hsts)?;
+    let mut h = redirect_header(policy, url, hsts)?;
+    if no_store {
+        h.insert_header("Cache-Control", "no-store")?;
+    }
     session.write_response_header(Box::new(h), true).await
 }
 

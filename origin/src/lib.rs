@@ -18,6 +18,7 @@ pub mod conn;
 pub mod cursor;
 pub mod db;
 pub mod error;
+pub mod form;
 pub mod health;
 pub mod http;
 pub mod issuer;

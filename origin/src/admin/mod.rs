@@ -15,7 +15,6 @@ pub mod client;
 pub mod csrf;
 pub mod days;
 pub mod edges;
-mod form;
 pub mod html;
 mod routes;
 pub mod session;

@@ -5,8 +5,9 @@
 //! serve is answered only after the session (and, for a POST, its token):
 //! a stranger learns nothing of which console pages exist.
 
-use super::{api_error, assets, csrf, form::Form, html, session, views, Admin, Req};
+use super::{api_error, assets, csrf, html, session, views, Admin, Req};
 use crate::error::{ApiError, DATABASE_UNAVAILABLE};
+use crate::form::Form;
 use crate::links::Links;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request, State};

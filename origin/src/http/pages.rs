@@ -354,7 +354,7 @@ pub fn uncached_html(status: StatusCode, page: Page, retry_after: Option<u64>) -
     r
 }
 
-fn is_live(row: &LinkRow, host: &str, now: u64) -> bool {
+pub(super) fn is_live(row: &LinkRow, host: &str, now: u64) -> bool {
     row.state == RowState::Active
         && row.domain.as_deref() == Some(host)
         && row.expires_at.is_some_and(|e| e > now)

@@ -5,10 +5,11 @@
 
 use super::{pages, AppState};
 use crate::error::ApiError;
+use crate::form::Form;
 use crate::links::options::Settings;
 use crate::links::unlock::Entry;
 use crate::pages::html;
-use crate::store::{LinkKey, RowState};
+use crate::store::LinkKey;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -47,12 +48,7 @@ pub async fn enter(s: &AppState, req: EntryRequest<'_>, body: Body) -> Response 
         Err(e) => return ApiError::from(crate::links::LinkError::from(e)).into_response(),
     };
     let now = now_unix();
-    let live = row.filter(|r| {
-        r.state == RowState::Active
-            && r.domain.as_deref() == Some(host)
-            && r.expires_at.is_some_and(|e| e > now)
-    });
-    let Some(row) = live else {
+    let Some(row) = row.filter(|r| pages::is_live(r, host, now)) else {
         return pages::not_found(s, headers, Some(host), code, None).await;
     };
     let Some(phc) = Settings::from_column(row.options.as_deref()).password else {
@@ -133,22 +129,10 @@ fn cross_site(headers: &HeaderMap, host: &str) -> bool {
 /// The `password` field of a form body of at most [`MAX_FORM_BYTES`]
 /// (`None`: not a form, too large, or no non-empty password).
 async fn password_of(headers: &HeaderMap, body: Body) -> Option<String> {
-    let form = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|t| {
-            t.trim()
-                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        });
-    if !form {
-        return None;
-    }
-    let bytes = axum::body::to_bytes(body, MAX_FORM_BYTES).await.ok()?;
-    url::form_urlencoded::parse(&bytes)
-        .find(|(k, _)| k == "password")
-        .map(|(_, v)| v.into_owned())
+    let form = Form::read(headers, body, MAX_FORM_BYTES).await.ok()?;
+    form.get("password")
         .filter(|v| !v.is_empty())
+        .map(str::to_owned)
 }
 
 #[cfg(test)]

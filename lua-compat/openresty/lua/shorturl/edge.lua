@@ -152,6 +152,15 @@ local function decide(ans, host)
     return "not_found"
 end
 
+-- The origin `o` a proxied request goes to, with the X-Forwarded-For of
+-- its client (the page, API and password-entry locations alike).
+local function to_upstream(o)
+    var.su_upstream = o.proxy
+    local c, used = clients.client()
+    var.su_xff = net.forwarded_for(var.remote_addr, used)
+    var.su_client = c
+end
+
 -- Proxies the request to an origin for its answer, through the page
 -- location: `key` caches it (a page), nil does not (a browser's 404 page).
 local function to_page_origin(o, key)
@@ -160,10 +169,7 @@ local function to_page_origin(o, key)
     else
         var.su_page_nocache = "1"
     end
-    var.su_upstream = o.proxy
-    local c, used = clients.client()
-    var.su_xff = net.forwarded_for(var.remote_addr, used)
-    var.su_client = c
+    to_upstream(o)
     return ngx.exec("@shorturl_page")
 end
 
@@ -356,10 +362,7 @@ local function to_unlock_origin(html404)
     else
         var.su_outcome = "FWD"
     end
-    var.su_upstream = o.proxy
-    local c, used = clients.client()
-    var.su_xff = net.forwarded_for(var.remote_addr, used)
-    var.su_client = c
+    to_upstream(o)
     -- Whether the visitor came over TLS (the origin then marks the cookie
     -- Secure): this edge's TLS, or a trusted proxy's X-Forwarded-Proto
     -- (TLS ended in front of the edge); a client's own never passes.
@@ -434,10 +437,7 @@ local function forward(method, path)
         return error_response(503, "unavailable", "no origin available", RETRY_AFTER)
     end
     stat("origin_forward")
-    var.su_upstream = o.proxy
-    local c, used = clients.client()
-    var.su_xff = net.forwarded_for(var.remote_addr, used)
-    var.su_client = c
+    to_upstream(o)
     return ngx.exec("@shorturl_origin")
 end
 

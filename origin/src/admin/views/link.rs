@@ -4,13 +4,13 @@
 //! it, with when the change was published to the edges.
 
 use super::super::charts::{Chart, Series};
-use super::super::form::Form;
 use super::super::html::{self, csrf_field, esc, num, Nav};
 use super::super::session::Session;
 use super::super::{api_error, caller, Req};
 use crate::clicks::{Interval, LinkStats, StatsRange};
 use crate::config::Role;
 use crate::error::ApiError;
+use crate::form::Form;
 use crate::links::options::{Settings, UTM_FIELDS};
 use crate::links::{HistoryView, LinkRef, LinkView, Links};
 use crate::pages::qr::{self, QrParams};

@@ -6,10 +6,10 @@
 //! before its password is checked; success starts a fresh session (never
 //! one the browser brought).
 
-use super::super::form::Form;
 use super::super::html::{self, esc, Nav};
 use super::super::session::{self, Session, COOKIE, LOGIN_COOKIE};
 use super::super::{client, csrf, Admin, Req, MAX_FORM_BYTES};
+use crate::form::Form;
 use crate::links::Links;
 use axum::body::Body;
 use axum::response::Response;

@@ -1,4 +1,5 @@
-//! `application/x-www-form-urlencoded` bodies of the console's forms.
+//! `application/x-www-form-urlencoded` bodies: the console's forms and a
+//! password link's entry (`http::unlock`).
 
 use crate::error::ApiError;
 use axum::body::Body;
