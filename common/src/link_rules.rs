@@ -70,6 +70,41 @@ pub struct LinkOptions {
     /// 4.6; the origin decides which links, from its `guide` settings).
     #[serde(rename = "b", default, skip_serializing_if = "Set::is_empty")]
     pub guide: Set<App>,
+    /// A destination is on a screened domain (protocol 4.7; the origin
+    /// decides which links, from its screening policy): visitors get the
+    /// warning page instead of the redirect.
+    #[serde(rename = "w", default, skip_serializing_if = "Option::is_none")]
+    pub screen: Option<Screen>,
+}
+
+/// What a link with a screened destination answers (protocol 4.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Screen {
+    /// The warning page, with a way on to the destination.
+    Warn,
+    /// The warning page and no way on.
+    Block,
+}
+
+impl Screen {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Screen::Warn => "warn",
+            Screen::Block => "block",
+        }
+    }
+
+    /// The JSON error (`error`, `message`) for clients that get no page.
+    pub fn refusal(self) -> (&'static str, &'static str) {
+        match self {
+            Screen::Warn => (
+                "destination_flagged",
+                "this link's destination was flagged as unsafe",
+            ),
+            Screen::Block => ("destination_blocked", "this link's destination is blocked"),
+        }
+    }
 }
 
 impl LinkOptions {
@@ -288,6 +323,13 @@ impl LinkOptions {
             && !self.gone
             && !expired
             && ua.and_then(in_app).is_some_and(|a| self.guide.contains(a))
+    }
+
+    /// The screening of a live link (protocol 4.7): checked before every
+    /// other option, for every visitor. A record kept for its fallback
+    /// carries none.
+    pub fn screened(&self, expired: bool) -> Option<Screen> {
+        self.screen.filter(|_| !self.gone && !expired)
     }
 
     /// Whether a visitor must show an unlock token first (protocol 4.5):

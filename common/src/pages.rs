@@ -19,6 +19,9 @@ pub enum PageKind {
     /// The in-app browser guidance (protocol 4.6): what the listed in-app
     /// browsers get on `/{code}`, from `/{code}.guide?lang=zh|en`.
     Guide,
+    /// The warning of a link with a screened destination (protocol 4.7):
+    /// what browsers get on `/{code}`, from `/{code}.warning`.
+    Warning,
 }
 
 impl PageKind {
@@ -31,11 +34,13 @@ impl PageKind {
             PageKind::Card => "card",
             PageKind::Password => "password",
             PageKind::Guide => "guide",
+            PageKind::Warning => "warning",
         }
     }
 
-    /// `/{code}.svg`, `/{code}.png`, `/{code}+`, `/{code}.card` or
-    /// `/{code}.password` → the kind and the code
+    /// `/{code}.svg`, `/{code}.png`, `/{code}+`, `/{code}.card`,
+    /// `/{code}.password`, `/{code}.guide` or `/{code}.warning` → the kind
+    /// and the code
     /// (not yet checked to be a valid code).
     pub fn of_path(path: &str) -> Option<(PageKind, &str)> {
         let rest = path.strip_prefix('/')?;
@@ -49,6 +54,8 @@ impl PageKind {
             Some((PageKind::Password, code))
         } else if let Some(code) = rest.strip_suffix(".guide") {
             Some((PageKind::Guide, code))
+        } else if let Some(code) = rest.strip_suffix(".warning") {
+            Some((PageKind::Warning, code))
         } else {
             rest.strip_suffix('+').map(|code| (PageKind::Preview, code))
         }

@@ -10,7 +10,7 @@
 use crate::cache::{AnswerRef, RecordRef};
 use crate::limits::Limits;
 use crate::net::ClientKey;
-use shorturl_common::link_rules::{self, Destination, Visitor};
+use shorturl_common::link_rules::{self, Destination, Screen, Visitor};
 use std::borrow::Cow;
 
 /// What the decision may ask of a request. Each fact is computed only when
@@ -95,6 +95,10 @@ pub enum Verdict<'a> {
     /// A visitor in an in-app browser that cannot open the link: the
     /// guidance page in `lang` (`zh` or `en`; protocol 4.6).
     Guide { lang: &'static str },
+    /// A live link with a screened destination (protocol 4.7): the warning
+    /// page (`page`: the client prefers HTML), else the 403 (`screen` says
+    /// which).
+    Screened { page: bool, screen: Screen },
 }
 
 /// Whether a lookup may run for this request: a miss costs Redis and
@@ -121,6 +125,12 @@ pub fn decide<'a>(
             match rec.options {
                 None if !expired => Verdict::Redirect(rec, Target::Link),
                 None => not_found(facts),
+                // A screened destination comes before anything the link
+                // would show or ask.
+                Some(o) if o.screened(expired).is_some() => Verdict::Screened {
+                    page: facts.prefers_html(),
+                    screen: o.screen.unwrap_or(Screen::Block),
+                },
                 // An in-app browser that cannot open it goes to the system
                 // browser first (a password entered here would be asked
                 // again there).
@@ -664,5 +674,59 @@ mod tests {
         };
         assert!(matches!(at(&weibo), Verdict::Redirect(..)));
         assert!(matches!(at(&req()), Verdict::Redirect(..)));
+    }
+
+    #[test]
+    fn a_screened_link_warns_everyone_before_anything_else() {
+        let l = limits(0);
+        let flagged = options(r#"{"w":"warn","b":["wechat"],"p":true,"g":true}"#);
+        let at = |who: &Req, expires_at| {
+            decide(
+                with_options(&flagged, expires_at),
+                "abc123",
+                Source::Memory,
+                who,
+                &l,
+                NOW,
+            )
+        };
+        let warn = |page| Verdict::Screened {
+            page,
+            screen: Screen::Warn,
+        };
+        assert_eq!(at(&req(), NOW + 9), warn(false));
+        let browser = Req {
+            html: true,
+            ..req()
+        };
+        assert_eq!(at(&browser, NOW + 9), warn(true));
+        let wechat = Req {
+            ua: "Mozilla/5.0 (iPhone) MicroMessenger/8.0.47",
+            html: true,
+            ..req()
+        };
+        assert_eq!(at(&wechat, NOW + 9), warn(true), "before the guidance");
+        let crawler = Req {
+            ua: "facebookexternalhit/1.1",
+            ..req()
+        };
+        assert_eq!(at(&crawler, NOW + 9), warn(false), "before the card");
+        assert_eq!(at(&req(), NOW), Verdict::NotFound { page: false });
+        let blocked = options(r#"{"w":"block"}"#);
+        let v = decide(
+            with_options(&blocked, NOW + 9),
+            "abc123",
+            Source::Memory,
+            &browser,
+            &l,
+            NOW,
+        );
+        assert_eq!(
+            v,
+            Verdict::Screened {
+                page: true,
+                screen: Screen::Block
+            }
+        );
     }
 }

@@ -370,6 +370,20 @@ impl Edge {
                 .await?;
                 Ok(true)
             }
+            Verdict::Screened { page: true, .. } => {
+                // The warning page (protocol 4.7): not a click.
+                self.page_instead(session, ctx, PageKind::Warning, code, None);
+                Ok(false)
+            }
+            Verdict::Screened {
+                page: false,
+                screen,
+            } => {
+                ctx.outcome = Outcome::Local;
+                let (error, message) = screen.refusal();
+                respond::error(session, 403, error, message, None).await?;
+                Ok(true)
+            }
             Verdict::NotFound { page } => self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => self.unavailable(session).await,
@@ -418,9 +432,10 @@ impl Edge {
             Verdict::NotFound { page } => return self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => return self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => return self.unavailable(session).await,
-            Verdict::Redirect(..) | Verdict::Card(_) | Verdict::Guide { .. } => {
-                return self.wrong_method(session, ctx).await
-            }
+            Verdict::Redirect(..)
+            | Verdict::Card(_)
+            | Verdict::Guide { .. }
+            | Verdict::Screened { .. } => return self.wrong_method(session, ctx).await,
         }
         let too_long = session
             .req_header()
@@ -576,7 +591,8 @@ impl Edge {
             Verdict::Redirect(..)
             | Verdict::Card(_)
             | Verdict::Locked { .. }
-            | Verdict::Guide { .. } => {}
+            | Verdict::Guide { .. }
+            | Verdict::Screened { .. } => {}
             Verdict::NotFound { page } => return self.not_found_code(session, ctx, page).await,
             Verdict::TooMany => return self.too_many(session, ctx, Refusal::Unknown).await,
             Verdict::Unavailable => return self.unavailable(session).await,

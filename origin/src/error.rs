@@ -97,6 +97,9 @@ impl From<LinkError> for ApiError {
             LinkError::TargetIsShortDomain(_) => {
                 ApiError::bad_request("url_is_short_link", e.to_string())
             }
+            LinkError::DestinationBlocked(_) => {
+                ApiError::bad_request("destination_blocked", e.to_string())
+            }
             LinkError::DomainNotAllowed(_) => forbidden("domain_not_allowed", &e),
             LinkError::MerchantMismatch { .. } => forbidden("merchant_domain_mismatch", &e),
             LinkError::CodesExhausted { .. } => ApiError::new(

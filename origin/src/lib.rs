@@ -32,6 +32,7 @@ pub mod permutation;
 pub mod pregen;
 pub mod rekey;
 pub mod schema;
+pub mod screening;
 pub mod serve;
 pub mod store;
 pub mod tenancy;

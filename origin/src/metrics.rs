@@ -37,6 +37,14 @@ pub struct Metrics {
     /// busy, bad_request, cross_site) and password checks run.
     pub unlock_attempts: IntCounterVec,
     pub unlock_checks: IntCounter,
+    /// Destination screening (protocol 4.7): entries in the policy in
+    /// force, destinations refused, links the pass changed, its last
+    /// duration and refreshes that failed (the last good policy stays).
+    pub screening_entries: IntGauge,
+    pub screening_refused: IntCounter,
+    pub screening_changed: IntCounter,
+    pub screening_pass_seconds: Gauge,
+    pub screening_refresh_errors: IntCounter,
     pub requests: HistogramVec,
     /// Outbox rows pending (the whole installation's, as last polled).
     pub outbox_pending: IntGauge,
@@ -140,7 +148,37 @@ impl Metrics {
             "Password checks (argon2id) run for password-protected links",
         )?;
         r.register(Box::new(unlock_checks.clone()))?;
+        let screening_entries = IntGauge::new(
+            "screening_entries",
+            "Domains in the screening policy in force (files and managed entries)",
+        )?;
+        r.register(Box::new(screening_entries.clone()))?;
+        let screening_refused = IntCounter::new(
+            "screening_refused_total",
+            "Creations and edits refused for a screened destination",
+        )?;
+        r.register(Box::new(screening_refused.clone()))?;
+        let screening_changed = IntCounter::new(
+            "screening_links_changed_total",
+            "Links whose screening state this origin's pass changed",
+        )?;
+        r.register(Box::new(screening_changed.clone()))?;
+        let screening_pass_seconds = Gauge::new(
+            "screening_pass_seconds",
+            "Duration of this origin's last screening pass over every link",
+        )?;
+        r.register(Box::new(screening_pass_seconds.clone()))?;
+        let screening_refresh_errors = IntCounter::new(
+            "screening_refresh_errors_total",
+            "Screening policy refreshes that failed (the last good policy stays in force)",
+        )?;
+        r.register(Box::new(screening_refresh_errors.clone()))?;
         Ok(Metrics {
+            screening_entries,
+            screening_refused,
+            screening_changed,
+            screening_pass_seconds,
+            screening_refresh_errors,
             unlock_attempts,
             unlock_checks,
             redis_hit: dim("redis", "hit"),

@@ -66,6 +66,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "per_domain_codes",
         include_str!("../migrations/0014_per_domain_codes.sql"),
     ),
+    (
+        15,
+        "screening",
+        include_str!("../migrations/0015_screening.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

@@ -51,6 +51,8 @@ pub enum ServeError {
     },
     #[error("the compiled-in docs/openapi.yaml does not parse: {0}")]
     OpenApi(#[source] serde_yaml::Error),
+    #[error(transparent)]
+    Screening(#[from] crate::screening::ScreeningError),
 }
 
 /// Starts the origin; returns when it has shut down.
@@ -173,6 +175,14 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
             work.spawn("apollo feed", |stop| stop.cancels(feed));
         }
     }
+    let screening = Arc::new(crate::screening::Screening::new(
+        cfg.screening.clone(),
+        Arc::clone(&metrics),
+    )?);
+    // The managed entries before the first creation (MySQL answered above).
+    if let Err(e) = screening.refresh(&store).await {
+        tracing::warn!(error = %e, "screening entries not read yet; the lists alone are in force");
+    }
     let links = Links::new(Parts {
         cfg: Arc::clone(&cfg),
         store,
@@ -182,7 +192,14 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
         whitelist,
         metrics,
         cursor,
+        screening: Arc::clone(&screening),
     });
+    {
+        let links = Arc::clone(&links);
+        work.spawn("screening", |stop| {
+            crate::screening::pass::run(links, screening, stop)
+        });
+    }
     let refresh = CapacityRefresh {
         pool: pool.clone(),
         shards: Arc::clone(&shards),

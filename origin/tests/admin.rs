@@ -1005,3 +1005,90 @@ async fn per_domain_codes_have_a_console_page_each() {
         assert_eq!(c.get(bad, &root).await.status().as_u16(), 404, "{bad}");
     }
 }
+
+/// The Screening page (protocol 4.7): admins add and remove managed
+/// entries with the session's CSRF token; the flagged links are listed;
+/// viewers see it without the forms; merchant-bound users not at all.
+#[tokio::test]
+async fn the_screening_policy_is_managed_in_the_console() {
+    let c = start_with(|o| {
+        o.extra_yaml.push_str("screening:\n  refresh_secs: 1\n");
+    });
+    let (st, v) =
+        c.s.origin
+            .create(serde_json::json!({"url": "https://shady.example/<x>"}))
+            .await;
+    assert_eq!(st, 201, "{v}");
+    let code = v["code"].as_str().unwrap().to_owned();
+    let root = c.session("root", "root-pw").await;
+    let page = c.get("/admin/screening", &root).await.text().await.unwrap();
+    assert!(page.contains("id=\"add-form\""), "{page}");
+    let token = csrf_of(&page);
+    let r = c
+        .post(
+            "/admin/screening",
+            &root,
+            "csrf=forged&op=add&domain=shady.example&action=warn",
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 403, "without the session's token");
+    let r = c
+        .post(
+            "/admin/screening",
+            &root,
+            &format!("csrf={token}&op=add&domain=Shady.Example&action=warn&note=%3Cphish%3E"),
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 200);
+    let page = r.text().await.unwrap();
+    assert!(page.contains("shady.example is now warn"), "{page}");
+    assert!(
+        page.contains("&lt;phish&gt;") && !page.contains("<phish>"),
+        "escaped"
+    );
+    let r = c
+        .post(
+            "/admin/screening",
+            &root,
+            &format!("csrf={token}&op=add&domain=x&action=warn"),
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 400, "not a domain");
+    // The link is flagged once the pass ran; the page lists it.
+    support::eventually(
+        "the link listed as flagged",
+        std::time::Duration::from_secs(20),
+        || async {
+            let page = c.get("/admin/screening", &root).await.text().await.unwrap();
+            page.contains(&format!(">{code}</a>")) && page.contains("https://shady.example/%3Cx%3E")
+        },
+    )
+    .await;
+    // A viewer sees the page without forms; a merchant-bound user not at all.
+    let locked = c.session("locked", "locked-pw").await;
+    let page = c
+        .get("/admin/screening", &locked)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("shady.example") && !page.contains("add-form"));
+    let r = c
+        .post(
+            "/admin/screening",
+            &locked,
+            &format!("csrf={}&op=remove&domain=shady.example", csrf_of(&page)),
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 403, "viewers cannot change it");
+    let m55 = c.session("m55", "m55-pw").await;
+    assert_eq!(c.get("/admin/screening", &m55).await.status().as_u16(), 403);
+    let r = c
+        .post(
+            "/admin/screening",
+            &root,
+            &format!("csrf={token}&op=remove&domain=shady.example"),
+        )
+        .await;
+    assert!(r.text().await.unwrap().contains("shady.example removed"));
+}

@@ -33,6 +33,7 @@ mod password_links;
 mod per_domain_codes;
 mod recycle;
 mod schemathesis;
+mod screening;
 mod search;
 mod search_indexes;
 mod shards;

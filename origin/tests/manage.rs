@@ -58,6 +58,7 @@ async fn a_link_is_read_edited_disabled_enabled_deleted_and_its_history_kept() {
             "password_protected",
             "reaped_at",
             "rules",
+            "screened",
             "short_url",
             "state",
             "updated_at",

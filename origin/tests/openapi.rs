@@ -80,7 +80,8 @@ fn link() -> Value {
         "utm_source": "mail", "utm_medium": null, "utm_campaign": null,
         "utm_term": null, "utm_content": null,
         "og_title": "Sale", "og_description": null, "og_image": null,
-        "inapp_guide": null, "inapp_guided": false, "password_protected": false
+        "inapp_guide": null, "inapp_guided": false, "password_protected": false,
+        "screened": null
     })
 }
 

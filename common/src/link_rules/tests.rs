@@ -508,3 +508,17 @@ fn a_rules_conditions_fit_in_little_more_than_a_cache_line() {
         std::mem::size_of::<Rule>()
     );
 }
+
+#[test]
+fn the_screening_is_read_and_written_as_w() {
+    let o = opts(r#"{"w":"block"}"#);
+    assert_eq!(o.screen, Some(Screen::Block));
+    assert_eq!(o.encode(), r#"{"w":"block"}"#);
+    assert_eq!(opts(r#"{"w":"warn"}"#).screened(false), Some(Screen::Warn));
+    assert!(LinkOptions::decode(r#"{"w":"allow"}"#).is_none());
+    assert!(LinkOptions::decode(r#"{"w":true}"#).is_none());
+    assert_eq!(o.screened(true), None, "an expired link");
+    let gone = opts(r#"{"x":"https://t/x","d":true,"w":"warn"}"#);
+    assert_eq!(gone.screened(false), None, "a record kept for its fallback");
+    assert!(Screen::Block > Screen::Warn, "the stronger action wins");
+}

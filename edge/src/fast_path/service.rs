@@ -361,7 +361,8 @@ impl FastPath {
             | Verdict::TooMany
             | Verdict::Card(_)
             | Verdict::Locked { .. }
-            | Verdict::Guide { .. } => return None,
+            | Verdict::Guide { .. }
+            | Verdict::Screened { .. } => return None,
         };
         s.metrics.local_miss.inc();
         s.metrics.fast_path.resolved.inc();

@@ -124,7 +124,9 @@ impl PageCache {
 pub fn key(host: &str, kind: PageKind, code: &str, query: Option<&str>) -> Option<CacheKey> {
     let host = normalize_host(host)?;
     let params = match kind {
-        PageKind::Preview | PageKind::Card | PageKind::Password => String::new(),
+        PageKind::Preview | PageKind::Card | PageKind::Password | PageKind::Warning => {
+            String::new()
+        }
         PageKind::Guide => shorturl_common::pages::guide_lang_of_query(query).to_owned(),
         PageKind::Svg | PageKind::Png => {
             let p = QrParams::from_query(query).ok()?;

@@ -15,3 +15,4 @@ mod openresty_invalidation;
 mod openresty_tls;
 mod pages;
 mod password_links;
+mod screening;

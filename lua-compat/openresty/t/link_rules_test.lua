@@ -409,7 +409,7 @@ for _, b in ipairs({
     '{"g":true,}',
     '[true,null,false,[],null]',
     '[true,null,false,[],1]',
-    '[true,null,false,[],true,false,[],false]', -- an 8th field (p is the 6th, b the 7th)
+    '[true,null,false,[],true,false,[],false]', -- an 8th field that is no screen (p is the 6th, b the 7th, w the 8th)
     '[true,null,false,[],true,]',
     '{"g":true,"d":true}',
 }) do
@@ -473,7 +473,7 @@ for _, b in ipairs({
     '{"p":"1"}',
     '[true,null,false,[],false,null]',
     '[true,null,false,[],false,1]',
-    '[true,null,false,[],false,true,[],false]', -- an 8th field
+    '[true,null,false,[],false,true,[],false]', -- an 8th field that is no screen (w)
     '[true,null,false,[],false,true,]',
     '{"p":true,"d":true}',
 }) do
@@ -545,7 +545,7 @@ for _, b in ipairs({
     '[false,null,false,[],false,false,["icq"]]',
     '[false,null,false,[],false,false,null]',
     '[false,null,false,[],false,false,true]',
-    '[false,null,false,[],false,false,["wechat"],false]', -- an 8th field
+    '[false,null,false,[],false,false,["wechat"],false]', -- an 8th field that is no screen (w)
     '[false,null,false,[],false,false,["wechat"],]',
 }) do
     eq(link_rules.decode(b), nil, "refused (b): " .. b:sub(1, 120))

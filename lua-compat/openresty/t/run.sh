@@ -12,14 +12,15 @@
 #    header from a trusted proxy, forwarding, pages of a disabled link, the
 #    social card's decision, a password link's gate with unlock tokens
 #    signed here by Python, and its form posts, the in-app browser
-#    guidance's decision and, last, its page through a recording origin
-#    started here: the upstream URI, the key's language, no click) and
+#    guidance's decision, destination screening's 403s and, last, their
+#    pages through a recording origin started here: the upstream URI, the
+#    key's language, no-store, no click) and
 #    the protocol 3.5 keys (records and invalidations by (domain, code), a
 #    request without Host) and the protocol 3.6 click keys (the batches in
 #    the stream).
 #
 # Ports: SU_T_PORT1..5 (the unit nginx, Redis, the module, an origin port
-# nobody listens on until the guidance checks at the end, the module's
+# nobody listens on until the page checks at the end, the module's
 # metrics; the conformance suite's test passes reserved ones), else free ones from the kernel. Exits non-zero when a check fails. Every process it starts is stopped by
 # its pid, and its directory removed (SU_KEEP_TMP=1 keeps it).
 set -euo pipefail
@@ -170,6 +171,16 @@ rset guidd1 "3 3 $far s.test https://x.example/off.apk {\"x\":\"https://a/gone\"
 rset guidp1 "3 6 $far s.test https://x.example/secret.apk {\"p\":true,\"b\":[\"wechat\"]}"
 rset guidc1 "3 1 $far s.test https://x.example/card.apk {\"g\":true,\"b\":[\"wechat\"]}"
 rset guidb1 "3 1 $far s.test https://x.example/bad.apk {\"b\":[\"icq\"]}"
+# Destination screening (protocol 4.7): `w`.
+rset scrnb1 "3 1 $far s.test https://evil.example/a {\"w\":\"block\",\"b\":[\"wechat\"],\"p\":true,\"g\":true,\"f\":true}"
+rset scrnw1 "3 1 $far s.test https://flagged.example/b {\"w\":\"warn\",\"f\":true,\"r\":[{\"c\":{\"dev\":[\"ios\"]},\"u\":\"https://a/ios\"}]}"
+rset scrnp1 "3 4 $far s.test https://flagged.example/c {\"w\":\"warn\",\"p\":true}"
+rset scrng1 "3 1 $far s.test https://flagged.example/d {\"w\":\"warn\",\"g\":true,\"b\":[\"wechat\"]}"
+rset scrnx1 "3 2 5 s.test https://evil.example/old {\"x\":\"https://a/over\",\"w\":\"block\",\"p\":true}"
+rset scrnd1 "3 3 $far s.test https://evil.example/off {\"x\":\"https://a/gone\",\"d\":true,\"w\":\"block\"}"
+rset scrnn1 "3 1 $far s.test https://x.example/clean {\"w\":null,\"f\":true}"
+rset scrnz1 "3 1 $far s.test https://x.example/last {\"w\":null}"
+rset scrnbd "3 1 $far s.test https://evil.example/bad {\"w\":\"allow\"}"
 rset inval1 "2 1 $far s.test https://x.example/v1"
 E2E_DOMAIN=go.test rset inval1 "2 1 $far go.test https://x.example/go-v1"
 
@@ -297,6 +308,56 @@ e2e "guide: before the password (no token; no origin: 503)" 503 "" "/guidp1" -A 
 e2e "guide: the password for a browser (no token: 401)" 401 "" "/guidp1" -A "$IOS"
 e2e "guide: an unknown app in b: a miss (no origin: 503)" 503 "" "/guidb1" -A "$IOS"
 e2e "guide: POST is the password's, not the guide's: 405" 405 "" "/guide1" -A "$WECHAT" -d "password=x"
+# Destination screening (protocol 4.7): the 403s (the page itself once an
+# origin listens, below).
+header_of() { # field path [curl args...]: the value of the answer's header field
+  local f="$1" path="$2"; shift 2
+  curl -sS -o /dev/null -D - -H 'Host: s.test' "$@" "http://127.0.0.1:$eport$path" 2>/dev/null | tr -d '\r' |
+    awk -F': ' -v f="$f" 'tolower($1) == f { print $2 }'
+}
+check_body() { # name want-body path [curl args...]
+  local name="$1" want="$2" path="$3"; shift 3
+  local got
+  got="$(curl -sS -H 'Host: s.test' "$@" "http://127.0.0.1:$eport$path" 2>/dev/null || true)"
+  if [ "$got" = "$want" ]; then echo "  ok   $name"; else echo "  FAIL $name: got '$got', want '$want'"; failed=1; fi
+}
+check_header() { # name field want path [curl args...]
+  local name="$1" f="$2" want="$3" path="$4"; shift 4
+  local got
+  got="$(header_of "$f" "$path" "$@")"
+  if [ "$got" = "$want" ]; then echo "  ok   $name"; else echo "  FAIL $name: $f '$got', want '$want'"; failed=1; fi
+}
+BLOCKED='{"error":"destination_blocked","message":"this link'"'"'s destination is blocked"}'
+FLAGGED='{"error":"destination_flagged","message":"this link'"'"'s destination was flagged as unsafe"}'
+e2e "screen: block, JSON: 403" 403 "" "/scrnb1?utm=1"
+check_body "screen: block, the 403's body" "$BLOCKED" "/scrnb1?utm=1"
+check_header "screen: block, the 403 is JSON" content-type "application/json" "/scrnb1"
+check_header "screen: block, the 403 is no-store" cache-control "no-store" "/scrnb1"
+e2e "screen: warn, JSON: 403" 403 "" "/scrnw1"
+check_body "screen: warn, the 403's body" "$FLAGGED" "/scrnw1" -A "$IOS"
+check_header "screen: warn, the 403 is JSON" content-type "application/json" "/scrnw1" -A "$IOS"
+check_header "screen: warn, the 403 is no-store" cache-control "no-store" "/scrnw1"
+e2e "screen: HEAD, JSON: 403" 403 "" "/scrnb1" -I
+check_header "screen: HEAD, the body's length" content-length "${#BLOCKED}" "/scrnb1" -I
+e2e "screen: an explicit JSON Accept: 403" 403 "" "/scrnw1" -H "Accept: application/json"
+e2e "screen: before the rules (iOS: 403, not its rule)" 403 "" "/scrnw1" -A "$IOS"
+e2e "screen: before the guidance (WeChat, JSON: 403)" 403 "" "/scrnb1" -A "$WECHAT"
+e2e "screen: before the password (no token, JSON: 403, not 401)" 403 "" "/scrnb1"
+e2e "screen: before the password (a valid token: 403, not the redirect)" 403 "" "/scrnp1" \
+  -b "su_pass=$(token s.test scrnp1 4 "$far")"
+e2e "screen: before the card (a crawler: 403)" 403 "" "/scrng1" -A "$CRAWLER"
+check_body "screen: a crawler gets the warn body" "$FLAGGED" "/scrng1" -A "$CRAWLER"
+e2e "screen: a browser gets the page (no origin: 503)" 503 "" "/scrnb1?utm=1" -H "Accept: $HTML"
+e2e "screen: the page's path (no origin: 503)" 503 "" "/scrnb1.warning"
+e2e "screen: expired with x, the fallback (no screening)" 302 "https://a/over" "/scrnx1"
+e2e "screen: expired with x, a browser, the fallback" 302 "https://a/over" "/scrnx1" -H "Accept: $HTML"
+e2e "screen: disabled with x, the fallback (no screening)" 302 "https://a/gone" "/scrnd1"
+e2e "screen: disabled with x, a browser, the fallback" 302 "https://a/gone" "/scrnd1" -H "Accept: $HTML"
+e2e "screen: w null, the redirect" 302 "https://x.example/clean?a=1" "/scrnn1?a=1"
+e2e "screen: w allow is malformed: a miss (no origin: 503)" 503 "" "/scrnbd"
+e2e "screen: POST to a screened password link: 405" 405 "" "/scrnp1" -d "password=x"
+e2e "screen: POST to a screened link: 405" 405 "" "/scrnw1" -d "password=x"
+e2e "screen: POST to an expired screened link with x: 405" 405 "" "/scrnx1" -d "password=x"
 a="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
 b="$(curl -sS -D - -o /dev/null -H 'Host: s.test' "http://127.0.0.1:$eport/split1" | tr -d '\r' | awk -F': ' 'tolower($1) == "location" { print $2 }')"
 if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "  ok   split: stable ($a)"; else echo "  FAIL split: '$a' then '$b'"; failed=1; fi
@@ -417,6 +478,49 @@ e2e "guide: a browser still gets the redirect" 302 "https://x.example/app2.apk" 
 # redirect reached the stream (one worker, clicks flushed in order).
 check_clicks "guide: a browser's redirect is a click" guide2 "?*"
 check_clicks "guide: the page is not a click" guidp1 ""
+# The warning page through the same origin (protocol 4.7): kind `warning`,
+# no parameter, the query dropped upstream, no-store to the client.
+page_body "screen: block, a browser: /{code}.warning, the query dropped" "/scrnb1.warning" "/scrnb1?utm=1" \
+  -H "Accept: $HTML"
+page_body "screen: warn, a browser: /{code}.warning" "/scrnw1.warning" "/scrnw1?a=1" -H "Accept: $HTML" -A "$IOS"
+page_body "screen: before the guidance (WeChat, a browser)" "/scrnb1.warning" "/scrnb1" -H "Accept: $HTML" -A "$WECHAT"
+page_body "screen: before the password form (no token)" "/scrnp1.warning" "/scrnp1" -H "Accept: $HTML"
+page_body "screen: before the password (a valid token)" "/scrnp1.warning" "/scrnp1" -H "Accept: $HTML" \
+  -b "su_pass=$(token s.test scrnp1 4 "$far")"
+page_body "screen: before the card (a crawler asking for HTML)" "/scrng1.warning" "/scrng1" -H "Accept: $HTML" \
+  -A "$CRAWLER"
+page_body "screen: the page's path shares the entry" "/scrnb1.warning" "/scrnb1.warning?lang=zh"
+page_body "screen: the page's path, a JSON client too" "/scrnb1.warning" "/scrnb1.warning"
+n="$(asked "/scrnb1.warning") $(asked "/scrnw1.warning") $(asked "/scrnp1.warning") $(asked "/scrng1.warning")"
+[ "$n" = "1 1 1 1" ] && echo "  ok   screen: one origin request per link (cached, no parameter)" ||
+  { echo "  FAIL screen: origin requests '$n', want '1 1 1 1'"; failed=1; }
+n="$(grep -c -E '^GET /scrn[a-z0-9]+([?]|$)' "$tmp/origin-requests" 2>/dev/null || true)"
+[ "$n" = 0 ] && echo "  ok   screen: never /{code} itself upstream" ||
+  { echo "  FAIL screen: /{code} asked upstream $n times"; failed=1; }
+check_header "screen: no-store to the client (block)" cache-control "no-store" "/scrnb1" -H "Accept: $HTML"
+check_header "screen: no-store to the client (warn)" cache-control "no-store" "/scrnw1" -H "Accept: $HTML"
+check_header "screen: the page's path keeps the origin's Cache-Control" cache-control "public, max-age=60" \
+  "/scrnw1.warning"
+e2e "screen: HEAD, a browser: the page" 200 "" "/scrnw1" -I -H "Accept: $HTML"
+e2e "screen: JSON still gets the 403 (the page cached)" 403 "" "/scrnw1"
+check_body "screen: JSON still gets the 403's body" "$FLAGGED" "/scrnw1"
+# The 403's outcome is LOCAL (the Pingora edge's Outcome::Local), not the
+# lookup's (scrnw1 is cached by now).
+local_count() { metric 'shorturl_request_duration_seconds_count{outcome="LOCAL"}'; }
+before="$(local_count)"
+e2e "screen: a cached link's 403" 403 "" "/scrnw1"
+for _ in $(seq 1 20); do [ "$(local_count)" = "$((before + 1))" ] && break; sleep 0.05; done
+check_metric "screen: the 403's outcome is LOCAL" 'shorturl_request_duration_seconds_count{outcome="LOCAL"}' \
+  "$((before + 1))"
+e2e "screen: a link with w null redirects a browser" 302 "https://x.example/last" "/scrnz1" -H "Accept: $HTML"
+# Neither is a click: the screened links were only ever warned or refused,
+# before scrnz1's redirect reached the stream (one worker, clicks flushed
+# in order).
+check_clicks "screen: a redirect of a link with w null is a click" scrnz1 "?*"
+check_clicks "screen: block is not a click" scrnb1 ""
+check_clicks "screen: warn is not a click" scrnw1 ""
+check_clicks "screen: a screened password link is not a click" scrnp1 ""
+check_clicks "screen: a screened card link is not a click (crawlers neither)" scrng1 ""
 if grep -E '\[(error|crit|alert|emerg)\]' "$tmp/edge/logs/error.log" | grep -v -E 'connect\(\) failed|health|origin' | head -5 | grep .; then
   echo "  FAIL errors in the edge's error.log"
   failed=1

@@ -20,6 +20,7 @@ pub enum Nav {
     Search,
     Merchants,
     Apps,
+    Screening,
     None,
 }
 
@@ -36,12 +37,13 @@ pub fn page(session: Option<&Session>, nav: Nav, title: &str, main: &str) -> Str
                 format!("<a href=\"{href}\"{cur}>{text}</a>")
             };
             format!(
-                "<header><nav>{}{}{}{}</nav><div class=\"who\"><span id=\"who\">{} · {}</span>\
+                "<header><nav>{}{}{}{}{}</nav><div class=\"who\"><span id=\"who\">{} · {}</span>\
                  <form method=\"post\" action=\"/admin/logout\">{}<button type=\"submit\">Sign out</button></form></div></header>",
                 link(Nav::Overview, "/admin/", "Overview"),
                 link(Nav::Search, "/admin/links", "Search"),
                 link(Nav::Merchants, "/admin/merchants", "Merchants"),
                 link(Nav::Apps, "/admin/apps", "Apps"),
+                link(Nav::Screening, "/admin/screening", "Screening"),
                 esc(&s.user.name),
                 s.user.role.as_str(),
                 csrf_field(s),

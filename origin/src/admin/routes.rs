@@ -52,6 +52,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(console: Console) -> Router<S> {
         .route("/admin/links", signed_in(get(search)))
         .route("/admin/merchants", signed_in(get(merchants)))
         .route("/admin/apps", signed_in(get(apps)))
+        .route("/admin/screening", signed_in(get(screening).post(screen)))
         .route("/admin/links/{*code}", signed_in(get(link).post(edit)))
         .route("/admin/{*page}", signed_in(MethodRouter::new()))
         .with_state(console)
@@ -206,6 +207,20 @@ async fn apps(State(c): State<Console>, Signed(s): Signed) -> Response {
         return r;
     }
     views::apps::page(&c.links, &s, now_unix()).await
+}
+
+async fn screening(State(c): State<Console>, Signed(s): Signed) -> Response {
+    if let Some(r) = all_tenants(&s) {
+        return r;
+    }
+    views::screening::page(&c.links, &s, None).await
+}
+
+async fn screen(State(c): State<Console>, p: Posted) -> Response {
+    if let Some(r) = all_tenants(&p.session) {
+        return r;
+    }
+    views::screening::post(&c.links, &p.session, &p.form).await
 }
 
 /// The code as the path carries it (not percent-decoded: the page

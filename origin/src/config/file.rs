@@ -56,6 +56,38 @@ pub struct FileConfig {
     /// In-app browser guidance (`super::guide`).
     #[serde(default)]
     pub guide: GuideFile,
+    /// Destination screening (`super::screening`).
+    #[serde(default)]
+    pub screening: ScreeningFile,
+}
+
+/// `screening:` (protocol 4.7).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScreeningFile {
+    /// Domain lists (hosts-file or one domain per line), each with its action.
+    #[serde(default)]
+    pub files: Vec<ScreeningListFile>,
+    /// How often every origin reads the managed entries and the files'
+    /// modification times (default 5).
+    #[serde(default)]
+    pub refresh_secs: Option<u64>,
+    /// The pass's lease (default 60).
+    #[serde(default)]
+    pub lease_ttl_secs: Option<u64>,
+    /// Links read per statement of the pass (default 500).
+    #[serde(default)]
+    pub pass_batch: Option<u32>,
+}
+
+/// One list of `screening.files`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScreeningListFile {
+    pub path: std::path::PathBuf,
+    /// `block` (default), `warn` or `allow`.
+    #[serde(default)]
+    pub action: Option<String>,
 }
 
 /// `guide:` (protocol 4.6).

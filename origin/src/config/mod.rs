@@ -11,6 +11,7 @@ pub mod file;
 mod guide;
 mod lifecycle;
 mod pages;
+mod screening;
 mod serving;
 mod shards;
 mod tenancy;
@@ -21,6 +22,7 @@ pub use clicks::ClicksConfig;
 pub use guide::GuideConfig;
 pub use lifecycle::LifecycleConfig;
 pub use pages::{PagesConfig, Theme};
+pub use screening::{ScreeningConfig, ScreeningList};
 pub use serving::{InternalConfig, ServeLimits};
 pub use shards::{ShardConfig, ShardsConfig};
 pub use tenancy::AppConfig;
@@ -159,6 +161,8 @@ pub struct Config {
     pub unlock: UnlockConfig,
     /// In-app browser guidance: which links, apps and destinations.
     pub guide: GuideConfig,
+    /// Destination screening: the policy's files and how it is refreshed.
+    pub screening: ScreeningConfig,
     /// The listener's head deadline and connection caps.
     pub limits: ServeLimits,
     /// Who may call `/internal/*` and `/metrics`.
@@ -374,6 +378,7 @@ impl Config {
         let admin = admin::admin(f.admin)?;
         let unlock = unlock::unlock(f.unlock, env)?;
         let guide = guide::guide(f.guide)?;
+        let screening = screening::screening(f.screening)?;
         let limits = serving::limits(f.limits)?;
         let internal = serving::internal(f.internal, env)?;
         let redirect_max_age = lifecycle::cache_control_max_age(&f.redirect.cache_control)
@@ -418,6 +423,7 @@ impl Config {
             admin,
             unlock,
             guide,
+            screening,
             limits,
             internal,
             drain: Duration::from_secs(f.drain_secs.unwrap_or(3)),

@@ -34,6 +34,8 @@ pub struct Manage;
 pub struct Create;
 /// `stats:read`.
 pub struct Stats;
+/// `admin` (the screening policy).
+pub struct AdminScope;
 
 impl Need for Read {
     const SCOPE: Scope = Scope::LinksRead;
@@ -46,6 +48,9 @@ impl Need for Create {
 }
 impl Need for Stats {
     const SCOPE: Scope = Scope::StatsRead;
+}
+impl Need for AdminScope {
+    const SCOPE: Scope = Scope::Admin;
 }
 
 /// The caller behind the request's key, holding scope `S`: 401 without a

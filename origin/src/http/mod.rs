@@ -21,6 +21,7 @@ pub mod openapi;
 mod pages;
 mod resolve;
 mod rules;
+mod screening;
 mod stats;
 mod unlock;
 
@@ -32,7 +33,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::{from_fn_with_state, map_response, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, MethodRouter};
+use axum::routing::{get, post, put, MethodRouter};
 use axum::Router;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use shorturl_common::status::OriginStatus;
@@ -106,6 +107,24 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/v1/stats",
             only(read, named("stats", get(stats::tenant))),
+        )
+        .route(
+            "/api/v1/screening",
+            only(read, named("screening", get(screening::policy))),
+        )
+        .route(
+            "/api/v1/screening/domains/{domain}",
+            only(
+                "PUT, DELETE",
+                named(
+                    "screening_domain",
+                    put(screening::put).delete(screening::delete),
+                ),
+            ),
+        )
+        .route(
+            "/api/v1/screening/links",
+            only(read, named("screening_links", get(screening::links))),
         )
         .route(
             "/api/v1/openapi.json",

@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use shorturl_common::code::is_valid_code;
+use shorturl_common::link_rules::Screen;
 use shorturl_common::record::Lookup;
 use shorturl_common::time::{now_unix, rfc3339};
 use std::time::Duration;
@@ -91,7 +92,11 @@ pub async fn page(
         return not_found(s, headers, host, code, None).await;
     }
     let params = match kind {
-        PageKind::Preview | PageKind::Card | PageKind::Password | PageKind::Guide => None,
+        PageKind::Preview
+        | PageKind::Card
+        | PageKind::Password
+        | PageKind::Guide
+        | PageKind::Warning => None,
         PageKind::Svg | PageKind::Png => match QrParams::from_query(query) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -129,6 +134,7 @@ pub async fn page(
         (PageKind::Card, _) => return card(s, headers, host, code).await,
         (PageKind::Password, _) => return password_form(s, headers, host, code).await,
         (PageKind::Guide, _) => return guide(s, headers, host, code, query).await,
+        (PageKind::Warning, _) => return warning(s, headers, host, code).await,
         _ => return preview(s, headers, host, code).await,
     };
     match rendered {
@@ -202,10 +208,12 @@ async fn preview(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> R
         Ok((row, _)) => row,
         Err(r) => return r,
     };
-    if Settings::from_column(row.options.as_deref())
-        .password
-        .is_some()
-    {
+    let settings = Settings::from_column(row.options.as_deref());
+    if let Some(screen) = settings.o.screen {
+        // The preview of a screened link is its warning (protocol 4.7).
+        return html_page(s, headers, kind, warning_page(s, host, &row, screen));
+    }
+    if settings.password.is_some() {
         // The preview would show where a password link goes.
         return html_page(s, headers, kind, password_page(s, host));
     }
@@ -277,6 +285,61 @@ async fn guide(
         &s.links.cfg.short_url(host, code),
     );
     html_page(s, headers, kind, page)
+}
+
+/// The warning of a live link with `w` (protocol 4.7), cacheable like the
+/// preview: what browsers get on `/{code}`.
+async fn warning(s: &AppState, headers: &HeaderMap, host: &str, code: &str) -> Response {
+    let kind = PageKind::Warning.label();
+    let row = match live_row(s, headers, host, code, kind).await {
+        Ok((row, _)) => row,
+        Err(r) => return r,
+    };
+    let Some(screen) = Settings::from_column(row.options.as_deref()).o.screen else {
+        count(s, kind, "not_found");
+        return html_or_json_404(s, headers, host, Gone::Unknown);
+    };
+    html_page(s, headers, kind, warning_page(s, host, &row, screen))
+}
+
+/// The warning page of `row`: the host the policy in force flags (the
+/// URL's own while a pass has not caught up with a change).
+fn warning_page(s: &AppState, host: &str, row: &LinkRow, screen: Screen) -> Page {
+    let url = row.url.as_deref().unwrap_or_default();
+    let mut settings = Settings::from_column(row.options.as_deref());
+    let flagged = s
+        .links
+        .screening
+        .policy()
+        .apply(url, &mut settings)
+        .map(|h| h.host)
+        .or_else(|| {
+            url::Url::parse(url)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+        })
+        .unwrap_or_default();
+    html::warning(s.links.cfg.pages.theme(Some(host)), &flagged, screen, url)
+}
+
+/// `/{code}` of a live link with `w` (protocol 4.7): the warning page for
+/// a browser, else the 403 saying why; never kept by a cache.
+pub async fn screened(
+    s: &AppState,
+    headers: &HeaderMap,
+    host: &str,
+    code: &str,
+    screen: Screen,
+) -> Response {
+    if prefers_html(headers) {
+        let r = page(s, PageKind::Warning, code, Some(host), headers, None).await;
+        return instead_of_redirect(r);
+    }
+    let (error, message) = screen.refusal();
+    let mut r = ApiError::new(StatusCode::FORBIDDEN, error, message).into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
 }
 
 /// A password link's form (protocol 4.5), cacheable like the preview: what

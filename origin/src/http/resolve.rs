@@ -65,6 +65,14 @@ pub async fn redirect(
         peer,
     };
     if let Lookup::Found(r) = &lookup {
+        let screen = r
+            .options
+            .as_ref()
+            .and_then(|o| o.screened(r.is_expired_at(now)));
+        if let (Some(screen), true) = (screen, r.binds(host)) {
+            // A screened destination, before anything else (protocol 4.7).
+            return pages::screened(s, headers, host, code, screen).await;
+        }
         let guide = r
             .options
             .as_ref()

@@ -89,6 +89,9 @@ impl Links {
             settings.password = Some(self.unlock.hash(p).await?);
         }
         super::guide::apply(&self.cfg.guide, &domain, &req.url, &mut settings);
+        // Clean (checked above) unless the policy changed since: then the
+        // link is written screened, as the pass would.
+        self.screening.policy().apply(&req.url, &mut settings);
         let now = now_unix();
         let ttl_days = req.ttl_days.unwrap_or(self.cfg.links.default_ttl_days);
         let data = Arc::new(LinkData {
@@ -205,6 +208,11 @@ impl Links {
     /// it would come back here, a loop at worst and a chain that counts
     /// every hop as a click at best.
     pub(super) fn check_target(&self, caller: &Caller, url: &str) -> Result<(), LinkError> {
+        if let Some(hit) = self.screening.policy().check(url) {
+            // Everyone's, the admin's too (protocol 4.7).
+            self.metrics.screening_refused.inc();
+            return Err(LinkError::DestinationBlocked(hit.host));
+        }
         if caller.may_target_short_domains() {
             return Ok(());
         }

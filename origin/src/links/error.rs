@@ -27,6 +27,9 @@ pub enum LinkError {
     /// The target is on a domain this fleet serves (a loop or a chain).
     #[error("url points at {0}, a short-link domain of this service")]
     TargetIsShortDomain(String),
+    /// A destination's host is screened `block` or `warn` (protocol 4.7).
+    #[error("destinations on {0} are not accepted (screened as unsafe)")]
+    DestinationBlocked(String),
     /// The domain is on no whitelist, or not one of the caller's merchants'.
     #[error("domain {0} is not allowed for short links")]
     DomainNotAllowed(String),

@@ -8,6 +8,7 @@ use super::options::Settings;
 use super::view::{DeletedView, HistoryEntry, HistoryView};
 use super::{LinkError, LinkView, Links};
 use crate::config::GuideConfig;
+use crate::screening::Policy;
 use crate::store::{AuditAction, Change, LinkKey, LinkRow, Modified, RowState};
 use crate::tenancy::{Caller, Scope};
 use crate::validate::{Patch, PatchState};
@@ -67,6 +68,7 @@ fn apply_edit(
     patch: &Patch,
     password: Option<Option<&str>>,
     guide: &GuideConfig,
+    policy: &Policy,
 ) -> Option<Change> {
     let mut after = row.clone();
     if let Some(u) = &patch.url {
@@ -95,6 +97,14 @@ fn apply_edit(
         );
         after.url = Some(url);
         after.options = settings.to_column();
+    }
+    // Screened again under the policy in force, whatever the edit (a
+    // renewed or enabled link too): as the pass would (protocol 4.7).
+    if let Some(options) = policy.rescreen(
+        after.url.as_deref().unwrap_or_default(),
+        after.options.as_deref(),
+    ) {
+        after.options = options;
     }
     match patch.state {
         Some(PatchState::Active) => after.state = RowState::Active,
@@ -238,6 +248,7 @@ impl Links {
             Some(None) => Some(None),
             None => None,
         };
+        let policy = self.screening.policy();
         let row = self
             .change(caller, r, |row| {
                 if row.state == RowState::Deleted {
@@ -254,6 +265,7 @@ impl Links {
                     patch,
                     password.as_ref().map(Option::as_deref),
                     &self.cfg.guide,
+                    &policy,
                 ))
             })
             .await?;
@@ -314,7 +326,13 @@ mod tests {
     }
 
     fn edit(row: &LinkRow, patch: &Patch) -> Option<Change> {
-        apply_edit(row, patch, None, &GuideConfig::default())
+        apply_edit(
+            row,
+            patch,
+            None,
+            &GuideConfig::default(),
+            &Policy::default(),
+        )
     }
 
     fn patch(url: Option<&str>, exp: Option<u64>, state: Option<PatchState>) -> Patch {

@@ -37,6 +37,7 @@ use crate::cursor::CursorKey;
 use crate::issuer::Issuer;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
+use crate::screening::Screening;
 use crate::store::Store;
 use crate::whitelist::Whitelist;
 use std::sync::Arc;
@@ -62,6 +63,8 @@ pub struct Links {
     custom_refusals: Refusals<String>,
     /// Password-protected links: new passwords' hashes, visitors' entries.
     pub unlock: unlock::Unlocker,
+    /// The destination screening policy (protocol 4.7).
+    pub screening: Arc<Screening>,
 }
 
 /// The parts [`Links`] is assembled from.
@@ -74,6 +77,7 @@ pub struct Parts {
     pub whitelist: Arc<Whitelist>,
     pub metrics: Arc<Metrics>,
     pub cursor: CursorKey,
+    pub screening: Arc<Screening>,
 }
 
 impl Links {
@@ -102,6 +106,7 @@ impl Links {
             flight: resolve::flight(),
             custom_refusals,
             unlock,
+            screening: p.screening,
         })
     }
 }

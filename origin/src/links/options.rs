@@ -59,6 +59,7 @@ impl Settings {
         m.insert("password_protected".into(), self.password.is_some().into());
         m.insert("inapp_guide".into(), json!(self.guide));
         m.insert("inapp_guided".into(), (!self.o.guide.is_empty()).into());
+        m.insert("screened".into(), json!(self.o.screen.map(|s| s.as_str())));
         m
     }
 

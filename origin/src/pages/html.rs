@@ -7,6 +7,7 @@
 use crate::config::Theme;
 use base64::Engine;
 use sha2::{Digest, Sha256};
+use shorturl_common::link_rules::Screen;
 
 /// `s` with the five HTML-significant characters escaped: safe in text
 /// and in a double- or single-quoted attribute.
@@ -297,6 +298,24 @@ pub fn guide(theme: &Theme, lang: &str, short_url: &str) -> Page {
     page_posting(theme, heading, "", &main, "'none'", lang)
 }
 
+/// The warning of a link with a screened destination (protocol 4.7): the
+/// flagged host as text and, for `warn` only, a way on to the link's URL.
+pub fn warning(theme: &Theme, host: &str, screen: Screen, url: &str) -> Page {
+    let host = escape(host);
+    let on = match screen {
+        Screen::Warn if is_web_url(url) => format!(
+            "<p>If you trust it anyway:</p>             <a class=\"button\" href=\"{}\" rel=\"noopener noreferrer nofollow\">Continue to {host}</a>",
+            escape(url)
+        ),
+        _ => "<p>This link has been disabled to protect you.</p>".to_owned(),
+    };
+    let main = format!(
+        "<p>This short link leads to <strong>{host}</strong>, a site flagged as unsafe \
+         (phishing, malware or fraud).</p>{on}"
+    );
+    page(theme, "Warning: unsafe destination", &main)
+}
+
 /// The 404 page for people: what happened, never where the link went.
 pub fn not_found(theme: &Theme, why: Gone) -> Page {
     let (heading, text) = why.text();
@@ -306,6 +325,26 @@ pub fn not_found(theme: &Theme, why: Gone) -> Page {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_warning_has_a_way_on_only_when_it_warns() {
+        let u = "https://evil.example/?a=1&b=\"<x>";
+        let warn =
+            String::from_utf8(warning(&Theme::default(), "evil.example", Screen::Warn, u).body)
+                .unwrap();
+        assert!(
+            warn.contains("href=\"https://evil.example/?a=1&amp;b=&quot;&lt;x&gt;\""),
+            "{warn}"
+        );
+        assert!(warn.contains("Continue to evil.example"));
+        let block = warning(&Theme::default(), "<evil>", Screen::Block, u);
+        let body = String::from_utf8(block.body).unwrap();
+        assert!(
+            !body.contains("href=") && body.contains("&lt;evil&gt;"),
+            "{body}"
+        );
+        assert!(!body.contains("<script") && block.csp.contains("default-src 'none'"));
+    }
 
     #[test]
     fn escape_neutralises_markup() {

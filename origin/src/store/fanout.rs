@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 impl Store {
     /// Every shard's answer to `f`; a shard that fails is logged and left
     /// out, unless every shard failed (then the first error).
-    async fn each_shard<T, F, Fut>(&self, what: &str, f: F) -> Result<Vec<T>, DbError>
+    pub(super) async fn each_shard<T, F, Fut>(&self, what: &str, f: F) -> Result<Vec<T>, DbError>
     where
         F: Fn(Store) -> Fut,
         Fut: std::future::Future<Output = Result<T, DbError>>,

@@ -27,6 +27,8 @@ pub mod options;
 pub mod outbox;
 pub mod recycle;
 pub mod retention;
+mod screening;
+pub use screening::{Entry as ScreenEntry, ScanRow, ScreenedLink};
 mod row;
 pub mod search;
 pub mod shards;

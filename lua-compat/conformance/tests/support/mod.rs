@@ -14,6 +14,8 @@ use testkit::{free_port, spawn, wait_for, Proc, Redis, TempDir};
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// The bearer key the origin accepts for app `demo`.
 pub const API_KEY: &str = "conformance-key";
+/// An `admin` key (the screening policy's entries).
+pub const ADMIN_KEY: &str = "conformance-admin-key";
 
 testkit::suite_origin!(
     /// A real origin on its own MariaDB with this suite's config:
@@ -45,9 +47,12 @@ impl Origin {
                  redis: {{ {redis}, timeout_ms: 100, legacy_keys: false }}\n\
                  links: {{ allowed_domains: [\"s.shop55.com\"] }}\n\
                  apps:\n  - {{ name: demo, key_sha256: \"{key}\", rate_per_sec: 100000, burst: 100000, scopes: [links:create, links:read, links:manage, stats:read] }}\n\
+                 \x20 - {{ name: ops, key_sha256: \"{admin}\", scopes: [admin] }}\n\
+                 screening: {{ refresh_secs: 1 }}\n\
                  shutdown_grace_secs: 1\n",
                 redis = redis_yaml,
                 key = testkit::origin::sha256_hex(API_KEY),
+                admin = testkit::origin::sha256_hex(ADMIN_KEY),
             )
             },
         ))

@@ -22,7 +22,6 @@ local pages = require("shorturl.pages")
 local accept = require("shorturl.accept")
 local batch = require("shorturl.batch")
 local link_rules = require("shorturl.link_rules")
-local crawlers = require("shorturl.crawlers")
 local unlock = require("shorturl.unlock")
 local geo = require("shorturl.geo")
 
@@ -270,28 +269,55 @@ local function guide(code, host, head)
     return page_instead(code, host, "guide", "lang=" .. link_rules.guide_language(lang))
 end
 
--- A record with options bound to `host` (protocol 3.1.1): an in-app
--- browser of `b` first gets its guidance page (4.6: a password entered
--- there would be asked again in the system browser); then a live password
--- link (`p`) asks for an unlock token (4.5); then a crawler's card (a live
--- link with `g`, never one with `p`); else the rules' destination, or for an
--- expired or disabled link its fallback (no password asked, no card nor
--- guidance), else the protocol 404.
+-- The 403 of a screened link for a client that does not prefer HTML
+-- (protocol 4.7), by `w`: the error kind and its message.
+local SCREENED = {
+    block = { "destination_blocked", "this link's destination is blocked" },
+    warn = { "destination_flagged", "this link's destination was flagged as unsafe" },
+}
+
+-- A live link with `w` (protocol 4.7, Verdict::Screened on the Pingora
+-- edge), for every visitor: a client that prefers HTML (4.2) gets the
+-- origin's `/{code}.warning` through the page cache, as the password form
+-- is served (kind `warning`, no query in the key nor upstream, `no-store`
+-- to the client); any other client the 403 of `screen` ("warn" or
+-- "block"), JSON and `no-store` as the password's 401, outcome LOCAL (as
+-- the Pingora edge logs it). Neither is a click.
+local function screened(code, host, head, screen)
+    if not accept.prefers_html(head.accept) then
+        local e = SCREENED[screen]
+        var.su_outcome = "LOCAL"
+        return error_response(403, e[1], e[2])
+    end
+    return page_instead(code, host, "warning", nil)
+end
+
+-- A record with options bound to `host` (protocol 3.1.1): a live link
+-- with `w` first gets its warning (4.7: before everything else of the
+-- link); then an in-app browser of `b` gets its guidance page (4.6: a
+-- password entered there would be asked again in the system browser);
+-- then a live password link (`p`) asks for an unlock token (4.5); then a
+-- crawler's card (a live link with `g`, never one with `p`); else the
+-- rules' destination, or for an expired or disabled link its fallback (no
+-- warning, password, card nor guidance), else the protocol 404.
 local function redirect_by_rules(code, ans, head, pq)
     local t = floor(now())
     local o = ans.opts
-    local live = not o.d and ans.exp > t
-    -- ans.domain: the request's host (redirect_or_404 checked).
-    if live and o.guide and link_rules.shows_guide(o, head.ua) then
+    local expired = ans.exp <= t
+    -- ans.domain: the request's host (redirect_or_404 checked). The token
+    -- is checked only for a password link (link_rules.gate).
+    local gate, screen = link_rules.gate(o, expired, head.ua, unlock.request_opens, head.headers, ans.domain,
+        code, ans.v, t)
+    if gate == "screened" then
+        return screened(code, ans.domain, head, screen)
+    elseif gate == "guide" then
         return guide(code, ans.domain, head)
-    end
-    if live and o.p and not unlock.request_opens(head.headers, ans.domain, code, ans.v, t) then
+    elseif gate == "locked" then
         return password_required(code, ans.domain, head)
-    end
-    if live and o.g and not o.p and crawlers.is_crawler(head.ua) then
+    elseif gate == "card" then
         return card(code, ans.domain, head)
     end
-    local url, dest = link_rules.choose(ans.opts, ans.url, ans.exp <= t, code, visitor(head, pq), t)
+    local url, dest = link_rules.choose(o, ans.url, expired, code, visitor(head, pq), t)
     if url then
         -- ans.domain: the request's host (redirect_or_404 checked).
         clicks.count(code, ans.domain, head.method == "HEAD", head.ua, head.referer, dest)
@@ -378,9 +404,10 @@ end
 
 -- POST /{code} (protocol 4.5): the code looked up and decided as for GET
 -- (the same 429, 404 and 503); a live password link bound to the host is
--- proxied to the origin with the visitor's form; any other record that
--- answers GET (a live link, or one kept for its fallback `x`) is the 405
--- every other method gets.
+-- proxied to the origin with the visitor's form, unless it is screened
+-- (`w`, 4.7: its warning comes before the password, so no form is ever
+-- shown for it); any other record that answers GET (a live link, or one
+-- kept for its fallback `x`) is the 405 every other method gets.
 local function unlock_post(code, host, head)
     local ans = look_up(host, code)
     if not ans then
@@ -389,7 +416,7 @@ local function unlock_post(code, host, head)
     if ans.kind == "found" and host == ans.domain then
         local o = ans.opts
         if not (o and o.d) and ans.exp > floor(now()) then
-            if o and o.p then
+            if o and o.p and not link_rules.screened(o, false) then
                 return to_unlock_origin(false)
             end
             return method_not_allowed()
@@ -441,7 +468,7 @@ local function forward(method, path)
     return ngx.exec("@shorturl_origin")
 end
 
--- A page (QR code, preview, social card, password form, guidance): its code looked up and decided exactly as a
+-- A page (QR code, preview, social card, password form, guidance, warning): its code looked up and decided exactly as a
 -- redirect's (404, 429, 503 alike); a live record's page is proxied through
 -- nginx's proxy_cache (pages.lua). Any configured origin is used when none
 -- is healthy: a cached page is still served (stale), an uncached one fails
@@ -680,9 +707,10 @@ function M.page_failed()
     return error_response(503, "unavailable", "no origin available", RETRY_AFTER)
 end
 
--- header_filter of the page location: a password link's form answered on
--- `/{code}` itself (password_required) is never kept by the client, so
--- the same URL redirects once the visitor holds a token. Only the client's
+-- header_filter of the page location: a page answered on `/{code}` itself
+-- (page_instead: the card, password form, guidance, warning) is never
+-- kept by the client, so the same URL redirects others (a password link
+-- once the visitor holds a token). Only the client's
 -- copy: proxy_cache stores the origin's answer as the origin sent it.
 function M.page_header()
     if var.su_page_nostore == "1" then

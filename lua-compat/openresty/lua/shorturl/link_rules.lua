@@ -8,6 +8,7 @@
 -- The options are parsed once per worker and options string (proto.lua
 -- caches them), never per request; a plain link never comes here.
 local clicks_ua = require("shorturl.clicks_ua")
+local crawlers = require("shorturl.crawlers")
 local net = require("shorturl.net")
 local bit = require("bit")
 
@@ -31,6 +32,8 @@ local APPS = { wechat = true, qq = true, alipay = true, weibo = true, dingtalk =
     instagram = true, line = true, tiktok = true }
 -- The apps in App::ALL's order: a set of them (`b`) is written in it.
 local APP_ORDER = { "wechat", "qq", "alipay", "weibo", "dingtalk", "facebook", "instagram", "line", "tiktok" }
+-- Screen's variants (`w`, protocol 4.7).
+local SCREENS = { warn = true, block = true }
 
 ---------------------------------------------------------------- reading options
 
@@ -285,8 +288,11 @@ local read_rule = struct({ "c", "u", "s" }, {
 -- a password) are read as `f` is: plain bools, the 5th and 6th fields of
 -- the sequence form. `b` (4.6: the in-app browsers that get the guidance
 -- page) is a list of app names read as the `app` condition's (a Set<App>:
--- at most 50 names, an unknown one refused), the 7th field.
-local read_options = struct({ "f", "x", "d", "r", "g", "p", "b" }, {
+-- at most 50 names, an unknown one refused), the 7th field. `w` (4.7: a
+-- destination is on a screened domain) is an Option<Screen>: "warn" or
+-- "block" (or serde_json's {"warn":null}), null as absent, any other value
+-- refused; the 8th field.
+local read_options = struct({ "f", "x", "d", "r", "g", "p", "b", "w" }, {
     f = bool,
     x = optional(str),
     d = bool,
@@ -294,6 +300,7 @@ local read_options = struct({ "f", "x", "d", "r", "g", "p", "b" }, {
     g = bool,
     p = bool,
     b = seq(enum(APPS)),
+    w = optional(enum(SCREENS)),
 })
 
 ---------------------------------------------------------------- validation
@@ -455,7 +462,7 @@ end
 
 -- True when the options change nothing (LinkOptions::is_empty).
 function M.is_empty(o)
-    return not o.f and not o.x and not o.d and not o.g and not o.p and #o.r == 0 and #o.b == 0
+    return not o.f and not o.x and not o.d and not o.g and not o.p and #o.r == 0 and #o.b == 0 and not o.w
 end
 
 ---------------------------------------------------------------- writing options
@@ -537,6 +544,9 @@ function M.encode(o)
         end
         out[#out + 1] = '"b":' .. jlist(names)
     end
+    if o.w then
+        out[#out + 1] = '"w":' .. jstr(o.w)
+    end
     return "{" .. concat(out, ",") .. "}"
 end
 
@@ -583,7 +593,7 @@ end
 -- clicks did not already load it, the bot list (the device class). Raises
 -- a message naming the setting.
 function M.init(cfg)
-    require("shorturl.crawlers").init(cfg)
+    crawlers.init(cfg)
     local n, err = M.load_inapp(cfg.link_rules.inapp_file)
     if not n then
         error("link_rules.inapp_file: " .. tostring(err), 0)
@@ -713,6 +723,46 @@ function M.shows_guide(o, ua)
     end
     local app = ua_facts(ua).app
     return app ~= nil and guide[app] == true
+end
+
+-- screened: the screening of a live link (protocol 4.7,
+-- LinkOptions::screened): `w` ("warn" or "block") when the link is neither
+-- disabled (`d`) nor `expired`, else nil. Checked before every other
+-- option, for every visitor; a record kept for its fallback carries none.
+function M.screened(o, expired)
+    if o.w and not o.d and not expired then
+        return o.w
+    end
+    return nil
+end
+
+-- gate: what a record's options `o` answer a visitor before the rules (the
+-- options arms of decide() on the Pingora edge, in its order), for a link
+-- bound to the request's host: "screened" and the screen (`w`, 4.7: before
+-- everything else of the link, for every visitor); "guide" (4.6: an in-app
+-- browser of `b`; before the password, which would be asked again in the
+-- system browser); "locked" (4.5: a password link and no unlock token:
+-- `opens(...)` is asked only then); "card" (4.4: a link-preview crawler on
+-- a link with `g`, never with `p`); nil: the rules, or for an expired or
+-- disabled link its fallback (none of the four).
+function M.gate(o, expired, ua, opens, ...)
+    local screen = M.screened(o, expired)
+    if screen then
+        return "screened", screen
+    end
+    if o.d or expired then
+        return nil
+    end
+    if o.guide and M.shows_guide(o, ua) then
+        return "guide"
+    end
+    if o.p and not opens(...) then
+        return "locked"
+    end
+    if o.g and not o.p and crawlers.is_crawler(ua) then
+        return "card"
+    end
+    return nil
 end
 
 -- has_pair: query `q` has the pair `name=value`, byte for byte (a pair

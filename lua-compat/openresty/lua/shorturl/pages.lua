@@ -1,6 +1,7 @@
 -- Pages for people through nginx's proxy_cache (docs/protocol.md 4.3, and
--- 4.4's social card, 4.5's password form and 4.6's in-app browser
--- guidance; the twin of edge/src/pages/ on the Pingora edge):
+-- 4.4's social card, 4.5's password form, 4.6's in-app browser guidance
+-- and 4.7's destination warning; the twin of edge/src/pages/ on the
+-- Pingora edge):
 -- which paths are pages, the cache key (the same composition as the
 -- Pingora edge's), and the purge.
 --
@@ -28,10 +29,11 @@ local SUFFIX = { [".svg"] = "svg", [".png"] = "png" }
 -- Kinds whose key has no query part: the origin reads no parameter of
 -- theirs (the QR codes' `size` and `margin`, and the guidance page's
 -- `lang`, are the only ones).
-local NO_QUERY = { preview = true, card = true, password = true }
+local NO_QUERY = { preview = true, card = true, password = true, warning = true }
 
 -- `/{code}.svg`, `/{code}.png`, `/{code}+`, `/{code}.card`,
--- `/{code}.password`, `/{code}.guide` (a valid code) → kind, code.
+-- `/{code}.password`, `/{code}.guide`, `/{code}.warning` (a valid code) →
+-- kind, code.
 function M.of_path(path)
     if byte(path, 1) ~= 47 then -- '/'
         return nil
@@ -44,6 +46,8 @@ function M.of_path(path)
             kind, code = "password", sub(path, 2, -10)
         elseif sub(path, -6) == ".guide" then
             kind, code = "guide", sub(path, 2, -7)
+        elseif sub(path, -8) == ".warning" then
+            kind, code = "warning", sub(path, 2, -9)
         elseif byte(path, -1) == 43 then -- '+'
             kind, code = "preview", sub(path, 2, -2)
         else

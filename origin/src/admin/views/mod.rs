@@ -5,6 +5,7 @@ pub mod link;
 pub mod login;
 pub mod merchants;
 pub mod overview;
+pub mod screening;
 pub mod search;
 
 use shorturl_common::time::rfc3339;
