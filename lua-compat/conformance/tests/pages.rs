@@ -10,21 +10,11 @@ use crate::support;
 
 use serde_json::json;
 use support::http::{self, Response};
-use support::{Edge, Origin, API_KEY, KNOBS, TIMEOUT};
+use support::{origin_pages, Edge, Origin, API_KEY, KNOBS, TIMEOUT};
 use testkit::{qr, wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
 const BROWSER: &str = "text/html,application/xhtml+xml,*/*;q=0.8";
-
-/// Page requests the origin served (its request histogram, route `page`).
-fn origin_pages(origin: &Origin) -> u64 {
-    let text = http::get(origin.port, "/metrics", "localhost").text();
-    text.lines()
-        .filter(|l| l.starts_with("shorturl_request_duration_seconds_count{"))
-        .filter(|l| l.contains("route=\"page\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
 
 fn api(origin: &Origin, method: &str, path: &str, body: serde_json::Value) -> Response {
     http::api(origin.port, API_KEY, method, path, &body)

@@ -8,7 +8,7 @@ use crate::support;
 
 use serde_json::json;
 use support::http::{self, Response};
-use support::{Edge, Origin, ADMIN_KEY, API_KEY, TIMEOUT};
+use support::{origin_pages, Edge, Origin, ADMIN_KEY, API_KEY, TIMEOUT};
 use testkit::{wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
@@ -26,16 +26,6 @@ fn set_entry(origin: &Origin, domain: &str, action: Option<&str>) {
         None => http::api(origin.port, ADMIN_KEY, "DELETE", &path, &json!(null)),
     };
     assert!(r.status == 200 || r.status == 201, "{}", r.text());
-}
-
-/// Page requests the origin served (route `page`).
-fn origin_pages(origin: &Origin) -> u64 {
-    let text = http::get(origin.port, "/metrics", "localhost").text();
-    text.lines()
-        .filter(|l| l.starts_with("shorturl_request_duration_seconds_count{"))
-        .filter(|l| l.contains("route=\"page\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 #[test]

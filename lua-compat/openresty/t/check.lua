@@ -4,6 +4,16 @@
 -- the module is cached by the worker, the counts must not be.
 local M = {}
 
+-- A record's options `json` read by `link_rules.decode` (the tests' fixture
+-- reader): an error naming it when it is refused.
+function M.options(json)
+    local o = require("shorturl.link_rules").decode(json)
+    if not o then
+        error("not decoded: " .. json)
+    end
+    return o
+end
+
 local function show(v)
     if type(v) == "string" then
         return string.format("%q", v)

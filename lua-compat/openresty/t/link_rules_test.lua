@@ -23,13 +23,7 @@ local ANDROID = "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 Chr
 local DESKTOP = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/126.0 Safari/537.36"
 local IPAD = "Mozilla/5.0 (iPad; CPU OS 17_0 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148"
 
-local function opts(json)
-    local o = link_rules.decode(json)
-    if not o then
-        error("not decoded: " .. json)
-    end
-    return o
-end
+local opts = require("check").options
 
 -- A visitor of the Rust tests' `V`: ip -> split key.
 local function V(t)

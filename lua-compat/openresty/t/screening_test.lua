@@ -25,13 +25,7 @@ local WECHAT = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15
     .. "NetType/WIFI Language/zh_CN"
 local CRAWLER = "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)"
 
-local function opts(json)
-    local o = link_rules.decode(json)
-    if not o then
-        error("not decoded: " .. json)
-    end
-    return o
-end
+local opts = require("check").options
 
 ---------------------------------------------------------------- w: reading and writing
 -- An Option<Screen> (LinkOptions' 8th field: the 8th element of the

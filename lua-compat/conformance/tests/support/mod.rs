@@ -282,3 +282,13 @@ pub fn redis_cmd(url: &str, args: &[&str]) -> redis::RedisResult<redis::Value> {
     }
     c.query::<redis::Value>(&mut con)
 }
+
+/// Page requests `origin` served (its request histogram, route `page`).
+pub fn origin_pages(origin: &Origin) -> u64 {
+    let text = http::get(origin.port, "/metrics", "localhost").text();
+    text.lines()
+        .filter(|l| l.starts_with("shorturl_request_duration_seconds_count{"))
+        .filter(|l| l.contains("route=\"page\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
