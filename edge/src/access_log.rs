@@ -6,6 +6,10 @@
 //!
 //! Format (space separated):
 //! `<unix_ms> <client_ip> <method> <path> <status> <OUTCOME> <micros>us`
+//!
+//! With `access_log.truncate_addresses` the client is logged as its
+//! network ([`truncated`]: IPv4 /24, IPv6 /48), the same text as the
+//! OpenResty module's (`net.truncated`).
 
 use crate::config::{AccessLogConfig, AccessLogTarget};
 use crate::outcome::Outcome;
@@ -13,6 +17,7 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,9 +25,28 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Buffered bytes beyond which new lines are dropped.
 const MAX_BUFFER: usize = 8 << 20;
 
+/// `ip` cut to its network: IPv4 (and IPv4-mapped IPv6) to /24, IPv6 to
+/// /48, the rest zero.
+pub fn truncated(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            IpAddr::V4(Ipv4Addr::new(a, b, c, 0))
+        }
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => truncated(IpAddr::V4(v4)),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], 0, 0, 0, 0, 0))
+            }
+        },
+    }
+}
+
 /// The shared access-log buffer.
 pub struct AccessLog {
     enabled: bool,
+    truncate: bool,
     buf: Mutex<Vec<u8>>,
     dropped: AtomicU64,
 }
@@ -42,6 +66,7 @@ impl AccessLog {
     pub fn new(cfg: &AccessLogConfig) -> Arc<Self> {
         Arc::new(AccessLog {
             enabled: !matches!(cfg.target, AccessLogTarget::Off),
+            truncate: cfg.truncate_addresses,
             buf: Mutex::new(Vec::with_capacity(64 << 10)),
             dropped: AtomicU64::new(0),
         })
@@ -65,7 +90,13 @@ impl AccessLog {
             .map(|d| d.as_millis())
             .unwrap_or(0);
         let mut line = String::with_capacity(96 + l.path.len());
-        let client = l.client.map(|c| c.to_string());
+        let client = l.client.map(|c| {
+            if self.truncate {
+                truncated(c).to_string()
+            } else {
+                c.to_string()
+            }
+        });
         // Paths are logged up to 256 bytes, control characters escaped away.
         let path: String = l
             .path
@@ -171,5 +202,25 @@ impl BackgroundService for AccessLogWriter {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncated;
+    use std::net::IpAddr;
+
+    /// The shared cases: the OpenResty module's test reads the same file.
+    #[test]
+    fn addresses_are_cut_to_their_network_as_the_module_does() {
+        let cases = include_str!("../../common/data/truncated_addresses.txt");
+        let mut n = 0;
+        for line in cases.lines().filter(|l| !l.starts_with('#')) {
+            let (ip, want) = line.split_once(' ').unwrap();
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(truncated(ip).to_string(), want, "{ip}");
+            n += 1;
+        }
+        assert_eq!(n, 14);
     }
 }

@@ -239,7 +239,10 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
     // to `redis`), and its memory keeps them 1 s: a redirect of a code
     // created a moment ago is a record fetch from an origin.
     let edge_redis = Redis::start();
-    let first = Origin::start_with(&redis, 20_000, "drain_secs: 2\n");
+    // Codes for the paced load (testkit::load::PACE: at most 240 creations
+    // a second) over the longest the restarts may take (4 x 2 waits of
+    // 30 s): 57,600.
+    let first = Origin::start_with(&redis, 60_000, "drain_secs: 2\n");
     let mut origins = vec![first];
     for _ in 0..3 {
         let o = origins[0].sibling();

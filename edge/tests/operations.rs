@@ -347,6 +347,49 @@ fn trusted_proxies_name_the_client_for_limits_log_and_origin() {
     assert_eq!(create([127, 0, 0, 3], "7.7.7.7"), 429);
 }
 
+/// With `access_log.truncate_addresses` the log names the client's
+/// network only (IPv4 /24, IPv6 /48: `common/data/truncated_addresses.txt`
+/// holds the cases both edges are tested against), also behind a trusted
+/// proxy; limits still count the whole address.
+#[test]
+fn the_access_log_can_name_networks_instead_of_clients() {
+    let redis = Redis::start();
+    let (origin_port, _seen) = capture_server();
+    let edge = start_edge(EdgeOpts {
+        extra: "  trusted_proxies: [127.0.0.2/32]\n",
+        truncate_log_addresses: true,
+        ..EdgeOpts::new(redis.url(), vec![format!("127.0.0.1:{origin_port}")])
+    });
+    for xff in ["203.0.113.77", "2001:db8:abcd:12:1::9"] {
+        let mut c = Conn::open_from([127, 0, 0, 2].into(), edge.port).unwrap();
+        let r = c
+            .send(
+                "GET",
+                "/favicon.ico",
+                Some("localhost"),
+                &[("X-Forwarded-For", xff)],
+                b"",
+            )
+            .unwrap();
+        assert_eq!(r.status, 404);
+    }
+    edge.log_line(" 203.0.113.0 GET /favicon.ico 404 ");
+    edge.log_line(" 2001:db8:abcd:: GET /favicon.ico 404 ");
+    let mut c = Conn::open_from([127, 0, 0, 3].into(), edge.port).unwrap();
+    assert_eq!(
+        c.send("GET", "/favicon.ico", Some("localhost"), &[], b"")
+            .unwrap()
+            .status,
+        404
+    );
+    edge.log_line(" 127.0.0.0 GET /favicon.ico 404 ");
+    let log = std::fs::read_to_string(edge.dir.path().join("access.log")).unwrap();
+    assert!(
+        !log.contains("203.0.113.77") && !log.contains("12:1::9"),
+        "{log}"
+    );
+}
+
 /// The edge's own requests to an origin carry `Authorization: Bearer
 /// <edge.origin.internal_token>` (contract A of issue 23; here from
 /// `SHORTURL_EDGE_INTERNAL_TOKEN`): the record fetch, the status merge and

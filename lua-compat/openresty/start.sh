@@ -28,6 +28,7 @@
 #   SU_TRUSTED_PROXIES=<cidr,...> (default none)  SU_STATUS_ALLOW=<cidr,...> (default loopback + private)
 #   SU_HEADER_TIMEOUT_SECS=5  SU_KEEPALIVE_SECS=60  SU_MAX_CONNECTIONS=10000  SU_MAX_CONNECTIONS_PER_IP=64
 #   SU_REDIRECT_STATUS=302  SU_ACCESS_LOG=<prefix>/logs/access.log|off  SU_METRICS_PORT=<port>
+#   SU_ACCESS_LOG_TRUNCATE=1 (client addresses logged as IPv4 /24, IPv6 /48; default 0)
 #   SU_RESOLVER=<ip> (default: first nameserver of /etc/resolv.conf)
 #   SU_TLS_PORT=<port>  also serve HTTPS (HTTP/2 and 1.1) there, certificates by SNI from the
 #     shared store in Redis and SU_TLS_CERT_DIR (<name>.crt/.key); SU_TLS_DEFAULT_CERT=<name>
@@ -198,6 +199,7 @@ return {
   },
   redirect = { status = ${SU_REDIRECT_STATUS:-302} },
   trusted_proxies = $(lua_list "${SU_TRUSTED_PROXIES:-}"),
+  access_log = { truncate_addresses = $([ "${SU_ACCESS_LOG_TRUNCATE:-0}" = 1 ] && echo true || echo false) },
   $status_allow
   limits = {
     unknown_per_ip_per_sec = ${SU_UNKNOWN_LIMIT:-50},

@@ -18,6 +18,9 @@ pub enum AccessLogTarget {
 pub struct AccessLogConfig {
     pub target: AccessLogTarget,
     pub flush_interval: Duration,
+    /// Client addresses are logged cut to their network (IPv4 /24, IPv6
+    /// /48): the line still tells networks apart, never a person.
+    pub truncate_addresses: bool,
 }
 
 /// `edge.access_log`.
@@ -30,5 +33,6 @@ pub fn from_file(f: &AccessLogFile) -> Result<AccessLogConfig, ConfigError> {
     Ok(AccessLogConfig {
         target,
         flush_interval: ms(f.flush_interval_ms, "edge.access_log.flush_interval_ms")?,
+        truncate_addresses: f.truncate_addresses,
     })
 }

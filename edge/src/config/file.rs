@@ -347,6 +347,8 @@ pub struct AccessLogFile {
     /// File path, `-` for stdout, or empty/absent to disable.
     pub path: Option<String>,
     pub flush_interval_ms: u64,
+    /// Log client addresses cut to IPv4 /24 and IPv6 /48.
+    pub truncate_addresses: bool,
 }
 
 impl Default for AccessLogFile {
@@ -354,6 +356,7 @@ impl Default for AccessLogFile {
         AccessLogFile {
             path: None,
             flush_interval_ms: 200,
+            truncate_addresses: false,
         }
     }
 }

@@ -114,6 +114,8 @@ pub struct EdgeOpts<'a> {
     pub port: Option<u16>,
     /// `edge.origin.pool_idle_timeout_ms` (`None`: the default).
     pub pool_idle_timeout_ms: Option<u64>,
+    /// `edge.access_log.truncate_addresses`.
+    pub truncate_log_addresses: bool,
 }
 
 impl<'a> EdgeOpts<'a> {
@@ -127,6 +129,7 @@ impl<'a> EdgeOpts<'a> {
             redis_timeout_ms: 1000,
             port: None,
             pool_idle_timeout_ms: None,
+            truncate_log_addresses: false,
         }
     }
 }
@@ -216,7 +219,7 @@ edge:
     record_timeout_ms: 1000
     status_timeout_ms: 300
     health_check_interval_ms: 200
-{pool_idle}  access_log: {{ path: {dir}/access.log, flush_interval_ms: 20 }}
+{pool_idle}  access_log: {{ path: {dir}/access.log, flush_interval_ms: 20, truncate_addresses: {truncate} }}
 {heartbeat}{extra}
 "#,
         threads = opts.threads,
@@ -224,6 +227,7 @@ edge:
         redis = redis_fields(&opts.redis_url),
         redis_timeout = opts.redis_timeout_ms,
         extra = opts.extra,
+        truncate = opts.truncate_log_addresses,
         pool_idle = opts
             .pool_idle_timeout_ms
             .map_or(String::new(), |ms| format!(

@@ -143,6 +143,49 @@ fn status_is_answered_only_to_status_allow_clients_found_the_realip_way() {
     );
 }
 
+/// `SU_ACCESS_LOG_TRUNCATE=1` (the Pingora edge's
+/// `access_log.truncate_addresses`): the log names the client's network
+/// only, in the text the Pingora edge writes (the shared cases of
+/// `common/data/truncated_addresses.txt`; edge/tests/operations.rs checks
+/// the Pingora edge the same way).
+#[test]
+fn the_access_log_can_name_networks_instead_of_clients() {
+    let _one = serial();
+    let edge = module(&[
+        ("SU_TRUSTED_PROXIES", "127.0.0.2/32".into()),
+        ("SU_ACCESS_LOG_TRUNCATE", "1".into()),
+    ]);
+    for xff in ["203.0.113.77", "2001:db8:abcd:12:1::9"] {
+        let h = [("X-Forwarded-For", xff)];
+        let r = send_from("127.0.0.2", edge.port, "GET", "/favicon.ico", &h, b"");
+        assert_eq!(r.status, 404);
+    }
+    let r = send_from("127.0.0.3", edge.port, "GET", "/favicon.ico", &[], b"");
+    assert_eq!(r.status, 404);
+    let log = edge.log_file.clone();
+    for want in [
+        " 203.0.113.0 GET /favicon.ico 404 ",
+        " 2001:db8:abcd:: GET /favicon.ico 404 ",
+        " 127.0.0.0 GET /favicon.ico 404 ",
+    ] {
+        wait_for(
+            &format!("the access log line {want:?}"),
+            support::TIMEOUT,
+            || {
+                std::fs::read_to_string(&log)
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l.contains(want))
+            },
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.contains("203.0.113.77") && !text.contains("12:1::9"),
+        "{text}"
+    );
+}
+
 #[test]
 fn the_origin_part_of_the_status_is_fetched_at_most_once_a_second() {
     let _one = serial();
@@ -740,7 +783,10 @@ fn a_rolling_restart_of_four_origins_fails_no_request() {
     // to `redis`): a redirect of a code created a moment ago is a record
     // fetch from an origin.
     let edge_redis = Redis::start();
-    let mut origins = vec![Origin::start(&redis, 20_000)];
+    // Codes for the paced load (testkit::load::PACE: at most 240 creations
+    // a second) over the longest the restarts may take (4 x 2 waits of
+    // TIMEOUT): 57,600.
+    let mut origins = vec![Origin::start(&redis, 60_000)];
     for _ in 0..3 {
         let o = origins[0].sibling();
         origins.push(o);

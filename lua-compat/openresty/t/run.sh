@@ -308,6 +308,8 @@ e2e "guide: before the password (no token; no origin: 503)" 503 "" "/guidp1" -A 
 e2e "guide: the password for a browser (no token: 401)" 401 "" "/guidp1" -A "$IOS"
 e2e "guide: an unknown app in b: a miss (no origin: 503)" 503 "" "/guidb1" -A "$IOS"
 e2e "guide: POST is the password's, not the guide's: 405" 405 "" "/guide1" -A "$WECHAT" -d "password=x"
+e2e "guide: POST from WeChat to a guided password link: 405 (the guide first)" 405 "" "/guidp1" -A "$WECHAT" -d "password=x"
+e2e "guide: POST from a browser to it: the entry (no origin: 503)" 503 "" "/guidp1" -A "$IOS" -d "password=x"
 # Destination screening (protocol 4.7): the 403s (the page itself once an
 # origin listens, below).
 header_of() { # field path [curl args...]: the value of the answer's header field

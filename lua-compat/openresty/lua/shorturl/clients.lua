@@ -37,6 +37,15 @@ function M.client()
     return c, used
 end
 
+-- The client `c` as the access log writes it: cut to its network with
+-- access_log.truncate_addresses (as the Pingora edge's log).
+function M.logged(c)
+    if cfg.access_log.truncate_addresses then
+        return net.truncated(c)
+    end
+    return c
+end
+
 -- What the client's limits count under (IPv6 by its prefix).
 function M.key()
     local ctx = ngx.ctx

@@ -67,6 +67,10 @@ local function defaults()
         },
         -- Only from these peers is the client taken from X-Forwarded-For.
         trusted_proxies = {},
+        -- nginx's access log (start.sh: SU_ACCESS_LOG): client addresses
+        -- cut to their network, IPv4 /24 and IPv6 /48 (net.truncated;
+        -- start.sh: SU_ACCESS_LOG_TRUNCATE=1).
+        access_log = { truncate_addresses = false },
         -- Who may GET /shorturl_status; everyone else gets the normal 404.
         status_allow = { "127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7" },
         limits = {

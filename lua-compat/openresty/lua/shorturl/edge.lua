@@ -404,9 +404,9 @@ end
 
 -- POST /{code} (protocol 4.5): the code looked up and decided as for GET
 -- (the same 429, 404 and 503); a live password link bound to the host is
--- proxied to the origin with the visitor's form, unless it is screened
--- (`w`, 4.7: its warning comes before the password, so no form is ever
--- shown for it); any other record that answers GET (a live link, or one
+-- proxied to the origin with the visitor's form, unless its warning (`w`,
+-- 4.7) or, for an in-app browser of `b`, its guidance (4.6) comes before
+-- the password (no form is shown then); any other record that answers GET (a live link, or one
 -- kept for its fallback `x`) is the 405 every other method gets.
 local function unlock_post(code, host, head)
     local ans = look_up(host, code)
@@ -416,7 +416,12 @@ local function unlock_post(code, host, head)
     if ans.kind == "found" and host == ans.domain then
         local o = ans.opts
         if not (o and o.d) and ans.exp > floor(now()) then
-            if o and o.p and not link_rules.screened(o, false) then
+            -- As decide() on the Pingora edge: a warning or a guidance
+            -- page comes before the form, so no entry is taken then.
+            local gate = o and o.p and link_rules.gate(o, false, head.ua, function()
+                return false
+            end)
+            if gate == "locked" then
                 return to_unlock_origin(false)
             end
             return method_not_allowed()

@@ -27,10 +27,12 @@ function M.log()
         outcome = "LOCAL"
     end
     var.su_ms = format("%d", floor(t * 1000))
-    if var.su_client == "" then
+    local client = var.su_client
+    if client == "" then
         local ok, c = pcall(clients.client)
-        var.su_client = ok and c or var.remote_addr
+        client = ok and c or var.remote_addr
     end
+    var.su_client = clients.logged(client)
     var.su_us = format("%dus", floor(took * 1e6))
     local path = var.su_path
     if path == nil or path == "" then

@@ -221,6 +221,32 @@ function M.client_key(s, prefix)
     return concat(hex) .. "/" .. prefix
 end
 
+-- `s` cut to its network for the access log (access_log.truncate_addresses,
+-- as edge/src/access_log.rs): IPv4 (and IPv4-mapped IPv6) to /24, IPv6 to
+-- /48 in RFC 5952 text (the zero tail as "::"); anything else as it is.
+-- Cases: common/data/truncated_addresses.txt.
+function M.truncated(s)
+    local ip = M.parse_ip(s)
+    if not ip then
+        return s
+    end
+    local b = ip.b
+    if ip.v4 then
+        return format("%d.%d.%d.0", b[1], b[2], b[3])
+    end
+    local g = { b[1] * 256 + b[2], b[3] * 256 + b[4], b[5] * 256 + b[6] }
+    -- The zero run from the fourth group on starts at group k.
+    local k = 4
+    while k > 1 and g[k - 1] == 0 do
+        k = k - 1
+    end
+    local out = {}
+    for i = 1, k - 1 do
+        out[i] = format("%x", g[i])
+    end
+    return concat(out, ":") .. "::"
+end
+
 -- One X-Forwarded-For hop as an address: "1.2.3.4", "::1", and the
 -- "1.2.3.4:5678" / "[::1]:5678" forms some proxies write.
 local function parse_hop(hop)
