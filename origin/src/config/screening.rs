@@ -3,7 +3,7 @@
 
 use super::file::ScreeningFile;
 use super::{err, ConfigError};
-use crate::screening::Action;
+use crate::screening::policy::Action;
 use std::path::PathBuf;
 use std::time::Duration;
 

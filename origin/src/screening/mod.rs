@@ -11,7 +11,7 @@
 //! keeps the last good policy in force.
 
 pub mod pass;
-mod policy;
+pub mod policy;
 
 pub use policy::{domain, parse_list, Action, Hit, ParsedList, Policy};
 
