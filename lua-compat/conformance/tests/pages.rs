@@ -10,7 +10,7 @@ use crate::support;
 
 use serde_json::json;
 use support::http::{self, Response};
-use support::{origin_pages, Edge, Origin, API_KEY, KNOBS, TIMEOUT};
+use support::{origin_pages, subscribed_edges, Edge, Origin, API_KEY, KNOBS, TIMEOUT};
 use testkit::{qr, wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
@@ -34,21 +34,6 @@ enum From {
     Origin,
     /// The edge itself (the record lookup's 404), never the origin's page.
     Edge,
-}
-
-/// Both edges in front of `origin`, each subscribed to invalidations (so
-/// a later change's message reaches it).
-fn subscribed_edges(redis: &Redis, origin: &Origin) -> [Edge; 2] {
-    let edges = [
-        Edge::pingora(&redis.url(), &origin.addr()),
-        Edge::openresty(&format!("127.0.0.1:{}", redis.port()), &origin.addr()),
-    ];
-    for e in &edges {
-        wait_for(&format!("{} to subscribe", e.name), TIMEOUT, || {
-            e.status()["inval"]["subscribed"] == json!(true)
-        });
-    }
-    edges
 }
 
 fn inval_dropped(edge: &Edge) -> u64 {

@@ -8,7 +8,7 @@ use crate::support;
 
 use serde_json::json;
 use support::http::{self, Response};
-use support::{origin_pages, Edge, Origin, ADMIN_KEY, API_KEY, TIMEOUT};
+use support::{origin_pages, subscribed_edges, Origin, ADMIN_KEY, API_KEY, TIMEOUT};
 use testkit::{wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
@@ -32,15 +32,7 @@ fn set_entry(origin: &Origin, domain: &str, action: Option<&str>) {
 fn both_edges_answer_a_screened_link_with_the_same_warning() {
     let redis = Redis::start();
     let origin = Origin::start(&redis, 50);
-    let edges = [
-        Edge::pingora(&redis.url(), &origin.addr()),
-        Edge::openresty(&format!("127.0.0.1:{}", redis.port()), &origin.addr()),
-    ];
-    for e in &edges {
-        wait_for(&format!("{} to subscribe", e.name), TIMEOUT, || {
-            e.status()["inval"]["subscribed"] == json!(true)
-        });
-    }
+    let edges = subscribed_edges(&redis, &origin);
     let url = "https://news.example/today";
     let r = http::api(
         origin.port,

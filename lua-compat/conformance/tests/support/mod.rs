@@ -292,3 +292,18 @@ pub fn origin_pages(origin: &Origin) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
+
+/// Both edges in front of `origin`, each subscribed to invalidations (so
+/// a later change's message reaches it).
+pub fn subscribed_edges(redis: &Redis, origin: &Origin) -> [Edge; 2] {
+    let edges = [
+        Edge::pingora(&redis.url(), &origin.addr()),
+        Edge::openresty(&format!("127.0.0.1:{}", redis.port()), &origin.addr()),
+    ];
+    for e in &edges {
+        wait_for(&format!("{} to subscribe", e.name), TIMEOUT, || {
+            e.status()["inval"]["subscribed"] == serde_json::json!(true)
+        });
+    }
+    edges
+}
