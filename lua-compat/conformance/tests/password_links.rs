@@ -38,6 +38,19 @@ fn api(origin: &Origin, method: &str, path: &str, body: serde_json::Value) -> Re
     http::api(origin.port, API_KEY, method, path, &body)
 }
 
+/// Creates the tests' password link (password "open sesame") on `origin`:
+/// its code.
+fn create_password_link(origin: &Origin) -> String {
+    let r = api(
+        origin,
+        "POST",
+        "/api/v1/links",
+        json!({"url": URL, "domain": DOMAIN, "password": "open sesame"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()["code"].as_str().unwrap().to_owned()
+}
+
 fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> Response {
     http::request(port, "GET", path, DOMAIN, headers, b"")
 }
@@ -104,14 +117,7 @@ fn both_edges_guard_a_password_link_alike_and_open_it_from_memory() {
             e.status()["inval"]["subscribed"] == json!(true)
         });
     }
-    let r = api(
-        &origin,
-        "POST",
-        "/api/v1/links",
-        json!({"url": URL, "domain": DOMAIN, "password": "open sesame"}),
-    );
-    assert_eq!(r.status, 201, "{}", r.text());
-    let code = r.json()["code"].as_str().unwrap().to_owned();
+    let code = create_password_link(&origin);
     let link = format!("/{code}");
     heard(&edges, 1);
 
@@ -271,14 +277,7 @@ fn a_trusted_proxys_https_makes_the_cookie_secure() {
             ],
         )
     };
-    let r = api(
-        &origin,
-        "POST",
-        "/api/v1/links",
-        json!({"url": URL, "domain": DOMAIN, "password": "open sesame"}),
-    );
-    assert_eq!(r.status, 201, "{}", r.text());
-    let link = format!("/{}", r.json()["code"].as_str().unwrap());
+    let link = format!("/{}", create_password_link(&origin));
     let enter = |port: u16, proto: Option<&str>| {
         let mut h = vec![("Content-Type", "application/x-www-form-urlencoded")];
         if let Some(p) = proto {
