@@ -8,7 +8,8 @@ use crate::support;
 use mysql_async::prelude::*;
 use mysql_async::{Row, Value};
 use shorturl_origin::store::search::{statement, Filters, SearchQuery, StateFilter, Tenant};
-use support::{fresh_db, shared_mariadb, write_config, OriginOpts};
+use support::{fresh_db, write_config, OriginOpts};
+use testkit::MariaDb;
 use testkit::TempDir;
 
 const ROWS: u64 = 1_000_000;
@@ -47,8 +48,8 @@ fn fill_sql(now: u64) -> String {
 }
 
 /// The secondary indexes of `short_code` (name, `col[(len)]` list), sorted.
-fn secondary_indexes(db: &str) -> Vec<(String, String)> {
-    let out = shared_mariadb().sql(&format!(
+fn secondary_indexes(m: &MariaDb, db: &str) -> Vec<(String, String)> {
+    let out = m.sql(&format!(
         "SELECT INDEX_NAME, GROUP_CONCAT(CONCAT(COLUMN_NAME, IFNULL(CONCAT('(', SUB_PART, ')'), '')) \
          ORDER BY SEQ_IN_INDEX) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = '{db}' \
          AND TABLE_NAME = 'short_code' AND NON_UNIQUE = 1 GROUP BY INDEX_NAME ORDER BY INDEX_NAME"
@@ -65,13 +66,12 @@ fn secondary_indexes(db: &str) -> Vec<(String, String)> {
 /// secondary indexes dropped and then re-created exactly as they were (a
 /// sorted index build is several times faster than 1M rows of inserts
 /// into nine indexes).
-fn build_table(db: &str) {
-    let m = shared_mariadb();
+fn build_table(m: &MariaDb, db: &str) {
     let url = m.create_database(db);
     let dir = TempDir::new("search-indexes");
     let config = write_config(&dir, &OriginOpts::new(url, "redis://127.0.0.1:1/".into()));
     testkit::origin::run(&config, &["migrate"]);
-    let indexes = secondary_indexes(db);
+    let indexes = secondary_indexes(m, db);
     for name in [
         "idx_created",
         "idx_domain_created",
@@ -85,8 +85,6 @@ fn build_table(db: &str) {
             "migration lacks {name}: {indexes:?}"
         );
     }
-    // This test's own server: a buffer pool that holds the table.
-    m.sql("SET GLOBAL innodb_buffer_pool_size = 536870912");
     let drops: Vec<String> = indexes
         .iter()
         .map(|(n, _)| format!("DROP INDEX {n}"))
@@ -112,7 +110,7 @@ fn build_table(db: &str) {
     m.sql(&format!("USE `{db}`; ANALYZE TABLE short_code"));
     eprintln!("analyze {:?}", t.elapsed());
     assert_eq!(
-        secondary_indexes(db),
+        secondary_indexes(m, db),
         indexes,
         "indexes re-created as migrated"
     );
@@ -201,9 +199,12 @@ fn shape(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_search_shape_reads_an_index_range_of_a_million_rows() {
+    // Its own server: a million rows on the shared one stall the other
+    // tests' queries past their timeout.
+    let m = MariaDb::start_scratch();
     let db = fresh_db("search");
-    build_table(&db);
-    let pool = mysql_async::Pool::new(shared_mariadb().url(&db).as_str());
+    build_table(&m, &db);
+    let pool = mysql_async::Pool::new(m.url(&db).as_str());
     let mut conn = pool.get_conn().await.unwrap();
     let now = shorturl_common::time::now_unix();
     let day = 86_400;

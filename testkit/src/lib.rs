@@ -56,12 +56,25 @@ pub struct TempDir(PathBuf);
 impl TempDir {
     /// Creates `$TMPDIR/shorturl-test-<pid>-<n>-<tag>`.
     pub fn new(tag: &str) -> TempDir {
+        TempDir::under(&std::env::temp_dir(), tag)
+    }
+
+    /// Like [`TempDir::new`], but in memory (`/dev/shm`, where there is
+    /// one): for bulk writes that must not queue other tests' fsyncs
+    /// behind them on the disk.
+    pub fn in_memory(tag: &str) -> TempDir {
+        match memory_dir() {
+            Some(base) => TempDir::under(&base, tag),
+            None => TempDir::new(tag),
+        }
+    }
+
+    fn under(base: &std::path::Path, tag: &str) -> TempDir {
         static N: AtomicU32 = AtomicU32::new(0);
         static SWEPT: std::sync::Once = std::sync::Once::new();
         SWEPT.call_once(sweep_stale_dirs);
         let n = N.fetch_add(1, Ordering::Relaxed);
-        let p =
-            std::env::temp_dir().join(format!("shorturl-test-{}-{n}-{tag}", std::process::id()));
+        let p = base.join(format!("shorturl-test-{}-{n}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).expect("create temp dir");
         TempDir(p)
@@ -81,14 +94,29 @@ impl Drop for TempDir {
     }
 }
 
+/// `/dev/shm` when it is a writable directory (a tmpfs on Linux).
+fn memory_dir() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let p = PathBuf::from("/dev/shm");
+        let probe = p.join(format!(".shorturl-probe-{}", std::process::id()));
+        std::fs::create_dir(&probe).ok()?;
+        let _ = std::fs::remove_dir(&probe);
+        Some(p)
+    })
+    .clone()
+}
+
 /// Removes directories left by test processes that no longer exist (a
 /// shared server held in a `static` is never dropped, so its directory is
 /// cleaned by the next run instead).
 fn sweep_stale_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for e in entries.flatten() {
+    let bases = std::iter::once(std::env::temp_dir()).chain(memory_dir());
+    for e in bases
+        .filter_map(|b| std::fs::read_dir(b).ok())
+        .flatten()
+        .flatten()
+    {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(rest) = name.strip_prefix("shorturl-test-") else {
             continue;

@@ -117,11 +117,15 @@ impl Redis {
 /// user `root` has no password over TCP from 127.0.0.1.
 pub struct MariaDb {
     port: u16,
-    dir: TempDir,
+    /// Declared before `dir`: fields drop in order, so the server is
+    /// killed before its datadir is removed.
     proc: Option<Proc>,
+    dir: TempDir,
     /// Replication role: `None` for a plain server (no binary log), else
     /// its `server-id` (a primary logs binary changes, a replica follows one).
     server_id: Option<u32>,
+    /// A scratch server ([`MariaDb::start_scratch`]): settings for bulk work.
+    scratch: bool,
 }
 
 fn template_dir() -> PathBuf {
@@ -170,18 +174,28 @@ fn ensure_template() -> PathBuf {
 impl MariaDb {
     /// Starts a server with a fresh datadir and waits until it is ready.
     pub fn start() -> MariaDb {
-        MariaDb::start_with_id(None)
+        MariaDb::start_with_id(None, false)
+    }
+
+    /// A private server for bulk work (a million rows and their index
+    /// builds): its datadir in memory, a buffer pool that holds such a
+    /// table, and no flush per commit. On the shared server the same work
+    /// stalled every other test's queries past the origin's
+    /// `mysql.timeout_ms` (redo-log checkpoints, a buffer pool resize);
+    /// on the disk it would queue their fsyncs behind it.
+    pub fn start_scratch() -> MariaDb {
+        MariaDb::start_with_id(None, true)
     }
 
     /// A replication primary: binary log on, `server-id` 1.
     pub fn start_primary() -> MariaDb {
-        MariaDb::start_with_id(Some(1))
+        MariaDb::start_with_id(Some(1), false)
     }
 
     /// A replica of `primary` (`server-id` 2), replicating everything the
     /// primary logged since it started (`CHANGE MASTER TO` + `START SLAVE`).
     pub fn start_replica_of(primary: &MariaDb) -> MariaDb {
-        let r = MariaDb::start_with_id(Some(2));
+        let r = MariaDb::start_with_id(Some(2), false);
         r.sql(&format!(
             "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='root', \
              MASTER_PASSWORD=''; START SLAVE",
@@ -209,10 +223,14 @@ impl MariaDb {
         self.sql("STOP SLAVE");
     }
 
-    fn start_with_id(server_id: Option<u32>) -> MariaDb {
+    fn start_with_id(server_id: Option<u32>, scratch: bool) -> MariaDb {
         require("mariadbd");
         let tpl = ensure_template();
-        let dir = TempDir::new("mariadb");
+        let dir = if scratch {
+            TempDir::in_memory("mariadb")
+        } else {
+            TempDir::new("mariadb")
+        };
         let st = Command::new("cp")
             .arg("-a")
             .arg(&tpl)
@@ -222,9 +240,10 @@ impl MariaDb {
         assert!(st.success(), "copy mariadb template");
         let mut m = MariaDb {
             port: free_port(),
-            dir,
             proc: None,
+            dir,
             server_id,
+            scratch,
         };
         m.restart();
         m
@@ -297,9 +316,19 @@ impl MariaDb {
                 "--bind-address=127.0.0.1",
                 "--user=root",
                 "--skip-name-resolve",
-                "--innodb-buffer-pool-size=64M",
                 "--max-connections=500",
             ]);
+        if self.scratch {
+            cmd.args([
+                "--innodb-buffer-pool-size=768M",
+                "--innodb-log-file-size=512M",
+                "--innodb-flush-log-at-trx-commit=0",
+                // tmpfs has no O_DIRECT.
+                "--innodb-flush-method=fsync",
+            ]);
+        } else {
+            cmd.arg("--innodb-buffer-pool-size=64M");
+        }
         match self.server_id {
             None => {
                 cmd.arg("--skip-log-bin");

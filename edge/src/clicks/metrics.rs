@@ -14,9 +14,9 @@ pub struct ClicksMetrics {
     /// Failed attempts to send a batch, kept for the next try
     /// (`{result="retried"}`).
     pub batches_retried: IntCounter,
-    /// `clicks_dropped_total{reason="queue_full"}`: a request thread's
-    /// queue was full.
-    pub dropped_queue_full: IntCounter,
+    /// `click_queue_full_total`: clicks that found their thread's queue
+    /// full; the request drained the queues itself (slower, nothing lost).
+    pub queue_full: IntCounter,
     /// `{reason="buffer_full"}`: oldest unsent batches dropped past
     /// `max_buffered_clicks`.
     pub dropped_buffer_full: IntCounter,
@@ -69,7 +69,7 @@ impl ClicksMetrics {
         let dropped = IntCounterVec::new(
             Opts::new(
                 "shorturl_edge_clicks_dropped_total",
-                "Clicks lost by the edge, by reason (queue_full, buffer_full, stream_full).",
+                "Clicks lost by the edge, by reason (buffer_full, stream_full).",
             ),
             &["reason"],
         )?;
@@ -85,12 +85,16 @@ impl ClicksMetrics {
             "shorturl_edge_click_early_cuts_total",
             "Cuts made before the flush interval because the counts reached clicks.max_links.",
         )?;
+        let queue_full = IntCounter::new(
+            "shorturl_edge_click_queue_full_total",
+            "Clicks that found their thread's queue full: the request drained the queues itself (a slower answer; no click lost).",
+        )?;
         let m = ClicksMetrics {
             human: clicks.with_label_values(&["human"]),
             bot: clicks.with_label_values(&["bot"]),
             batches_sent: batches.with_label_values(&["sent"]),
             batches_retried: batches.with_label_values(&["retried"]),
-            dropped_queue_full: dropped.with_label_values(&["queue_full"]),
+            queue_full: queue_full.clone(),
             dropped_buffer_full: dropped.with_label_values(&["buffer_full"]),
             dropped_stream_full: dropped.with_label_values(&["stream_full"]),
             buffered: buffered.clone(),
@@ -106,14 +110,13 @@ impl ClicksMetrics {
                 Box::new(buffered),
                 Box::new(links_held),
                 Box::new(early_cuts),
+                Box::new(queue_full),
             ],
         ))
     }
 
     /// Clicks lost, every reason.
     pub fn dropped(&self) -> u64 {
-        self.dropped_queue_full.get()
-            + self.dropped_buffer_full.get()
-            + self.dropped_stream_full.get()
+        self.dropped_buffer_full.get() + self.dropped_stream_full.get()
     }
 }

@@ -125,14 +125,9 @@ impl Clicks {
         at_unix: u64,
     ) {
         if self.enabled {
-            record::record(
-                &self.registry,
-                &self.metrics,
-                req,
-                link,
-                destination,
-                at_unix,
-            );
+            if let Err(e) = record::record(&self.registry, req, link, destination, at_unix) {
+                self.queue_full(&e);
+            }
         }
     }
 
@@ -140,8 +135,21 @@ impl Clicks {
     #[inline]
     pub fn record_parts(&self, parts: record::ClickParts<'_>, link: (&str, &str), at_unix: u64) {
         if self.enabled {
-            record::record_parts(&self.registry, &self.metrics, parts, link, at_unix);
+            if let Err(e) = record::record_parts(&self.registry, parts, link, at_unix) {
+                self.queue_full(&e);
+            }
         }
+    }
+
+    /// The calling thread's queue is full (the flusher fell behind: a
+    /// saturated core): the request drains every queue into the counts
+    /// itself and counts its click there. A slower answer, never a lost
+    /// click (issue 27).
+    #[cold]
+    #[inline(never)]
+    fn queue_full(&self, e: &record::Event) {
+        self.metrics.queue_full.inc();
+        self.drain_with(Some(e));
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -167,10 +175,15 @@ impl Clicks {
     /// bounded by configuration, not by how many links a flush interval
     /// happens to see.
     pub fn drain(&self) -> u64 {
+        self.drain_with(None)
+    }
+
+    /// [`Clicks::drain`], and `extra` (a click that found its queue full).
+    fn drain_with(&self, extra: Option<&record::Event>) -> u64 {
         let mut st = self.state();
         let (mut human, mut bot) = (0, 0);
         let mut key = String::new();
-        let n = self.registry.drain(|e| {
+        let mut add = |e: &record::Event| {
             if st.acc.add_classified(
                 e.key(&mut key),
                 e.at_unix,
@@ -189,7 +202,9 @@ impl Clicks {
                 self.metrics.early_cuts.inc();
                 self.cut_early.store(true, Ordering::Relaxed);
             }
-        });
+        };
+        let own = extra.map(&mut add).map_or(0, |()| 1);
+        let n = self.registry.drain(add) + own;
         self.metrics.human.inc_by(human);
         self.metrics.bot.inc_by(bot);
         self.update_gauge(&st);
@@ -346,5 +361,27 @@ mod tests {
         let st = c.state();
         assert_eq!(st.pending.clicks(), 251);
         assert_eq!(c.metrics.human.get(), 251);
+    }
+
+    #[test]
+    fn a_full_queue_slows_its_request_and_loses_no_click() {
+        let cfg = config::from_file(config::ClicksFile {
+            queue_per_thread: 4,
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = ClicksMetrics::unregistered().unwrap_or_else(|e| panic!("{e}"));
+        let c = Clicks::new(&cfg, "n0nce", metrics).unwrap_or_else(|e| panic!("{e}"));
+        let now = shorturl_common::time::now_unix();
+        // No flusher: every fifth click finds the queue full and drains it.
+        for i in 0..23 {
+            c.record_parts(parts(), (&format!("lnk{:04}", i % 7), "s.example"), now);
+        }
+        assert_eq!(c.metrics.queue_full.get(), 4);
+        assert_eq!(c.metrics.human.get(), 20, "counted by the requests' drains");
+        assert_eq!(c.drain(), 3);
+        c.cut();
+        assert_eq!(c.state().pending.clicks(), 23);
+        assert_eq!(c.metrics.dropped(), 0);
     }
 }
