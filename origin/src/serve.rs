@@ -289,10 +289,12 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
     }
     let conn_metrics = ConnMetrics::register(&links.metrics.registry)?;
     let drain = Arc::new(Drain::default());
+    let contract = crate::http::openapi::parsed().map_err(ServeError::OpenApi)?;
     let router = router(AppState {
         links,
         auth: Arc::new(Auth::new(&cfg.apps)),
-        openapi: crate::http::openapi::json().map_err(ServeError::OpenApi)?,
+        openapi: crate::http::openapi::json(&contract),
+        reference: crate::http::reference::render(&contract, crate::admin::stylesheet()).into(),
         admin,
         drain: Arc::clone(&drain),
         mysql,

@@ -1023,6 +1023,8 @@ async fn the_screening_policy_is_managed_in_the_console() {
     let root = c.session("root", "root-pw").await;
     let page = c.get("/admin/screening", &root).await.text().await.unwrap();
     assert!(page.contains("id=\"add-form\""), "{page}");
+    // Every console page links the API reference (tests/openapi.rs).
+    assert!(page.contains("<a href=\"/api/docs\">API</a>"), "{page}");
     let token = csrf_of(&page);
     let r = c
         .post(

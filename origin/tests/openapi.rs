@@ -225,3 +225,53 @@ fn the_checker_refuses_what_the_contract_does_not_say() {
         Ok(())
     );
 }
+
+/// `/api/docs` (issue 28): the contract as a page, without a key, under the
+/// console's policy (no script, its own stylesheet), every operation of the
+/// served contract on it, and the stylesheet it names served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_page_shows_every_operation_under_the_consoles_policy() {
+    let s = Setup::start_with(|o| o.pregen = 100);
+    let o = &s.origin;
+    let r = o.http.get(o.url("/api/docs")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/html; charset=utf-8");
+    assert_eq!(
+        r.headers()["content-security-policy"],
+        shorturl_origin::admin::html::CSP
+    );
+    let page = r.text().await.unwrap();
+    assert!(!page.contains("<script"), "no script");
+    let served: Value = o
+        .http
+        .get(o.url("/api/v1/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut ops = 0;
+    for item in served["paths"].as_object().unwrap().values() {
+        for op in item.as_object().unwrap().values() {
+            if let Some(id) = op["operationId"].as_str() {
+                assert!(page.contains(&format!("id=\"op-{id}\"")), "{id} missing");
+                ops += 1;
+            }
+        }
+    }
+    assert!(ops > 20, "{ops} operations");
+    // The prose's marks are markup, the error kinds listed per answer.
+    assert!(page.contains("<code>links:create</code>"));
+    assert!(page.contains("<code>code_unavailable</code>"));
+    let css = page
+        .split("rel=\"stylesheet\" href=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap();
+    let r = reqwest::get(o.url(css)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/css; charset=utf-8");
+    let r = o.http.post(o.url("/api/docs")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+}

@@ -37,7 +37,7 @@ pub fn page(session: Option<&Session>, nav: Nav, title: &str, main: &str) -> Str
                 format!("<a href=\"{href}\"{cur}>{text}</a>")
             };
             format!(
-                "<header><nav>{}{}{}{}{}</nav><div class=\"who\"><span id=\"who\">{} · {}</span>\
+                "<header><nav>{}{}{}{}{}<a href=\"/api/docs\">API</a></nav><div class=\"who\"><span id=\"who\">{} · {}</span>\
                  <form method=\"post\" action=\"/admin/logout\">{}<button type=\"submit\">Sign out</button></form></div></header>",
                 link(Nav::Overview, "/admin/", "Overview"),
                 link(Nav::Search, "/admin/links", "Search"),

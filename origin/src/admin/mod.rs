@@ -24,6 +24,12 @@ mod views;
 use routes::MAX_FORM_BYTES;
 pub use routes::{router, Console};
 
+/// The console's stylesheet (its hashed path), which other pages of the
+/// origin share (the API reference).
+pub fn stylesheet() -> &'static str {
+    assets::css_path()
+}
+
 use crate::config::{AdminConfig, AdminUser};
 use crate::error::ApiError;
 use crate::passwords::{Checks, SigninLimiter};

@@ -7,7 +7,8 @@
 //! with [`ApiError`]).
 //!
 //! [`api`] holds the links API handlers, [`batch`] batch creation,
-//! [`stats`] the stats API, [`openapi`] the API contract, [`resolve`] the
+//! [`stats`] the stats API, [`openapi`] the API contract and [`reference`]
+//! its browsable page, [`resolve`] the
 //! record endpoint and redirects, [`pages`] QR codes, previews and HTML 404
 //! pages, [`internal`] who may call the edges' routes, [`rules`] the
 //! protocol's request rules; this file routes and answers the service
@@ -19,6 +20,7 @@ mod extract;
 mod internal;
 pub mod openapi;
 mod pages;
+pub mod reference;
 mod resolve;
 mod rules;
 mod screening;
@@ -49,6 +51,8 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// `GET /api/v1/openapi.json` (see [`openapi::json`]).
     pub openapi: bytes::Bytes,
+    /// `GET /api/docs`, the contract as a page (see [`reference`]).
+    pub reference: bytes::Bytes,
     /// The admin console (`/admin/`) and the edges' heartbeats.
     pub admin: Arc<crate::admin::Admin>,
     /// Set after SIGTERM: `/healthz` says draining.
@@ -129,6 +133,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/v1/openapi.json",
             only(read, named("openapi", get(openapi))),
+        )
+        .route(
+            "/api/docs",
+            only(read, named("api_reference", get(api_reference))),
         )
         .merge(admin)
         .merge(internal)
@@ -311,6 +319,11 @@ async fn metrics(State(s): State<AppState>) -> Response {
 /// `GET /api/v1/openapi.json`.
 async fn openapi(State(s): State<AppState>) -> Response {
     openapi::response(&s.openapi)
+}
+
+/// `GET /api/docs`.
+async fn api_reference(State(s): State<AppState>) -> Response {
+    reference::response(&s.reference)
 }
 
 /// `GET /internal/v1/records/{code}?domain=`.

@@ -10,10 +10,14 @@ use http::{header, HeaderValue, StatusCode};
 /// `docs/openapi.yaml` as it was when this binary was built.
 pub const YAML: &str = include_str!("../../../docs/openapi.yaml");
 
+/// The contract, parsed.
+pub fn parsed() -> Result<serde_json::Value, serde_yaml::Error> {
+    serde_yaml::from_str(YAML)
+}
+
 /// The contract as JSON (converted once, at start).
-pub fn json() -> Result<Bytes, serde_yaml::Error> {
-    let v: serde_json::Value = serde_yaml::from_str(YAML)?;
-    Ok(Bytes::from(serde_json::to_vec(&v).unwrap_or_default()))
+pub fn json(contract: &serde_json::Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(contract).unwrap_or_default())
 }
 
 /// The answer of `GET /api/v1/openapi.json` (no authentication: the
@@ -31,7 +35,8 @@ pub fn response(body: &Bytes) -> Response {
 mod tests {
     #[test]
     fn the_contract_parses_and_is_openapi_3_1() {
-        let v: serde_json::Value = serde_json::from_slice(&super::json().unwrap()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&super::json(&super::parsed().unwrap())).unwrap();
         assert_eq!(v["openapi"], "3.1.0");
         assert!(v["paths"]["/api/v1/links"]["get"].is_object());
     }
