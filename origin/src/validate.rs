@@ -9,7 +9,10 @@ mod search;
 mod stats;
 
 pub use patch::{parse_patch, Patch, PatchState};
-pub use search::{parse_search, SearchRequest, DEFAULT_LIMIT, MAX_LIMIT};
+pub use search::{
+    parse_export, parse_search, ExportFormat, ExportRequest, SearchRequest, DEFAULT_LIMIT,
+    MAX_LIMIT,
+};
 pub use stats::{parse_link_stats, parse_tenant_stats};
 
 use crate::config::LinksConfig;

@@ -685,6 +685,27 @@ async fn pages_assets_csv_tenancy_and_bad_input() {
     let r = c.get("/admin/links", &m55).await;
     let html = r.text().await.unwrap();
     assert!(html.contains(&code55) && !html.contains(&other), "{html}");
+    // Its export (the search's filters as a file): the same links only.
+    let at = html.find("/admin/export?").unwrap();
+    let href = html[at..at + html[at..].find('"').unwrap()].replace("&amp;", "&");
+    assert_eq!(href, "/admin/export?format=csv");
+    let r = c.get(&href, &m55).await;
+    assert_eq!(r.headers()["content-type"], "text/csv; charset=utf-8");
+    let csv = r.text().await.unwrap();
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+    assert!(
+        csv.lines().nth(1).unwrap().contains(&format!(",{code55},")),
+        "{csv}"
+    );
+    let r = c.get("/admin/export?format=xml", &m55).await;
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(
+        c.get("/admin/export?format=csv", "")
+            .await
+            .status()
+            .as_u16(),
+        303
+    );
     assert_eq!(
         c.get(&format!("/admin/links/{other}"), &m55)
             .await

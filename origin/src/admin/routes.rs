@@ -50,6 +50,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(console: Console) -> Router<S> {
         .route("/admin/logout", signed_in(post(logout)))
         .route("/admin/", signed_in(get(overview)))
         .route("/admin/links", signed_in(get(search)))
+        .route("/admin/export", signed_in(get(export)))
         .route("/admin/merchants", signed_in(get(merchants)))
         .route("/admin/apps", signed_in(get(apps)))
         .route("/admin/screening", signed_in(get(screening).post(screen)))
@@ -193,6 +194,10 @@ async fn overview(State(c): State<Console>, req: Req, Signed(s): Signed) -> Resp
 
 async fn search(State(c): State<Console>, req: Req, Signed(s): Signed) -> Response {
     views::search::page(&c.links, &req, &s).await
+}
+
+async fn export(State(c): State<Console>, req: Req, Signed(s): Signed) -> Response {
+    views::search::export(&c.links, &req, &s).await
 }
 
 async fn merchants(State(c): State<Console>, Signed(s): Signed) -> Response {

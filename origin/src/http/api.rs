@@ -1,7 +1,7 @@
 //! The links API (`/api/v1/links...`): authentication, request parsing and
 //! answers. The rules live in `crate::links`; this file only translates.
 
-use super::extract::{Authorized, Body, Creator, LinkCode, Manage, One, Read, Search};
+use super::extract::{Authorized, Body, Creator, Export, LinkCode, Manage, One, Read, Search};
 use super::{ok, AppState};
 use crate::error::ApiError;
 use crate::links::{CreatedView, Creation};
@@ -73,6 +73,16 @@ pub async fn list(
     Search(req): Search,
 ) -> Result<Response, ApiError> {
     Ok(ok(StatusCode::OK, &s.links.search(&caller, &req).await?))
+}
+
+/// `GET /api/v1/export/links`: every matching link the caller may see, as
+/// a CSV or NDJSON file streamed page by page (`links::export`).
+pub async fn export(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Read>,
+    Export(req): Export,
+) -> Result<Response, ApiError> {
+    Ok(crate::links::export::response(&s.links, &caller, req)?)
 }
 
 /// `GET /api/v1/links/{code}`.

@@ -11,7 +11,9 @@ use crate::clicks::{StatsRange, TenantFilter};
 use crate::error::ApiError;
 use crate::links::{LinkError, LinkRef};
 use crate::tenancy::{Caller, Scope};
-use crate::validate::{parse_link_stats, parse_search, parse_tenant_stats, SearchRequest};
+use crate::validate::{
+    parse_export, parse_link_stats, parse_search, parse_tenant_stats, ExportRequest, SearchRequest,
+};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use http::request::Parts;
@@ -171,6 +173,17 @@ impl FromRequestParts<AppState> for Search {
 
     async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
         parse_search(parts.uri.query(), &s.links.cfg.links).map(Search)
+    }
+}
+
+/// The filters and format of `GET /api/v1/export/links` (`validate::search`).
+pub struct Export(pub ExportRequest);
+
+impl FromRequestParts<AppState> for Export {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
+        parse_export(parts.uri.query(), &s.links.cfg.links).map(Export)
     }
 }
 

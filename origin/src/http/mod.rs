@@ -101,6 +101,10 @@ pub fn router(state: AppState) -> Router {
             only("GET, HEAD, PATCH, DELETE", link),
         )
         .route(
+            "/api/v1/export/links",
+            only(read, named("export", get(api::export))),
+        )
+        .route(
             "/api/v1/links/{code}/history",
             only(read, named("history", get(api::history))),
         )

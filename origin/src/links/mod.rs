@@ -12,6 +12,7 @@
 mod batch;
 mod create;
 mod error;
+pub mod export;
 pub mod guide;
 mod manage;
 pub mod options;

@@ -1,4 +1,5 @@
-//! Validation of search query strings (`GET /api/v1/links?...`).
+//! Validation of search and export query strings (`GET /api/v1/links?...`,
+//! `GET /api/v1/export/links?...`).
 
 use super::query::Params;
 use super::validate_url;
@@ -44,6 +45,79 @@ fn invalid(kind: &'static str, msg: impl Into<String>) -> ApiError {
 /// Parses and validates the query string of a search (`None`: no query).
 pub fn parse_search(query: Option<&str>, cfg: &LinksConfig) -> Result<SearchRequest, ApiError> {
     let p = Params::parse(query, &PARAMS)?;
+    let filters = filters(&p, cfg)?;
+    let get = |name: &str| p.get(name);
+    let limit = match get("limit") {
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n) && l.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                invalid(
+                    "invalid_limit",
+                    format!("limit must be an integer from 1 to {MAX_LIMIT}"),
+                )
+            })?,
+        None => DEFAULT_LIMIT,
+    };
+    let cursor = match get("cursor") {
+        Some("") => return Err(invalid("invalid_cursor", "cursor must not be empty")),
+        c => c.map(str::to_owned),
+    };
+    Ok(SearchRequest {
+        filters,
+        limit,
+        cursor,
+    })
+}
+
+/// The file format of an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// `text/csv`, a header line first.
+    Csv,
+    /// `application/x-ndjson`: one link object (as the search answers it) a line.
+    Ndjson,
+}
+
+/// An export after validation: what to export, in which format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportRequest {
+    pub filters: Filters,
+    pub format: ExportFormat,
+}
+
+/// The search's filters and `format`; no `limit` or `cursor` (an export is
+/// every matching link).
+const EXPORT_PARAMS: [&str; 10] = [
+    "code",
+    "url",
+    "url_prefix",
+    "domain",
+    "app",
+    "kdt_id",
+    "state",
+    "created_from",
+    "created_to",
+    "format",
+];
+
+/// Parses and validates the query string of an export.
+pub fn parse_export(query: Option<&str>, cfg: &LinksConfig) -> Result<ExportRequest, ApiError> {
+    let p = Params::parse(query, &EXPORT_PARAMS)?;
+    let format = match p.get("format") {
+        None | Some("csv") => ExportFormat::Csv,
+        Some("ndjson") => ExportFormat::Ndjson,
+        Some(_) => return Err(invalid("invalid_format", "format must be csv or ndjson")),
+    };
+    Ok(ExportRequest {
+        filters: filters(&p, cfg)?,
+        format,
+    })
+}
+
+/// The filters shared by a search and an export.
+fn filters(p: &Params, cfg: &LinksConfig) -> Result<Filters, ApiError> {
     let get = |name: &str| p.get(name);
 
     let code = match get("code") {
@@ -113,37 +187,16 @@ pub fn parse_search(query: Option<&str>, cfg: &LinksConfig) -> Result<SearchRequ
     };
     let created_from = p.time("created_from")?;
     let created_to = p.time("created_to")?;
-    let limit = match get("limit") {
-        Some(l) => l
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_LIMIT).contains(n) && l.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| {
-                invalid(
-                    "invalid_limit",
-                    format!("limit must be an integer from 1 to {MAX_LIMIT}"),
-                )
-            })?,
-        None => DEFAULT_LIMIT,
-    };
-    let cursor = match get("cursor") {
-        Some("") => return Err(invalid("invalid_cursor", "cursor must not be empty")),
-        c => c.map(str::to_owned),
-    };
-    Ok(SearchRequest {
-        filters: Filters {
-            code,
-            url,
-            url_prefix,
-            domain,
-            app,
-            kdt_id,
-            state,
-            created_from,
-            created_to,
-        },
-        limit,
-        cursor,
+    Ok(Filters {
+        code,
+        url,
+        url_prefix,
+        domain,
+        app,
+        kdt_id,
+        state,
+        created_from,
+        created_to,
     })
 }
 

@@ -7,11 +7,12 @@ use super::super::session::Session;
 use super::super::{api_error, caller, Req};
 use super::when;
 use crate::links::{LinkView, Links};
-use crate::validate::parse_search;
+use crate::validate::{parse_export, parse_search};
 use axum::response::Response;
 use http::StatusCode;
 use shorturl_common::config::FieldError;
 use shorturl_common::time::parse_rfc3339;
+use std::sync::Arc;
 
 /// Links per page.
 const PAGE: u32 = 50;
@@ -79,6 +80,16 @@ impl Fields {
     /// The API's query string: empty fields left out, dates as the start
     /// of the day (`created_to` inclusive: the start of the next day).
     fn api_query(&self) -> Result<String, FieldError> {
+        let mut q = url::form_urlencoded::Serializer::for_suffix(self.filters_query()?, 0);
+        q.append_pair("limit", &PAGE.to_string());
+        if !self.cursor.is_empty() {
+            q.append_pair("cursor", &self.cursor);
+        }
+        Ok(q.finish())
+    }
+
+    /// The API's filters alone (an export's query, with `format`).
+    fn filters_query(&self) -> Result<String, FieldError> {
         let mut q = url::form_urlencoded::Serializer::new(String::new());
         let mut put = |k: &str, v: &str| {
             if !v.is_empty() {
@@ -108,8 +119,6 @@ impl Fields {
         if !self.created_to.is_empty() {
             put("created_to", &date("created to", &self.created_to, 86_400)?);
         }
-        put("limit", &PAGE.to_string());
-        put("cursor", &self.cursor);
         Ok(q.finish())
     }
 }
@@ -186,6 +195,28 @@ pub fn row(l: &LinkView) -> String {
     )
 }
 
+/// `GET /admin/export`: the search's filters as a file (`format` csv or
+/// ndjson), streamed as the API's export is.
+pub async fn export(links: &Arc<Links>, req: &Req, s: &Session) -> Response {
+    let f = Fields::of(req);
+    let q = match f.filters_query() {
+        Ok(q) => {
+            let mut q = url::form_urlencoded::Serializer::for_suffix(q, 0);
+            q.append_pair("format", &req.param("format").unwrap_or_default());
+            q.finish()
+        }
+        Err(m) => return html::error(Some(s), StatusCode::BAD_REQUEST, &m.to_string()),
+    };
+    let r = match parse_export(Some(&q), &links.cfg.links) {
+        Ok(r) => r,
+        Err(e) => return html::error(Some(s), e.status, &e.message),
+    };
+    match crate::links::export::response(links, &caller(&s.user), r) {
+        Ok(r) => r,
+        Err(e) => api_error(Some(s), e.into()),
+    }
+}
+
 /// `GET /admin/links`.
 pub async fn page(links: &Links, req: &Req, s: &Session) -> Response {
     let f = Fields::of(req);
@@ -235,6 +266,13 @@ pub async fn page(links: &Links, req: &Req, s: &Session) -> Response {
             main.push_str(&row(l));
         }
         main.push_str("</tbody></table>");
+        let q = f.query(None);
+        let amp = if q.is_empty() { "" } else { "&" };
+        main.push_str(&format!(
+            "<p>Every matching link: <a id=\"export-csv\" href=\"/admin/export?{q}{amp}format=csv\">CSV</a> · \
+             <a id=\"export-ndjson\" href=\"/admin/export?{q}{amp}format=ndjson\">NDJSON</a></p>",
+            q = esc(&q),
+        ));
     }
     if let Some(c) = &view.next_cursor {
         main.push_str(&format!(
