@@ -17,6 +17,9 @@ pub struct ClicksMetrics {
     /// `click_queue_full_total`: clicks that found their thread's queue
     /// full; the request drained the queues itself (slower, nothing lost).
     pub queue_full: IntCounter,
+    /// `click_backpressure_total`: pauses of request threads while the
+    /// edge was behind in sending (`Clicks::yield_to_flusher`).
+    pub backpressure: IntCounter,
     /// `{reason="buffer_full"}`: oldest unsent batches dropped past
     /// `max_buffered_clicks`.
     pub dropped_buffer_full: IntCounter,
@@ -89,12 +92,17 @@ impl ClicksMetrics {
             "shorturl_edge_click_queue_full_total",
             "Clicks that found their thread's queue full: the request drained the queues itself (a slower answer; no click lost).",
         )?;
+        let backpressure = IntCounter::new(
+            "shorturl_edge_click_backpressure_total",
+            "Request-thread pauses while half of max_buffered_clicks was unsent and Redis was taking batches (the flusher catching up; no click dropped).",
+        )?;
         let m = ClicksMetrics {
             human: clicks.with_label_values(&["human"]),
             bot: clicks.with_label_values(&["bot"]),
             batches_sent: batches.with_label_values(&["sent"]),
             batches_retried: batches.with_label_values(&["retried"]),
             queue_full: queue_full.clone(),
+            backpressure: backpressure.clone(),
             dropped_buffer_full: dropped.with_label_values(&["buffer_full"]),
             dropped_stream_full: dropped.with_label_values(&["stream_full"]),
             buffered: buffered.clone(),
@@ -111,6 +119,7 @@ impl ClicksMetrics {
                 Box::new(links_held),
                 Box::new(early_cuts),
                 Box::new(queue_full),
+                Box::new(backpressure),
             ],
         ))
     }

@@ -12,7 +12,8 @@ pub struct Unsent {
     pub id: String,
     /// The format version (`v`): [`shorturl_common::clicks::Batch::version`].
     pub version: &'static str,
-    pub body: String,
+    /// Shared: the sender clones the oldest batch under the lock.
+    pub body: std::sync::Arc<str>,
     /// Human plus bot clicks in it.
     pub clicks: u64,
 }
@@ -87,7 +88,7 @@ mod tests {
         Unsent {
             id: id.into(),
             version: "1",
-            body: String::new(),
+            body: "".into(),
             clicks,
         }
     }

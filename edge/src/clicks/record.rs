@@ -125,28 +125,48 @@ impl Registry {
         q
     }
 
+    /// Every thread's queue, as registered now.
+    pub fn queues(&self) -> Vec<Arc<ArrayQueue<Event>>> {
+        match self.queues.lock() {
+            Ok(v) => v.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
     /// Pops every queued click into `f` (what was pushed before the call,
     /// at least). Returns how many.
     pub fn drain(&self, mut f: impl FnMut(&Event)) -> u64 {
-        let queues = match self.queues.lock() {
-            Ok(v) => v.clone(),
-            Err(p) => p.into_inner().clone(),
-        };
-        let mut n = 0;
-        for q in &queues {
-            // At most what is there now: a busy thread cannot keep us here.
-            for _ in 0..q.len() {
-                match q.pop() {
-                    Some(e) => {
-                        f(&e);
-                        n += 1;
-                    }
-                    None => break,
-                }
-            }
-        }
-        n
+        // At most what is there now: a busy thread cannot keep us here.
+        self.queues()
+            .iter()
+            .map(|q| pop_up_to(q, q.len(), &mut f))
+            .sum()
     }
+}
+
+/// Pops at most `max` clicks of the calling thread's own queue (for
+/// `registry`) into `f`. Returns how many.
+pub fn drain_local(registry: &Registry, max: usize, f: &mut dyn FnMut(&Event)) -> u64 {
+    LOCAL.with(|l| {
+        let Ok(l) = l.try_borrow() else {
+            return 0;
+        };
+        match l.queue.as_ref().filter(|_| l.registry == registry.id) {
+            Some(q) => pop_up_to(q, max, f),
+            None => 0,
+        }
+    })
+}
+
+/// Pops at most `max` clicks of `q` into `f`. Returns how many.
+pub fn pop_up_to(q: &ArrayQueue<Event>, max: usize, f: &mut dyn FnMut(&Event)) -> u64 {
+    let mut n = 0;
+    for _ in 0..max {
+        let Some(e) = q.pop() else { break };
+        f(&e);
+        n += 1;
+    }
+    n
 }
 
 /// One thread's state: its queue (for one registry).
