@@ -75,6 +75,16 @@ pub fn csrf_field(s: &Session) -> String {
 /// An HTML answer with the console's headers (never cached: pages show
 /// live data and carry the CSRF token).
 pub fn respond(status: StatusCode, body: String) -> Response {
+    page_response(status, body, "no-store")
+}
+
+/// An HTML page under the console's policy (type, CSP, no framing, no
+/// sniffing, same-origin referrers), cached as `cache_control` says.
+pub fn page_response(
+    status: StatusCode,
+    body: impl IntoResponse,
+    cache_control: &'static str,
+) -> Response {
     let mut r = (status, body).into_response();
     let h = r.headers_mut();
     h.insert(
@@ -85,7 +95,10 @@ pub fn respond(status: StatusCode, body: String) -> Response {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CSP),
     );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(cache_control),
+    );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,

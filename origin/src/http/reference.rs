@@ -6,10 +6,10 @@
 //! CDN and nothing a browser must run, so it works offline and behind the
 //! same policy as the console.
 
-use crate::admin::html::{esc, CSP};
-use axum::response::{IntoResponse, Response};
+use crate::admin::html::{esc, page_response};
+use axum::response::Response;
 use bytes::Bytes;
-use http::{header, HeaderValue, StatusCode};
+use http::StatusCode;
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -33,17 +33,22 @@ pub fn render(contract: &Value, stylesheet: &str) -> String {
         markdown(&text(&info["description"]))
     );
     let ops = operations(contract);
+    // Each tag with its operations, tags without any left out.
+    let groups: Vec<((String, String), Vec<&Operation>)> = tags(contract)
+        .into_iter()
+        .map(|tag| {
+            let mine = ops.iter().filter(|o| o.tag == tag.0).collect();
+            (tag, mine)
+        })
+        .filter(|(_, mine): &(_, Vec<_>)| !mine.is_empty())
+        .collect();
     main.push_str("<nav class=\"toc\" aria-label=\"Operations\">");
-    for tag in tags(contract) {
-        let mine: Vec<&Operation> = ops.iter().filter(|o| o.tag == tag.0).collect();
-        if mine.is_empty() {
-            continue;
-        }
+    for ((name, _), mine) in &groups {
         let _ = write!(
             main,
             "<h2><a href=\"#tag-{id}\">{name}</a></h2><ul>",
-            id = anchor(&tag.0),
-            name = esc(&tag.0)
+            id = anchor(name),
+            name = esc(name)
         );
         for o in mine {
             let _ = write!(
@@ -58,17 +63,13 @@ pub fn render(contract: &Value, stylesheet: &str) -> String {
         main.push_str("</ul>");
     }
     main.push_str("<h2><a href=\"#schemas\">Schemas</a></h2></nav>");
-    for (name, description) in tags(contract) {
-        let mine: Vec<&Operation> = ops.iter().filter(|o| o.tag == name).collect();
-        if mine.is_empty() {
-            continue;
-        }
+    for ((name, description), mine) in &groups {
         let _ = write!(
             main,
             "<section id=\"tag-{}\"><h2>{}</h2>{}",
-            anchor(&name),
-            esc(&name),
-            markdown(&description)
+            anchor(name),
+            esc(name),
+            markdown(description)
         );
         for o in mine {
             operation(&mut main, contract, o);
@@ -90,26 +91,7 @@ pub fn render(contract: &Value, stylesheet: &str) -> String {
 
 /// The answer of `GET /api/docs` (public, like the contract itself).
 pub fn response(page: &Bytes) -> Response {
-    let mut r = (StatusCode::OK, page.clone()).into_response();
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=300"),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    r
+    page_response(StatusCode::OK, page.clone(), "public, max-age=300")
 }
 
 /// One operation of the contract, with where it is.

@@ -24,7 +24,8 @@ pub struct SearchRequest {
     pub cursor: Option<String>,
 }
 
-const PARAMS: [&str; 11] = [
+/// The filters' parameters, shared by a search and an export.
+const FILTER_PARAMS: [&str; 9] = [
     "code",
     "url",
     "url_prefix",
@@ -34,8 +35,6 @@ const PARAMS: [&str; 11] = [
     "state",
     "created_from",
     "created_to",
-    "limit",
-    "cursor",
 ];
 
 fn invalid(kind: &'static str, msg: impl Into<String>) -> ApiError {
@@ -44,7 +43,7 @@ fn invalid(kind: &'static str, msg: impl Into<String>) -> ApiError {
 
 /// Parses and validates the query string of a search (`None`: no query).
 pub fn parse_search(query: Option<&str>, cfg: &LinksConfig) -> Result<SearchRequest, ApiError> {
-    let p = Params::parse(query, &PARAMS)?;
+    let p = Params::parse(query, &[&FILTER_PARAMS[..], &["limit", "cursor"]].concat())?;
     let filters = filters(&p, cfg)?;
     let get = |name: &str| p.get(name);
     let limit = match get("limit") {
@@ -87,24 +86,10 @@ pub struct ExportRequest {
     pub format: ExportFormat,
 }
 
-/// The search's filters and `format`; no `limit` or `cursor` (an export is
-/// every matching link).
-const EXPORT_PARAMS: [&str; 10] = [
-    "code",
-    "url",
-    "url_prefix",
-    "domain",
-    "app",
-    "kdt_id",
-    "state",
-    "created_from",
-    "created_to",
-    "format",
-];
-
 /// Parses and validates the query string of an export.
 pub fn parse_export(query: Option<&str>, cfg: &LinksConfig) -> Result<ExportRequest, ApiError> {
-    let p = Params::parse(query, &EXPORT_PARAMS)?;
+    // No `limit` or `cursor`: an export is every matching link.
+    let p = Params::parse(query, &[&FILTER_PARAMS[..], &["format"]].concat())?;
     let format = match p.get("format") {
         None | Some("csv") => ExportFormat::Csv,
         Some("ndjson") => ExportFormat::Ndjson,
