@@ -27,6 +27,7 @@ pub struct ClicksFile {
     pub max_buffered_clicks: u64,
     pub queue_per_thread: usize,
     pub max_links: usize,
+    pub backpressure: bool,
 }
 
 impl Default for ClicksFile {
@@ -38,6 +39,7 @@ impl Default for ClicksFile {
             max_buffered_clicks: 1_000_000,
             queue_per_thread: 65_536,
             max_links: 20_000,
+            backpressure: true,
         }
     }
 }
@@ -60,6 +62,10 @@ pub struct ClicksConfig {
     /// counts' memory (about a kilobyte a link) when many distinct links
     /// are clicked within one flush interval (a scan, an import).
     pub max_links: usize,
+    /// While half of `max_buffered_clicks` is unsent and Redis takes
+    /// batches, request threads pause so the flusher catches up (slower
+    /// answers, no click dropped); off: the bound drops the oldest instead.
+    pub backpressure: bool,
 }
 
 /// Whether `s` is an edge name or nonce of a batch id.
@@ -131,6 +137,7 @@ pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, FieldError> {
         edge_name,
         max_buffered_clicks: f.max_buffered_clicks,
         queue_per_thread: f.queue_per_thread,
+        backpressure: f.backpressure,
     })
 }
 

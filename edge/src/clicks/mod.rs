@@ -89,6 +89,8 @@ pub struct Clicks {
     encoding: AtomicU64,
     /// `clicks.max_buffered_clicks`.
     max_buffered: u64,
+    /// `clicks.backpressure`.
+    backpressure: bool,
     /// The last attempt to append a batch succeeded (Redis is taking them).
     sending: AtomicBool,
     /// How far behind the flusher is while Redis takes batches
@@ -151,6 +153,7 @@ impl Clicks {
             cut_early: AtomicBool::new(false),
             encoding: AtomicU64::new(0),
             max_buffered: cfg.max_buffered_clicks,
+            backpressure: cfg.backpressure,
             sending: AtomicBool::new(false),
             behind: AtomicU8::new(0),
         })
@@ -247,7 +250,7 @@ impl Clicks {
 
     fn update_gauge(&self, st: &State) {
         let n = st.buffered() + self.encoding.load(Ordering::Relaxed);
-        let behind = if self.sending.load(Ordering::Relaxed) {
+        let behind = if self.backpressure && self.sending.load(Ordering::Relaxed) {
             pause_level(n, self.max_buffered)
         } else {
             0
@@ -582,5 +585,20 @@ mod tests {
         c.record_parts(parts(), ("lnk0001", "s.example"), now);
         assert_eq!(c.metrics.backpressure.get(), 2);
         assert_eq!(c.metrics.dropped(), 0);
+        // Turned off: never.
+        let off = config::from_file(config::ClicksFile {
+            max_buffered_clicks: 10,
+            backpressure: false,
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = ClicksMetrics::unregistered().unwrap_or_else(|e| panic!("{e}"));
+        let c = Clicks::new(&off, "n0nce", metrics).unwrap_or_else(|e| panic!("{e}"));
+        c.sending.store(true, Ordering::Relaxed);
+        for _ in 0..20 {
+            c.record_parts(parts(), ("lnk0001", "s.example"), now);
+        }
+        c.drain();
+        assert_eq!(c.behind.load(Ordering::Relaxed), 0);
     }
 }
