@@ -9,10 +9,12 @@
 
 use super::batch::{is_valid_batch_id, Batch, DestinationLine, DeviceLine, HourLine, ReferrerLine};
 use super::{day_start, device_class, hour_start, referrer_host, Device};
+use super::{BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_KEYS};
 use super::{OTHER_REFERRER, TOP_REFERRERS};
 use crate::code::{is_valid_code, split_link_key};
 use crate::link_rules::Destination;
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
 
 /// Maps the flusher updates on every click: a fast non-cryptographic hash
 /// (the keys are codes and hosts an edge has already validated).
@@ -200,6 +202,151 @@ impl Accumulator {
     }
 }
 
+/// A batch as an edge sends it: id, format version, body, and the human
+/// and bot clicks in it ([`Accumulator::take_encoded`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    pub id: String,
+    pub version: &'static str,
+    pub body: String,
+    pub human: u64,
+    pub bot: u64,
+}
+
+/// One batch being written: its lines by kind (the body's order), in
+/// buffers reused from link to link.
+#[derive(Default)]
+struct Writer {
+    kinds: [String; 4],
+    lines: usize,
+    human: u64,
+    bot: u64,
+    keys: bool,
+}
+
+impl Writer {
+    fn clear(&mut self) {
+        for k in &mut self.kinds {
+            k.clear();
+        }
+        self.lines = 0;
+        self.human = 0;
+        self.bot = 0;
+        self.keys = false;
+    }
+
+    /// Writes `code`'s lines (what [`link_lines`] makes, in its order).
+    fn link<'a>(&mut self, code: &str, counts: &'a LinkCounts, refs: &mut Vec<(&'a str, u64)>) {
+        let [hours, referrers, devices, destinations] = &mut self.kinds;
+        self.keys |= code.contains('/');
+        for (hour, (human, bot)) in &counts.hours {
+            let _ = writeln!(hours, "h {code} {hour} {human} {bot}");
+            self.human += human;
+            self.bot += bot;
+            self.lines += 1;
+        }
+        for (day, d) in &counts.days {
+            refs.clear();
+            refs.extend(d.referrers.iter().map(|(h, n)| (h.as_str(), *n)));
+            refs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+            let mut other = 0;
+            for (i, (host, n)) in refs.iter().enumerate() {
+                if i < TOP_REFERRERS && *host != OTHER_REFERRER {
+                    let _ = writeln!(referrers, "r {code} {day} {host} {n}");
+                    self.lines += 1;
+                } else {
+                    other += n;
+                }
+            }
+            if other > 0 {
+                let _ = writeln!(referrers, "r {code} {day} {OTHER_REFERRER} {other}");
+                self.lines += 1;
+            }
+            for device in Device::ALL {
+                let n = d.devices[device.index()];
+                if n > 0 {
+                    let _ = writeln!(devices, "d {code} {day} {} {n}", device.as_str());
+                    self.lines += 1;
+                }
+            }
+            if d.routed {
+                let mut dests: Vec<(String, u64)> = d
+                    .destinations
+                    .iter()
+                    .map(|(dest, n)| (dest.label(), *n))
+                    .collect();
+                dests.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                for (label, n) in dests {
+                    let _ = writeln!(destinations, "t {code} {day} {label} {n}");
+                    self.lines += 1;
+                }
+            }
+        }
+    }
+
+    /// Moves `other`'s lines after this batch's, kind by kind.
+    fn append(&mut self, other: &Writer) {
+        for (k, o) in self.kinds.iter_mut().zip(&other.kinds) {
+            k.push_str(o);
+        }
+        self.lines += other.lines;
+        self.human += other.human;
+        self.bot += other.bot;
+        self.keys |= other.keys;
+    }
+
+    fn finish(&mut self, id: String) -> Encoded {
+        let version = if self.keys {
+            BATCH_VERSION_KEYS
+        } else if self.kinds[3].is_empty() {
+            BATCH_VERSION
+        } else {
+            BATCH_VERSION_DESTINATIONS
+        };
+        let mut body = String::with_capacity(self.kinds.iter().map(String::len).sum());
+        for k in &self.kinds {
+            body.push_str(k);
+        }
+        let e = Encoded {
+            id,
+            version,
+            body,
+            human: self.human,
+            bot: self.bot,
+        };
+        self.clear();
+        e
+    }
+}
+
+impl Accumulator {
+    /// What [`Accumulator::take_batches`] then `encode_body` give, byte for
+    /// byte, written straight from the counts into buffers reused from link
+    /// to link (no line structs, no owned code per line): the flusher's
+    /// work per link on a busy edge.
+    pub fn take_encoded(&mut self, ids: &BatchIds, max_lines: usize) -> Vec<Encoded> {
+        let mut links: Vec<(String, LinkCounts)> =
+            std::mem::take(&mut self.links).into_iter().collect();
+        links.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.clicks = 0;
+        let mut out = Vec::new();
+        let (mut cur, mut part) = (Writer::default(), Writer::default());
+        let mut refs = Vec::new();
+        for (code, counts) in &links {
+            part.link(code, counts, &mut refs);
+            if cur.lines > 0 && cur.lines + part.lines > max_lines {
+                out.push(cur.finish(ids.next_id()));
+            }
+            cur.append(&part);
+            part.clear();
+        }
+        if cur.lines > 0 {
+            out.push(cur.finish(ids.next_id()));
+        }
+        out
+    }
+}
+
 /// The lines of one link: top referrers per day, the rest as `~other`.
 fn link_lines(code: &str, counts: LinkCounts) -> Batch {
     let mut b = Batch::default();
@@ -283,6 +430,75 @@ mod tests {
             user_agent: Some(ua),
             referer: r,
             destination: None,
+        }
+    }
+
+    /// A mix of everything a batch holds: fleet codes and per-domain
+    /// keys, hours and days, more than the top referrers, bots, and
+    /// destinations of links with options.
+    fn filled() -> Accumulator {
+        let mut a = Accumulator::new();
+        let t = 86_400 * 20_000 + 3600 * 5;
+        for i in 0..400u64 {
+            let code = if i % 7 == 0 {
+                format!("s.example/promo{i}")
+            } else {
+                format!("c{i:05}")
+            };
+            for j in 0..(1 + i % 30) {
+                let referer = format!("https://h{}.example/", (i + j) % 27);
+                let destination = (i % 5 == 0).then(|| {
+                    if j % 3 == 0 {
+                        Destination::Link
+                    } else {
+                        Destination::Rule {
+                            rule: (j % 2) as u8,
+                            variant: (j % 4 == 1).then_some(1),
+                        }
+                    }
+                });
+                let ua = if j % 4 == 0 { "curl/8" } else { CHROME_UA };
+                a.add(&Click {
+                    code: &code,
+                    at_unix: t + (j % 3) * 3600 + (j % 2) * 86_400,
+                    head: j % 9 == 0,
+                    user_agent: Some(ua),
+                    referer: (j % 5 != 0).then_some(referer.as_str()),
+                    destination,
+                });
+            }
+        }
+        a
+    }
+
+    const CHROME_UA: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
+
+    #[test]
+    fn encoded_batches_are_the_batches_encoded_byte_for_byte() {
+        for max_lines in [1, 50, 1000, 100_000] {
+            let (mut a, mut b) = (filled(), filled());
+            let total = a.clicks();
+            let want: Vec<Encoded> = a
+                .take_batches(&BatchIds::new("e", "n").unwrap(), max_lines)
+                .into_iter()
+                .map(|b| {
+                    let (human, bot) = b.totals();
+                    Encoded {
+                        version: b.version(),
+                        body: b.encode_body(),
+                        id: b.id,
+                        human,
+                        bot,
+                    }
+                })
+                .collect();
+            let got = b.take_encoded(&BatchIds::new("e", "n").unwrap(), max_lines);
+            assert!(b.is_empty() && b.clicks() == 0);
+            assert!(want.len() > 1 || max_lines == 100_000, "{max_lines}");
+            assert_eq!(got, want, "max_lines {max_lines}");
+            let versions: Vec<&str> = got.iter().map(|e| e.version).collect();
+            assert!(versions.contains(&BATCH_VERSION_KEYS), "{versions:?}");
+            assert_eq!(got.iter().map(|e| e.human + e.bot).sum::<u64>(), total);
         }
     }
 

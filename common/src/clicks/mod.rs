@@ -13,7 +13,7 @@ pub mod batch;
 pub mod referrer;
 pub mod ua;
 
-pub use accum::{Accumulator, BatchIds, Click};
+pub use accum::{Accumulator, BatchIds, Click, Encoded};
 pub use batch::{Batch, BatchError, DestinationLine, DeviceLine, HourLine, ReferrerLine};
 pub use referrer::{referrer_host, referrer_host_buf, HostBuf};
 pub use ua::{device_class, device_class_bytes, is_bot, Device};

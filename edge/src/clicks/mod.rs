@@ -353,13 +353,12 @@ impl Clicks {
         let mut clicks = 0;
         for mut acc in counts {
             clicks += acc.clicks();
-            for b in acc.take_batches(&self.ids, MAX_BATCH_LINES) {
-                let (human, bot) = b.totals();
+            for b in acc.take_encoded(&self.ids, MAX_BATCH_LINES) {
                 unsent.push(Unsent {
-                    version: b.version(),
-                    body: b.encode_body().into(),
+                    version: b.version,
+                    body: b.body.into(),
                     id: b.id,
-                    clicks: human + bot,
+                    clicks: b.human + b.bot,
                 });
             }
         }
