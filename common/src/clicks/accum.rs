@@ -188,7 +188,7 @@ impl Accumulator {
         let mut out = Vec::new();
         let mut cur = Batch::new(ids.next_id());
         for (code, counts) in links {
-            let part = link_lines(&code, counts);
+            let part = link_lines(&code, &counts);
             if cur.lines() > 0 && cur.lines() + part.lines() > max_lines {
                 let next = Batch::new(ids.next_id());
                 out.push(std::mem::replace(&mut cur, next));
@@ -235,53 +235,28 @@ impl Writer {
         self.keys = false;
     }
 
-    /// Writes `code`'s lines (what [`link_lines`] makes, in its order).
-    fn link<'a>(&mut self, code: &str, counts: &'a LinkCounts, refs: &mut Vec<(&'a str, u64)>) {
-        let [hours, referrers, devices, destinations] = &mut self.kinds;
+    /// Writes `code`'s lines ([`each_line`]).
+    fn link<'a>(&mut self, code: &str, counts: &'a LinkCounts, ranked: &mut Vec<(&'a str, u64)>) {
         self.keys |= code.contains('/');
-        for (hour, (human, bot)) in &counts.hours {
-            let _ = writeln!(hours, "h {code} {hour} {human} {bot}");
-            self.human += human;
-            self.bot += bot;
-            self.lines += 1;
-        }
-        for (day, d) in &counts.days {
-            refs.clear();
-            refs.extend(d.referrers.iter().map(|(h, n)| (h.as_str(), *n)));
-            refs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-            let mut other = 0;
-            for (i, (host, n)) in refs.iter().enumerate() {
-                if i < TOP_REFERRERS && *host != OTHER_REFERRER {
-                    let _ = writeln!(referrers, "r {code} {day} {host} {n}");
-                    self.lines += 1;
-                } else {
-                    other += n;
+        let [hours, referrers, devices, destinations] = &mut self.kinds;
+        let (lines, human_sum, bot_sum) = (&mut self.lines, &mut self.human, &mut self.bot);
+        each_line(counts, ranked, |l| {
+            *lines += 1;
+            let _ = match l {
+                Line::Hour(hour, human, bot) => {
+                    *human_sum += human;
+                    *bot_sum += bot;
+                    writeln!(hours, "h {code} {hour} {human} {bot}")
                 }
-            }
-            if other > 0 {
-                let _ = writeln!(referrers, "r {code} {day} {OTHER_REFERRER} {other}");
-                self.lines += 1;
-            }
-            for device in Device::ALL {
-                let n = d.devices[device.index()];
-                if n > 0 {
-                    let _ = writeln!(devices, "d {code} {day} {} {n}", device.as_str());
-                    self.lines += 1;
+                Line::Referrer(day, host, n) => writeln!(referrers, "r {code} {day} {host} {n}"),
+                Line::Device(day, device, n) => {
+                    writeln!(devices, "d {code} {day} {} {n}", device.as_str())
                 }
-            }
-            if d.routed {
-                let mut dests: Vec<(String, u64)> = d
-                    .destinations
-                    .iter()
-                    .map(|(dest, n)| (dest.label(), *n))
-                    .collect();
-                dests.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                for (label, n) in dests {
-                    let _ = writeln!(destinations, "t {code} {day} {label} {n}");
-                    self.lines += 1;
+                Line::Destination(day, destination, n) => {
+                    writeln!(destinations, "t {code} {day} {destination} {n}")
                 }
-            }
-        }
+            };
+        });
     }
 
     /// Moves `other`'s lines after this batch's, kind by kind.
@@ -347,72 +322,94 @@ impl Accumulator {
     }
 }
 
-/// The lines of one link: top referrers per day, the rest as `~other`.
-fn link_lines(code: &str, counts: LinkCounts) -> Batch {
-    let mut b = Batch::default();
-    for (hour, (human, bot)) in counts.hours {
-        b.hours.push(HourLine {
-            code: code.to_owned(),
-            hour,
-            human,
-            bot,
-        });
+/// One line of a link's counts (the code aside), borrowed from them.
+enum Line<'a> {
+    /// hour, human, bot
+    Hour(u64, u64, u64),
+    /// day, host, clicks
+    Referrer(u64, &'a str, u64),
+    Device(u64, Device, u64),
+    Destination(u64, Destination, u64),
+}
+
+/// Every line of a link's counts, each kind in the order the body lists
+/// it: hours by time; per day the top referrers by clicks then host (the
+/// rest summed as `~other`: every edge, the Lua one too, keeps the same 20
+/// for the same counts), the devices, and for a routed day the
+/// destinations by label. `ranked`: a buffer reused from call to call.
+fn each_line<'a>(
+    counts: &'a LinkCounts,
+    ranked: &mut Vec<(&'a str, u64)>,
+    mut f: impl FnMut(Line<'a>),
+) {
+    for (hour, (human, bot)) in &counts.hours {
+        f(Line::Hour(*hour, *human, *bot));
     }
-    for (day, d) in counts.days {
-        let mut refs: Vec<(String, u64)> = d.referrers.into_iter().collect();
-        // Most clicks first, then by host, so every edge (and the Lua one)
-        // keeps the same 20 for the same counts.
-        refs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    for (day, d) in &counts.days {
+        let day = *day;
+        ranked.clear();
+        ranked.extend(d.referrers.iter().map(|(h, n)| (h.as_str(), *n)));
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         let mut other = 0;
-        for (i, (host, n)) in refs.into_iter().enumerate() {
-            if i < TOP_REFERRERS && host != OTHER_REFERRER {
-                b.referrers.push(ReferrerLine {
-                    code: code.to_owned(),
-                    day,
-                    host,
-                    n,
-                });
+        for (i, (host, n)) in ranked.iter().enumerate() {
+            if i < TOP_REFERRERS && *host != OTHER_REFERRER {
+                f(Line::Referrer(day, host, *n));
             } else {
                 other += n;
             }
         }
         if other > 0 {
-            b.referrers.push(ReferrerLine {
-                code: code.to_owned(),
-                day,
-                host: OTHER_REFERRER.to_owned(),
-                n: other,
-            });
+            f(Line::Referrer(day, OTHER_REFERRER, other));
         }
         for device in Device::ALL {
             let n = d.devices[device.index()];
             if n > 0 {
-                b.devices.push(DeviceLine {
-                    code: code.to_owned(),
-                    day,
-                    device,
-                    n,
-                });
+                f(Line::Device(day, device, n));
             }
         }
         if d.routed {
-            // By label, so the Lua twin writes the same order.
             let mut dests: Vec<(String, Destination, u64)> = d
                 .destinations
-                .into_iter()
-                .map(|(dest, n)| (dest.label(), dest, n))
+                .iter()
+                .map(|(dest, n)| (dest.label(), *dest, *n))
                 .collect();
             dests.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             for (_, destination, n) in dests {
-                b.destinations.push(DestinationLine {
-                    code: code.to_owned(),
-                    day,
-                    destination,
-                    n,
-                });
+                f(Line::Destination(day, destination, n));
             }
         }
     }
+}
+
+/// The lines of one link as a batch's line structs.
+fn link_lines(code: &str, counts: &LinkCounts) -> Batch {
+    let mut b = Batch::default();
+    each_line(counts, &mut Vec::new(), |l| match l {
+        Line::Hour(hour, human, bot) => b.hours.push(HourLine {
+            code: code.to_owned(),
+            hour,
+            human,
+            bot,
+        }),
+        Line::Referrer(day, host, n) => b.referrers.push(ReferrerLine {
+            code: code.to_owned(),
+            day,
+            host: host.to_owned(),
+            n,
+        }),
+        Line::Device(day, device, n) => b.devices.push(DeviceLine {
+            code: code.to_owned(),
+            day,
+            device,
+            n,
+        }),
+        Line::Destination(day, destination, n) => b.destinations.push(DestinationLine {
+            code: code.to_owned(),
+            day,
+            destination,
+            n,
+        }),
+    });
     b
 }
 
