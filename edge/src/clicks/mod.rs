@@ -63,7 +63,8 @@ struct State {
 }
 
 impl State {
-    /// Every click counted and not sent, but those being encoded.
+    /// Every click counted and not sent, but those [`Clicks::cut`] is
+    /// encoding (see [`Clicks::unsent`]).
     fn buffered(&self) -> u64 {
         self.acc.clicks()
             + self.cut.iter().map(Accumulator::clicks).sum::<u64>()
@@ -176,13 +177,13 @@ impl Clicks {
         at_unix: u64,
     ) {
         if self.enabled {
-            if let Err(e) = record::record(&self.registry, req, link, destination, at_unix) {
-                self.queue_full(&e);
-            }
-            let behind = self.behind.load(Ordering::Relaxed);
-            if behind > 0 {
-                self.yield_to_flusher(behind);
-            }
+            self.queued(record::record(
+                &self.registry,
+                req,
+                link,
+                destination,
+                at_unix,
+            ));
         }
     }
 
@@ -190,22 +191,23 @@ impl Clicks {
     #[inline]
     pub fn record_parts(&self, parts: record::ClickParts<'_>, link: (&str, &str), at_unix: u64) {
         if self.enabled {
-            if let Err(e) = record::record_parts(&self.registry, parts, link, at_unix) {
-                self.queue_full(&e);
-            }
-            let behind = self.behind.load(Ordering::Relaxed);
-            if behind > 0 {
-                self.yield_to_flusher(behind);
-            }
+            self.queued(record::record_parts(&self.registry, parts, link, at_unix));
         }
     }
 
-    /// The calling thread's queue is full (the flusher fell behind: a
-    /// saturated core): the request counts its click and the oldest
-    /// [`QUEUE_FULL_STEP`] of its own queue itself. A slightly slower
-    /// answer for one request in that many, never a lost click (issue 27);
-    /// not the whole queue at once, which made that one answer wait for
-    /// tens of milliseconds.
+    /// After a click was queued (or handed back by a full queue): what the
+    /// request owes the counting, usually nothing but one atomic load.
+    #[inline]
+    fn queued(&self, pushed: Result<(), Box<record::Event>>) {
+        if let Err(e) = pushed {
+            self.queue_full(&e);
+        }
+        let behind = self.behind.load(Ordering::Relaxed);
+        if behind > 0 {
+            self.yield_to_flusher(behind);
+        }
+    }
+
     /// The edge holds half of `max_buffered_clicks` unsent while Redis takes
     /// batches: the flusher (at a lower priority, on cores the requests
     /// saturate) cannot keep up. The request thread pauses
@@ -231,6 +233,12 @@ impl Clicks {
         }
     }
 
+    /// The calling thread's queue is full (the flusher fell behind: a
+    /// saturated core): the request counts its click and the oldest
+    /// [`QUEUE_FULL_STEP`] of its own queue itself. A slightly slower
+    /// answer for one request in that many, never a lost click (issue 27);
+    /// not the whole queue at once, which made that one answer wait for
+    /// tens of milliseconds.
     #[cold]
     #[inline(never)]
     fn queue_full(&self, e: &record::Event) {
@@ -248,8 +256,13 @@ impl Clicks {
         }
     }
 
+    /// Every click counted and not sent yet.
+    fn unsent(&self, st: &State) -> u64 {
+        st.buffered() + self.encoding.load(Ordering::Relaxed)
+    }
+
     fn update_gauge(&self, st: &State) {
-        let n = st.buffered() + self.encoding.load(Ordering::Relaxed);
+        let n = self.unsent(st);
         let behind = if self.backpressure && self.sending.load(Ordering::Relaxed) {
             pause_level(n, self.max_buffered)
         } else {
@@ -338,7 +351,7 @@ impl Clicks {
     /// grows with the links counted, and a request whose queue is full
     /// must not wait for it.
     pub fn cut(&self) {
-        let counts = {
+        let (counts, clicks) = {
             let mut st = self.state();
             let acc = std::mem::take(&mut st.acc);
             if !acc.is_empty() {
@@ -347,12 +360,10 @@ impl Clicks {
             let counts = std::mem::take(&mut st.cut);
             let clicks: u64 = counts.iter().map(Accumulator::clicks).sum();
             self.encoding.fetch_add(clicks, Ordering::Relaxed);
-            counts
+            (counts, clicks)
         };
         let mut unsent = Vec::new();
-        let mut clicks = 0;
         for mut acc in counts {
-            clicks += acc.clicks();
             for b in acc.take_encoded(&self.ids, MAX_BATCH_LINES) {
                 unsent.push(Unsent {
                     version: b.version,
@@ -435,11 +446,7 @@ impl Clicks {
 
     /// Nothing counted is left unsent.
     pub fn is_idle(&self) -> bool {
-        let st = self.state();
-        st.acc.is_empty()
-            && st.cut.is_empty()
-            && st.pending.is_empty()
-            && self.encoding.load(Ordering::Relaxed) == 0
+        self.unsent(&self.state()) == 0
     }
 
     /// The `clicks` dimension of the status (protocol section 6).
@@ -450,7 +457,7 @@ impl Clicks {
             enabled: self.enabled,
             counted: self.metrics.human.get() + self.metrics.bot.get(),
             sent: self.sent.load(Ordering::Relaxed),
-            buffered: st.buffered() + self.encoding.load(Ordering::Relaxed),
+            buffered: self.unsent(&st),
             dropped: self.metrics.dropped(),
             last_flush_unix: (last > 0).then_some(last),
         }

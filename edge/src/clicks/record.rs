@@ -132,16 +132,6 @@ impl Registry {
             Err(p) => p.into_inner().clone(),
         }
     }
-
-    /// Pops every queued click into `f` (what was pushed before the call,
-    /// at least). Returns how many.
-    pub fn drain(&self, mut f: impl FnMut(&Event)) -> u64 {
-        // At most what is there now: a busy thread cannot keep us here.
-        self.queues()
-            .iter()
-            .map(|q| pop_up_to(q, q.len(), &mut f))
-            .sum()
-    }
 }
 
 /// Pops at most `max` clicks of the calling thread's own queue (for
@@ -291,6 +281,14 @@ mod tests {
         r
     }
 
+    /// Pops every queued click into `f`. Returns how many.
+    fn drain(reg: &Registry, mut f: impl FnMut(&Event)) -> u64 {
+        reg.queues()
+            .iter()
+            .map(|q| pop_up_to(q, q.len(), &mut f))
+            .sum()
+    }
+
     const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
 
     #[test]
@@ -323,7 +321,7 @@ mod tests {
         };
         let mut seen = Vec::new();
         let mut buf = String::new();
-        let n = reg.drain(|e| {
+        let n = drain(&reg, |e| {
             seen.push((
                 e.key(&mut buf).to_owned(),
                 e.at_unix,
@@ -342,6 +340,6 @@ mod tests {
             "news.example.com".into(),
         );
         assert_eq!(seen.iter().filter(|s| **s == news).count(), 3);
-        assert_eq!(reg.drain(|_| {}), 0);
+        assert_eq!(drain(&reg, |_| {}), 0);
     }
 }

@@ -13,7 +13,6 @@ use bytes::Bytes;
 use futures::{Stream, TryStreamExt};
 use http::{header, HeaderValue};
 use shorturl_common::time::now_unix;
-use std::fmt::Write;
 use std::sync::Arc;
 
 /// Links read per statement (and sent per chunk).
@@ -211,13 +210,11 @@ pub fn content_type(f: ExportFormat) -> &'static str {
 
 /// The file name offered for an export made at `now` (Unix seconds).
 pub fn file_name(f: ExportFormat, now: u64) -> String {
-    let mut s = String::from("links-");
-    let _ = write!(s, "{now}");
-    s.push_str(match f {
-        ExportFormat::Csv => ".csv",
-        ExportFormat::Ndjson => ".ndjson",
-    });
-    s
+    let ext = match f {
+        ExportFormat::Csv => "csv",
+        ExportFormat::Ndjson => "ndjson",
+    };
+    format!("links-{now}.{ext}")
 }
 
 #[cfg(test)]
