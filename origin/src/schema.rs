@@ -71,6 +71,7 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "screening",
         include_str!("../migrations/0015_screening.sql"),
     ),
+    (16, "tags", include_str!("../migrations/0016_tags.sql")),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

@@ -18,6 +18,7 @@ pub use stats::{parse_link_stats, parse_tenant_stats};
 use crate::config::LinksConfig;
 use crate::error::ApiError;
 use crate::links::options::Settings;
+use crate::links::tags::{TagError, Tags};
 use crate::links::unlock::NewPassword;
 use serde_json::{Map, Value};
 use shorturl_common::code::{is_reserved_code, is_valid_code};
@@ -39,9 +40,10 @@ pub struct CreateRequest {
     pub settings: Settings,
     /// The password to protect it with (hashed by the creation).
     pub password: Option<NewPassword>,
+    pub tags: Tags,
 }
 
-const FIELDS: [&str; 21] = [
+const FIELDS: [&str; 22] = [
     "url",
     "domain",
     "app",
@@ -63,6 +65,7 @@ const FIELDS: [&str; 21] = [
     "og_image",
     "inapp_guide",
     "password",
+    "tags",
 ];
 
 /// A JSON object with only `fields` in it, or the 400 saying why not.
@@ -211,7 +214,22 @@ fn create_of(obj: Map<String, Value>, cfg: &LinksConfig) -> Result<CreateRequest
         ttl_days,
         settings,
         password: password::parse(&obj)?.flatten(),
+        tags: tags_of(&obj)?.unwrap_or_default(),
     })
+}
+
+/// The `tags` field of a body (`None`: not given; `null` is no tags).
+fn tags_of(obj: &Map<String, Value>) -> Result<Option<Tags>, ApiError> {
+    obj.get("tags")
+        .map(Tags::from_json)
+        .transpose()
+        .map_err(ApiError::from)
+}
+
+impl From<TagError> for ApiError {
+    fn from(e: TagError) -> ApiError {
+        ApiError::bad_request("invalid_tags", e.to_string())
+    }
 }
 
 fn opt_str<'a>(

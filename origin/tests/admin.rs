@@ -892,6 +892,7 @@ async fn link_rules_are_shown_edited_and_previewed_in_the_console() {
                 ("rules", rules),
                 ("og_title", "Summer <sale>"),
                 ("og_image", ""),
+                ("tags", " summer <b>, ads,summer <b> "),
             ]),
         )
         .await;
@@ -914,7 +915,33 @@ async fn link_rules_are_shown_edited_and_previewed_in_the_console() {
     // The social card from the form: set, and an empty input left unset.
     assert_eq!(after["og_title"], "Summer <sale>");
     assert_eq!(after["og_image"], serde_json::Value::Null);
+    // Tags from the comma-separated field: trimmed, repeats folded.
+    assert_eq!(after["tags"], serde_json::json!(["summer <b>", "ads"]));
     let shown = c.get(&path, &root).await.text().await.unwrap();
+    assert!(
+        shown.contains("<span id=\"tags\"><a class=\"tag\" href=\"/admin/links?tag=summer+%3Cb%3E\">summer &lt;b&gt;</a> \
+                        <a class=\"tag\" href=\"/admin/links?tag=ads\">ads</a></span>"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("id=\"edit-tags\" size=\"48\" value=\"summer &lt;b&gt;, ads\""),
+        "{shown}"
+    );
+    let found = c
+        .get("/admin/links?tag=summer+%3Cb%3E", &root)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(found.contains(&format!(">{code}</a>")), "{found}");
+    assert!(
+        c.get("/admin/links?tag=ads%2Cx", &root)
+            .await
+            .status()
+            .as_u16()
+            == 400,
+        "a bad tag filter is a 400 page"
+    );
     assert!(
         shown.contains("<span id=\"card\">Title: Summer &lt;sale&gt;</span>"),
         "{shown}"

@@ -83,6 +83,57 @@ async fn stats_follow_tenancy_and_bad_ranges_are_400() {
     assert_eq!((st, v["error"].as_str()), (400, Some("invalid_tenant")));
 }
 
+/// A tenant's statistics narrowed to one tag (issue 28 item 4): only the
+/// clicks of its links that carry the tag now, the top links among them;
+/// a bad tag is 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_stats_narrow_to_a_tag() {
+    let s = setup_with(None);
+    let o = &s.origin;
+    let spring = create(
+        &s,
+        SHOP,
+        json!({"url": "https://a.example/1", "tags": ["spring"]}),
+    )
+    .await;
+    let both = create(
+        &s,
+        SHOP,
+        json!({"url": "https://a.example/2", "tags": ["autumn", "spring"]}),
+    )
+    .await;
+    let none = create(&s, SHOP, json!({"url": "https://a.example/3"})).await;
+    let b = hours_batch(
+        "t:tags:1",
+        &[
+            (&spring, DAY, 5, 1),
+            (&both, DAY, 7, 0),
+            (&none, DAY, 11, 2),
+        ],
+    );
+    xadd(&s, &b).await;
+    wait_totals(o, &none, (11, 2)).await;
+    let r = range();
+    for (q, want) in [
+        ("tag=spring", (12, 1)),
+        ("tag=autumn", (7, 0)),
+        ("tag=Spring", (0, 0)),
+    ] {
+        let (st, v) = tenant_stats(o, SHOP, &format!("app=shop&{q}&{r}")).await;
+        assert_eq!((st, totals(&v)), (200, want), "{q}: {v}");
+    }
+    let (_, v) = tenant_stats(o, SHOP, &format!("app=shop&tag=spring&{r}")).await;
+    let top: Vec<&str> = v["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(top, [both.as_str(), spring.as_str()]);
+    let (st, v) = tenant_stats(o, SHOP, &format!("app=shop&tag=a,b&{r}")).await;
+    assert_eq!((st, v["error"].as_str()), (400, Some("invalid_tags")));
+}
+
 /// Bytes per rollup row on this MariaDB (`docs/architecture.md`): 100,000
 /// rows in each rollup (and batch ids), then `information_schema` after
 /// `ANALYZE TABLE`.

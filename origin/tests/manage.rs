@@ -61,6 +61,7 @@ async fn a_link_is_read_edited_disabled_enabled_deleted_and_its_history_kept() {
             "screened",
             "short_url",
             "state",
+            "tags",
             "updated_at",
             "url",
             "utm_campaign",

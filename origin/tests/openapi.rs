@@ -81,7 +81,7 @@ fn link() -> Value {
         "utm_term": null, "utm_content": null,
         "og_title": "Sale", "og_description": null, "og_image": null,
         "inapp_guide": null, "inapp_guided": false, "password_protected": false,
-        "screened": null
+        "screened": null, "tags": ["spring"]
     })
 }
 

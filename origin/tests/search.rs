@@ -432,18 +432,19 @@ async fn export(s: &Setup, key: &str, query: &str) -> (u16, String, String) {
     (st, ct, r.text().await.unwrap())
 }
 
-/// The codes of a CSV export (asserting its header and 12 columns).
+const CSV_HEADER: &str =
+    "short_url,code,domain,url,state,version,app,kdt_id,created_at,updated_at,expires_at,clicks,tags";
+
+/// The codes of a CSV export of untagged links (asserting its header and 13 columns).
 fn csv_codes(body: &str) -> Vec<String> {
     let mut lines = body.split("\r\n");
-    assert_eq!(
-        lines.next(),
-        Some("short_url,code,domain,url,state,version,app,kdt_id,created_at,updated_at,expires_at,clicks")
-    );
+    assert_eq!(lines.next(), Some(CSV_HEADER));
     lines
         .filter(|l| !l.is_empty())
         .map(|l| {
+            // Untagged links: no quoted field holds a comma.
             let f: Vec<&str> = l.split(',').collect();
-            assert_eq!(f.len(), 12, "{l}");
+            assert_eq!(f.len(), 13, "{l}");
             f[1].to_owned()
         })
         .collect()
@@ -539,4 +540,153 @@ async fn exports_stream_every_visible_link_as_csv_or_ndjson() {
         .call(Method::GET, "/api/v1/export/links", CREATOR, None, &[])
         .await;
     assert_eq!((st, v["error"].as_str()), (403, Some("insufficient_scope")));
+}
+
+/// Tags (issue 28 item 4): set at creation (trimmed, repeats folded, in
+/// their order), replaced or cleared by an edit, in the history, a search and export filter that is exact and keeps to
+/// the caller's tenancy, part of what makes a creation a duplicate; bad
+/// lists are 400 `invalid_tags`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_are_set_edited_filtered_and_exported() {
+    let s = setup();
+    let o = &s.origin;
+    let sr = &s;
+    let create = |key: &'static str, body: Value| async move {
+        let (st, v) = sr.origin.create_with_key(key, body).await;
+        assert_eq!(st, 201, "{v}");
+        v
+    };
+    let a = create(
+        KEY,
+        json!({"url": "https://t.example/a", "tags": [" spring ", "Sale", "spring"]}),
+    )
+    .await;
+    assert_eq!(a["tags"], json!(["spring", "Sale"]));
+    let b = create(
+        KEY,
+        json!({"url": "https://t.example/b", "tags": ["spring"]}),
+    )
+    .await;
+    let c = create(KEY, json!({"url": "https://t.example/c"})).await;
+    assert_eq!(c["tags"], json!([]));
+    let d = create(
+        M55,
+        json!({"url": "https://t.example/d", "domain": "s.shop55.com", "tags": ["spring"]}),
+    )
+    .await;
+    let code = |v: &Value| v["code"].as_str().unwrap().to_owned();
+    let (a, b, c, d) = (code(&a), code(&b), code(&c), code(&d));
+    // Exact, newest first, only what the caller may see.
+    assert_eq!(codes(&s, KEY, "tag=spring").await, [b.clone(), a.clone()]);
+    assert_eq!(codes(&s, KEY, "tag=Sale").await, [a.as_str()]);
+    assert_eq!(codes(&s, KEY, "tag=sale").await, Vec::<String>::new());
+    assert_eq!(codes(&s, M55, "tag=spring").await, [d.as_str()]);
+    assert_eq!(
+        codes(&s, ADMIN, "tag=spring&state=active").await,
+        [d.clone(), b.clone(), a.clone()]
+    );
+    // Pages of one keep the filter (the cursor is bound to it).
+    assert_eq!(
+        all_pages(&s, ADMIN, "tag=spring", 1).await,
+        (vec![d.clone(), b.clone(), a.clone()], 3)
+    );
+    // An identical creation is a duplicate only with the same tags.
+    let (st, again) = o
+        .create_with_key(KEY, json!({"url": "https://t.example/c"}))
+        .await;
+    assert_eq!(
+        (st, code(&again), &again["deduplicated"]),
+        (200, c.clone(), &json!(true))
+    );
+    let tagged = create(KEY, json!({"url": "https://t.example/c", "tags": ["x"]})).await;
+    assert_eq!(tagged["deduplicated"], json!(false));
+    assert_ne!(code(&tagged), c);
+    // An edit replaces them (a new version, in the history), `[]` clears.
+    let patch = |key: &'static str, code: String, body: Value| async move {
+        let (st, v, _) = sr
+            .origin
+            .call(
+                Method::PATCH,
+                &format!("/api/v1/links/{code}"),
+                key,
+                Some(body),
+                &[],
+            )
+            .await;
+        (st, v)
+    };
+    let (st, v) = patch(KEY, a.clone(), json!({"tags": ["autumn", "Sale"]})).await;
+    assert_eq!(
+        (st, &v["tags"], &v["version"]),
+        (200, &json!(["autumn", "Sale"]), &json!(2)),
+        "{v}"
+    );
+    assert_eq!(codes(&s, KEY, "tag=spring").await, [b.as_str()]);
+    assert_eq!(codes(&s, KEY, "tag=autumn").await, [a.as_str()]);
+    let (st, h, _) = o
+        .call(
+            Method::GET,
+            &format!("/api/v1/links/{a}/history"),
+            KEY,
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(
+        h["history"][0]["before"]["tags"],
+        json!(["spring", "Sale"]),
+        "{h}"
+    );
+    assert_eq!(h["history"][0]["after"]["tags"], json!(["autumn", "Sale"]));
+    let (st, v) = patch(KEY, b.clone(), json!({"tags": []})).await;
+    assert_eq!((st, &v["tags"]), (200, &json!([])), "{v}");
+    // The same tags again change nothing (no new version).
+    let (st, v) = patch(KEY, a.clone(), json!({"tags": ["autumn", "Sale"]})).await;
+    assert_eq!((st, &v["version"]), (200, &json!(2)), "{v}");
+    // Another tenant's link stays out of reach: the unknown-code 404.
+    let (st, _) = patch(KEY, d.clone(), json!({"tags": ["mine"]})).await;
+    assert_eq!(st, 404);
+    // Bad lists and filters.
+    let many: Vec<String> = (0..21).map(|i| format!("t{i}")).collect();
+    for body in [
+        json!({"url": "https://t.example/e", "tags": "spring"}),
+        json!({"url": "https://t.example/e", "tags": [1]}),
+        json!({"url": "https://t.example/e", "tags": ["a,b"]}),
+        json!({"url": "https://t.example/e", "tags": [""]}),
+        json!({"url": "https://t.example/e", "tags": ["x".repeat(51)]}),
+        json!({"url": "https://t.example/e", "tags": many}),
+    ] {
+        let (st, v) = o.create_with_key(KEY, body.clone()).await;
+        assert_eq!(
+            (st, v["error"].as_str()),
+            (400, Some("invalid_tags")),
+            "{body}"
+        );
+    }
+    let (st, v) = patch(KEY, a.clone(), json!({"tags": ["\u{1}"]})).await;
+    assert_eq!((st, v["error"].as_str()), (400, Some("invalid_tags")));
+    for q in ["tag=", "tag=a%2Cb"] {
+        let (st, v) = list(&s, KEY, q).await;
+        assert_eq!(
+            (st, v["error"].as_str()),
+            (400, Some("invalid_tags")),
+            "{q}"
+        );
+    }
+    // The export filters the same and carries them, one quoted field.
+    let (st, _, body) = export(&s, KEY, "tag=Sale").await;
+    assert_eq!(st, 200);
+    let lines: Vec<&str> = body.split("\r\n").filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines.len(), 2, "{body}");
+    assert_eq!(lines[0], CSV_HEADER);
+    assert!(lines[1].contains(&format!(",{a},")), "{body}");
+    assert!(lines[1].ends_with(",0,\"autumn,Sale\""), "{body}");
+    let (_, _, body) = export(&s, ADMIN, "tag=spring&format=ndjson").await;
+    let got: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(got.len(), 1, "{body}");
+    assert_eq!((code(&got[0]), &got[0]["tags"]), (d, &json!(["spring"])));
 }

@@ -19,7 +19,7 @@ pub mod stats;
 pub mod stream;
 
 pub use consumer::Consumer;
-pub use stats::{Interval, LinkStats, StatsRange, TenantFilter, TenantStats};
+pub use stats::{Interval, LinkStats, StatsRange, TenantFilter, TenantQuery, TenantStats};
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 

@@ -60,6 +60,17 @@ pub enum TenantFilter {
     Domain(String),
 }
 
+/// A tenant query (`GET /api/v1/stats`): whose links, narrowed to one
+/// tag if given, over which whole days, how many top links.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantQuery {
+    pub filter: TenantFilter,
+    /// Only the links carrying this tag (`links::tags`).
+    pub tag: Option<String>,
+    pub range: StatsRange,
+    pub limit: u32,
+}
+
 /// Human and bot clicks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Totals {
@@ -336,10 +347,9 @@ impl Links {
     pub async fn tenant_stats(
         &self,
         caller: &Caller,
-        filter: &TenantFilter,
-        range: &StatsRange,
-        limit: u32,
+        q: &TenantQuery,
     ) -> Result<TenantStats, LinkError> {
+        let (filter, range, limit) = (&q.filter, &q.range, q.limit);
         caller.require(Scope::StatsRead)?;
         let mut out = TenantStats {
             from: rfc3339(range.from),
@@ -376,6 +386,10 @@ impl Links {
         };
         w.push(cond.to_owned());
         p.push(value);
+        if let Some(tag) = &q.tag {
+            w.push("FIND_IN_SET(?, s.tags) > 0".into());
+            p.push(tag.as_str().into());
+        }
         match &t {
             Tenant::All => {}
             Tenant::App(a) => {

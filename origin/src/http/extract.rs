@@ -7,7 +7,7 @@
 
 use super::AppState;
 use crate::body::read_body_max;
-use crate::clicks::{StatsRange, TenantFilter};
+use crate::clicks::{StatsRange, TenantQuery};
 use crate::error::ApiError;
 use crate::links::{LinkError, LinkRef};
 use crate::tenancy::{Caller, Scope};
@@ -198,23 +198,13 @@ impl FromRequestParts<AppState> for LinkStatsQuery {
     }
 }
 
-/// The filter, range and limit of `GET /api/v1/stats` (`validate::stats`).
-pub struct TenantStats {
-    pub filter: TenantFilter,
-    pub range: StatsRange,
-    pub limit: u32,
-}
+/// The query of `GET /api/v1/stats` (`validate::stats`).
+pub struct TenantStats(pub TenantQuery);
 
 impl FromRequestParts<AppState> for TenantStats {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
-        let (filter, range, limit) =
-            parse_tenant_stats(parts.uri.query(), &s.links.cfg.clicks, now_unix())?;
-        Ok(TenantStats {
-            filter,
-            range,
-            limit,
-        })
+        parse_tenant_stats(parts.uri.query(), &s.links.cfg.clicks, now_unix()).map(TenantStats)
     }
 }

@@ -26,9 +26,6 @@ pub async fn tenant(
     Authorized(caller, ..): Authorized<Stats>,
     q: TenantStats,
 ) -> Result<Response, ApiError> {
-    let stats = s
-        .links
-        .tenant_stats(&caller, &q.filter, &q.range, q.limit)
-        .await?;
+    let stats = s.links.tenant_stats(&caller, &q.0).await?;
     Ok(ok(StatusCode::OK, &stats))
 }

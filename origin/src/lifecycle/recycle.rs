@@ -137,6 +137,7 @@ mod tests {
                 version: 2,
                 reaped_at: None,
                 options: None,
+                tags: None,
             },
         }
     }

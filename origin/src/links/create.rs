@@ -105,6 +105,7 @@ impl Links {
             expires_at: now + u64::from(ttl_days) * 86_400,
             redirect_status: self.cfg.redirect.status,
             options: settings.to_column(),
+            tags: req.tags.to_column(),
         });
 
         if let Some(code) = req.code {
@@ -275,7 +276,8 @@ impl Links {
             && row.url.as_deref() == Some(data.url.as_str())
             && row.domain.as_deref() == Some(data.domain.as_str())
             && row.app.as_deref() == Some(data.app.as_str())
-            && row.kdt_id == data.kdt_id;
+            && row.kdt_id == data.kdt_id
+            && row.tags == data.tags;
         same.then_some(row)
     }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 pub const PAGE: u32 = 1000;
 
 /// The CSV columns, in order (`docs/protocol.md`).
-pub const CSV_COLUMNS: [&str; 12] = [
+pub const CSV_COLUMNS: [&str; 13] = [
     "short_url",
     "code",
     "domain",
@@ -32,6 +32,7 @@ pub const CSV_COLUMNS: [&str; 12] = [
     "updated_at",
     "expires_at",
     "clicks",
+    "tags",
 ];
 
 /// Where an export is: the next page starts strictly before `before`.
@@ -121,7 +122,9 @@ async fn next_chunk(mut c: Cursor) -> Result<Option<(Bytes, Cursor)>, LinkError>
 /// One CSV record of `v` ([`CSV_COLUMNS`]).
 fn csv_line(out: &mut String, v: &LinkView) {
     let kdt = v.kdt_id.map(|k| k.to_string()).unwrap_or_default();
-    let fields: [&str; 12] = [
+    // Joined by commas as the API's list is (a tag has none), one field.
+    let tags = v.tags.join(",");
+    let fields: [&str; 13] = [
         &v.short_url,
         &v.code,
         &v.domain,
@@ -134,6 +137,7 @@ fn csv_line(out: &mut String, v: &LinkView) {
         &v.updated_at,
         &v.expires_at,
         &v.clicks.unwrap_or(0).to_string(),
+        &tags,
     ];
     for (i, f) in fields.iter().enumerate() {
         if i > 0 {

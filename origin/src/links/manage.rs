@@ -77,6 +77,9 @@ fn apply_edit(
     if let Some(e) = patch.expires_at {
         after.expires_at = Some(e);
     }
+    if let Some(t) = &patch.tags {
+        after.tags = t.to_column();
+    }
     if patch.url.is_some() || patch.options.is_some() || password.is_some() {
         let before = Settings::from_column(row.options.as_deref());
         let mut settings = before.clone();
@@ -257,7 +260,10 @@ impl Links {
                 check_version(row, if_match)?;
                 // Past its expiry it can only be renewed (a later expiry):
                 // any other edit would leave a link that never resolves.
-                if row.state == RowState::Expired && patch.expires_at.is_none() {
+                if row.state == RowState::Expired
+                    && patch.expires_at.is_none()
+                    && !patch.only_tags()
+                {
                     return Err(LinkError::LinkExpired);
                 }
                 Ok(apply_edit(
@@ -322,6 +328,7 @@ mod tests {
             version: 3,
             reaped_at: None,
             options: None,
+            tags: None,
         }
     }
 
@@ -342,6 +349,7 @@ mod tests {
             state,
             options: None,
             password: None,
+            tags: None,
         }
     }
 

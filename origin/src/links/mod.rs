@@ -18,6 +18,7 @@ mod manage;
 pub mod options;
 mod resolve;
 mod search;
+pub mod tags;
 pub mod unlock;
 mod view;
 

@@ -2,6 +2,7 @@
 //! creations, edits and history entries.
 
 use super::options::Settings;
+use super::tags::Tags;
 use crate::config::Config;
 use crate::store::{AuditEntry, LinkRow, RowState};
 use serde::Serialize;
@@ -35,6 +36,8 @@ pub struct LinkView {
     /// (`links::options`).
     #[serde(flatten)]
     pub options: serde_json::Map<String, serde_json::Value>,
+    /// The link's tags (`links::tags`), in their order; `[]` for none.
+    pub tags: Vec<String>,
     /// Total human clicks: only in search results (`GET /api/v1/links`),
     /// which read them for the whole page in one statement.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -72,6 +75,7 @@ impl LinkView {
             expires_at_unix: expires,
             reaped_at: row.reaped_at.map(rfc3339),
             options: Settings::from_column(row.options.as_deref()).view(),
+            tags: Tags::from_column(row.tags.as_deref()).as_slice().to_vec(),
             clicks: None,
         }
     }

@@ -106,7 +106,7 @@ impl Store {
                          client_app = VALUES(client_app), client_version = VALUES(client_version), \
                          kdt_id = VALUES(kdt_id), created_at = VALUES(created_at), updated_at = VALUES(updated_at), \
                          expires_at = VALUES(expires_at), version = version + VALUES(version), \
-                         redirect_status = VALUES(redirect_status), options = VALUES(options)"
+                         redirect_status = VALUES(redirect_status), options = VALUES(options), tags = VALUES(tags)"
                     ),
                     params,
                 )

@@ -126,7 +126,7 @@ async fn claim_once(
             tx.exec_drop(
                 "UPDATE short_code SET state = ?, long_url = ?, domain = ?, app = ?, client_app = ?, \
                  client_version = ?, kdt_id = ?, created_at = ?, updated_at = ?, expires_at = ?, \
-                 version = version + ?, redirect_status = ?, options = ? \
+                 version = version + ?, redirect_status = ?, options = ?, tags = ? \
                  WHERE id = ? AND state = ? AND version = ?",
                 mysql_async::Params::Positional(
                     d.new_link_values()

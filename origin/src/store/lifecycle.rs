@@ -150,6 +150,7 @@ mod tests {
             version: 4,
             reaped_at: None,
             options: None,
+            tags: None,
         };
         let after = reaped(&before, 150);
         assert_eq!(

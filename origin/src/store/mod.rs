@@ -71,12 +71,14 @@ pub struct LinkData {
     pub redirect_status: u16,
     /// The options column (`links::options::Settings`), `None`: plain.
     pub options: Option<String>,
+    /// The tags column (`links::tags::Tags`), `None`: no tags.
+    pub tags: Option<String>,
 }
 
 /// The columns [`LinkData::new_link_values`] fills, in its order.
 pub const NEW_LINK_COLUMNS: &str =
     "state, long_url, domain, app, client_app, client_version, kdt_id, \
-     created_at, updated_at, expires_at, version, redirect_status, options";
+     created_at, updated_at, expires_at, version, redirect_status, options, tags";
 
 /// One row's placeholders for `(id, code, NEW_LINK_COLUMNS)`, so the
 /// statements that bind [`LinkData::new_link_values`] never miscount.
@@ -86,7 +88,7 @@ pub fn new_row_marks() -> String {
 }
 
 /// How many values [`LinkData::new_link_values`] binds.
-pub const NEW_LINK_VALUES: usize = 13;
+pub const NEW_LINK_VALUES: usize = 14;
 
 /// A claimed row: its code and the version the new link got.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,6 +135,7 @@ impl LinkData {
             CREATED_VERSION.into(),
             self.redirect_status.into(),
             self.options.as_deref().into(),
+            self.tags.as_deref().into(),
         ]
     }
 
@@ -153,6 +156,7 @@ impl LinkData {
             version,
             reaped_at: None,
             options: self.options.clone(),
+            tags: self.tags.clone(),
         }
     }
 }

@@ -137,6 +137,7 @@ impl Store {
                 after.updated_at.into(),
                 after.reaped_at.into(),
                 after.options.as_deref().into(),
+                after.tags.as_deref().into(),
                 ended_now.into(),
                 is_permanent(serving).into(),
                 serving.into(),
@@ -144,7 +145,7 @@ impl Store {
             ];
             tx.exec_drop(
                 "UPDATE short_code SET state = ?, long_url = ?, expires_at = ?, version = ?, updated_at = ?, \
-                 reaped_at = ?, options = ?, ended_at = ?, redirect_status = CASE WHEN ? AND redirect_status IS NOT NULL \
+                 reaped_at = ?, options = ?, tags = ?, ended_at = ?, redirect_status = CASE WHEN ? AND redirect_status IS NOT NULL \
                  THEN ? ELSE redirect_status END WHERE id = ?",
                 params,
             )

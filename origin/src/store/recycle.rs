@@ -317,6 +317,7 @@ pub fn freed(old: &LinkRow) -> LinkRow {
         version: old.version + 1,
         reaped_at: None,
         options: None,
+        tags: None,
     }
 }
 

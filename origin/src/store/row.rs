@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// The columns [`LinkRow::from_row`] reads, in order.
 pub const COLUMNS: &str = "code, state, long_url, domain, app, client_app, client_version, \
-                           kdt_id, created_at, updated_at, expires_at, version, reaped_at, options";
+                           kdt_id, created_at, updated_at, expires_at, version, reaped_at, options, tags";
 
 /// A link as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub struct LinkRow {
     /// The `options` column: JSON of `links::options::Settings`, `None`
     /// for a plain link.
     pub options: Option<String>,
+    /// The `tags` column (`links::tags::Tags`), `None`: no tags.
+    pub tags: Option<String>,
 }
 
 impl LinkRow {
@@ -73,6 +75,7 @@ impl LinkRow {
             version: conv(col(&mut r, 11), 11)?,
             reaped_at: conv(col(&mut r, 12), 12)?,
             options: conv(col(&mut r, 13), 13)?,
+            tags: conv(col(&mut r, 14), 14)?,
         })
     }
 
@@ -92,6 +95,7 @@ impl LinkRow {
             expires_at: self.expires_at,
             reaped_at: self.reaped_at,
             options: self.options.clone(),
+            tags: self.tags.clone(),
         }
     }
 }
@@ -116,6 +120,9 @@ pub struct Snapshot {
     /// The options column (issue 25); absent in older snapshots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options: Option<String>,
+    /// The tags column (issue 28); absent in older snapshots and for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<String>,
 }
 
 impl Snapshot {
@@ -137,6 +144,7 @@ impl Snapshot {
             version: self.version,
             reaped_at: self.reaped_at,
             options: self.options,
+            tags: self.tags,
         })
     }
 
@@ -167,6 +175,7 @@ mod tests {
             version: 3,
             reaped_at: Some(40),
             options: Some(r#"{"o":{"f":true}}"#.into()),
+            tags: None,
         };
         let json = row.snapshot().to_json();
         let back: Snapshot = serde_json::from_str(&json).unwrap();

@@ -5,6 +5,7 @@ use super::{json_object, validate_url};
 use crate::config::LinksConfig;
 use crate::error::ApiError;
 use crate::links::options::{self, Settings};
+use crate::links::tags::Tags;
 use crate::links::unlock::NewPassword;
 use serde_json::{Map, Value};
 use shorturl_common::time::parse_rfc3339;
@@ -29,9 +30,24 @@ pub struct Patch {
     pub options: Option<Map<String, Value>>,
     /// `password`: a new one, or `None` to remove it (hashed by the edit).
     pub password: Option<Option<NewPassword>>,
+    /// `tags`: the link's tags from now on (empty: none).
+    pub tags: Option<Tags>,
 }
 
-const FIELDS: [&str; 16] = [
+impl Patch {
+    /// Whether the edit changes nothing but the tags (allowed on an
+    /// expired link: they describe it, they do not make it resolve).
+    pub fn only_tags(&self) -> bool {
+        self.tags.is_some()
+            && self.url.is_none()
+            && self.expires_at.is_none()
+            && self.state.is_none()
+            && self.options.is_none()
+            && self.password.is_none()
+    }
+}
+
+const FIELDS: [&str; 17] = [
     "url",
     "expires_at",
     "state",
@@ -48,6 +64,7 @@ const FIELDS: [&str; 16] = [
     "og_image",
     "inapp_guide",
     "password",
+    "tags",
 ];
 
 /// Parses and validates an edit body at `now` (Unix seconds).
@@ -110,6 +127,7 @@ pub fn parse_patch(body: &[u8], cfg: &LinksConfig, now: u64) -> Result<Patch, Ap
         state,
         options,
         password: password::parse(&obj)?,
+        tags: super::tags_of(&obj)?,
     })
 }
 
@@ -207,6 +225,7 @@ mod tests {
                 state: Some(PatchState::Disabled),
                 options: None,
                 password: None,
+                tags: None,
             }
         );
     }

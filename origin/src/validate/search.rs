@@ -25,7 +25,7 @@ pub struct SearchRequest {
 }
 
 /// The filters' parameters, shared by a search and an export.
-const FILTER_PARAMS: [&str; 9] = [
+const FILTER_PARAMS: [&str; 10] = [
     "code",
     "url",
     "url_prefix",
@@ -35,6 +35,7 @@ const FILTER_PARAMS: [&str; 9] = [
     "state",
     "created_from",
     "created_to",
+    "tag",
 ];
 
 fn invalid(kind: &'static str, msg: impl Into<String>) -> ApiError {
@@ -172,6 +173,7 @@ fn filters(p: &Params, cfg: &LinksConfig) -> Result<Filters, ApiError> {
     };
     let created_from = p.time("created_from")?;
     let created_to = p.time("created_to")?;
+    let tag = get("tag").map(crate::links::tags::one).transpose()?;
     Ok(Filters {
         code,
         url,
@@ -182,6 +184,7 @@ fn filters(p: &Params, cfg: &LinksConfig) -> Result<Filters, ApiError> {
         state,
         created_from,
         created_to,
+        tag,
     })
 }
 

@@ -2,7 +2,7 @@
 //! `GET /api/v1/stats`): the range, the interval, the tenant.
 
 use super::query::Params;
-use crate::clicks::{Interval, StatsRange, TenantFilter};
+use crate::clicks::{Interval, StatsRange, TenantFilter, TenantQuery};
 use crate::config::ClicksConfig;
 use crate::error::ApiError;
 use shorturl_common::host::normalize_host;
@@ -62,14 +62,17 @@ pub fn parse_link_stats(
     range(&p, interval, max, now)
 }
 
-/// `GET /api/v1/stats?app|kdt_id|domain&from&to&limit`: exactly one of the
-/// three tenant parameters; the range is whole days.
+/// `GET /api/v1/stats?app|kdt_id|domain&tag&from&to&limit`: exactly one of
+/// the three tenant parameters; the range is whole days.
 pub fn parse_tenant_stats(
     query: Option<&str>,
     cfg: &ClicksConfig,
     now: u64,
-) -> Result<(TenantFilter, StatsRange, u32), ApiError> {
-    let p = Params::parse(query, &["app", "kdt_id", "domain", "from", "to", "limit"])?;
+) -> Result<TenantQuery, ApiError> {
+    let p = Params::parse(
+        query,
+        &["app", "kdt_id", "domain", "tag", "from", "to", "limit"],
+    )?;
     let named: Vec<&str> = ["app", "kdt_id", "domain"]
         .into_iter()
         .filter(|n| p.get(n).is_some())
@@ -110,8 +113,14 @@ pub fn parse_tenant_stats(
             })?,
         None => DEFAULT_TOP,
     };
-    let r = range(&p, Interval::Day, cfg.max_day_points, now)?;
-    Ok((filter, r, limit))
+    let tag = p.get("tag").map(crate::links::tags::one).transpose()?;
+    let range = range(&p, Interval::Day, cfg.max_day_points, now)?;
+    Ok(TenantQuery {
+        filter,
+        tag,
+        range,
+        limit,
+    })
 }
 
 #[cfg(test)]
@@ -167,10 +176,14 @@ mod tests {
     #[test]
     fn tenants() {
         let cfg = ClicksConfig::default();
-        let (f, _, limit) = parse_tenant_stats(Some("kdt_id=55"), &cfg, NOW).unwrap();
-        assert_eq!((f, limit), (TenantFilter::KdtId(55), DEFAULT_TOP));
-        let (f, _, _) = parse_tenant_stats(Some("domain=S.Shop55.com."), &cfg, NOW).unwrap();
-        assert_eq!(f, TenantFilter::Domain("s.shop55.com".into()));
+        let q = parse_tenant_stats(Some("kdt_id=55"), &cfg, NOW).unwrap();
+        assert_eq!(
+            (q.filter, q.limit, q.tag),
+            (TenantFilter::KdtId(55), DEFAULT_TOP, None)
+        );
+        let q = parse_tenant_stats(Some("domain=S.Shop55.com.&tag=%20spring"), &cfg, NOW).unwrap();
+        assert_eq!(q.filter, TenantFilter::Domain("s.shop55.com".into()));
+        assert_eq!(q.tag.as_deref(), Some("spring"));
         let cases = [
             ("", "invalid_tenant"),
             ("app=a&kdt_id=1", "invalid_tenant"),
@@ -179,6 +192,8 @@ mod tests {
             ("domain=a%20b", "invalid_domain"),
             ("app=a&limit=101", "invalid_limit"),
             ("app=a&interval=hour", "invalid_query"),
+            ("app=a&tag=", "invalid_tags"),
+            ("app=a&tag=a,b", "invalid_tags"),
         ];
         for (q, want) in cases {
             assert_eq!(kind(parse_tenant_stats(Some(q), &cfg, NOW)), want, "{q}");

@@ -12,6 +12,7 @@ use crate::config::Role;
 use crate::error::ApiError;
 use crate::form::Form;
 use crate::links::options::{Settings, UTM_FIELDS};
+use crate::links::tags::Tags;
 use crate::links::{HistoryView, LinkRef, LinkView, Links};
 use crate::pages::qr::{self, QrParams};
 use crate::store::{DbError, LinkKey};
@@ -144,6 +145,13 @@ fn fields(l: &LinkView) -> String {
             format!(
                 "<span class=\"url\" id=\"expired-url\">{}</span>",
                 esc(l.options["expired_url"].as_str().unwrap_or(""))
+            ),
+        ),
+        (
+            "Tags",
+            format!(
+                "<span id=\"tags\">{}</span>",
+                super::search::tag_links(&l.tags)
             ),
         ),
         ("UTM", esc(&utm_text(l))),
@@ -364,6 +372,7 @@ fn controls(s: &Session, l: &LinkView) -> String {
          <label>Long URL<input name=\"url\" id=\"edit-url\" size=\"48\" value=\"{url}\"></label>\
          <label>Expires (RFC 3339, UTC)<input name=\"expires_at\" id=\"edit-expires\" value=\"{exp}\"></label>\
          <label>Expiry fallback URL<input name=\"expired_url\" id=\"edit-expired-url\" size=\"48\" value=\"{xurl}\"></label>\
+         <label>Tags (comma-separated, at most 20)<input name=\"tags\" id=\"edit-tags\" size=\"48\" value=\"{tags}\"></label>\
          <label><input type=\"checkbox\" name=\"forward_query\" id=\"edit-forward\" value=\"on\"{fq}> Forward the query string</label>\
          <input type=\"hidden\" name=\"options_form\" value=\"1\">\
          <label>Rules (JSON, as in the API; docs/protocol.md 3.1.1)<textarea name=\"rules\" id=\"edit-rules\" rows=\"8\" cols=\"60\">{rules}</textarea></label>\
@@ -372,6 +381,7 @@ fn controls(s: &Session, l: &LinkView) -> String {
         url = esc(&l.url),
         exp = esc(&l.expires_at),
         xurl = esc(l.options["expired_url"].as_str().unwrap_or("")),
+        tags = esc(&l.tags.join(", ")),
         fq = if l.options["forward_query"] == true { " checked" } else { "" },
         rules = esc(&rules_json(l)),
         card = CARD_FIELDS
@@ -655,6 +665,12 @@ fn patch(links: &Links, current: &LinkView, f: &Form, now: u64) -> Result<Patch,
         if rules != current.options["rules"] {
             body.insert("rules".into(), rules);
         }
+        if let Some(text) = f.get("tags") {
+            let tags = Tags::from_list(text)?;
+            if tags.as_slice() != current.tags.as_slice() {
+                body.insert("tags".into(), tags.as_slice().into());
+            }
+        }
     }
     let bytes = serde_json::to_vec(&body).unwrap_or_default();
     parse_patch(&bytes, &links.cfg.links, now)
@@ -700,6 +716,7 @@ pub async fn post(links: &Links, s: &Session, code: &str, f: &Form, now: u64) ->
                 }),
                 options: None,
                 password: None,
+                tags: None,
             };
             links
                 .edit(&c, &r, &p, version)

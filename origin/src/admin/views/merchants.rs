@@ -4,7 +4,7 @@
 use super::super::html::{self, esc, num, Nav};
 use super::super::session::Session;
 use super::super::{api_error, caller};
-use crate::clicks::{Interval, StatsRange, TenantFilter};
+use crate::clicks::{Interval, StatsRange, TenantFilter, TenantQuery};
 use crate::error::ApiError;
 use crate::links::Links;
 use axum::response::Response;
@@ -51,7 +51,15 @@ pub async fn page(links: &Links, s: &Session, now: u64) -> Response {
                 ApiError::unavailable(crate::error::DATABASE_UNAVAILABLE)
             })?;
             let st = links
-                .tenant_stats(&c, &TenantFilter::KdtId(*k), &range, 1)
+                .tenant_stats(
+                    &c,
+                    &TenantQuery {
+                        filter: TenantFilter::KdtId(*k),
+                        tag: None,
+                        range,
+                        limit: 1,
+                    },
+                )
                 .await
                 .map_err(ApiError::from)?;
             Ok::<_, ApiError>((n, st.totals))

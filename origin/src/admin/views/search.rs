@@ -1,5 +1,5 @@
 //! Search: the API's filters (code, URL exact or prefix, domain, app,
-//! merchant, state, creation dates) as a GET form, one keyset page at a
+//! merchant, state, creation dates, tag) as a GET form, one keyset page at a
 //! time, each row with its total human clicks.
 
 use super::super::html::{self, esc, num, Nav};
@@ -29,6 +29,7 @@ struct Fields {
     state: String,
     created_from: String,
     created_to: String,
+    tag: String,
     cursor: String,
 }
 
@@ -49,6 +50,7 @@ impl Fields {
             state: p("state"),
             created_from: p("created_from"),
             created_to: p("created_to"),
+            tag: p("tag"),
             cursor: p("cursor"),
         }
     }
@@ -66,6 +68,7 @@ impl Fields {
             ("state", &self.state),
             ("created_from", &self.created_from),
             ("created_to", &self.created_to),
+            ("tag", &self.tag),
         ] {
             if !v.is_empty() {
                 q.append_pair(k, v);
@@ -105,6 +108,7 @@ impl Fields {
         put("app", &self.app);
         put("kdt_id", &self.kdt_id);
         put("state", &self.state);
+        put("tag", &self.tag);
         let date = |name: &str, d: &str, add: u64| -> Result<String, FieldError> {
             parse_rfc3339(&format!("{d}T00:00:00Z"))
                 .map(|t| shorturl_common::time::rfc3339(t + add))
@@ -143,7 +147,7 @@ fn select(name: &str, label: &str, value: &str, options: &[(&str, &str)]) -> Str
 
 fn form(f: &Fields) -> String {
     format!(
-        "<form class=\"search\" method=\"get\" action=\"/admin/links\">{}{}{}{}{}{}{}{}{}\
+        "<form class=\"search\" method=\"get\" action=\"/admin/links\">{}{}{}{}{}{}{}{}{}{}\
          <button type=\"submit\" id=\"search\">Search</button></form>",
         input("code", "Code", &f.code, "text"),
         input("url", "Long URL", &f.url, "text"),
@@ -175,6 +179,7 @@ fn form(f: &Fields) -> String {
             &f.created_to,
             "date"
         ),
+        input("tag", "Tag", &f.tag, "text"),
     )
 }
 
@@ -182,7 +187,8 @@ fn form(f: &Fields) -> String {
 pub fn row(l: &LinkView) -> String {
     format!(
         "<tr><td><a href=\"/admin/links/{path}\">{code}</a></td><td>{domain}</td><td class=\"url\">{url}</td>\
-         <td class=\"state-{state}\">{state}</td><td>{app}</td><td>{kdt}</td><td>{created}</td><td class=\"n\">{clicks}</td></tr>",
+         <td class=\"state-{state}\">{state}</td><td>{app}</td><td>{kdt}</td><td>{created}</td><td class=\"n\">{clicks}</td>\
+         <td class=\"tags\">{tags}</td></tr>",
         code = esc(&l.code),
         path = esc(&super::link::path_name(l)),
         domain = esc(&l.domain),
@@ -192,7 +198,25 @@ pub fn row(l: &LinkView) -> String {
         kdt = l.kdt_id.map(|k| k.to_string()).unwrap_or_default(),
         created = when(shorturl_common::time::parse_rfc3339(&l.created_at).unwrap_or(0)),
         clicks = num(l.clicks.unwrap_or(0)),
+        tags = tag_links(&l.tags),
     )
+}
+
+/// Each tag as a link to the search for it.
+pub fn tag_links(tags: &[String]) -> String {
+    tags.iter()
+        .map(|t| {
+            let q: String = url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("tag", t)
+                .finish();
+            format!(
+                "<a class=\"tag\" href=\"/admin/links?{}\">{}</a>",
+                esc(&q),
+                esc(t)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `GET /admin/export`: the search's filters as a file (`format` csv or
@@ -260,7 +284,7 @@ pub async fn page(links: &Links, req: &Req, s: &Session) -> Response {
     } else {
         main.push_str(
             "<table id=\"results\"><thead><tr><th>Code</th><th>Domain</th><th>Long URL</th><th>State</th>\
-             <th>App</th><th>Merchant</th><th>Created (UTC)</th><th class=\"n\">Clicks</th></tr></thead><tbody>",
+             <th>App</th><th>Merchant</th><th>Created (UTC)</th><th class=\"n\">Clicks</th><th>Tags</th></tr></thead><tbody>",
         );
         for l in &view.links {
             main.push_str(&row(l));

@@ -36,6 +36,8 @@ pub struct Filters {
     pub created_from: Option<u64>,
     /// `created_at < created_to`.
     pub created_to: Option<u64>,
+    /// Links carrying this tag (`links::tags`).
+    pub tag: Option<String>,
 }
 
 impl Filters {
@@ -58,6 +60,7 @@ impl Filters {
         put("state", self.state.map(|s| s.as_str().to_owned()));
         put("created_from", self.created_from.map(|t| t.to_string()));
         put("created_to", self.created_to.map(|t| t.to_string()));
+        put("tag", self.tag.clone());
         out
     }
 }
@@ -154,6 +157,12 @@ fn conditions(q: &SearchQuery<'_>) -> (Vec<&'static str>, Vec<Value>) {
     if let Some(t) = f.created_to {
         w.push("created_at < ?");
         p.push(t.into());
+    }
+    if let Some(t) = &f.tag {
+        // A condition on the rows the chosen index range reads (no index
+        // of its own: a page reads the links up to its `limit`th tagged one).
+        w.push("FIND_IN_SET(?, tags) > 0");
+        p.push(t.as_str().into());
     }
     if let Some((c, id)) = q.before {
         // `created_at <= c` is the index range; the rest picks the rows of
@@ -333,6 +342,7 @@ mod tests {
             state: Some(StateFilter::Active),
             created_from: Some(1),
             created_to: Some(2),
+            tag: Some("spring sale".into()),
         };
         for f in [Filters::default(), full] {
             for t in [
