@@ -81,6 +81,9 @@ async fn each_item_is_answered_in_order_as_its_own_creation_would_be() {
             {"url": "https://b.example/6", "evil": true},
             "not an object",
             {"url": "https://b.example/7", "domain": "unknown.example"},
+            // Other tags, or options: another creation, not a repeat.
+            {"url": "https://b.example/1", "tags": ["x"]},
+            {"url": "https://b.example/1", "forward_query": true},
         ]}),
     )
     .await;
@@ -103,19 +106,23 @@ async fn each_item_is_answered_in_order_as_its_own_creation_would_be() {
             (400, "invalid_field".into()),
             (400, "invalid_json".into()),
             (403, "domain_not_allowed".into()),
+            (201, got[11].1.clone()),
+            (201, got[12].1.clone()),
         ]
     );
+    let codes = [&first, &got[11].1, &got[12].1];
+    assert!(codes[0] != codes[1] && codes[1] != codes[2] && codes[0] != codes[2]);
     let results = v["results"].as_array().unwrap();
     assert_eq!(results[0]["link"]["deduplicated"], false);
     assert_eq!(results[5]["link"]["deduplicated"], true);
     assert_eq!(results[5]["link"]["url"], "https://b.example/1");
     assert_eq!(results[4]["link"]["app"], "demo");
-    // Exactly the two new links were written, each with its audit row,
+    // Exactly the four new links were written, each with its audit row,
     // and each redirects (its record reached Redis or resolves from MySQL).
     let count = s.sql(
         "SELECT COUNT(*) FROM short_code WHERE state <> 0; SELECT COUNT(*) FROM link_audit WHERE action = 'create'",
     );
-    assert_eq!(count.split_whitespace().collect::<Vec<_>>(), ["4", "4"]);
+    assert_eq!(count.split_whitespace().collect::<Vec<_>>(), ["6", "6"]);
     assert_eq!(
         o.follow("sho.rt", &first).await,
         (302, Some("https://b.example/1".into()))

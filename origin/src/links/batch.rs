@@ -3,8 +3,8 @@
 //! Every item is an ordinary [`Links::create`] (same tenancy rules, dedup
 //! and custom-code handling); they run concurrently, so their claims meet in
 //! the group commit and share its transactions. Items identical for
-//! deduplication (same domain, merchant, lifetime and URL, no custom code)
-//! are created once: the first is the creation, the later ones answer that
+//! deduplication (same domain, merchant, lifetime, URL and tags, no custom
+//! code, no options) are created once: the first is the creation, the later ones answer that
 //! link as deduplicated, exactly as if they had been sent one after the
 //! other.
 
@@ -20,13 +20,27 @@ pub const MAX_BATCH_ITEMS: usize = 1000;
 
 /// What makes two items of a batch the same creation for deduplication
 /// (the caller is the same for all of them).
-type DedupIdentity<'a> = (Option<&'a str>, Option<u64>, Option<u32>, &'a str);
+type DedupIdentity<'a> = (
+    Option<&'a str>,
+    Option<u64>,
+    Option<u32>,
+    &'a str,
+    &'a [String],
+);
 
+/// `None` for an item no other can repeat: a custom code, or options (a
+/// creation with options is never deduplicated, [`Links::create`]).
 fn identity(r: &CreateRequest) -> Option<DedupIdentity<'_>> {
-    if r.code.is_some() {
+    if r.code.is_some() || r.password.is_some() || r.settings.to_column().is_some() {
         return None;
     }
-    Some((r.domain.as_deref(), r.kdt_id, r.ttl_days, r.url.as_str()))
+    Some((
+        r.domain.as_deref(),
+        r.kdt_id,
+        r.ttl_days,
+        r.url.as_str(),
+        r.tags.as_slice(),
+    ))
 }
 
 impl Links {
