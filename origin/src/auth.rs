@@ -35,14 +35,7 @@ impl Auth {
                     burst: a.burst,
                 };
                 let app = App {
-                    caller: Arc::new(
-                        Caller::new(
-                            a.name.clone(),
-                            a.scopes.iter().copied(),
-                            a.merchants.iter().copied(),
-                        )
-                        .with_short_domain_targets(a.allow_short_domain_targets),
-                    ),
+                    caller: Arc::new(Caller::of_app(a)),
                     rate,
                     bucket: Mutex::new(Bucket::full(rate, now)),
                 };

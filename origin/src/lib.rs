@@ -21,6 +21,7 @@ pub mod error;
 pub mod form;
 pub mod health;
 pub mod http;
+pub mod import;
 pub mod issuer;
 pub mod lifecycle;
 pub mod links;

@@ -1,8 +1,9 @@
-//! `shorturl-origin`: serve, migrate, pregen, reap, migrate-keys, issuer
+//! `shorturl-origin`: serve, migrate, pregen, reap, import, migrate-keys, issuer
 //! migrate, check.
 
 use clap::{Parser, Subcommand};
 use shorturl_origin::config::{Config, CounterBackend};
+use shorturl_origin::import::{self, format::Format};
 use shorturl_origin::{bench, db, issuer, lifecycle, pregen, rekey, schema, serve};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -68,6 +69,37 @@ enum Cmd {
         #[arg(long)]
         quiet: bool,
     },
+    /// Import links from a file (docs/integrations.md): each row a creation
+    /// of APP's, its code kept on its domain when free; rows not imported
+    /// are written to a report; resumable; prints a summary as JSON.
+    Import {
+        /// The file (CSV; YOURLS also an SQL dump).
+        file: PathBuf,
+        #[arg(long, value_enum, default_value = "csv")]
+        format: Format,
+        /// The configured app (`apps[].name`) that owns the links.
+        #[arg(long)]
+        app: String,
+        /// Every link's short domain (default: the row's, for this
+        /// service's CSV; else `default_domain`).
+        #[arg(long)]
+        domain: Option<String>,
+        /// Check every row (and whether its code is free); write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Continue an interrupted import of this file.
+        #[arg(long)]
+        resume: bool,
+        /// Rows per batch (1-1000).
+        #[arg(long, default_value_t = 1000)]
+        chunk: usize,
+        /// Where the rows not imported go (default `<file>.import-report.csv`).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Hide the progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// The issuer's durable counter.
     Issuer {
         #[command(subcommand)]
@@ -121,6 +153,8 @@ enum CmdError {
     IssuerMigrate(#[from] issuer::migrate::MigrateError),
     #[error(transparent)]
     Rekey(#[from] rekey::RekeyError),
+    #[error(transparent)]
+    Import(#[from] import::cli::CliError),
 }
 
 fn main() -> ExitCode {
@@ -185,6 +219,32 @@ fn main() -> ExitCode {
                     r.apply_secs,
                     r.recycled
                 );
+                Ok(())
+            }
+            Cmd::Import {
+                file,
+                format,
+                app,
+                domain,
+                dry_run,
+                resume,
+                chunk,
+                report,
+                quiet,
+            } => {
+                let args = import::cli::Args {
+                    file,
+                    format,
+                    app,
+                    domain,
+                    dry_run,
+                    resume,
+                    chunk,
+                    report,
+                    progress: !quiet,
+                };
+                let r = import::cli::run(cfg, args).await?;
+                println!("{}", serde_json::json!({ "import": r }));
                 Ok(())
             }
             Cmd::MigrateKeys { all, quiet } => {

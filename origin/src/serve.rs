@@ -83,10 +83,24 @@ pub struct App {
     serving: Background,
 }
 
-/// Wires the components from `cfg`: waits for MySQL (migrations, the code
-/// pool), connects Redis, starts the background work and binds the listener.
-pub async fn build(cfg: Config) -> Result<App, ServeError> {
-    let cfg = Arc::new(cfg);
+/// What creating and managing links needs, wired from `cfg`, and what the
+/// server's own background work reads besides (`serve`, and commands that
+/// create links, such as `import`, share it).
+pub struct Core {
+    pub links: Arc<Links>,
+    pub pool: mysql_async::Pool,
+    pub shards: Arc<ShardMap>,
+    pub issuer: Arc<Issuer>,
+    pub screening: Arc<crate::screening::Screening>,
+    pub click_metrics: Arc<ClickMetrics>,
+    /// Pre-generated codes at start.
+    pub capacity: u64,
+}
+
+/// Wires the link service: waits for MySQL (migrations, the code pool),
+/// connects Redis, opens the issuer's counter; the Apollo feed (merchant
+/// domains) runs on `work`.
+pub async fn assemble(cfg: Arc<Config>, work: &mut Background) -> Result<Core, ServeError> {
     let metrics = Arc::new(Metrics::new()?);
     let click_metrics = Arc::new(ClickMetrics::register(&metrics.registry)?);
     let pool = db::pool(&cfg.mysql).map_err(ServeError::MysqlUrl)?;
@@ -168,8 +182,6 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
         .with_merchant_domains(&cfg.links.merchant_domains),
     );
     apollo::register_metrics(&metrics.registry, Arc::clone(&whitelist))?;
-    let mut work = Background::default();
-    let mut serving = Background::default();
     if let Some(a) = cfg.apollo.clone() {
         if let Some(feed) = apollo::start(a, Arc::clone(&whitelist)).await {
             work.spawn("apollo feed", |stop| stop.cancels(feed));
@@ -194,6 +206,32 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
         cursor,
         screening: Arc::clone(&screening),
     });
+    Ok(Core {
+        links,
+        pool,
+        shards,
+        issuer,
+        screening,
+        click_metrics,
+        capacity,
+    })
+}
+
+/// Wires the components from `cfg`: waits for MySQL (migrations, the code
+/// pool), connects Redis, starts the background work and binds the listener.
+pub async fn build(cfg: Config) -> Result<App, ServeError> {
+    let cfg = Arc::new(cfg);
+    let mut work = Background::default();
+    let mut serving = Background::default();
+    let Core {
+        links,
+        pool,
+        shards,
+        issuer,
+        screening,
+        click_metrics,
+        capacity,
+    } = assemble(Arc::clone(&cfg), &mut work).await?;
     {
         let links = Arc::clone(&links);
         work.spawn("screening", |stop| {

@@ -41,6 +41,12 @@ pub struct CreateRequest {
     /// The password to protect it with (hashed by the creation).
     pub password: Option<NewPassword>,
     pub tags: Tags,
+    /// An import's: when the link was created where it comes from (Unix
+    /// seconds, not in the future); `None`: now. Never from an API body.
+    pub created_at: Option<u64>,
+    /// An import's: its expiry there (after now; within the lifetime
+    /// limit); `None`: `ttl_days`. Never from an API body.
+    pub expires_at: Option<u64>,
 }
 
 const FIELDS: [&str; 22] = [
@@ -215,6 +221,8 @@ fn create_of(obj: Map<String, Value>, cfg: &LinksConfig) -> Result<CreateRequest
         settings,
         password: password::parse(&obj)?.flatten(),
         tags: tags_of(&obj)?.unwrap_or_default(),
+        created_at: None,
+        expires_at: None,
     })
 }
 

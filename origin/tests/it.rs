@@ -18,6 +18,7 @@ mod clicks_retention;
 mod coalescing;
 mod concurrency;
 mod faults;
+mod import;
 mod inapp_guide;
 mod invalidation;
 mod issuing;

@@ -153,7 +153,7 @@ fn csv_line(out: &mut String, v: &LinkView) {
 /// formula (starting with `=`, `+`, `-`, `@`, tab or carriage return) is
 /// prefixed with `'` (OWASP's advice against CSV injection); no value the
 /// API writes starts so, only text a tenant chose (an app name).
-fn csv_field(out: &mut String, f: &str) {
+pub(crate) fn csv_field(out: &mut String, f: &str) {
     let formula = f.starts_with(['=', '+', '-', '@', '\t', '\r']);
     let quote = formula || f.contains([',', '"', '\n', '\r']);
     if quote {

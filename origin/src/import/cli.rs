@@ -1,0 +1,289 @@
+//! `shorturl-origin import`: a file into links, chunk by chunk, with a
+//! progress bar, a report of the rows not imported, and a state file that
+//! lets an interrupted run resume after its last whole chunk.
+
+use super::format::{rows, FileError, Format, Row};
+use super::run::{ImportError, Importer, Outcome, Refusal, Summary};
+use crate::background::Background;
+use crate::config::Config;
+use crate::serve::{assemble, ServeError};
+use crate::tenancy::Caller;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// What to import, as the command line says.
+#[derive(Debug, Clone)]
+pub struct Args {
+    pub file: PathBuf,
+    pub format: Format,
+    /// The configured app the links belong to (`apps[].name`).
+    pub app: String,
+    pub domain: Option<String>,
+    pub dry_run: bool,
+    pub resume: bool,
+    /// Rows per batch creation (1..=1000).
+    pub chunk: usize,
+    /// The rows not imported, as CSV (default `<file>.import-report.csv`).
+    pub report: Option<PathBuf>,
+    pub progress: bool,
+}
+
+/// Why the command failed.
+#[derive(Debug, Error)]
+pub enum CliError {
+    #[error("no app {0:?} in the configuration's apps")]
+    UnknownApp(String),
+    #[error("{0}: an earlier import of this file did not finish; give --resume to continue it (or delete the file to start over)")]
+    Unfinished(PathBuf),
+    #[error("{path}: {what}")]
+    State { path: PathBuf, what: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    #[error(transparent)]
+    Start(#[from] ServeError),
+}
+
+/// Where an import is: written after every whole chunk, removed at the end.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct State {
+    format: String,
+    app: String,
+    domain: Option<String>,
+    /// Rows of the file done (imported or reported).
+    rows_done: u64,
+    summary: Summary,
+}
+
+/// The command's answer (printed as JSON).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub summary: Summary,
+    pub dry_run: bool,
+    /// Rows skipped because an earlier run did them (`--resume`).
+    pub resumed_after: u64,
+    pub seconds: f64,
+    pub rows_per_sec: f64,
+    pub report: PathBuf,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CliError + '_ {
+    move |source| CliError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The file with `suffix` appended to its name.
+fn beside(file: &Path, suffix: &str) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Counts the bytes read, for the progress bar.
+struct Counted<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+pub async fn run(mut cfg: Config, a: Args) -> Result<Report, CliError> {
+    let app = cfg
+        .apps
+        .iter()
+        .find(|x| x.name == a.app)
+        .ok_or_else(|| CliError::UnknownApp(a.app.clone()))?;
+    let caller = Caller::of_app(app);
+    let state_path = beside(&a.file, ".import-state");
+    let report_path = a
+        .report
+        .clone()
+        .unwrap_or_else(|| beside(&a.file, ".import-report.csv"));
+    let mut state = State {
+        format: a.format.name().to_owned(),
+        app: a.app.clone(),
+        domain: a.domain.clone(),
+        rows_done: 0,
+        summary: Summary::default(),
+    };
+    if !a.dry_run {
+        match std::fs::read(&state_path) {
+            Ok(bytes) if a.resume => {
+                let was: State = serde_json::from_slice(&bytes).map_err(|e| CliError::State {
+                    path: state_path.clone(),
+                    what: format!("not an import state: {e}"),
+                })?;
+                if (&was.format, &was.app, &was.domain)
+                    != (&state.format, &state.app, &state.domain)
+                {
+                    return Err(CliError::State {
+                        path: state_path,
+                        what: format!(
+                            "that import was --format {} --app {} --domain {:?}: resume it with the same",
+                            was.format, was.app, was.domain
+                        ),
+                    });
+                }
+                state = was;
+            }
+            Ok(_) => return Err(CliError::Unfinished(state_path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&state_path)(e)),
+        }
+    }
+    let resumed_after = state.rows_done;
+    let file = std::fs::File::open(&a.file).map_err(io(&a.file))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let read = Arc::new(AtomicU64::new(0));
+    let mut input = rows(
+        a.format,
+        Counted {
+            inner: file,
+            read: Arc::clone(&read),
+        },
+    )?;
+    let mut report = std::io::BufWriter::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(resumed_after > 0)
+            .write(true)
+            .truncate(resumed_after == 0)
+            .open(&report_path)
+            .map_err(io(&report_path))?,
+    );
+    if resumed_after == 0 {
+        writeln!(report, "line,code,kind,message").map_err(io(&report_path))?;
+    }
+
+    // An operator's import: conflicts are expected, not a probe to meter.
+    cfg.links.custom_code_refusals_per_min = 0;
+    let mut work = Background::default();
+    let core = assemble(Arc::new(cfg), &mut work).await?;
+    let importer = Importer {
+        links: core.links,
+        caller,
+        format: a.format,
+        domain: a.domain.clone(),
+        dry_run: a.dry_run,
+    };
+    let bar = if a.progress {
+        ProgressBar::new(size)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("import {bar:40} {bytes}/{total_bytes}  {msg}  eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = Instant::now();
+    let mut skip = resumed_after;
+    let chunk_size = a.chunk.clamp(1, crate::links::MAX_BATCH_ITEMS);
+    let mut chunk: Vec<Row> = Vec::with_capacity(chunk_size);
+    let mut done = false;
+    while !done {
+        chunk.clear();
+        while chunk.len() < chunk_size {
+            match input.next() {
+                None => {
+                    done = true;
+                    break;
+                }
+                Some(row) => {
+                    let row = row?;
+                    if skip > 0 {
+                        skip -= 1;
+                    } else {
+                        chunk.push(row);
+                    }
+                }
+            }
+        }
+        if chunk.is_empty() {
+            break;
+        }
+        let outcomes = importer.chunk(&chunk).await?;
+        for (row, o) in chunk.iter().zip(&outcomes) {
+            state.summary.add(o);
+            if let Outcome::Refused { kind, message } = o {
+                write_refusal(
+                    &mut report,
+                    &Refusal {
+                        line: row.line,
+                        code: row.code.clone(),
+                        kind: kind.clone(),
+                        message: message.clone(),
+                    },
+                )
+                .map_err(io(&report_path))?;
+            }
+        }
+        state.rows_done += chunk.len() as u64;
+        if !a.dry_run {
+            report.flush().map_err(io(&report_path))?;
+            save(&state_path, &state)?;
+        }
+        bar.set_position(read.load(Ordering::Relaxed));
+        bar.set_message(format!(
+            "{} rows, {} created, {} refused",
+            state.summary.rows, state.summary.created, state.summary.refused
+        ));
+    }
+    bar.finish_and_clear();
+    report.flush().map_err(io(&report_path))?;
+    if !a.dry_run {
+        std::fs::remove_file(&state_path).map_err(io(&state_path))?;
+    }
+    work.shutdown(Duration::from_secs(2)).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let this_run = state.rows_done - resumed_after;
+    Ok(Report {
+        summary: state.summary,
+        dry_run: a.dry_run,
+        resumed_after,
+        seconds,
+        rows_per_sec: this_run as f64 / seconds.max(1e-9),
+        report: report_path,
+    })
+}
+
+/// Writes the state beside the file atomically (a crash leaves the old
+/// one or the new one).
+fn save(path: &Path, state: &State) -> Result<(), CliError> {
+    let tmp = beside(path, ".tmp");
+    let bytes = serde_json::to_vec(state).unwrap_or_default();
+    std::fs::write(&tmp, bytes).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// One report record (the export's CSV rules: a file's text may start
+/// like a formula).
+fn write_refusal(out: &mut impl Write, r: &Refusal) -> std::io::Result<()> {
+    let mut line = r.line.to_string();
+    for f in [r.code.as_deref().unwrap_or(""), &r.kind, &r.message] {
+        line.push(',');
+        crate::links::export::csv_field(&mut line, f);
+    }
+    writeln!(out, "{line}")
+}
