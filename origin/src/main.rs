@@ -93,6 +93,10 @@ enum Cmd {
         /// Rows per batch (1-1000).
         #[arg(long, default_value_t = 1000)]
         chunk: usize,
+        /// Batches whose creations run at once (1-8; 1 is gentler on a
+        /// busy MySQL).
+        #[arg(long, default_value_t = 2)]
+        in_flight: usize,
         /// Where the rows not imported go (default `<file>.import-report.csv`).
         #[arg(long)]
         report: Option<PathBuf>,
@@ -229,6 +233,7 @@ fn main() -> ExitCode {
                 dry_run,
                 resume,
                 chunk,
+                in_flight,
                 report,
                 quiet,
             } => {
@@ -240,6 +245,7 @@ fn main() -> ExitCode {
                     dry_run,
                     resume,
                     chunk,
+                    in_flight,
                     report,
                     progress: !quiet,
                 };

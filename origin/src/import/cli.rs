@@ -8,6 +8,7 @@ use crate::background::Background;
 use crate::config::Config;
 use crate::serve::{assemble, ServeError};
 use crate::tenancy::Caller;
+use futures::stream::{FuturesOrdered, StreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
@@ -29,6 +30,8 @@ pub struct Args {
     pub resume: bool,
     /// Rows per batch creation (1..=1000).
     pub chunk: usize,
+    /// Chunks whose creations run at once (1..=8).
+    pub in_flight: usize,
     /// The rows not imported, as CSV (default `<file>.import-report.csv`).
     pub report: Option<PathBuf>,
     pub progress: bool,
@@ -200,30 +203,43 @@ pub async fn run(mut cfg: Config, a: Args) -> Result<Report, CliError> {
     let started = Instant::now();
     let mut skip = resumed_after;
     let chunk_size = a.chunk.clamp(1, crate::links::MAX_BATCH_ITEMS);
-    let mut chunk: Vec<Row> = Vec::with_capacity(chunk_size);
-    let mut done = false;
-    while !done {
-        chunk.clear();
-        while chunk.len() < chunk_size {
-            match input.next() {
-                None => {
-                    done = true;
-                    break;
-                }
-                Some(row) => {
-                    let row = row?;
-                    if skip > 0 {
-                        skip -= 1;
-                    } else {
-                        chunk.push(row);
+    // Chunks in flight, finished in file order: the next chunk's creations
+    // start while the last of this one's finish (one chunk at a time left
+    // the claim workers idle at every chunk's tail).
+    let mut flight = FuturesOrdered::new();
+    let mut eof = false;
+    loop {
+        while !eof && flight.len() < a.in_flight.clamp(1, 8) {
+            let mut chunk: Vec<Row> = Vec::with_capacity(chunk_size);
+            while chunk.len() < chunk_size {
+                match input.next() {
+                    None => {
+                        eof = true;
+                        break;
+                    }
+                    Some(row) => {
+                        let row = row?;
+                        if skip > 0 {
+                            skip -= 1;
+                        } else {
+                            chunk.push(row);
+                        }
                     }
                 }
             }
+            if chunk.is_empty() {
+                break;
+            }
+            let importer = &importer;
+            flight.push_back(async move {
+                let outcomes = importer.chunk(&chunk).await;
+                (chunk, outcomes)
+            });
         }
-        if chunk.is_empty() {
+        let Some((chunk, outcomes)) = flight.next().await else {
             break;
-        }
-        let outcomes = importer.chunk(&chunk).await?;
+        };
+        let outcomes = outcomes?;
         for (row, o) in chunk.iter().zip(&outcomes) {
             state.summary.add(o);
             if let Outcome::Refused { kind, message } = o {
@@ -239,6 +255,8 @@ pub async fn run(mut cfg: Config, a: Args) -> Result<Report, CliError> {
                 .map_err(io(&report_path))?;
             }
         }
+        // Every chunk before this one is done too (file order): a crash
+        // repeats at most the chunks in flight.
         state.rows_done += chunk.len() as u64;
         if !a.dry_run {
             report.flush().map_err(io(&report_path))?;
