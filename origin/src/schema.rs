@@ -72,6 +72,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../migrations/0015_screening.sql"),
     ),
     (16, "tags", include_str!("../migrations/0016_tags.sql")),
+    (
+        17,
+        "import_jobs",
+        include_str!("../migrations/0017_import_jobs.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

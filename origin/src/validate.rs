@@ -2,12 +2,14 @@
 //! 400 with a precise kind, before anything is written. Creations and
 //! batches here, edits in [`patch`], search queries in [`search`].
 
+mod import;
 mod password;
 mod patch;
 mod query;
 mod search;
 mod stats;
 
+pub use import::{parse_import, ImportRequest};
 pub use patch::{parse_patch, Patch, PatchState};
 pub use search::{
     parse_export, parse_search, ExportFormat, ExportRequest, SearchRequest, DEFAULT_LIMIT,
@@ -331,6 +333,7 @@ pub(crate) mod tests {
             max_url_bytes: 2048,
             max_body_bytes: 16384,
             max_batch_body_bytes: 1 << 21,
+            max_import_body_bytes: 1 << 25,
             allowed_domains: BTreeSet::new(),
             merchant_domains: Default::default(),
             custom_code_refusals_per_min: 10,

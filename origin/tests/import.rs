@@ -10,11 +10,19 @@ use crate::support;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use support::{origin_bin, Setup, KEY, OTHER_KEY};
+use support::{origin_bin, sha256_hex, Setup, ADMIN_KEY, KEY, OTHER_KEY};
+
+const READER: &str = "import-reader-key";
 
 fn setup() -> Setup {
     Setup::start_with(|o| {
-        o.links_yaml = "  allowed_domains: [static.shop.com, s.shop55.com]\n".into();
+        o.links_yaml = "  allowed_domains: [static.shop.com, s.shop55.com]\n  \
+                        max_import_body_bytes: 8192\n"
+            .into();
+        o.apps_yaml = format!(
+            "  - {{name: reader, key_sha256: {}, scopes: [links:read]}}\n",
+            sha256_hex(READER)
+        );
     })
 }
 
@@ -301,4 +309,180 @@ async fn an_interrupted_import_resumes_after_its_last_chunk() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no app \"nobody\""));
+}
+
+/// Posts a file to `POST /api/v1/imports?{query}` with `key`.
+async fn post_import(s: &Setup, key: &str, query: &str, body: Vec<u8>) -> (u16, Value) {
+    let o = &s.origin;
+    let r = o
+        .http
+        .post(o.url(&format!("/api/v1/imports?{query}")))
+        .bearer_auth(key)
+        .header("content-type", "text/csv")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    if st == 202 {
+        let at = r.headers()["location"].to_str().unwrap().to_owned();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(at, format!("/api/v1/imports/{}", v["id"].as_str().unwrap()));
+        return (st, v);
+    }
+    (st, r.json().await.unwrap())
+}
+
+async fn job(s: &Setup, key: &str, id: &str) -> (u16, Value) {
+    let (st, v, _) = s
+        .origin
+        .call(
+            reqwest::Method::GET,
+            &format!("/api/v1/imports/{id}"),
+            key,
+            None,
+            &[],
+        )
+        .await;
+    (st, v)
+}
+
+/// Waits until the job has ended; its last view.
+async fn ended(s: &Setup, id: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (st, v) = job(s, KEY, id).await;
+        assert_eq!(st, 200, "{v}");
+        if v["state"] != "running" {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "import {id} did not end: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// The API's import (issue 28 item 2): 202 with the job at once, the job's
+/// counts and refused rows once it ended, one running job per app (MySQL
+/// decides; a stale one reads interrupted and gives way), tenancy on the
+/// job, bad files and parameters refused before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_import_through_the_api_as_jobs() {
+    let s = setup();
+    let sample = |n: &str| {
+        std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../docs/samples")
+                .join(n),
+        )
+        .unwrap()
+    };
+    let before = links_count(&s);
+    let (st, v) = post_import(&s, KEY, "format=shlink&dry_run=true", sample("shlink.csv")).await;
+    assert_eq!(
+        (st, &v["state"], &v["dry_run"], &v["app"]),
+        (202, &json!("running"), &json!(true), &json!("demo")),
+        "{v}"
+    );
+    let v = ended(&s, v["id"].as_str().unwrap()).await;
+    assert_eq!(
+        (&v["state"], &v["rows"], &v["created"], &v["refused"]),
+        (&json!("done"), &json!(3), &json!(2), &json!(1)),
+        "{v}"
+    );
+    assert_eq!(links_count(&s), before, "a dry run writes nothing");
+
+    let (st, v) = post_import(&s, KEY, "format=shlink", sample("shlink.csv")).await;
+    assert_eq!(st, 202, "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let v = ended(&s, &id).await;
+    assert_eq!(
+        counts(&v),
+        json!({
+            "rows": 3, "created": 2, "existing": 0, "deduplicated": 0, "refused": 1,
+            "refused_by_kind": {"invalid_code": 1},
+        })
+    );
+    assert_eq!(v["refusals"][0]["line"], 4);
+    assert_eq!(v["refusals"][0]["code"], "q");
+    assert_eq!(v["refusals"][0]["kind"], "invalid_code");
+    assert_eq!(links_count(&s), before + 2);
+    assert_eq!(
+        s.origin.follow("sho.rt", "xyz789").await,
+        (302, Some("https://example.net/b".into()))
+    );
+    // Another app's job is no job of this key's; an admin key sees it.
+    assert_eq!(job(&s, OTHER_KEY, &id).await.0, 404);
+    assert_eq!(job(&s, ADMIN_KEY, &id).await.0, 200);
+    for bad in ["0123", "zzzzzzzzzzzzzzzzzzzzzzzz", "../x"] {
+        assert_eq!(job(&s, KEY, bad).await.0, 404, "{bad}");
+    }
+
+    // One running job per app: another app's or a stale one do not stop it.
+    s.sql(&format!(
+        "INSERT INTO import_jobs (public_id, app, running_app, format, dry_run, state, summary, \
+         created_at_ms, updated_at_ms) VALUES ('{0}', 'demo', 'demo', 'csv', 0, 'running', '{{}}', {1}, {1})",
+        "a".repeat(24),
+        shorturl_common::time::now_unix_ms()
+    ));
+    let (st, v) = post_import(&s, KEY, "", sample("links.csv")).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (409, Some("import_running")),
+        "{v}"
+    );
+    assert!(v["message"].as_str().unwrap().contains(&"a".repeat(24)));
+    assert_eq!(
+        post_import(
+            &s,
+            OTHER_KEY,
+            "format=kutt&dry_run=true",
+            sample("kutt.csv")
+        )
+        .await
+        .0,
+        202
+    );
+    s.sql("UPDATE import_jobs SET updated_at_ms = 0 WHERE public_id = REPEAT('a', 24)");
+    assert_eq!(
+        job(&s, KEY, &"a".repeat(24)).await.1["state"],
+        "interrupted"
+    );
+    let (st, v) = post_import(&s, KEY, "format=kutt", sample("kutt.csv")).await;
+    assert_eq!(st, 202, "{v}");
+    let v = ended(&s, v["id"].as_str().unwrap()).await;
+    assert_eq!(
+        (&v["created"], &v["state"]),
+        (&json!(2), &json!("done")),
+        "{v}"
+    );
+    assert_eq!(
+        job(&s, KEY, &"a".repeat(24)).await.1["state"],
+        "interrupted"
+    );
+
+    // Refused before a job exists.
+    for (q, body, st, kind) in [
+        ("format=bitly", sample("kutt.csv"), 400, "invalid_file"),
+        ("format=xls", sample("kutt.csv"), 400, "invalid_format"),
+        ("dry_run=1", sample("kutt.csv"), 400, "invalid_dry_run"),
+        (
+            "format=yourls",
+            b"INSERT INTO yourls_url VALUES ('a".to_vec(),
+            400,
+            "invalid_file",
+        ),
+        ("", vec![b'u'; 20_000], 413, "body_too_large"),
+    ] {
+        let (got, v) = post_import(&s, KEY, q, body).await;
+        assert_eq!((got, v["error"].as_str()), (st, Some(kind)), "{q}: {v}");
+    }
+    let (st, v) = post_import(&s, READER, "", sample("links.csv")).await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (403, Some("insufficient_scope")),
+        "{v}"
+    );
 }

@@ -186,7 +186,7 @@ fn schemathesis_finds_no_server_error_and_no_contract_violation() {
     let base = s.origin.url("");
     let base = base.trim_end_matches('/');
     let ops = operations();
-    assert_eq!(ops.len(), 27);
+    assert_eq!(ops.len(), 29);
     for (who, key) in [("admin", ADMIN), ("merchant", M55)] {
         let t = Instant::now();
         let report = s

@@ -270,6 +270,8 @@ pub struct LinksFile {
     #[serde(default)]
     pub max_batch_body_bytes: Option<usize>,
     #[serde(default)]
+    pub max_import_body_bytes: Option<usize>,
+    #[serde(default)]
     pub allowed_domains: Vec<String>,
     /// kdt_id (as a string or an integer key) → that merchant's domains.
     #[serde(default)]

@@ -119,6 +119,9 @@ pub struct LinksConfig {
     pub max_body_bytes: usize,
     /// Body limit of `POST /api/v1/links/batch` (up to 1000 creations).
     pub max_batch_body_bytes: usize,
+    /// Body limit of `POST /api/v1/imports` (a whole file, held in memory
+    /// while its job runs).
+    pub max_import_body_bytes: usize,
     /// Static whitelist (normalised), not including the default domain.
     pub allowed_domains: BTreeSet<String>,
     /// Static merchant domains: kdt_id → its domains (normalised), merged
@@ -354,6 +357,11 @@ impl Config {
                 f.links.max_batch_body_bytes,
                 2 * 1024 * 1024,
                 "links.max_batch_body_bytes",
+            )?,
+            max_import_body_bytes: positive(
+                f.links.max_import_body_bytes,
+                32 * 1024 * 1024,
+                "links.max_import_body_bytes",
             )?,
             allowed_domains: allowed,
             merchant_domains,

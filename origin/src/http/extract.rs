@@ -137,6 +137,8 @@ pub trait Limit: Send + Sync {
 pub struct One;
 /// `links.max_batch_body_bytes`: a batch.
 pub struct Batch;
+/// `links.max_import_body_bytes`: a file to import.
+pub struct Import;
 
 impl Limit for One {
     fn max(s: &AppState) -> usize {
@@ -146,6 +148,11 @@ impl Limit for One {
 impl Limit for Batch {
     fn max(s: &AppState) -> usize {
         s.links.cfg.links.max_batch_body_bytes
+    }
+}
+impl Limit for Import {
+    fn max(s: &AppState) -> usize {
+        s.links.cfg.links.max_import_body_bytes
     }
 }
 

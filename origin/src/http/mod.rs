@@ -17,6 +17,7 @@
 mod api;
 mod batch;
 mod extract;
+mod imports;
 mod internal;
 pub mod openapi;
 mod pages;
@@ -99,6 +100,14 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/v1/links/{code}",
             only("GET, HEAD, PATCH, DELETE", link),
+        )
+        .route(
+            "/api/v1/imports",
+            only("POST", named("import", post(imports::create))),
+        )
+        .route(
+            "/api/v1/imports/{id}",
+            only(read, named("import_job", get(imports::read))),
         )
         .route(
             "/api/v1/export/links",

@@ -158,8 +158,8 @@ pub enum FileError {
 /// The rows of a file in `format`, in file order.
 pub fn rows(
     format: Format,
-    input: impl Read + 'static,
-) -> Result<Box<dyn Iterator<Item = Result<Row, FileError>>>, FileError> {
+    input: impl Read + Send + 'static,
+) -> Result<Box<dyn Iterator<Item = Result<Row, FileError>> + Send>, FileError> {
     let mut input = std::io::BufReader::new(input);
     if format == Format::Yourls && sql::looks_like_sql(&mut input)? {
         let mut text = String::new();

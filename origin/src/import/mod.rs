@@ -3,9 +3,11 @@
 //!
 //! [`format`] reads a file into rows (YOURLS' SQL dumps through [`sql`]),
 //! [`run`] turns rows into creations of the importing app, [`cli`] is the
-//! `shorturl-origin import` command around them.
+//! `shorturl-origin import` command around them, [`job`] the API's
+//! `POST /api/v1/imports` (a task of the origin, its progress in MySQL).
 
 pub mod cli;
 pub mod format;
+pub mod job;
 pub mod run;
 pub mod sql;

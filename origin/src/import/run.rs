@@ -31,7 +31,7 @@ pub enum Outcome {
 }
 
 /// A row that was not imported, for the report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Refusal {
     pub line: u64,
     pub code: Option<String>,
@@ -111,9 +111,7 @@ impl Importer {
                 );
             }
         } else {
-            let reqs: Vec<CreateRequest> = todo.iter().map(|(_, r)| r.clone()).collect();
-            let results = self.links.create_batch(&self.caller, reqs).await;
-            for ((i, req), r) in todo.into_iter().zip(results) {
+            for (i, req, r) in self.create(todo).await {
                 let o = match r {
                     Ok(Creation::New(_)) => Outcome::Created,
                     Ok(Creation::Deduplicated(_)) => Outcome::Deduplicated,
@@ -142,6 +140,37 @@ impl Importer {
             .into_iter()
             .map(|o| o.unwrap_or(Outcome::Created))
             .collect())
+    }
+
+    /// Creates `todo` through the batch path; rows refused by the
+    /// custom-code refusal meter (an API import: protocol 5) wait for it
+    /// and are tried again, so the meter paces such an import instead of
+    /// refusing its rows.
+    async fn create(
+        &self,
+        mut todo: Vec<(usize, CreateRequest)>,
+    ) -> Vec<(usize, CreateRequest, Result<Creation, LinkError>)> {
+        let mut done = Vec::with_capacity(todo.len());
+        while !todo.is_empty() {
+            let reqs: Vec<CreateRequest> = todo.iter().map(|(_, r)| r.clone()).collect();
+            let results = self.links.create_batch(&self.caller, reqs).await;
+            let mut again = Vec::new();
+            let mut wait = 0;
+            for ((i, req), r) in todo.into_iter().zip(results) {
+                match r {
+                    Err(LinkError::CustomCodesLimited { retry_after_secs }) => {
+                        wait = wait.max(retry_after_secs);
+                        again.push((i, req));
+                    }
+                    r => done.push((i, req, r)),
+                }
+            }
+            if !again.is_empty() {
+                tokio::time::sleep(std::time::Duration::from_secs(wait.clamp(1, 60))).await;
+            }
+            todo = again;
+        }
+        done
     }
 
     /// The creation a row asks for, checked as an API body is, or why not.

@@ -16,8 +16,8 @@
 use super::audit::{self, AuditAction, AuditRow};
 use super::error::{is_lock_conflict, server_code};
 use super::key::{LinkKey, BY_KEY};
+use super::shards::Shard;
 use super::{new_row_marks, DbError, LinkData, RowState, Store, CREATED_VERSION, NEW_LINK_COLUMNS};
-use crate::schema::CUSTOM_ID_BASE;
 use mysql_async::prelude::*;
 use mysql_async::{Conn, TxOpts};
 use shorturl_common::time::now_unix_ms;
@@ -50,7 +50,7 @@ impl Store {
     pub async fn claim_custom(&self, code: &str, d: &LinkData) -> Result<CustomClaim, DbError> {
         let key = LinkKey::new(code, &d.domain);
         if !self.shards.sharded {
-            return self.claim_custom_here(&key, d).await;
+            return self.claim_custom_here(0, &key, d).await;
         }
         // A code filed before its home range had a shard stays where it is.
         let i = match self.directory(&key).await? {
@@ -60,7 +60,7 @@ impl Store {
                 None => self.directory_file(&key, d.created_at).await?,
             },
         };
-        self.on(i).claim_custom_here(&key, d).await
+        self.on(i).claim_custom_here(i, &key, d).await
     }
 
     /// Whether some link (of any domain) has `code`: while edges of
@@ -70,14 +70,21 @@ impl Store {
         Ok(!self.domains_of_code(code, 1).await?.is_empty())
     }
 
-    async fn claim_custom_here(&self, key: &LinkKey, d: &LinkData) -> Result<CustomClaim, DbError> {
+    /// The claim on shard `i` (this store is that shard's).
+    async fn claim_custom_here(
+        &self,
+        i: usize,
+        key: &LinkKey,
+        d: &LinkData,
+    ) -> Result<CustomClaim, DbError> {
+        let shard = self.shards.shards.get(i).ok_or(DbError::NoShard(i))?;
         let code = key.code();
         self.metrics.mysql_update.inc();
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;
             let mut attempt = 1;
             loop {
-                match claim_once(&mut conn, key, d).await {
+                match claim_once(&mut conn, shard, key, d).await {
                     Err(e) if is_lock_conflict(&e) && attempt < ATTEMPTS => {
                         self.metrics.mysql_error.inc();
                         tracing::info!(code, attempt, error = %e, "custom code lost a lock race; retrying");
@@ -96,6 +103,7 @@ impl Store {
 
 async fn claim_once(
     conn: &mut Conn,
+    shard: &Shard,
     key: &LinkKey,
     d: &LinkData,
 ) -> Result<CustomClaim, mysql_async::Error> {
@@ -115,7 +123,7 @@ async fn claim_once(
         Some(id) => Err(id),
         // Outside the transaction: holding the counter row's lock until the
         // link commits would serialise every custom creation.
-        None => Ok(next_custom_id(conn).await?),
+        None => Ok(shard.next_custom_id(conn).await?),
     };
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let claimed = match id {
@@ -187,16 +195,4 @@ async fn claim_once(
     .await?;
     tx.commit().await?;
     Ok(CustomClaim::Created { version })
-}
-
-/// A new id from the `custom` counter (autocommit).
-async fn next_custom_id(conn: &mut Conn) -> Result<u64, mysql_async::Error> {
-    conn.query_drop("UPDATE counter SET value = LAST_INSERT_ID(value + 1) WHERE name = 'custom'")
-        .await?;
-    match conn.last_insert_id() {
-        Some(id) if conn.affected_rows() == 1 => Ok(id.max(CUSTOM_ID_BASE)),
-        _ => Err(mysql_async::Error::Other(
-            "counter row 'custom' is missing: run `shorturl-origin migrate`".into(),
-        )),
-    }
 }

@@ -29,6 +29,9 @@ pub enum DbError {
     /// A `meta` row that `migrate` creates is missing or unreadable.
     #[error("meta.{0} missing or invalid: run `shorturl-origin migrate`")]
     Meta(&'static str),
+    /// A shard index that the map does not have (a routing bug).
+    #[error("no shard {0}")]
+    NoShard(usize),
     /// Test failpoint `origin.claim.poison`: the batch failed as a bad row would.
     #[error("failpoint origin.claim.poison: the batch holds a poisoned item")]
     Poisoned,

@@ -18,6 +18,7 @@ pub mod console;
 mod custom;
 pub mod error;
 mod fanout;
+pub mod imports;
 pub mod key;
 mod lease;
 pub mod lifecycle;
