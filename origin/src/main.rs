@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use shorturl_origin::config::{Config, CounterBackend};
-use shorturl_origin::import::{self, format::Format};
+use shorturl_origin::import;
 use shorturl_origin::{bench, db, issuer, lifecycle, pregen, rekey, schema, serve};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -72,38 +72,7 @@ enum Cmd {
     /// Import links from a file (docs/integrations.md): each row a creation
     /// of APP's, its code kept on its domain when free; rows not imported
     /// are written to a report; resumable; prints a summary as JSON.
-    Import {
-        /// The file (CSV; YOURLS also an SQL dump).
-        file: PathBuf,
-        #[arg(long, value_enum, default_value = "csv")]
-        format: Format,
-        /// The configured app (`apps[].name`) that owns the links.
-        #[arg(long)]
-        app: String,
-        /// Every link's short domain (default: the row's, for this
-        /// service's CSV; else `default_domain`).
-        #[arg(long)]
-        domain: Option<String>,
-        /// Check every row (and whether its code is free); write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Continue an interrupted import of this file.
-        #[arg(long)]
-        resume: bool,
-        /// Rows per batch (1-1000).
-        #[arg(long, default_value_t = 1000)]
-        chunk: usize,
-        /// Batches whose creations run at once (1-8; 1 is gentler on a
-        /// busy MySQL).
-        #[arg(long, default_value_t = 2)]
-        in_flight: usize,
-        /// Where the rows not imported go (default `<file>.import-report.csv`).
-        #[arg(long)]
-        report: Option<PathBuf>,
-        /// Hide the progress bar.
-        #[arg(long)]
-        quiet: bool,
-    },
+    Import(import::cli::Args),
     /// The issuer's durable counter.
     Issuer {
         #[command(subcommand)]
@@ -225,30 +194,7 @@ fn main() -> ExitCode {
                 );
                 Ok(())
             }
-            Cmd::Import {
-                file,
-                format,
-                app,
-                domain,
-                dry_run,
-                resume,
-                chunk,
-                in_flight,
-                report,
-                quiet,
-            } => {
-                let args = import::cli::Args {
-                    file,
-                    format,
-                    app,
-                    domain,
-                    dry_run,
-                    resume,
-                    chunk,
-                    in_flight,
-                    report,
-                    progress: !quiet,
-                };
+            Cmd::Import(args) => {
                 let r = import::cli::run(cfg, args).await?;
                 println!("{}", serde_json::json!({ "import": r }));
                 Ok(())

@@ -603,17 +603,7 @@ async fn tags_are_set_edited_filtered_and_exported() {
     assert_ne!(code(&tagged), c);
     // An edit replaces them (a new version, in the history), `[]` clears.
     let patch = |key: &'static str, code: String, body: Value| async move {
-        let (st, v, _) = sr
-            .origin
-            .call(
-                Method::PATCH,
-                &format!("/api/v1/links/{code}"),
-                key,
-                Some(body),
-                &[],
-            )
-            .await;
-        (st, v)
+        sr.origin.patch(key, &code, body).await
     };
     let (st, v) = patch(KEY, a.clone(), json!({"tags": ["autumn", "Sale"]})).await;
     assert_eq!(

@@ -18,23 +18,39 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
-/// What to import, as the command line says.
-#[derive(Debug, Clone)]
+/// What to import (`shorturl-origin import`'s arguments).
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
+    /// The file (CSV; YOURLS also an SQL dump).
     pub file: PathBuf,
+    #[arg(long, value_enum, default_value = "csv")]
     pub format: Format,
-    /// The configured app the links belong to (`apps[].name`).
+    /// The configured app (`apps[].name`) that owns the links.
+    #[arg(long)]
     pub app: String,
+    /// Every link's short domain (default: the row's, for this service's
+    /// CSV; else `default_domain`).
+    #[arg(long)]
     pub domain: Option<String>,
+    /// Check every row (and whether its code is free); write nothing.
+    #[arg(long)]
     pub dry_run: bool,
+    /// Continue an interrupted import of this file.
+    #[arg(long)]
     pub resume: bool,
-    /// Rows per batch creation (1..=1000).
+    /// Rows per batch (1-1000).
+    #[arg(long, default_value_t = 1000)]
     pub chunk: usize,
-    /// Chunks whose creations run at once (1..=8).
+    /// Batches whose creations run at once (1-8; 1 is gentler on a busy
+    /// MySQL).
+    #[arg(long, default_value_t = 2)]
     pub in_flight: usize,
-    /// The rows not imported, as CSV (default `<file>.import-report.csv`).
+    /// Where the rows not imported go (default `<file>.import-report.csv`).
+    #[arg(long)]
     pub report: Option<PathBuf>,
-    pub progress: bool,
+    /// Hide the progress bar.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// Why the command failed.
@@ -191,7 +207,7 @@ pub async fn run(mut cfg: Config, a: Args) -> Result<Report, CliError> {
         domain: a.domain.clone(),
         dry_run: a.dry_run,
     };
-    let bar = if a.progress {
+    let bar = if !a.quiet {
         ProgressBar::new(size)
     } else {
         ProgressBar::hidden()
