@@ -18,6 +18,17 @@ struct App {
     bucket: Mutex<Bucket>,
 }
 
+/// The caller a configured app's key makes (the import command acts as
+/// one without its key).
+pub fn caller_of(a: &AppConfig) -> Caller {
+    Caller::new(
+        a.name.clone(),
+        a.scopes.iter().copied(),
+        a.merchants.iter().copied(),
+    )
+    .with_short_domain_targets(a.allow_short_domain_targets)
+}
+
 /// Authenticates callers and meters their creations.
 pub struct Auth {
     by_hash: HashMap<[u8; 32], App>,
@@ -35,7 +46,7 @@ impl Auth {
                     burst: a.burst,
                 };
                 let app = App {
-                    caller: Arc::new(Caller::of_app(a)),
+                    caller: Arc::new(caller_of(a)),
                     rate,
                     bucket: Mutex::new(Bucket::full(rate, now)),
                 };

@@ -92,16 +92,6 @@ impl Caller {
         }
     }
 
-    /// The caller a configured app's key makes.
-    pub fn of_app(a: &crate::config::AppConfig) -> Caller {
-        Caller::new(
-            a.name.clone(),
-            a.scopes.iter().copied(),
-            a.merchants.iter().copied(),
-        )
-        .with_short_domain_targets(a.allow_short_domain_targets)
-    }
-
     /// Allows (or not) targets on the fleet's own domains
     /// (`apps[].allow_short_domain_targets`).
     pub fn with_short_domain_targets(mut self, allowed: bool) -> Caller {

@@ -150,6 +150,23 @@ pub fn csv(name: &str, body: String) -> Response {
     r
 }
 
+/// Each tag as a link to the search for it.
+pub fn tag_links(tags: &[String]) -> String {
+    tags.iter()
+        .map(|t| {
+            let q: String = url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("tag", t)
+                .finish();
+            format!(
+                "<a class=\"tag\" href=\"/admin/links?{}\">{}</a>",
+                esc(&q),
+                esc(t)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// A number with thousands separators (`1 234 567`).
 pub fn num(n: u64) -> String {
     let s = n.to_string();

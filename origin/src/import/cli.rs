@@ -2,12 +2,12 @@
 //! progress bar, a report of the rows not imported, and a state file that
 //! lets an interrupted run resume after its last whole chunk.
 
-use super::format::{rows, FileError, Format, Row};
+use super::format::{rows, FileError, Format};
+use super::row::Row;
 use super::run::{ImportError, Importer, Outcome, Refusal, Summary};
 use crate::background::Background;
 use crate::config::Config;
 use crate::serve::{assemble, ServeError};
-use crate::tenancy::Caller;
 use futures::stream::{FuturesOrdered, StreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -134,7 +134,7 @@ pub async fn run(mut cfg: Config, a: Args) -> Result<Report, CliError> {
         .iter()
         .find(|x| x.name == a.app)
         .ok_or_else(|| CliError::UnknownApp(a.app.clone()))?;
-    let caller = Caller::of_app(app);
+    let caller = crate::auth::caller_of(app);
     let state_path = beside(&a.file, ".import-state");
     let report_path = a
         .report

@@ -9,6 +9,7 @@
 //! for), a missing required column refuses the whole file before any row is
 //! written.
 
+use super::row::Row;
 use super::sql;
 use shorturl_common::time::parse_rfc3339;
 use std::io::Read;
@@ -118,20 +119,6 @@ struct Columns {
     created: &'static [&'static str],
     expires: &'static [&'static str],
     tag_separators: &'static [char],
-}
-
-/// One link of a file, as given (checked by the import, as a creation).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Row {
-    /// Its line in the file (the header is line 1), for the report.
-    pub line: u64,
-    pub url: String,
-    pub code: Option<String>,
-    pub domain: Option<String>,
-    /// Separated already; checked by the import.
-    pub tags: Vec<String>,
-    pub created_at: Option<String>,
-    pub expires_at: Option<String>,
 }
 
 /// Why a whole file cannot be read.

@@ -7,7 +7,8 @@
 //! [`STALE_MS`] old, and posting the file again finishes it (codes already
 //! imported count as `existing`).
 
-use super::format::{rows, FileError, Format, Row};
+use super::format::{rows, FileError, Format};
+use super::row::Row;
 use super::run::{ImportError, Importer, Outcome, Refusal, Summary};
 use crate::error::ApiError;
 use crate::links::{LinkError, Links, MAX_BATCH_ITEMS};

@@ -9,5 +9,6 @@
 pub mod cli;
 pub mod format;
 pub mod job;
+pub mod row;
 pub mod run;
 pub mod sql;

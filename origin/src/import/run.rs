@@ -3,7 +3,8 @@
 //! domain when free and its creation time kept; chunks go through the
 //! batch creation, so their claims share the group commit.
 
-use super::format::{parse_time, Format, Row};
+use super::format::{parse_time, Format};
+use super::row::Row;
 use crate::error::ApiError;
 use crate::links::{Creation, LinkError, Links};
 use crate::store::{LinkKey, RowState};

@@ -4,7 +4,7 @@
 //! writes is read: single-quoted strings with backslash escapes or doubled
 //! quotes, numbers, `NULL`.
 
-use super::format::Row;
+use super::row::Row;
 use std::io::BufRead;
 use thiserror::Error;
 

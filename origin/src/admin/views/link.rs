@@ -149,10 +149,7 @@ fn fields(l: &LinkView) -> String {
         ),
         (
             "Tags",
-            format!(
-                "<span id=\"tags\">{}</span>",
-                super::search::tag_links(&l.tags)
-            ),
+            format!("<span id=\"tags\">{}</span>", html::tag_links(&l.tags)),
         ),
         ("UTM", esc(&utm_text(l))),
         (

@@ -198,25 +198,8 @@ pub fn row(l: &LinkView) -> String {
         kdt = l.kdt_id.map(|k| k.to_string()).unwrap_or_default(),
         created = when(shorturl_common::time::parse_rfc3339(&l.created_at).unwrap_or(0)),
         clicks = num(l.clicks.unwrap_or(0)),
-        tags = tag_links(&l.tags),
+        tags = html::tag_links(&l.tags),
     )
-}
-
-/// Each tag as a link to the search for it.
-pub fn tag_links(tags: &[String]) -> String {
-    tags.iter()
-        .map(|t| {
-            let q: String = url::form_urlencoded::Serializer::new(String::new())
-                .append_pair("tag", t)
-                .finish();
-            format!(
-                "<a class=\"tag\" href=\"/admin/links?{}\">{}</a>",
-                esc(&q),
-                esc(t)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// `GET /admin/export`: the search's filters as a file (`format` csv or
