@@ -187,6 +187,36 @@ async fn files_of_every_format_import_with_exact_counts() {
     );
     assert_eq!(links_count(&s), before + 3);
 
+    // This service's export imports as it is: its links are there already
+    // (`existing`), a deleted one is not brought back.
+    let (st, _, _) = o
+        .call(
+            reqwest::Method::DELETE,
+            "/api/v1/links/spring-24",
+            KEY,
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(st, 200);
+    let r = o
+        .http
+        .get(o.url("/api/v1/export/links?format=csv"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    std::fs::write(file("export.csv"), r.text().await.unwrap()).unwrap();
+    let back = import(&s, &file("export.csv"), &[]).unwrap();
+    assert_eq!(
+        counts(&back),
+        json!({
+            "rows": 3, "created": 0, "existing": 2, "deduplicated": 0, "refused": 1,
+            "refused_by_kind": {"not_active": 1},
+        })
+    );
+    assert_eq!(link(&s, "spring-24", "sho.rt").await["state"], "deleted");
+
     // Other products' exports.
     let n = links_count(&s);
     let b = import(&s, &file("bitly.csv"), &["--format", "bitly"]).unwrap();

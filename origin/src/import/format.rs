@@ -20,8 +20,8 @@ use thiserror::Error;
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     /// This service's columns (`url` required; `code`, `domain`, `title`,
-    /// `tags` joined by commas, `created_at`, `expires_at`): its own
-    /// export re-imports as it is.
+    /// `tags` joined by commas, `created_at`, `expires_at`, `state`): its
+    /// own export re-imports as it is (disabled and deleted links left out).
     Csv,
     /// Bitly's CSV export: `long_url`, the short link in `link` (or
     /// `bitlink`), `title`, `created_at`, `tags`.
@@ -61,6 +61,7 @@ impl Format {
                 tags: &["tags"],
                 created: &["createdat"],
                 expires: &["expiresat"],
+                state: &["state"],
                 tag_separators: &[','],
             },
             Format::Bitly => Columns {
@@ -71,6 +72,7 @@ impl Format {
                 tags: &["tags"],
                 created: &["createdat", "created", "datecreated"],
                 expires: &[],
+                state: &[],
                 tag_separators: &[',', '|'],
             },
             Format::Shlink => Columns {
@@ -81,6 +83,7 @@ impl Format {
                 tags: &["tags"],
                 created: &["createdat", "datecreated"],
                 expires: &["validuntil"],
+                state: &[],
                 tag_separators: &['|', ','],
             },
             Format::Kutt => Columns {
@@ -91,6 +94,7 @@ impl Format {
                 tags: &[],
                 created: &["createdat"],
                 expires: &["expirein", "expiresat"],
+                state: &[],
                 tag_separators: &[','],
             },
             Format::Yourls => Columns {
@@ -101,6 +105,7 @@ impl Format {
                 tags: &[],
                 created: &["timestamp"],
                 expires: &[],
+                state: &[],
                 tag_separators: &[','],
             },
         }
@@ -118,6 +123,7 @@ struct Columns {
     tags: &'static [&'static str],
     created: &'static [&'static str],
     expires: &'static [&'static str],
+    state: &'static [&'static str],
     tag_separators: &'static [char],
 }
 
@@ -181,6 +187,7 @@ struct Mapping {
     tags: Option<usize>,
     created: Option<usize>,
     expires: Option<usize>,
+    state: Option<usize>,
     tag_separators: &'static [char],
 }
 
@@ -215,6 +222,7 @@ impl Mapping {
             tags: find(c.tags),
             created: find(c.created),
             expires: find(c.expires),
+            state: find(c.state),
             tag_separators: c.tag_separators,
         })
     }
@@ -243,6 +251,7 @@ impl Mapping {
                 .unwrap_or_default(),
             created_at: get(self.created),
             expires_at: get(self.expires),
+            state: get(self.state),
         }
     }
 }

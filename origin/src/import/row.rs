@@ -13,4 +13,7 @@ pub struct Row {
     pub tags: Vec<String>,
     pub created_at: Option<String>,
     pub expires_at: Option<String>,
+    /// This service's export names each link's state: only `active` and
+    /// `expired` ones (or none given) are links to import.
+    pub state: Option<String>,
 }

@@ -180,6 +180,17 @@ impl Importer {
             kind: kind.to_owned(),
             message,
         };
+        // An export's disabled or deleted link is not one to bring back.
+        if let Some(s) = r
+            .state
+            .as_deref()
+            .filter(|s| !matches!(*s, "active" | "expired"))
+        {
+            return Err(refused(
+                "not_active",
+                format!("state {s:?}: only active links are imported"),
+            ));
+        }
         let domain = self.domain.clone().or_else(|| {
             (self.format == Format::Csv)
                 .then(|| r.domain.clone())
