@@ -13,6 +13,8 @@ use std::process::Command;
 use support::{origin_bin, sha256_hex, Setup, ADMIN_KEY, KEY, OTHER_KEY};
 
 const READER: &str = "import-reader-key";
+/// Apps that create one link a second: their jobs run for seconds.
+const SLOW: [&str; 2] = ["import-slow-1", "import-slow-2"];
 
 fn setup() -> Setup {
     Setup::start_with(|o| {
@@ -23,6 +25,12 @@ fn setup() -> Setup {
             "  - {{name: reader, key_sha256: {}, scopes: [links:read]}}\n",
             sha256_hex(READER)
         );
+        for (i, key) in SLOW.iter().enumerate() {
+            o.apps_yaml.push_str(&format!(
+                "  - {{name: slow{i}, key_sha256: {}, rate_per_sec: 1, burst: 1}}\n",
+                sha256_hex(key)
+            ));
+        }
     })
 }
 
@@ -378,10 +386,10 @@ async fn job(s: &Setup, key: &str, id: &str) -> (u16, Value) {
 }
 
 /// Waits until the job has ended; its last view.
-async fn ended(s: &Setup, id: &str) -> Value {
+async fn ended(s: &Setup, key: &str, id: &str) -> Value {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let (st, v) = job(s, KEY, id).await;
+        let (st, v) = job(s, key, id).await;
         assert_eq!(st, 200, "{v}");
         if v["state"] != "running" {
             return v;
@@ -416,7 +424,7 @@ async fn files_import_through_the_api_as_jobs() {
         (202, &json!("running"), &json!(true), &json!("demo")),
         "{v}"
     );
-    let v = ended(&s, v["id"].as_str().unwrap()).await;
+    let v = ended(&s, KEY, v["id"].as_str().unwrap()).await;
     assert_eq!(
         (&v["state"], &v["rows"], &v["created"], &v["refused"]),
         (&json!("done"), &json!(3), &json!(2), &json!(1)),
@@ -427,7 +435,7 @@ async fn files_import_through_the_api_as_jobs() {
     let (st, v) = post_import(&s, KEY, "format=shlink", sample("shlink.csv")).await;
     assert_eq!(st, 202, "{v}");
     let id = v["id"].as_str().unwrap().to_owned();
-    let v = ended(&s, &id).await;
+    let v = ended(&s, KEY, &id).await;
     assert_eq!(
         counts(&v),
         json!({
@@ -464,16 +472,17 @@ async fn files_import_through_the_api_as_jobs() {
         "{v}"
     );
     assert!(v["message"].as_str().unwrap().contains(&"a".repeat(24)));
+    let (st, other) = post_import(
+        &s,
+        OTHER_KEY,
+        "format=kutt&dry_run=true",
+        sample("kutt.csv"),
+    )
+    .await;
+    assert_eq!(st, 202, "{other}");
     assert_eq!(
-        post_import(
-            &s,
-            OTHER_KEY,
-            "format=kutt&dry_run=true",
-            sample("kutt.csv")
-        )
-        .await
-        .0,
-        202
+        ended(&s, OTHER_KEY, other["id"].as_str().unwrap()).await["state"],
+        "done"
     );
     s.sql("UPDATE import_jobs SET updated_at_ms = 0 WHERE public_id = REPEAT('a', 24)");
     assert_eq!(
@@ -482,7 +491,7 @@ async fn files_import_through_the_api_as_jobs() {
     );
     let (st, v) = post_import(&s, KEY, "format=kutt", sample("kutt.csv")).await;
     assert_eq!(st, 202, "{v}");
-    let v = ended(&s, v["id"].as_str().unwrap()).await;
+    let v = ended(&s, KEY, v["id"].as_str().unwrap()).await;
     assert_eq!(
         (&v["created"], &v["state"]),
         (&json!(2), &json!("done")),
@@ -515,4 +524,27 @@ async fn files_import_through_the_api_as_jobs() {
         (403, Some("insufficient_scope")),
         "{v}"
     );
+
+    // An origin holds two files at once: two jobs paced at one link a
+    // second (20 rows each: 19 s at least) hold both, a third file waits.
+    let rows: String = (0..20)
+        .map(|i| format!("https://slow.example/{i}\n"))
+        .collect();
+    for key in SLOW {
+        let (st, v) = post_import(&s, key, "", format!("url\n{rows}").into_bytes()).await;
+        assert_eq!(st, 202, "{v}");
+    }
+    let r = s
+        .origin
+        .http
+        .post(s.origin.url("/api/v1/imports"))
+        .bearer_auth(KEY)
+        .body(sample("links.csv"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "10");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"], "imports_busy");
 }

@@ -156,6 +156,28 @@ impl Limit for Import {
     }
 }
 
+/// A slot for an import's file (`import::job::file_slot`), taken before
+/// the body is read: `503 imports_busy` (with `Retry-After`) when the
+/// origin holds as many files as it may.
+pub struct ImportSlot(pub tokio::sync::SemaphorePermit<'static>);
+
+impl FromRequestParts<AppState> for ImportSlot {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(_: &mut Parts, _: &AppState) -> Result<Self, ApiError> {
+        crate::import::job::file_slot()
+            .map(ImportSlot)
+            .ok_or_else(|| {
+                ApiError::new(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "imports_busy",
+                    "this origin is importing as many files as it may; retry shortly",
+                )
+                .retry_after(10)
+            })
+    }
+}
+
 /// The whole body, at most `L::max` bytes: 413 `body_too_large` at once
 /// when `Content-Length` says more (the connection then closes), or once
 /// more arrived. The router's `DefaultBodyLimit` does not apply: the

@@ -1,7 +1,7 @@
 //! `POST /api/v1/imports` and `GET /api/v1/imports/{id}`: imports through
 //! the API (`import::job`).
 
-use super::extract::{Authorized, Body, Create, Import};
+use super::extract::{Authorized, Body, Create, Import, ImportSlot};
 use super::{ok, AppState};
 use crate::error::ApiError;
 use crate::import::job::{self, JobError, NewJob};
@@ -29,6 +29,7 @@ impl From<JobError> for ApiError {
 pub async fn create(
     State(s): State<AppState>,
     Authorized(caller, ..): Authorized<Create>,
+    ImportSlot(slot): ImportSlot,
     uri: http::Uri,
     headers: HeaderMap,
     Body(body, ..): Body<Import>,
@@ -52,6 +53,7 @@ pub async fn create(
             dry_run: q.dry_run,
             body,
         },
+        slot,
     )
     .await?;
     let mut r = ok(StatusCode::ACCEPTED, &view);

@@ -21,6 +21,22 @@ use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 
+/// Files an origin holds at once (each job keeps its file in memory while
+/// it runs, up to `links.max_import_body_bytes`): a slot is taken before
+/// the body is read and given back when the job ends, so many keys posting
+/// at once cannot make an origin hold more than this many files.
+pub const MAX_FILES_IN_MEMORY: usize = 2;
+
+/// The origin's slots for files ([`MAX_FILES_IN_MEMORY`]).
+pub static FILE_SLOTS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(MAX_FILES_IN_MEMORY);
+
+/// A slot for one file, held until its job ends (`None` when every slot
+/// is taken).
+pub fn file_slot() -> Option<tokio::sync::SemaphorePermit<'static>> {
+    FILE_SLOTS.try_acquire().ok()
+}
+
 /// A running job's progress older than this: its origin stopped.
 pub const STALE_MS: u64 = 60_000;
 /// Refused rows a finished job keeps (with the counts of all of them).
@@ -101,6 +117,7 @@ pub async fn start(
     caller: Arc<Caller>,
     pace: Pace,
     job: NewJob,
+    slot: tokio::sync::SemaphorePermit<'static>,
 ) -> Result<JobView, JobError> {
     caller
         .require(Scope::LinksCreate)
@@ -138,6 +155,8 @@ pub async fn start(
         dry_run: job.dry_run,
     };
     tokio::spawn(async move {
+        // The file's slot is the task's: given back when the job ends.
+        let _slot = slot;
         let id = row.public_id;
         let mut summary = Summary::default();
         let mut refusals = Vec::new();
