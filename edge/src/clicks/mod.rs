@@ -469,6 +469,13 @@ mod tests {
     use super::record::ClickParts;
     use super::*;
 
+    /// A counter with these settings, its metrics unregistered.
+    fn clicks_with(file: config::ClicksFile) -> Clicks {
+        let cfg = config::from_file(file).unwrap_or_else(|e| panic!("{e}"));
+        let metrics = ClicksMetrics::unregistered().unwrap_or_else(|e| panic!("{e}"));
+        Clicks::new(&cfg, "n0nce", metrics).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn parts() -> ClickParts<'static> {
         ClickParts {
             head: false,
@@ -480,13 +487,10 @@ mod tests {
 
     #[test]
     fn the_counts_are_cut_when_they_reach_max_links_and_nothing_is_lost() {
-        let cfg = config::from_file(config::ClicksFile {
+        let c = clicks_with(config::ClicksFile {
             max_links: 100,
             ..Default::default()
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-        let metrics = ClicksMetrics::unregistered().unwrap_or_else(|e| panic!("{e}"));
-        let c = Clicks::new(&cfg, "n0nce", metrics).unwrap_or_else(|e| panic!("{e}"));
+        });
         let now = shorturl_common::time::now_unix();
         // 250 distinct links, the first one clicked twice.
         for i in 0..250 {
@@ -510,13 +514,10 @@ mod tests {
 
     #[test]
     fn a_full_queue_slows_its_request_and_loses_no_click() {
-        let cfg = config::from_file(config::ClicksFile {
+        let c = clicks_with(config::ClicksFile {
             queue_per_thread: 4,
             ..Default::default()
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-        let metrics = ClicksMetrics::unregistered().unwrap_or_else(|e| panic!("{e}"));
-        let c = Clicks::new(&cfg, "n0nce", metrics).unwrap_or_else(|e| panic!("{e}"));
+        });
         let now = shorturl_common::time::now_unix();
         // No flusher: every fifth click finds the queue full and drains it.
         for i in 0..23 {
@@ -532,13 +533,10 @@ mod tests {
 
     #[test]
     fn a_full_queue_costs_its_request_one_step_not_the_whole_queue() {
-        let cfg = config::from_file(config::ClicksFile {
+        let c = clicks_with(config::ClicksFile {
             queue_per_thread: 1000,
             ..Default::default()
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-        let metrics = ClicksMetrics::unregistered().unwrap_or_else(|e| panic!("{e}"));
-        let c = Clicks::new(&cfg, "n0nce", metrics).unwrap_or_else(|e| panic!("{e}"));
+        });
         let now = shorturl_common::time::now_unix();
         for _ in 0..1001 {
             c.record_parts(parts(), ("lnk0001", "s.example"), now);
@@ -563,13 +561,10 @@ mod tests {
 
     #[test]
     fn requests_yield_while_half_the_buffer_is_unsent_and_redis_takes_batches() {
-        let cfg = config::from_file(config::ClicksFile {
+        let c = clicks_with(config::ClicksFile {
             max_buffered_clicks: 10,
             ..Default::default()
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-        let metrics = ClicksMetrics::unregistered().unwrap_or_else(|e| panic!("{e}"));
-        let c = Clicks::new(&cfg, "n0nce", metrics).unwrap_or_else(|e| panic!("{e}"));
+        });
         let now = shorturl_common::time::now_unix();
         for _ in 0..7 {
             c.record_parts(parts(), ("lnk0001", "s.example"), now);
@@ -592,14 +587,11 @@ mod tests {
         assert_eq!(c.metrics.backpressure.get(), 2);
         assert_eq!(c.metrics.dropped(), 0);
         // Turned off: never.
-        let off = config::from_file(config::ClicksFile {
+        let c = clicks_with(config::ClicksFile {
             max_buffered_clicks: 10,
             backpressure: false,
             ..Default::default()
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-        let metrics = ClicksMetrics::unregistered().unwrap_or_else(|e| panic!("{e}"));
-        let c = Clicks::new(&off, "n0nce", metrics).unwrap_or_else(|e| panic!("{e}"));
+        });
         c.sending.store(true, Ordering::Relaxed);
         for _ in 0..20 {
             c.record_parts(parts(), ("lnk0001", "s.example"), now);

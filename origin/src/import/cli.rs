@@ -4,7 +4,7 @@
 
 use super::format::{rows, FileError, Format};
 use super::row::Row;
-use super::run::{ImportError, Importer, Outcome, Refusal, Summary};
+use super::run::{ImportError, Importer, Refusal, Summary};
 use crate::background::Background;
 use crate::config::Config;
 use crate::serve::{assemble, ServeError};
@@ -256,19 +256,9 @@ pub async fn run(mut cfg: Config, a: Args) -> Result<Report, CliError> {
             break;
         };
         let outcomes = outcomes?;
-        for (row, o) in chunk.iter().zip(&outcomes) {
-            state.summary.add(o);
-            if let Outcome::Refused { kind, message } = o {
-                write_refusal(
-                    &mut report,
-                    &Refusal {
-                        line: row.line,
-                        code: row.code.clone(),
-                        kind: kind.clone(),
-                        message: message.clone(),
-                    },
-                )
-                .map_err(io(&report_path))?;
+        for (row, o) in chunk.iter().zip(outcomes) {
+            if let Some(r) = state.summary.count(row, o) {
+                write_refusal(&mut report, &r).map_err(io(&report_path))?;
             }
         }
         // Every chunk before this one is done too (file order): a crash

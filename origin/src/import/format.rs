@@ -16,8 +16,7 @@ use std::io::Read;
 use thiserror::Error;
 
 /// Where a file comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// This service's columns (`url` required; `code`, `domain`, `title`,
     /// `tags` joined by commas, `created_at`, `expires_at`, `state`): its
@@ -39,6 +38,14 @@ pub enum Format {
 }
 
 impl Format {
+    /// The format named `name` (its `--format` and `format=` value).
+    pub fn named(name: &str) -> Option<Format> {
+        <Format as clap::ValueEnum>::value_variants()
+            .iter()
+            .copied()
+            .find(|f| f.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Format::Csv => "csv",

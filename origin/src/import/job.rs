@@ -9,7 +9,7 @@
 
 use super::format::{rows, FileError, Format};
 use super::row::Row;
-use super::run::{ImportError, Importer, Outcome, Refusal, Summary};
+use super::run::{ImportError, Importer, Refusal, Summary};
 use crate::error::ApiError;
 use crate::links::{LinkError, Links, MAX_BATCH_ITEMS};
 use crate::store::imports::{JobRow, Started};
@@ -211,15 +211,9 @@ async fn run(
             },
         )?;
         for (row, o) in chunk.iter().zip(outcomes) {
-            summary.add(&o);
-            if let Outcome::Refused { kind, message } = o {
+            if let Some(r) = summary.count(row, o) {
                 if refusals.len() < MAX_REFUSALS {
-                    refusals.push(Refusal {
-                        line: row.line,
-                        code: row.code.clone(),
-                        kind,
-                        message,
-                    });
+                    refusals.push(r);
                 }
             }
         }

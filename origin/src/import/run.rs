@@ -22,8 +22,8 @@ pub enum Outcome {
     /// A new link.
     Created,
     /// Its code already holds this app's link to the same URL on that
-    /// domain: an earlier run imported it (a resumed import repeats up to
-    /// one chunk).
+    /// domain: an earlier run imported it (a resumed import repeats the
+    /// chunks that were in flight).
     Existing,
     /// The app's identical recent link (the creation's dedup).
     Deduplicated,
@@ -53,17 +53,25 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn add(&mut self, o: &Outcome) {
+    /// Counts `row`'s outcome; a refused row comes back for the report.
+    pub fn count(&mut self, row: &Row, o: Outcome) -> Option<Refusal> {
         self.rows += 1;
         match o {
             Outcome::Created => self.created += 1,
             Outcome::Existing => self.existing += 1,
             Outcome::Deduplicated => self.deduplicated += 1,
-            Outcome::Refused { kind, .. } => {
+            Outcome::Refused { kind, message } => {
                 self.refused += 1;
                 *self.refused_by_kind.entry(kind.clone()).or_default() += 1;
+                return Some(Refusal {
+                    line: row.line,
+                    code: row.code.clone(),
+                    kind,
+                    message,
+                });
             }
         }
+        None
     }
 }
 

@@ -17,17 +17,13 @@ pub struct ImportRequest {
 pub fn parse_import(query: Option<&str>) -> Result<ImportRequest, ApiError> {
     let p = Params::parse(query, &["format", "domain", "dry_run"])?;
     let format = match p.get("format") {
-        None | Some("csv") => Format::Csv,
-        Some("bitly") => Format::Bitly,
-        Some("shlink") => Format::Shlink,
-        Some("kutt") => Format::Kutt,
-        Some("yourls") => Format::Yourls,
-        Some(_) => {
-            return Err(ApiError::bad_request(
+        None => Format::Csv,
+        Some(f) => Format::named(f).ok_or_else(|| {
+            ApiError::bad_request(
                 "invalid_format",
                 "format must be csv, bitly, shlink, kutt or yourls",
-            ))
-        }
+            )
+        })?,
     };
     let domain = match p.get("domain") {
         Some(d) => Some(normalize_host(d).ok_or_else(|| {
