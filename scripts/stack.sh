@@ -85,7 +85,11 @@ dev_config() {
   if [ ! -s "$VAR/dev-unlock-key" ]; then
     (umask 077; head -c 32 /dev/urandom | base64 >"$VAR/dev-unlock-key")
   fi
-  chmod 600 "$VAR/dev-admin-password" "$VAR/dev-tls-store-key" "$VAR/dev-unlock-key"
+  # Seals webhook endpoints' secrets in MySQL (SHORTURL_WEBHOOK_KEY).
+  if [ ! -s "$VAR/dev-webhook-key" ]; then
+    (umask 077; head -c 32 /dev/urandom | base64 >"$VAR/dev-webhook-key")
+  fi
+  chmod 600 "$VAR/dev-admin-password" "$VAR/dev-tls-store-key" "$VAR/dev-unlock-key" "$VAR/dev-webhook-key"
   local phc
   phc=$("$BIN/shorturl-origin" hash-password <"$VAR/dev-admin-password")
   rm -f "$VAR/origin.yaml"
@@ -124,6 +128,7 @@ start_origin() {
   alive "$VAR/origin.pid" && return 0
   "$BIN/shorturl-origin" -c "$VAR/origin.yaml" pregen --count "$PREGEN_COUNT" --quiet
   SHORTURL_UNLOCK_KEY=$(cat "$VAR/dev-unlock-key") \
+  SHORTURL_WEBHOOK_KEY=$(cat "$VAR/dev-webhook-key") \
     nohup "$BIN/shorturl-origin" -c "$VAR/origin.yaml" serve >"$VAR/origin.log" 2>&1 &
   echo $! >"$VAR/origin.pid"
   wait_tcp "$ORIGIN_PORT" origin
@@ -174,6 +179,7 @@ Stack is up: origin 127.0.0.1:$ORIGIN_PORT, Redis 127.0.0.1:$REDIS_PORT, MariaDB
 API keys: var/dev-api-key (admin), var/dev-merchant-key (merchant 55, domain s.shop55.com); secrets in var/ are mode 0600.
 TLS store key (seals private keys in Redis): var/dev-tls-store-key, given to the edge as SHORTURL_EDGE_TLS_STORE_KEY.
 Unlock key (password links' tokens): var/dev-unlock-key, given to the origin and the edge.
+Webhook key (seals endpoint secrets): var/dev-webhook-key, given to the origin as SHORTURL_WEBHOOK_KEY.
 Admin console: http://127.0.0.1:$ORIGIN_PORT/admin/ (user admin, password in var/dev-admin-password; docs/admin.md)
 Logs: var/*.log. Stop with: make down
 

@@ -216,7 +216,7 @@ pub async fn run(
                         let id = format!("bench:{task}-{now}:{seq}");
                         let batch = rollup_batch(id, seq * 104_729 + task as u64, now);
                         seq += 1;
-                        crate::clicks::apply::apply(&pool, &batch, now, top).await?;
+                        crate::clicks::apply::apply(&pool, &batch, now, top, None).await?;
                         n.fetch_add((ROLLUP_LINKS * ROWS_PER_LINK) as u64, Ordering::Relaxed);
                     }
                     Ok::<(), BenchError>(())

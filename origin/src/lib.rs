@@ -38,4 +38,5 @@ pub mod serve;
 pub mod store;
 pub mod tenancy;
 pub mod validate;
+pub mod webhooks;
 pub mod whitelist;

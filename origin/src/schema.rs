@@ -77,6 +77,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "import_jobs",
         include_str!("../migrations/0017_import_jobs.sql"),
     ),
+    (
+        18,
+        "webhooks",
+        include_str!("../migrations/0018_webhooks.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

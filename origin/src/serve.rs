@@ -23,6 +23,7 @@ use crate::lifecycle::{holder_id, Reaper};
 use crate::links::{Links, Parts};
 use crate::metrics::Metrics;
 use crate::store::{is_permanent, meta, ShardMap, Store};
+use crate::webhooks::Webhooks;
 use crate::whitelist::Whitelist;
 use crate::{apollo, db, schema};
 use std::sync::Arc;
@@ -53,6 +54,8 @@ pub enum ServeError {
     OpenApi(#[source] serde_yaml::Error),
     #[error(transparent)]
     Screening(#[from] crate::screening::ScreeningError),
+    #[error(transparent)]
+    Webhooks(#[from] crate::webhooks::WebhooksError),
 }
 
 /// Starts the origin; returns when it has shut down.
@@ -168,6 +171,11 @@ pub async fn assemble(cfg: Arc<Config>, work: &mut Background) -> Result<Core, S
         cfg.mysql.timeout,
         Arc::clone(&metrics),
     );
+    // Before the first change: which apps' changes write webhook events
+    // (re-read every second by the webhook dispatcher).
+    if let Err(e) = store.refresh_subscriptions().await {
+        tracing::warn!(error = %e, "webhook endpoints not read yet");
+    }
     let claimer = Claimer::start(
         store.clone(),
         cfg.mysql.claim_workers,
@@ -259,6 +267,22 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
     // Every origin drains the outbox (rows are taken with SKIP LOCKED).
     let outbox = Arc::clone(&links.outbox);
     work.spawn("outbox drainer", |stop| stop.cancels(outbox.run_drainer()));
+    // Every origin dispatches webhook events and sends deliveries (leases
+    // keep two origins off the same delivery).
+    let webhooks = Webhooks::new(
+        Arc::clone(&cfg),
+        links.store.clone(),
+        Arc::clone(&links.whitelist),
+        &links.metrics.registry,
+    )?;
+    {
+        let w = Arc::clone(&webhooks);
+        work.spawn("webhook dispatcher", |stop| {
+            stop.cancels(w.run_dispatcher())
+        });
+        let w = Arc::clone(&webhooks);
+        work.spawn("webhook sender", |stop| stop.cancels(w.run_sender()));
+    }
     // Every origin runs a reaper; the one holding the lease reaps. At the
     // stop, the lease is given up so another origin takes over at once.
     if cfg.lifecycle.enabled {
@@ -336,6 +360,7 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
         admin,
         drain: Arc::clone(&drain),
         mysql,
+        webhooks,
     });
     Ok(App {
         cfg,

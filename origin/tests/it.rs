@@ -40,3 +40,4 @@ mod search_indexes;
 mod shards;
 mod tenancy;
 mod upgrade;
+mod webhooks;

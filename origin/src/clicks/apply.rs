@@ -168,17 +168,20 @@ async fn fold_referrers(
 }
 
 /// Applies `batch` (already decoded and validated) at `now` (Unix seconds),
-/// keeping at most `referrers_per_day` named referrer hosts per link-day.
+/// keeping at most `referrers_per_day` named referrer hosts per link-day;
+/// with `digest` (a period in seconds, while some app wants `link.clicked`)
+/// also adds each link's counts to its webhook click digest of the period.
 pub async fn apply(
     pool: &Pool,
     batch: &Batch,
     now: u64,
     referrers_per_day: usize,
+    digest: Option<u64>,
 ) -> Result<Applied, DbError> {
     let work = async {
         let mut attempt = 1;
         loop {
-            match apply_once(pool, batch, now, referrers_per_day).await {
+            match apply_once(pool, batch, now, referrers_per_day, digest).await {
                 Err(e) if is_lock_conflict(&e) && attempt < ATTEMPTS => {
                     tracing::debug!(batch = %batch.id, attempt, error = %e, "click batch lost a lock race; applying it again");
                     tokio::time::sleep(Duration::from_millis(10 * u64::from(attempt))).await;
@@ -200,6 +203,7 @@ async fn apply_once(
     batch: &Batch,
     now: u64,
     referrers_per_day: usize,
+    digest: Option<u64>,
 ) -> Result<Applied, mysql_async::Error> {
     let mut conn = pool.get_conn().await?;
     let mut opts = TxOpts::default();
@@ -300,6 +304,31 @@ async fn apply_once(
         .map(|l| (l.code.as_str(), l.day, l.destination.label(), l.n))
         .collect();
     dests.sort();
+    if let Some(period) = digest.filter(|p| *p > 0) {
+        // Per link (sorted: the global lock order), this batch's clicks.
+        let mut per: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for l in &batch.hours {
+            let e = per.entry(l.code.as_str()).or_default();
+            e.0 += l.human;
+            e.1 += l.bot;
+        }
+        let lines: Vec<(&str, u64, u64)> = per.into_iter().map(|(c, (h, b))| (c, h, b)).collect();
+        upsert(
+            &mut tx,
+            "INSERT INTO webhook_click_digest (link, period, human, bot)",
+            "ON DUPLICATE KEY UPDATE human = human + VALUES(human), bot = bot + VALUES(bot)",
+            &lines,
+            |(code, human, bot)| {
+                [
+                    (*code).into(),
+                    (now / period).into(),
+                    (*human).into(),
+                    (*bot).into(),
+                ]
+            },
+        )
+        .await?;
+    }
     upsert(
         &mut tx,
         "INSERT INTO click_day_destination (code, day, dest, n)",

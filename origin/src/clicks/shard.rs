@@ -115,11 +115,12 @@ pub async fn apply_sharded(
     referrers_per_day: usize,
     unattributed: &prometheus::IntCounter,
 ) -> Result<Option<Batch>, DbError> {
+    let digest = store.subscriptions().click_digest_secs();
     let renamed = name_bare_codes(store, batch, unattributed).await?;
     let batch = renamed.as_ref().unwrap_or(batch);
     if !store.shards.sharded {
         return Ok(
-            match apply(&store.pool, batch, now, referrers_per_day).await? {
+            match apply(&store.pool, batch, now, referrers_per_day, digest).await? {
                 Applied::Applied => Some(batch.clone()),
                 Applied::Duplicate => None,
             },
@@ -130,7 +131,7 @@ pub async fn apply_sharded(
         let Some(shard) = store.shards.shards.get(i) else {
             continue;
         };
-        if apply(&shard.pool, &part, now, referrers_per_day).await? == Applied::Applied {
+        if apply(&shard.pool, &part, now, referrers_per_day, digest).await? == Applied::Applied {
             added
                 .get_or_insert_with(|| Batch::new(batch.id.clone()))
                 .append(part);

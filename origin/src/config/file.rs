@@ -59,6 +59,45 @@ pub struct FileConfig {
     /// Destination screening (`super::screening`).
     #[serde(default)]
     pub screening: ScreeningFile,
+    /// Webhooks (`super::webhooks`).
+    #[serde(default)]
+    pub webhooks: WebhooksFile,
+}
+
+/// `webhooks:` (issue 28).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhooksFile {
+    /// Base64 of 32 bytes: seals endpoint secrets (or `SHORTURL_WEBHOOK_KEY`).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Earlier keys, still opening secrets sealed with them.
+    #[serde(default)]
+    pub old_keys: Vec<String>,
+    #[serde(default)]
+    pub allow_http: Option<bool>,
+    /// CIDRs endpoints may resolve to although not public.
+    #[serde(default)]
+    pub allow_networks: Vec<String>,
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub max_in_flight_per_endpoint: Option<u64>,
+    #[serde(default)]
+    pub retry_base_ms: Option<u64>,
+    #[serde(default)]
+    pub retry_max_ms: Option<u64>,
+    #[serde(default)]
+    pub give_up_after_secs: Option<u64>,
+    #[serde(default)]
+    pub keep_finished_days: Option<u64>,
+    #[serde(default)]
+    pub max_endpoints_per_app: Option<u64>,
+    /// The period of a link.clicked digest (default 60).
+    #[serde(default)]
+    pub click_digest_secs: Option<u64>,
 }
 
 /// `screening:` (protocol 4.7).

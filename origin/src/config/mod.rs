@@ -16,6 +16,7 @@ mod serving;
 mod shards;
 mod tenancy;
 mod unlock;
+mod webhooks;
 
 pub use admin::{AdminConfig, AdminUser, Role};
 pub use clicks::ClicksConfig;
@@ -27,6 +28,7 @@ pub use serving::{InternalConfig, ServeLimits};
 pub use shards::{ShardConfig, ShardsConfig};
 pub use tenancy::AppConfig;
 pub use unlock::{UnlockConfig, ENV_UNLOCK_KEY};
+pub use webhooks::{WebhooksConfig, ENV_WEBHOOK_KEY};
 
 use file::FileConfig;
 use shorturl_common::cidr::{CidrError, CidrList};
@@ -166,6 +168,8 @@ pub struct Config {
     pub guide: GuideConfig,
     /// Destination screening: the policy's files and how it is refreshed.
     pub screening: ScreeningConfig,
+    /// Webhooks: the sealing key, allowed destinations, the schedule.
+    pub webhooks: WebhooksConfig,
     /// The listener's head deadline and connection caps.
     pub limits: ServeLimits,
     /// Who may call `/internal/*` and `/metrics`.
@@ -387,6 +391,7 @@ impl Config {
         let unlock = unlock::unlock(f.unlock, env)?;
         let guide = guide::guide(f.guide)?;
         let screening = screening::screening(f.screening)?;
+        let webhooks = webhooks::webhooks(f.webhooks, env)?;
         let limits = serving::limits(f.limits)?;
         let internal = serving::internal(f.internal, env)?;
         let redirect_max_age = lifecycle::cache_control_max_age(&f.redirect.cache_control)
@@ -432,6 +437,7 @@ impl Config {
             unlock,
             guide,
             screening,
+            webhooks,
             limits,
             internal,
             drain: Duration::from_secs(f.drain_secs.unwrap_or(3)),

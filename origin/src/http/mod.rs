@@ -27,6 +27,7 @@ mod rules;
 mod screening;
 mod stats;
 mod unlock;
+pub mod webhooks;
 
 use crate::auth::Auth;
 use crate::body::read_body_max;
@@ -60,6 +61,8 @@ pub struct AppState {
     pub drain: Arc<crate::conn::Drain>,
     /// MySQL's health, probed in the background (`/healthz`).
     pub mysql: Arc<crate::health::MysqlHealth>,
+    /// Webhook endpoints and their deliveries.
+    pub webhooks: Arc<crate::webhooks::Webhooks>,
 }
 
 /// The origin's router. The routes' names label
@@ -108,6 +111,33 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/v1/imports/{id}",
             only(read, named("import_job", get(imports::read))),
+        )
+        .route(
+            "/api/v1/webhooks",
+            only(
+                "GET, HEAD, POST",
+                named("webhooks", get(webhooks::list).post(webhooks::create)),
+            ),
+        )
+        .route(
+            "/api/v1/webhooks/{id}",
+            only(
+                "GET, HEAD, PATCH, DELETE",
+                named(
+                    "webhook",
+                    get(webhooks::read)
+                        .patch(webhooks::update)
+                        .delete(webhooks::delete),
+                ),
+            ),
+        )
+        .route(
+            "/api/v1/webhooks/{id}/deliveries",
+            only(read, named("webhook_deliveries", get(webhooks::deliveries))),
+        )
+        .route(
+            "/api/v1/webhooks/{id}/deliveries/{delivery}/resend",
+            only("POST", named("webhook_resend", post(webhooks::resend))),
         )
         .route(
             "/api/v1/export/links",

@@ -3,6 +3,7 @@
 //! commit), so a change and its record commit or fail together.
 
 use super::row::Snapshot;
+use super::webhooks::{insert_events, EventType, NewEvent, Subscriptions};
 use super::{DbError, LinkKey, LinkRow, Store};
 use mysql_async::prelude::*;
 use mysql_async::Value;
@@ -66,14 +67,66 @@ pub struct AuditEntry {
 /// Most rows a history answer holds (newest first).
 pub const HISTORY_LIMIT: usize = 1000;
 
-/// Writes `rows` with one statement on `conn` (inside the caller's transaction).
+impl AuditAction {
+    /// The webhook event a change of this kind is.
+    pub fn event(self) -> EventType {
+        match self {
+            AuditAction::Create => EventType::Created,
+            AuditAction::Edit | AuditAction::Disable | AuditAction::Enable | AuditAction::Renew => {
+                EventType::Updated
+            }
+            AuditAction::Delete => EventType::Deleted,
+            AuditAction::Expire => EventType::Expired,
+            AuditAction::Recycle => EventType::Recycled,
+        }
+    }
+}
+
+/// Writes `rows` with one statement on `conn` (inside the caller's
+/// transaction), and the webhook events of the apps `hooks` says want
+/// them with a second (same transaction: a change and its event commit
+/// together; after the link's row lock, so one link's events are in order).
 pub async fn insert<Q: Queryable>(
     conn: &mut Q,
     rows: &[AuditRow<'_>],
+    hooks: &Subscriptions,
 ) -> Result<(), mysql_async::Error> {
     if rows.is_empty() {
         return Ok(());
     }
+    insert_audit(conn, rows).await?;
+    let events: Vec<NewEvent<'_>> = rows
+        .iter()
+        .filter_map(|r| {
+            let ty = r.action.event();
+            // A recycled code's row is free: the link was the one before.
+            let link = match r.action {
+                AuditAction::Recycle => r.before?,
+                _ => r.after,
+            };
+            let app = link.app.as_deref()?;
+            hooks.wants(app, ty).then(|| NewEvent {
+                app,
+                code: r.code,
+                link: link_key(r.code, link.domain.as_deref().unwrap_or("")),
+                ty,
+                at_ms: r.at_ms,
+                data: link.snapshot().to_json(),
+                extra: None,
+            })
+        })
+        .collect();
+    if !events.is_empty() {
+        insert_events(conn, &events).await?;
+        hooks.written.notify_one();
+    }
+    Ok(())
+}
+
+async fn insert_audit<Q: Queryable>(
+    conn: &mut Q,
+    rows: &[AuditRow<'_>],
+) -> Result<(), mysql_async::Error> {
     let marks = vec!["(?,?,?,?,?,?,?)"; rows.len()].join(",");
     let mut params: Vec<Value> = Vec::with_capacity(rows.len() * 7);
     for r in rows {
@@ -102,7 +155,8 @@ pub async fn insert<Q: Queryable>(
 /// `at_ms, actor, action, version, before_json, after_json`.
 type AuditCols = (u64, String, String, u64, Option<String>, Option<String>);
 
-fn parse(code: &str, json: Option<String>) -> Option<LinkRow> {
+/// The link a stored snapshot (`after_json`, a webhook event's data) holds.
+pub fn row_of_snapshot(code: &str, json: Option<String>) -> Option<LinkRow> {
     let snap: Snapshot = serde_json::from_str(&json?)
         .map_err(|e| tracing::warn!(code, error = %e, "unreadable audit snapshot"))
         .ok()?;
@@ -147,8 +201,8 @@ impl Store {
                     actor,
                     action,
                     version,
-                    before: parse(code, before),
-                    after: parse(code, after),
+                    before: row_of_snapshot(code, before),
+                    after: row_of_snapshot(code, after),
                 },
             )
             .collect())

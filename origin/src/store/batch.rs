@@ -123,7 +123,7 @@ impl Store {
                         after: row,
                     })
                     .collect();
-                audit::insert(&mut tx, &audit_rows).await?;
+                audit::insert(&mut tx, &audit_rows, &self.hooks).await?;
             }
             // Test hook: the batch fails after its writes, as a row the
             // server refuses would, and must leave nothing behind.

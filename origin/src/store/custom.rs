@@ -17,6 +17,7 @@ use super::audit::{self, AuditAction, AuditRow};
 use super::error::{is_lock_conflict, server_code};
 use super::key::{LinkKey, BY_KEY};
 use super::shards::Shard;
+use super::webhooks::Subscriptions;
 use super::{new_row_marks, DbError, LinkData, RowState, Store, CREATED_VERSION, NEW_LINK_COLUMNS};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, TxOpts};
@@ -84,7 +85,7 @@ impl Store {
             let mut conn = self.pool.get_conn().await?;
             let mut attempt = 1;
             loop {
-                match claim_once(&mut conn, shard, key, d).await {
+                match claim_once(&mut conn, shard, key, d, &self.hooks).await {
                     Err(e) if is_lock_conflict(&e) && attempt < ATTEMPTS => {
                         self.metrics.mysql_error.inc();
                         tracing::info!(code, attempt, error = %e, "custom code lost a lock race; retrying");
@@ -106,6 +107,7 @@ async fn claim_once(
     shard: &Shard,
     key: &LinkKey,
     d: &LinkData,
+    hooks: &Subscriptions,
 ) -> Result<CustomClaim, mysql_async::Error> {
     let code = key.code();
     let row: Option<(u64, u8, u64)> = conn
@@ -191,6 +193,7 @@ async fn claim_once(
             before: None,
             after: &row,
         }],
+        hooks,
     )
     .await?;
     tx.commit().await?;

@@ -100,7 +100,7 @@ impl Store {
                     after,
                 })
                 .collect();
-            audit::insert(&mut tx, &audit_rows).await?;
+            audit::insert(&mut tx, &audit_rows, &self.hooks).await?;
             let changes: Vec<(&str, Option<&str>, u64)> = pairs
                 .iter()
                 .map(|(_, a)| (a.code.as_str(), a.domain.as_deref(), a.version))

@@ -34,6 +34,7 @@ mod row;
 pub mod search;
 pub mod shards;
 pub mod state;
+pub mod webhooks;
 
 pub use audit::{AuditAction, AuditEntry};
 pub use batch::ClaimItem;
@@ -176,6 +177,8 @@ pub struct Store {
     pub shards: Arc<ShardMap>,
     timeout: Duration,
     metrics: Arc<Metrics>,
+    /// Which apps' changes write webhook events (shared by every view).
+    hooks: Arc<webhooks::Subscriptions>,
 }
 
 /// `state, long_url, domain, expires_at, version, options`.
@@ -266,6 +269,10 @@ impl Store {
         let shards = ShardMap::open(cfg, &pool, perm, None)?;
         shards.migrate().await;
         let store = Store::sharded(pool.clone(), Arc::new(shards), cfg.timeout, metrics);
+        // A command's changes (the reaper's) write the events apps want.
+        if let Err(e) = store.refresh_subscriptions().await {
+            tracing::warn!(error = %e, "webhook endpoints not read");
+        }
         Ok((pool, store))
     }
 
@@ -288,6 +295,7 @@ impl Store {
             shards,
             timeout,
             metrics,
+            hooks: Arc::default(),
         }
     }
 

@@ -160,6 +160,7 @@ impl Store {
                     before: Some(&before),
                     after: &after,
                 }],
+                &self.hooks,
             )
             .await?;
             let domain = after.domain.as_deref();

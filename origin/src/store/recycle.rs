@@ -20,6 +20,7 @@
 use super::audit::{self, AuditAction, AuditRow};
 use super::lifecycle::REAPER_ACTOR;
 use super::row::COLUMNS;
+use super::webhooks::Subscriptions;
 use super::{outbox, DbError, LinkRow, RowState, Store};
 use mysql_async::prelude::*;
 use mysql_async::{IsolationLevel, TxOpts, Value};
@@ -194,7 +195,7 @@ impl Store {
                 }
             }
             if !reuse.is_empty() {
-                append(&mut tx, now, &reuse, &reuse_ids).await?;
+                append(&mut tx, now, &reuse, &reuse_ids, &self.hooks).await?;
                 batch.recycled = reuse.len();
             }
             let last = rows.last().map(|r| (r.1, r.0)).unwrap_or((ce, ci));
@@ -218,6 +219,7 @@ async fn append(
     now: u64,
     old: &[&LinkRow],
     ids: &[Value],
+    hooks: &Subscriptions,
 ) -> Result<(), DbError> {
     let end: Option<String> = tx
         .exec_first(
@@ -288,7 +290,7 @@ async fn append(
             after,
         })
         .collect();
-    audit::insert(tx, &audit_rows).await?;
+    audit::insert(tx, &audit_rows, hooks).await?;
     // The old link's domain: its key gets the free row's negative.
     let changes: Vec<(&str, Option<&str>, u64)> = free
         .iter()

@@ -1,0 +1,175 @@
+//! `/api/v1/webhooks…`: an app's endpoints, their delivery log and resend
+//! (`webhooks::endpoints`). Reads need `links:read`, changes `links:manage`.
+
+use super::extract::{Authorized, Body, Manage, One, Read};
+use super::{ok, AppState};
+use crate::error::{ApiError, DATABASE_UNAVAILABLE};
+use crate::store::webhooks::DeliveryState;
+use crate::webhooks::endpoints::EndpointInput;
+use crate::webhooks::EndpointError;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderValue, StatusCode};
+
+impl From<EndpointError> for ApiError {
+    fn from(e: EndpointError) -> ApiError {
+        let bad = |kind, e: &EndpointError| ApiError::bad_request(kind, e.to_string());
+        match &e {
+            EndpointError::Url(_) => bad("invalid_webhook_url", &e),
+            EndpointError::Events(_) => bad("invalid_events", &e),
+            EndpointError::Description => bad("invalid_description", &e),
+            EndpointError::Body(_) => bad("invalid_json", &e),
+            EndpointError::NotConfigured => ApiError::new(
+                StatusCode::CONFLICT,
+                "webhooks_not_configured",
+                e.to_string(),
+            ),
+            EndpointError::TooMany(_) => {
+                ApiError::new(StatusCode::CONFLICT, "too_many_endpoints", e.to_string())
+            }
+            EndpointError::NotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "webhook_not_found", e.to_string())
+            }
+            EndpointError::DeliveryNotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "delivery_not_found", e.to_string())
+            }
+            EndpointError::Db(_) => ApiError::unavailable(DATABASE_UNAVAILABLE),
+            EndpointError::Seal(err) => {
+                tracing::error!(error = %err, "webhooks: sealing a secret failed");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error",
+                )
+            }
+        }
+    }
+}
+
+/// `GET /api/v1/webhooks[?app=]`.
+pub async fn list(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Read>,
+    uri: http::Uri,
+) -> Result<Response, ApiError> {
+    let mut app = None;
+    for (k, v) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        match &*k {
+            "app" => app = Some(v.into_owned()),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!("unknown parameter {k:?}"),
+                ))
+            }
+        }
+    }
+    let endpoints = s.webhooks.list(&caller, app.as_deref()).await?;
+    Ok(ok(
+        StatusCode::OK,
+        &serde_json::json!({ "endpoints": endpoints }),
+    ))
+}
+
+/// `POST /api/v1/webhooks`: 201, the endpoint with its secret (shown once).
+pub async fn create(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Manage>,
+    Body(body, ..): Body<One>,
+) -> Result<Response, ApiError> {
+    let v = s
+        .webhooks
+        .create(&caller, EndpointInput::parse(&body)?)
+        .await?;
+    let mut r = ok(StatusCode::CREATED, &v);
+    if let Ok(l) = HeaderValue::from_str(&format!("/api/v1/webhooks/{}", v.id)) {
+        r.headers_mut().insert(header::LOCATION, l);
+    }
+    Ok(r)
+}
+
+/// `GET /api/v1/webhooks/{id}`.
+pub async fn read(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Read>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(ok(StatusCode::OK, &s.webhooks.read(&caller, &id).await?))
+}
+
+/// `PATCH /api/v1/webhooks/{id}`.
+pub async fn update(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Manage>,
+    Path(id): Path<String>,
+    Body(body, ..): Body<One>,
+) -> Result<Response, ApiError> {
+    let input = EndpointInput::parse(&body)?;
+    Ok(ok(
+        StatusCode::OK,
+        &s.webhooks.update(&caller, &id, input).await?,
+    ))
+}
+
+/// `DELETE /api/v1/webhooks/{id}`: 204.
+pub async fn delete(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Manage>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    s.webhooks.delete(&caller, &id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Most deliveries one page holds.
+const MAX_PAGE: u32 = 500;
+
+/// `GET /api/v1/webhooks/{id}/deliveries[?state=&before=&limit=]`.
+pub async fn deliveries(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Read>,
+    Path(id): Path<String>,
+    uri: http::Uri,
+) -> Result<Response, ApiError> {
+    let (mut state, mut before, mut limit) = (None, None, 50u32);
+    let invalid = |m: String| ApiError::bad_request("invalid_query", m);
+    for (k, v) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
+        match &*k {
+            "state" => {
+                state =
+                    Some(DeliveryState::parse(&v).ok_or_else(|| {
+                        invalid("state must be pending, delivered or dead".into())
+                    })?)
+            }
+            "before" => {
+                before = Some(
+                    v.parse::<u64>()
+                        .map_err(|_| invalid("before must be a delivery id".into()))?,
+                )
+            }
+            "limit" => {
+                limit = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .ok_or_else(|| invalid(format!("limit must be 1-{MAX_PAGE}")))?
+            }
+            _ => return Err(invalid(format!("unknown parameter {k:?}"))),
+        }
+    }
+    let page = s
+        .webhooks
+        .deliveries(&caller, &id, state, before, limit)
+        .await?;
+    Ok(ok(StatusCode::OK, &page))
+}
+
+/// `POST /api/v1/webhooks/{id}/deliveries/{delivery}/resend`: 202.
+pub async fn resend(
+    State(s): State<AppState>,
+    Authorized(caller, ..): Authorized<Manage>,
+    Path((id, delivery)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let d = s.webhooks.resend(&caller, &id, &delivery).await?;
+    Ok(ok(StatusCode::ACCEPTED, &d))
+}
