@@ -1142,3 +1142,147 @@ async fn the_screening_policy_is_managed_in_the_console() {
         .await;
     assert!(r.text().await.unwrap().contains("shady.example removed"));
 }
+
+#[tokio::test]
+async fn webhooks_are_managed_and_their_deliveries_resent_in_the_console() {
+    let c = start_with(|o| {
+        o.extra_yaml.push_str(
+            "webhooks:\n  key: 'MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY='\n  give_up_after_secs: 1\n  retry_base_ms: 50\n",
+        );
+    });
+    let root = c.session("root", "root-pw").await;
+    let page = c.get("/admin/webhooks", &root).await.text().await.unwrap();
+    assert!(
+        page.contains("id=\"add-form\"") && page.contains("aria-current=\"page\">Webhooks"),
+        "{page}"
+    );
+    let token = csrf_of(&page);
+    let add = "op=add&app=demo&url=https%3A%2F%2Flocalhost%3A9%2Fh%3Cx%3E&description=%3Cb%3Eorders%3C%2Fb%3E\
+               &events=link.created&events=link.deleted";
+    let r = c
+        .post("/admin/webhooks", &root, &format!("csrf=forged&{add}"))
+        .await;
+    assert_eq!(r.status().as_u16(), 403, "without the session's token");
+    let r = c
+        .post("/admin/webhooks", &root, &format!("csrf={token}&{add}"))
+        .await;
+    assert_eq!(r.status().as_u16(), 200);
+    let page = r.text().await.unwrap();
+    assert!(page.contains("shown this once: whsec_"), "{page}");
+    assert!(
+        page.contains("&lt;b&gt;orders&lt;/b&gt;") && !page.contains("<b>orders"),
+        "escaped"
+    );
+    assert!(page.contains("link.created, link.deleted"), "{page}");
+    let r = c
+        .post(
+            "/admin/webhooks",
+            &root,
+            &format!(
+                "csrf={token}&op=add&app=nope&url=https%3A%2F%2Fa.example%2F&events=link.created"
+            ),
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 400, "no such app");
+    let r = c
+        .post(
+            "/admin/webhooks",
+            &root,
+            &format!(
+                "csrf={token}&op=add&app=demo&url=http%3A%2F%2Fa.example%2F&events=link.created"
+            ),
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 400, "https only");
+    // The endpoint as the API shows it; a change of a demo link is a delivery
+    // (dead: localhost is not a public address), listed with a resend button.
+    let (_, list, _) =
+        c.s.origin
+            .call(
+                reqwest::Method::GET,
+                "/api/v1/webhooks",
+                support::KEY,
+                None,
+                &[],
+            )
+            .await;
+    let id = list["endpoints"][0]["id"].as_str().unwrap().to_owned();
+    c.s.origin
+        .create_ok(serde_json::json!({"url": "https://example.com/w"}))
+        .await;
+    let log = format!("/admin/webhooks/{id}");
+    support::eventually(
+        "the dead delivery listed",
+        std::time::Duration::from_secs(20),
+        || async {
+            let page = c.get(&log, &root).await.text().await.unwrap();
+            page.contains("<td>dead</td>") && page.contains("resolves to no allowed address")
+        },
+    )
+    .await;
+    let page = c.get(&log, &root).await.text().await.unwrap();
+    let delivery = page
+        .split("name=\"delivery\" value=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap()
+        .to_owned();
+    let r = c
+        .post(
+            &log,
+            &root,
+            &format!("csrf={token}&op=resend&delivery={delivery}"),
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains(&format!("delivery {delivery} is pending again")));
+    // Viewers read without forms; merchant-bound users not at all.
+    let locked = c.session("locked", "locked-pw").await;
+    let page = c
+        .get("/admin/webhooks", &locked)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("localhost:9")
+            && !page.contains("add-form")
+            && !page.contains("value=\"delete\"")
+    );
+    let r = c
+        .post(
+            &log,
+            &locked,
+            &format!("csrf={}&op=resend&delivery={delivery}", csrf_of(&page)),
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 403);
+    let m55 = c.session("m55", "m55-pw").await;
+    assert_eq!(c.get("/admin/webhooks", &m55).await.status().as_u16(), 403);
+    assert_eq!(
+        c.get("/admin/webhooks/zz", &root).await.status().as_u16(),
+        404
+    );
+    // Disable, then delete.
+    let r = c
+        .post(
+            "/admin/webhooks",
+            &root,
+            &format!("csrf={token}&op=disable&id={id}"),
+        )
+        .await;
+    assert!(r.text().await.unwrap().contains("disabled"));
+    let r = c
+        .post(
+            "/admin/webhooks",
+            &root,
+            &format!("csrf={token}&op=delete&id={id}"),
+        )
+        .await;
+    assert!(r.text().await.unwrap().contains("endpoint deleted"));
+    assert_eq!(c.get(&log, &root).await.status().as_u16(), 404);
+}

@@ -21,6 +21,7 @@ pub enum Nav {
     Merchants,
     Apps,
     Screening,
+    Webhooks,
     None,
 }
 
@@ -37,13 +38,14 @@ pub fn page(session: Option<&Session>, nav: Nav, title: &str, main: &str) -> Str
                 format!("<a href=\"{href}\"{cur}>{text}</a>")
             };
             format!(
-                "<header><nav>{}{}{}{}{}<a href=\"/api/docs\">API</a></nav><div class=\"who\"><span id=\"who\">{} · {}</span>\
+                "<header><nav>{}{}{}{}{}{}<a href=\"/api/docs\">API</a></nav><div class=\"who\"><span id=\"who\">{} · {}</span>\
                  <form method=\"post\" action=\"/admin/logout\">{}<button type=\"submit\">Sign out</button></form></div></header>",
                 link(Nav::Overview, "/admin/", "Overview"),
                 link(Nav::Search, "/admin/links", "Search"),
                 link(Nav::Merchants, "/admin/merchants", "Merchants"),
                 link(Nav::Apps, "/admin/apps", "Apps"),
                 link(Nav::Screening, "/admin/screening", "Screening"),
+                link(Nav::Webhooks, "/admin/webhooks", "Webhooks"),
                 esc(&s.user.name),
                 s.user.role.as_str(),
                 csrf_field(s),

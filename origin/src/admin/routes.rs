@@ -31,6 +31,7 @@ pub(super) const MAX_FORM_BYTES: usize = 16 * 1024;
 pub struct Console {
     pub links: Arc<Links>,
     pub admin: Arc<Admin>,
+    pub webhooks: Arc<crate::webhooks::Webhooks>,
 }
 
 /// The console under `/admin`, ready to merge into a router of any state.
@@ -55,6 +56,14 @@ pub fn router<S: Clone + Send + Sync + 'static>(console: Console) -> Router<S> {
         .route("/admin/apps", signed_in(get(apps)))
         .route("/admin/screening", signed_in(get(screening).post(screen)))
         .route("/admin/links/{*code}", signed_in(get(link).post(edit)))
+        .route(
+            "/admin/webhooks",
+            signed_in(get(webhooks).post(change_webhooks)),
+        )
+        .route(
+            "/admin/webhooks/{id}",
+            signed_in(get(webhook_log).post(webhook_resend)),
+        )
         .route("/admin/{*page}", signed_in(MethodRouter::new()))
         .with_state(console)
 }
@@ -240,4 +249,40 @@ async fn link(State(c): State<Console>, req: Req, Signed(s): Signed) -> Response
 
 async fn edit(State(c): State<Console>, req: Req, p: Posted) -> Response {
     views::link::post(&c.links, &p.session, code_of(&req), &p.form, now_unix()).await
+}
+
+async fn webhooks(State(c): State<Console>, Signed(s): Signed) -> Response {
+    if let Some(r) = all_tenants(&s) {
+        return r;
+    }
+    views::webhooks::page(&c.links, &c.webhooks, &s, None).await
+}
+
+async fn change_webhooks(State(c): State<Console>, p: Posted) -> Response {
+    if let Some(r) = all_tenants(&p.session) {
+        return r;
+    }
+    views::webhooks::post(&c.links, &c.webhooks, &p.session, &p.form).await
+}
+
+/// The endpoint id as the path carries it (an id is hex: anything else is
+/// "no such endpoint").
+fn endpoint_of(req: &Req) -> &str {
+    req.path
+        .strip_prefix("/admin/webhooks/")
+        .unwrap_or_default()
+}
+
+async fn webhook_log(State(c): State<Console>, req: Req, Signed(s): Signed) -> Response {
+    if let Some(r) = all_tenants(&s) {
+        return r;
+    }
+    views::webhooks::log(&c.webhooks, &s, endpoint_of(&req), None).await
+}
+
+async fn webhook_resend(State(c): State<Console>, req: Req, p: Posted) -> Response {
+    if let Some(r) = all_tenants(&p.session) {
+        return r;
+    }
+    views::webhooks::resend(&c.webhooks, &p.session, endpoint_of(&req), &p.form).await
 }

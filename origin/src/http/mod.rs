@@ -90,6 +90,7 @@ pub fn router(state: AppState) -> Router {
     let console = crate::admin::Console {
         links: state.links.clone(),
         admin: state.admin.clone(),
+        webhooks: state.webhooks.clone(),
     };
     let admin = crate::admin::router(console).layer(map_response(name_answers("admin")));
     Router::new()
