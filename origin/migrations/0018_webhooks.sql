@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS webhook_click_digest (
   PRIMARY KEY (link, period)
 ) ENGINE=InnoDB;
 
--- webhook_delivery (meta database): one event for one endpoint, with the
+-- webhook_delivery (meta database): one event for one endpoint, sent by
+-- the origin holding the endpoint's lease (`leases`, webhook:<id>), with the
 -- exact bytes sent (a resend repeats them). state: 0 pending, 1 delivered,
 -- 2 dead (gave up). (endpoint_id, event_id) is unique: copying an event
 -- twice (a crash between the two databases' commits) delivers it once.
@@ -67,7 +68,6 @@ CREATE TABLE IF NOT EXISTS webhook_delivery (
   state           TINYINT      NOT NULL DEFAULT 0,
   attempts        INT UNSIGNED NOT NULL DEFAULT 0,
   next_at_ms      BIGINT UNSIGNED NOT NULL,
-  lease_until_ms  BIGINT UNSIGNED NOT NULL DEFAULT 0,
   last_status     SMALLINT UNSIGNED NULL,
   last_error      VARCHAR(200) CHARACTER SET utf8mb4 NULL,
   last_latency_ms INT UNSIGNED NULL,
@@ -75,7 +75,13 @@ CREATE TABLE IF NOT EXISTS webhook_delivery (
   finished_at_ms  BIGINT UNSIGNED NULL,
   PRIMARY KEY (id),
   UNIQUE KEY uk_endpoint_event (endpoint_id, event_id),
-  KEY idx_due (state, next_at_ms),
+  -- The sender's lease (an endpoint's due deliveries), the counts per state.
+  KEY idx_due (endpoint_id, state, next_at_ms),
+  -- Order per link: is an earlier delivery of this link still pending?
   KEY idx_link (endpoint_id, link, state, seq),
-  KEY idx_endpoint (endpoint_id, id)
+  -- The log, newest first.
+  KEY idx_endpoint (endpoint_id, id),
+  -- The backlog figures, and pruning finished deliveries.
+  KEY idx_state (state, created_at_ms),
+  KEY idx_finished (finished_at_ms)
 ) ENGINE=InnoDB;

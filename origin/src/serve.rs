@@ -281,7 +281,13 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
             stop.cancels(w.run_dispatcher())
         });
         let w = Arc::clone(&webhooks);
-        work.spawn("webhook sender", |stop| stop.cancels(w.run_sender()));
+        work.spawn("webhook sender", |stop| async move {
+            stop.cancels(Arc::clone(&w).run_sender()).await;
+            // Bounded: a MySQL that does not answer leaves the leases to run out.
+            let _ = tokio::time::timeout(Duration::from_secs(1), w.release()).await;
+        });
+        let w = Arc::clone(&webhooks);
+        work.spawn("webhook recorder", |stop| stop.cancels(w.run_recorder()));
     }
     // Every origin runs a reaper; the one holding the lease reaps. At the
     // stop, the lease is given up so another origin takes over at once.

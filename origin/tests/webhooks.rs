@@ -263,7 +263,7 @@ async fn every_change_arrives_once_per_id_in_order_through_receiver_origin_and_m
             .collect::<std::collections::BTreeSet<_>>()
             .len()
     };
-    eventually("every event delivered", Duration::from_secs(60), || {
+    eventually("every event delivered", Duration::from_secs(120), || {
         let n = distinct(&rx.received());
         let want = expected.len();
         async move { n >= want }

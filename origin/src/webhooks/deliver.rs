@@ -7,7 +7,7 @@ use super::sign::signature;
 use super::Webhooks;
 use crate::links::LinkView;
 use crate::store::audit::row_of_snapshot;
-use crate::store::webhooks::{Attempt, Due, EventType, PendingEvent};
+use crate::store::webhooks::{Attempt, Due, EventType, PendingEvent, Target};
 use crate::store::DbError;
 use shorturl_common::time::{now_unix, now_unix_ms, rfc3339_ms};
 use std::sync::Arc;
@@ -16,10 +16,26 @@ use url::{Host, Url};
 
 /// How often the tasks look when nothing woke them.
 const POLL: Duration = Duration::from_millis(200);
+/// After a change wrote events, the dispatcher waits this long before its
+/// pass (10 ms of delivery delay against a pass per creation under load).
+const GATHER: Duration = Duration::from_millis(10);
 /// Events one dispatch pass takes from a shard.
 const DISPATCH_BATCH: usize = 500;
-/// Deliveries one origin sends at once, all endpoints together.
-const MAX_SENDING: usize = 256;
+/// Deliveries one read takes per sending slot of an endpoint: its queue.
+const QUEUE_PER_SLOT: usize = 16;
+/// How often a sender reads every due delivery of an endpoint, not only
+/// those above the last one read: retries, resends, a link's next event.
+const FULL_READ: Duration = Duration::from_secs(1);
+/// An endpoint's sender lease (renewed when a third is spent): after an
+/// origin dies, another sends its endpoints within this.
+pub const SENDER_LEASE: Duration = Duration::from_secs(10);
+
+/// The `leases` row of an endpoint's sender.
+fn lease_name(endpoint: u64) -> String {
+    format!("webhook:{endpoint}")
+}
+/// Attempts the recorder writes at once.
+const RECORD_BATCH: usize = 500;
 /// How often subscriptions are re-read and finished deliveries pruned.
 const REFRESH: Duration = Duration::from_secs(1);
 const PRUNE: Duration = Duration::from_secs(60);
@@ -89,8 +105,9 @@ impl Webhooks {
             if !more {
                 tokio::select! {
                     _ = tokio::time::sleep(POLL) => {}
-                    // The change's commit follows its notice closely.
-                    _ = hooks.written.notified() => tokio::time::sleep(Duration::from_millis(2)).await,
+                    // The change's commit follows its notice closely; the
+                    // pause lets a busy stream of changes share one pass.
+                    _ = hooks.written.notified() => tokio::time::sleep(GATHER).await,
                 }
             }
         }
@@ -171,7 +188,13 @@ impl Webhooks {
         self.store.insert_deliveries(&rows, now_unix_ms()).await
     }
 
-    /// The sender: leases due deliveries and sends each in its own task.
+    /// The sender: for every enabled endpoint whose lease this origin
+    /// holds (one origin sends an endpoint's deliveries at a time, so
+    /// `max_in_flight_per_endpoint` holds fleet-wide and no delivery is
+    /// taken by a commit of its own), reads the due deliveries and sends
+    /// each in its own task, at most `max_in_flight_per_endpoint` at once;
+    /// looks again when an endpoint's queue is half drained, else every
+    /// 200 ms. Its leases are given up when it stops.
     pub async fn run_sender(self: Arc<Self>) {
         loop {
             let started = self.send_once().await;
@@ -184,65 +207,169 @@ impl Webhooks {
         }
     }
 
-    /// Leases what this origin has room for; returns how many it started.
-    async fn send_once(self: &Arc<Self>) -> usize {
-        let cap = self.cfg.webhooks.max_in_flight_per_endpoint;
-        let mut busy = match self.in_flight.lock() {
-            Ok(m) => m.clone(),
-            Err(_) => return 0,
-        };
-        let room = MAX_SENDING.saturating_sub(busy.values().sum());
-        if room == 0 {
-            return 0;
+    /// Gives up this origin's endpoint leases (at a stop), so another
+    /// origin takes over at once.
+    pub async fn release(&self) {
+        let owned: Vec<u64> = self
+            .owned
+            .lock()
+            .map(|m| m.keys().copied().collect())
+            .unwrap_or_default();
+        for id in owned {
+            let _ = self
+                .store
+                .lease_release(&lease_name(id), &self.holder)
+                .await;
         }
-        let now = now_unix_ms();
-        // Past the attempt's own bound: another origin takes it over only
-        // after this one surely finished or died.
-        let lease = now + 2 * self.cfg.webhooks.timeout.as_millis() as u64 + 5_000;
-        let dues = self
+    }
+
+    /// Whether this origin holds `endpoint`'s lease, renewing it when a
+    /// third of it is spent.
+    async fn holds(&self, endpoint: u64) -> bool {
+        let now = Instant::now();
+        let until = self
+            .owned
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&endpoint).copied());
+        if until.is_some_and(|u| u > now + SENDER_LEASE * 2 / 3) {
+            return true;
+        }
+        match self
             .store
-            .lease_due(now, lease, room, |endpoint| {
-                let n = busy.entry(endpoint).or_default();
-                (*n < cap).then(|| *n += 1).is_some()
+            .lease_acquire(&lease_name(endpoint), &self.holder, SENDER_LEASE)
+            .await
+        {
+            Ok(h) if h == self.holder => {
+                if let Ok(mut m) = self.owned.lock() {
+                    // Counted from before the statement: never later than MySQL's.
+                    m.insert(endpoint, now + SENDER_LEASE);
+                }
+                true
+            }
+            r => {
+                if let Err(e) = r {
+                    tracing::debug!(endpoint, error = %e, "webhooks: endpoint lease not renewed");
+                }
+                if let Ok(mut m) = self.owned.lock() {
+                    m.remove(&endpoint);
+                }
+                // Still ours until it runs out (MySQL may be down a moment).
+                until.is_some_and(|u| u > Instant::now())
+            }
+        }
+    }
+
+    /// The deliveries of `endpoint` this origin is sending or recording.
+    fn sending(&self, endpoint: u64) -> Vec<u64> {
+        self.in_flight
+            .lock()
+            .map(|m| {
+                m.get(&endpoint)
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default()
             })
-            .await;
-        let dues = match dues {
-            Ok(d) => d,
+            .unwrap_or_default()
+    }
+
+    /// Reads what each held endpoint's queue has room for; how many it started.
+    async fn send_once(self: &Arc<Self>) -> usize {
+        let targets = match self.store.enabled_endpoints().await {
+            Ok(t) => t,
             Err(e) => {
-                tracing::debug!(error = %e, "webhooks: could not lease deliveries");
+                tracing::debug!(error = %e, "webhooks: endpoints not read");
                 return 0;
             }
         };
-        for d in &dues {
+        let window = self.cfg.webhooks.max_in_flight_per_endpoint * QUEUE_PER_SLOT;
+        let mut started = 0;
+        for t in targets {
+            let skip = self.sending(t.id);
+            if skip.len() > window / 2 || !self.holds(t.id).await {
+                continue;
+            }
+            let after = self.cursor(t.id);
+            let dues = match self
+                .store
+                .due(t.id, after, now_unix_ms(), window - skip.len(), &skip)
+                .await
+            {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::debug!(error = %e, "webhooks: due deliveries not read");
+                    continue;
+                }
+            };
+            if let Ok(mut m) = self.cursors.lock() {
+                let c = m.entry(t.id).or_insert((0, Instant::now()));
+                if after.is_none() {
+                    c.1 = Instant::now();
+                }
+                if let Some(last) = dues.iter().map(|d| d.id).max() {
+                    c.0 = c.0.max(last);
+                }
+            }
+            if dues.is_empty() {
+                continue;
+            }
             if let Ok(mut m) = self.in_flight.lock() {
-                *m.entry(d.endpoint_id).or_default() += 1;
+                m.entry(t.id).or_default().extend(dues.iter().map(|d| d.id));
+            }
+            started += dues.len();
+            let slots = self.slots(t.id);
+            let target = Arc::new(t);
+            for d in dues {
+                let (me, slots, target) =
+                    (Arc::clone(self), Arc::clone(&slots), Arc::clone(&target));
+                tokio::spawn(async move {
+                    let permit = slots.acquire_owned().await;
+                    me.send(&target, d).await;
+                    drop(permit);
+                });
             }
         }
-        let n = dues.len();
-        for d in dues {
-            let me = Arc::clone(self);
-            tokio::spawn(async move {
-                let endpoint = d.endpoint_id;
-                me.send(d).await;
-                if let Ok(mut m) = me.in_flight.lock() {
-                    if let Some(c) = m.get_mut(&endpoint) {
-                        *c = c.saturating_sub(1);
-                        if *c == 0 {
-                            m.remove(&endpoint);
-                        }
+        started
+    }
+
+    /// Where `endpoint`'s next read starts: after the highest delivery
+    /// read so far, or everything due (`None`) once a second.
+    fn cursor(&self, endpoint: u64) -> Option<u64> {
+        let m = self.cursors.lock().ok()?;
+        let (after, full) = m.get(&endpoint)?;
+        (full.elapsed() < FULL_READ).then_some(*after)
+    }
+
+    /// The semaphore bounding deliveries to `endpoint` at once.
+    fn slots(&self, endpoint: u64) -> Arc<tokio::sync::Semaphore> {
+        let cap = self.cfg.webhooks.max_in_flight_per_endpoint;
+        match self.slots.lock() {
+            Ok(mut m) => Arc::clone(
+                m.entry(endpoint)
+                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(cap))),
+            ),
+            Err(_) => Arc::new(tokio::sync::Semaphore::new(cap)),
+        }
+    }
+
+    /// Deliveries recorded (or given up on): no longer being sent here.
+    fn finished(&self, ids: &[(u64, u64)]) {
+        if let Ok(mut m) = self.in_flight.lock() {
+            for (endpoint, id) in ids {
+                if let Some(s) = m.get_mut(endpoint) {
+                    s.remove(id);
+                    if s.is_empty() {
+                        m.remove(endpoint);
                     }
                 }
-                // The link's next event may be due now.
-                me.ready.notify_one();
-            });
+            }
         }
-        n
+        self.ready.notify_one();
     }
 
     /// One attempt, recorded.
-    async fn send(&self, d: Due) {
+    async fn send(&self, t: &Target, d: Due) {
         let start = Instant::now();
-        let (status, error) = match self.attempt(&d).await {
+        let (status, error) = match self.attempt(t, &d).await {
             Ok(s) if (200..300).contains(&s) => (Some(s), None),
             Ok(s) => (Some(s), Some(format!("answered {s}"))),
             Err(e) => (None, Some(e)),
@@ -271,10 +398,46 @@ impl Webhooks {
                 .delay
                 .observe(now.saturating_sub(d.created_at_ms) as f64 / 1000.0);
         }
-        // A record that fails leaves the lease to run out: the delivery is
-        // sent again (the same id), which at least once allows.
-        if let Err(e) = self.store.record_attempt(d.id, &a, now).await {
-            tracing::warn!(delivery = d.id, error = %e, "webhooks: attempt not recorded; it will be repeated");
+        // Recorded by the recorder, many at once; one that cannot be
+        // recorded stays pending and is sent again (the same id), which
+        // at least once allows.
+        if self.records.send((t.id, d.id, a)).is_err() {
+            tracing::warn!(
+                delivery = d.id,
+                "webhooks: recorder stopped; the attempt will be repeated"
+            );
+        }
+    }
+
+    /// The recorder: writes attempts' results, the delivered ones of a
+    /// batch in one statement (a send ends with its answer, not with a
+    /// commit of its own); then the sender looks again (a link's next
+    /// event may be due). Holds at most the senders' queues.
+    pub async fn run_recorder(self: Arc<Self>) {
+        let Some(mut rx) = self.recorded.lock().ok().and_then(|mut r| r.take()) else {
+            return;
+        };
+        let mut batch = Vec::new();
+        while rx.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+            let now = now_unix_ms();
+            let ended: Vec<(u64, u64)> = batch.iter().map(|(e, id, _)| (*e, *id)).collect();
+            let (done, failed): (Vec<_>, Vec<_>) =
+                batch.drain(..).partition(|(_, _, a)| a.delivered);
+            let delivered: Vec<(u64, u16, u32)> = done
+                .iter()
+                .map(|(_, id, a)| (*id, a.status.unwrap_or(200), a.latency_ms))
+                .collect();
+            if let Err(e) = self.store.record_delivered(&delivered, now).await {
+                tracing::warn!(n = delivered.len(), error = %e, "webhooks: deliveries not recorded; they will be repeated");
+            }
+            for (_, id, a) in failed {
+                if let Err(e) = self.store.record_attempt(id, &a, now).await {
+                    tracing::warn!(delivery = id, error = %e, "webhooks: attempt not recorded; it will be repeated");
+                }
+            }
+            // Recorded or not, no longer held here: what was not recorded
+            // is still pending and is sent again (the same id).
+            self.finished(&ended);
         }
     }
 
@@ -289,8 +452,8 @@ impl Webhooks {
     }
 
     /// POSTs the delivery; the answer's status, or why there was none.
-    async fn attempt(&self, d: &Due) -> Result<u16, String> {
-        let url = Url::parse(&d.url).map_err(|_| "bad url".to_owned())?;
+    async fn attempt(&self, t: &Target, d: &Due) -> Result<u16, String> {
+        let url = Url::parse(&t.url).map_err(|_| "bad url".to_owned())?;
         let literal = match url.host() {
             Some(Host::Ipv4(ip)) => Some(ip.into()),
             Some(Host::Ipv6(ip)) => Some(ip.into()),
@@ -311,7 +474,7 @@ impl Webhooks {
             .as_ref()
             .ok_or("webhooks.key not set")?;
         let secret = keys
-            .open(&seal_name(&d.endpoint_public_id), &d.secret_sealed)
+            .open(&seal_name(&t.public_id), &t.secret_sealed)
             .map_err(|e| format!("secret: {}", e.reason()))?;
         let secret = String::from_utf8(secret.plain).map_err(|_| "secret unreadable".to_owned())?;
         let ts = now_unix();

@@ -5,10 +5,11 @@
 //! (`store::webhooks`, next to the audit row), only for apps with an
 //! endpoint for that type. Every origin runs two tasks ([`deliver`]): the
 //! dispatcher copies each shard's events into one delivery per endpoint
-//! on the meta database; the sender leases due deliveries (a link's next
-//! one only after its earlier one ended, at most
-//! `webhooks.max_in_flight_per_endpoint` per endpoint per origin, so a
-//! slow endpoint holds only its own slots) and POSTs them, retrying with
+//! on the meta database; the sender of the origin holding an endpoint's
+//! lease reads its due deliveries (a link's next one only after its
+//! earlier one ended) and POSTs them, at most
+//! `webhooks.max_in_flight_per_endpoint` at once, so a slow endpoint holds
+//! only its own slots, retrying with
 //! exponential backoff until `webhooks.give_up_after_secs`, then `dead`.
 //! Destinations are checked after DNS resolution ([`address`]).
 
@@ -27,6 +28,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 pub use endpoints::{EndpointError, EndpointView};
+
+/// An attempt to record: endpoint id, delivery id, what happened.
+type Recorded = (u64, u64, crate::store::webhooks::Attempt);
 
 /// Webhook figures (`/metrics`).
 pub struct WebhookMetrics {
@@ -114,10 +118,21 @@ pub struct Webhooks {
     policy: Arc<address::Policy>,
     client: reqwest::Client,
     metrics: WebhookMetrics,
-    /// Deliveries this origin is sending, per endpoint id.
-    in_flight: Mutex<HashMap<u64, usize>>,
+    /// Deliveries this origin is sending or recording, per endpoint id.
+    in_flight: Mutex<HashMap<u64, std::collections::HashSet<u64>>>,
+    /// Endpoints whose sender lease this origin holds, and until when.
+    owned: Mutex<HashMap<u64, std::time::Instant>>,
+    /// Per endpoint: the highest delivery id read, when all were last read.
+    cursors: Mutex<HashMap<u64, (u64, std::time::Instant)>>,
+    /// This origin's name in `leases`.
+    holder: String,
+    /// Sending slots per endpoint id (`max_in_flight_per_endpoint` each).
+    slots: Mutex<HashMap<u64, Arc<tokio::sync::Semaphore>>>,
     /// Deliveries became due (copied, or a send ended): the sender looks.
     ready: tokio::sync::Notify,
+    /// Attempts to record ([`deliver`]'s recorder takes the receiver).
+    records: tokio::sync::mpsc::UnboundedSender<Recorded>,
+    recorded: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Recorded>>>,
 }
 
 impl Webhooks {
@@ -155,7 +170,10 @@ impl Webhooks {
         store
             .subscriptions()
             .set_click_digest_secs(w.click_digest.as_secs());
+        let (records, recorded) = tokio::sync::mpsc::unbounded_channel();
         Ok(Arc::new(Webhooks {
+            records,
+            recorded: Mutex::new(Some(recorded)),
             metrics: WebhookMetrics::register(registry)?,
             cfg,
             store,
@@ -163,6 +181,10 @@ impl Webhooks {
             policy,
             client,
             in_flight: Mutex::default(),
+            owned: Mutex::default(),
+            cursors: Mutex::default(),
+            holder: crate::lifecycle::holder_id("webhooks"),
+            slots: Mutex::default(),
             ready: tokio::sync::Notify::new(),
         }))
     }
