@@ -14,19 +14,10 @@ TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 BIN=$TARGET/release/shorturl-origin
 ROWS=${ROWS:-1000000}
 CODED_ROWS=${CODED_ROWS:-200000}
-REDIS_PORT=17479 MYSQL_PORT=14406
+REDIS_PORT=17479 MYSQL_PORT=14406 ORIGIN_PORT=18181
 rm -rf "$B"; mkdir -p "$B"
 POOL=1G
 . scripts/bench-servers.sh
-HASH=$(printf %s bench-key | sha256sum | cut -d' ' -f1)
-cat >"$B/origin.yaml" <<YAML
-listen: 127.0.0.1:18181
-default_domain: localhost
-public_scheme: http
-mysql: {url: "mysql://root@127.0.0.1:$MYSQL_PORT/bench", pool_max: 80}
-redis: {url: "redis://127.0.0.1:$REDIS_PORT/"}
-apps: [{name: bench, key_sha256: $HASH, rate_per_sec: 1000000, burst: 1000000}]
-YAML
 R=$B/results.jsonl
 runs_max=$(( $(echo ${IN_FLIGHT:-2} | wc -w) > $(echo ${BINS:-x} | wc -w) ? $(echo ${IN_FLIGHT:-2} | wc -w) : $(echo ${BINS:-x} | wc -w) ))
 "$BIN" -c "$B/origin.yaml" pregen --quiet --count $((ROWS * runs_max + 100000)) >/dev/null

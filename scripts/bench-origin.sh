@@ -14,16 +14,6 @@ ROWS=${ROWS:-1000000}
 REDIS_PORT=17379 MYSQL_PORT=14306 ORIGIN_PORT=18081
 rm -rf "$B"; mkdir -p "$B"
 . scripts/bench-servers.sh
-KEY=bench-key
-HASH=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-cat >"$B/origin.yaml" <<YAML
-listen: 127.0.0.1:$ORIGIN_PORT
-default_domain: localhost
-public_scheme: http
-mysql: {url: "mysql://root@127.0.0.1:$MYSQL_PORT/bench", pool_max: 80}
-redis: {url: "redis://127.0.0.1:$REDIS_PORT/"}
-apps: [{name: bench, key_sha256: $HASH, rate_per_sec: 1000000, burst: 1000000}]
-YAML
 R=$B/results.jsonl
 
 # PERF=pregen / PERF=create: that step under a system-wide `perf record`;

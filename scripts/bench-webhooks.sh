@@ -20,15 +20,7 @@ RUN_SECS=${RUN_SECS:-10}
 REDIS_PORT=17579 MYSQL_PORT=14506 ORIGIN_PORT=18281 RX_PORT=18299
 rm -rf "$B"; mkdir -p "$B"
 . scripts/bench-servers.sh
-KEY=bench-key
-HASH=$(printf %s $KEY | sha256sum | cut -d' ' -f1)
-cat >"$B/origin.yaml" <<YAML
-listen: 127.0.0.1:$ORIGIN_PORT
-default_domain: localhost
-public_scheme: http
-mysql: {url: "mysql://root@127.0.0.1:$MYSQL_PORT/bench", pool_max: 80}
-redis: {url: "redis://127.0.0.1:$REDIS_PORT/"}
-apps: [{name: bench, key_sha256: $HASH, rate_per_sec: 1000000, burst: 1000000}]
+cat >>"$B/origin.yaml" <<YAML
 webhooks:
   key: "$(head -c 32 /dev/urandom | base64)"
   allow_http: true
