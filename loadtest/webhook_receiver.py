@@ -39,7 +39,7 @@ async def handle(reader, writer):
             c, i = created_ms(body)
             seen.append((now, c, i))
             writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
-    except (asyncio.IncompleteReadError, ConnectionError):
+    except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
         pass
     finally:
         writer.close()
