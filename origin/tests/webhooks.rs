@@ -227,6 +227,19 @@ async fn every_change_arrives_once_per_id_in_order_through_receiver_origin_and_m
     // The receiver dies: deliveries fail and wait.
     rx.kill();
     codes.extend(round(&s.origin, 12, "b").await);
+    // A delivery failed against the dead receiver and waits for its retry.
+    let pending = format!("/api/v1/webhooks/{ep_id}/deliveries?state=pending");
+    eventually(
+        "a failed attempt recorded",
+        Duration::from_secs(30),
+        || async {
+            let (_, p) = get(&s, KEY, &pending).await;
+            p["deliveries"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|x| x["attempts"].as_u64() >= Some(1)))
+        },
+    )
+    .await;
     // The origin dies with deliveries pending; the receiver comes back.
     s.origin.kill();
     rx.restart().await;
