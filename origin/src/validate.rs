@@ -8,6 +8,7 @@ mod patch;
 mod query;
 mod search;
 mod stats;
+mod webhooks;
 
 pub use import::{parse_import, ImportRequest};
 pub use patch::{parse_patch, Patch, PatchState};
@@ -16,6 +17,7 @@ pub use search::{
     MAX_LIMIT,
 };
 pub use stats::{parse_link_stats, parse_tenant_stats};
+pub use webhooks::{parse_deliveries, parse_webhooks_list, DeliveriesQuery};
 
 use crate::config::LinksConfig;
 use crate::error::ApiError;

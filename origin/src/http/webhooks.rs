@@ -4,7 +4,7 @@
 use super::extract::{Authorized, Body, Manage, One, Read};
 use super::{ok, AppState};
 use crate::error::{ApiError, DATABASE_UNAVAILABLE};
-use crate::store::webhooks::DeliveryState;
+use crate::validate::{parse_deliveries, parse_webhooks_list};
 use crate::webhooks::endpoints::EndpointInput;
 use crate::webhooks::EndpointError;
 use axum::extract::{Path, State};
@@ -52,18 +52,7 @@ pub async fn list(
     Authorized(caller, ..): Authorized<Read>,
     uri: http::Uri,
 ) -> Result<Response, ApiError> {
-    let mut app = None;
-    for (k, v) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
-        match &*k {
-            "app" => app = Some(v.into_owned()),
-            _ => {
-                return Err(ApiError::bad_request(
-                    "invalid_query",
-                    format!("unknown parameter {k:?}"),
-                ))
-            }
-        }
-    }
+    let app = parse_webhooks_list(uri.query())?;
     let endpoints = s.webhooks.list(&caller, app.as_deref()).await?;
     Ok(ok(
         StatusCode::OK,
@@ -121,9 +110,6 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// Most deliveries one page holds.
-const MAX_PAGE: u32 = 500;
-
 /// `GET /api/v1/webhooks/{id}/deliveries[?state=&before=&limit=]`.
 pub async fn deliveries(
     State(s): State<AppState>,
@@ -131,35 +117,10 @@ pub async fn deliveries(
     Path(id): Path<String>,
     uri: http::Uri,
 ) -> Result<Response, ApiError> {
-    let (mut state, mut before, mut limit) = (None, None, 50u32);
-    let invalid = |m: String| ApiError::bad_request("invalid_query", m);
-    for (k, v) in url::form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
-        match &*k {
-            "state" => {
-                state =
-                    Some(DeliveryState::parse(&v).ok_or_else(|| {
-                        invalid("state must be pending, delivered or dead".into())
-                    })?)
-            }
-            "before" => {
-                before = Some(
-                    v.parse::<u64>()
-                        .map_err(|_| invalid("before must be a delivery id".into()))?,
-                )
-            }
-            "limit" => {
-                limit = v
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=MAX_PAGE).contains(n))
-                    .ok_or_else(|| invalid(format!("limit must be 1-{MAX_PAGE}")))?
-            }
-            _ => return Err(invalid(format!("unknown parameter {k:?}"))),
-        }
-    }
+    let q = parse_deliveries(uri.query())?;
     let page = s
         .webhooks
-        .deliveries(&caller, &id, state, before, limit)
+        .deliveries(&caller, &id, q.state, q.before, q.limit)
         .await?;
     Ok(ok(StatusCode::OK, &page))
 }

@@ -94,15 +94,26 @@ pub async fn insert<Q: Queryable>(
     if rows.is_empty() {
         return Ok(());
     }
-    insert_audit(conn, rows).await?;
+    // Each snapshot serialized once: the audit row and the event share it.
+    let snaps: Vec<(Option<String>, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.before.map(|b| b.snapshot().to_json()),
+                r.after.snapshot().to_json(),
+            )
+        })
+        .collect();
+    insert_audit(conn, rows, &snaps).await?;
     let events: Vec<NewEvent<'_>> = rows
         .iter()
-        .filter_map(|r| {
+        .zip(&snaps)
+        .filter_map(|(r, (before, after))| {
             let ty = r.action.event();
             // A recycled code's row is free: the link was the one before.
-            let link = match r.action {
-                AuditAction::Recycle => r.before?,
-                _ => r.after,
+            let (link, data) = match r.action {
+                AuditAction::Recycle => (r.before?, before.as_deref()?),
+                _ => (r.after, after.as_str()),
             };
             let app = link.app.as_deref()?;
             hooks.wants(app, ty).then(|| NewEvent {
@@ -111,7 +122,7 @@ pub async fn insert<Q: Queryable>(
                 link: link_key(r.code, link.domain.as_deref().unwrap_or("")),
                 ty,
                 at_ms: r.at_ms,
-                data: link.snapshot().to_json(),
+                data,
                 extra: None,
             })
         })
@@ -123,13 +134,15 @@ pub async fn insert<Q: Queryable>(
     Ok(())
 }
 
+/// The audit rows of `rows`, with their snapshots (`before`, `after`) as JSON.
 async fn insert_audit<Q: Queryable>(
     conn: &mut Q,
     rows: &[AuditRow<'_>],
+    snaps: &[(Option<String>, String)],
 ) -> Result<(), mysql_async::Error> {
     let marks = vec!["(?,?,?,?,?,?,?)"; rows.len()].join(",");
     let mut params: Vec<Value> = Vec::with_capacity(rows.len() * 7);
-    for r in rows {
+    for (r, (before, after)) in rows.iter().zip(snaps) {
         // Keyed by link name: a per-domain code's rows are its domain's.
         let domain = r.after.domain.as_deref().unwrap_or("");
         params.extend([
@@ -138,8 +151,8 @@ async fn insert_audit<Q: Queryable>(
             r.actor.into(),
             r.action.as_str().into(),
             r.after.version.into(),
-            r.before.map(|b| b.snapshot().to_json()).into(),
-            Some(r.after.snapshot().to_json()).into(),
+            before.as_deref().into(),
+            Some(after.as_str()).into(),
         ]);
     }
     conn.exec_drop(

@@ -12,7 +12,7 @@ use crate::store::DbError;
 use shorturl_common::time::{now_unix, now_unix_ms, rfc3339_ms};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use url::{Host, Url};
+use url::Url;
 
 /// How often the tasks look when nothing woke them.
 const POLL: Duration = Duration::from_millis(200);
@@ -431,7 +431,7 @@ impl Webhooks {
                 tracing::warn!(n = delivered.len(), error = %e, "webhooks: deliveries not recorded; they will be repeated");
             }
             for (_, id, a) in failed {
-                if let Err(e) = self.store.record_attempt(id, &a, now).await {
+                if let Err(e) = self.store.record_failed(id, &a, now).await {
                     tracing::warn!(delivery = id, error = %e, "webhooks: attempt not recorded; it will be repeated");
                 }
             }
@@ -454,18 +454,8 @@ impl Webhooks {
     /// POSTs the delivery; the answer's status, or why there was none.
     async fn attempt(&self, t: &Target, d: &Due) -> Result<u16, String> {
         let url = Url::parse(&t.url).map_err(|_| "bad url".to_owned())?;
-        let literal = match url.host() {
-            Some(Host::Ipv4(ip)) => Some(ip.into()),
-            Some(Host::Ipv6(ip)) => Some(ip.into()),
-            _ => None,
-        };
-        if literal.is_some_and(|ip| !self.policy.allows(ip)) {
-            return Err("not a public address".into());
-        }
-        if let Some(Host::Domain(h)) = url.host() {
-            if self.whitelist.is_listed(&h.to_ascii_lowercase()) {
-                return Err("on one of this fleet's own domains".into());
-            }
+        if let Some(why) = self.refusal(&url) {
+            return Err(format!("url {why}"));
         }
         let keys = self
             .cfg

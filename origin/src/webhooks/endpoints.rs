@@ -205,29 +205,38 @@ impl Webhooks {
             "http" if self.cfg.webhooks.allow_http => {}
             _ => return Err(EndpointError::Url("must be https")),
         }
+        if u.host().is_none() {
+            return Err(EndpointError::Url("has no host"));
+        }
         if !u.username().is_empty() || u.password().is_some() {
             return Err(EndpointError::Url("must not carry credentials"));
         }
         if u.fragment().is_some() {
             return Err(EndpointError::Url("must not have a fragment"));
         }
-        match u.host() {
-            None => return Err(EndpointError::Url("has no host")),
-            Some(Host::Domain(d)) => {
-                let d = d.trim_end_matches('.').to_ascii_lowercase();
-                if self.whitelist.is_listed(&d) || self.cfg.links.allowed_domains.contains(&d) {
-                    return Err(EndpointError::Url("is on one of this fleet's own domains"));
-                }
-            }
-            Some(Host::Ipv4(ip)) if !self.policy.allows(ip.into()) => {
-                return Err(EndpointError::Url("is not a public address"))
-            }
-            Some(Host::Ipv6(ip)) if !self.policy.allows(ip.into()) => {
-                return Err(EndpointError::Url("is not a public address"))
-            }
-            Some(_) => {}
+        if let Some(why) = self.refusal(&u) {
+            return Err(EndpointError::Url(why));
         }
         Ok(u.to_string())
+    }
+
+    /// Why `u`'s host may not receive deliveries, if it may not: none, one
+    /// of the fleet's own domains, an IP literal that is not allowed (a
+    /// name's addresses are checked when resolved). At creation and again
+    /// before each attempt (the domain lists change).
+    pub(super) fn refusal(&self, u: &Url) -> Option<&'static str> {
+        let ip: std::net::IpAddr = match u.host()? {
+            Host::Domain(d) => {
+                let d = d.trim_end_matches('.').to_ascii_lowercase();
+                return self
+                    .whitelist
+                    .is_listed(&d)
+                    .then_some("is on one of this fleet's own domains");
+            }
+            Host::Ipv4(ip) => ip.into(),
+            Host::Ipv6(ip) => ip.into(),
+        };
+        (!self.policy.allows(ip)).then_some("is not a public address")
     }
 
     /// The endpoint `public_id` if `caller` may see it.

@@ -102,8 +102,8 @@ pub struct Attempt {
     pub status: Option<u16>,
     pub error: Option<String>,
     pub latency_ms: u32,
-    /// `Some(next)`: retry then; `None` with `delivered`: done.
     pub delivered: bool,
+    /// A failed attempt's next one; `None`: the delivery is dead.
     pub retry_at_ms: Option<u64>,
 }
 
@@ -253,13 +253,13 @@ impl Store {
         .await
     }
 
-    /// Records an attempt at delivery `id`: delivered,
-    /// due again at `retry_at_ms`, or dead when neither.
-    pub async fn record_attempt(&self, id: u64, a: &Attempt, now_ms: u64) -> Result<(), DbError> {
-        let (state, next, finished) = match (a.delivered, a.retry_at_ms) {
-            (true, _) => (DeliveryState::Delivered, now_ms, Some(now_ms)),
-            (false, Some(at)) => (DeliveryState::Pending, at, None),
-            (false, None) => (DeliveryState::Dead, now_ms, Some(now_ms)),
+    /// Records a failed attempt at delivery `id`: due again at
+    /// `retry_at_ms`, or dead without one (delivered ones:
+    /// [`Store::record_delivered`], many at once).
+    pub async fn record_failed(&self, id: u64, a: &Attempt, now_ms: u64) -> Result<(), DbError> {
+        let (state, next, finished) = match a.retry_at_ms {
+            Some(at) => (DeliveryState::Pending, at, None),
+            None => (DeliveryState::Dead, now_ms, Some(now_ms)),
         };
         self.quiet(async {
             let mut conn = self.meta.get_conn().await?;

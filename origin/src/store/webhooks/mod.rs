@@ -165,9 +165,9 @@ pub struct NewEvent<'a> {
     pub at_ms: u64,
     /// The link's snapshot (`row::Snapshot` JSON) after the change (before
     /// it for a recycle, whose row is then free).
-    pub data: String,
+    pub data: &'a str,
     /// A click digest's counts (JSON).
-    pub extra: Option<String>,
+    pub extra: Option<&'a str>,
 }
 
 /// A fresh idempotency id: `evt_` and 32 hex digits.
@@ -193,8 +193,8 @@ pub async fn insert_events<Q: Queryable>(
             e.link.as_str().into(),
             e.ty.as_str().into(),
             e.at_ms.into(),
-            e.data.as_str().into(),
-            e.extra.as_deref().into(),
+            e.data.into(),
+            e.extra.into(),
         ]);
     }
     conn.exec_drop(

@@ -237,8 +237,8 @@ impl Store {
                     link: link.clone(),
                     ty: EventType::Clicked,
                     at_ms: *at_ms,
-                    data: snap.clone(),
-                    extra: extra.clone(),
+                    data: snap,
+                    extra: extra.as_deref(),
                 })
                 .collect();
             insert_events(&mut tx, &new).await?;
