@@ -26,6 +26,7 @@ check openssl openssl
 check python3 python3
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 check npm npm                       # fetches the country database below
+check node nodejs                   # runs the single sign-on tests' OpenID provider
 [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || need+=(libnginx-mod-http-lua)
 ldconfig -p 2>/dev/null | grep -q 'libmaxminddb\.so\.0 ' || need+=(libmaxminddb0)  # the OpenResty module's country database (FFI)
 [ -d /usr/share/lua/5.1/resty/core ] || need+=(lua-resty-core)
@@ -51,4 +52,13 @@ if [ ! -s "$GEO_FILE" ]; then
   rm -rf "$tmp"
 fi
 [ "$(readlink "$GEO_DIR/country.mmdb" 2>/dev/null)" = "$GEO_FILE" ] || $SUDO ln -sfn "$GEO_FILE" "$GEO_DIR/country.mmdb"
+# The OpenID provider of the console's single sign-on tests
+# (origin/tests/oidc_browser.rs): oidc-provider from the npm registry, the
+# version pinned in testkit/oidc/package-lock.json, run by Node.
+OIDC_DIR="$(cd "$(dirname "$0")/.." && pwd)/testkit/oidc"
+OIDC_VERSION=$(sed -n 's/.*"oidc-provider": "\(.*\)".*/\1/p' "$OIDC_DIR/package.json")
+if [ "$(node -p "try { require('$OIDC_DIR/node_modules/oidc-provider/package.json').version } catch { '' }" 2>/dev/null)" != "$OIDC_VERSION" ]; then
+  echo "installing oidc-provider $OIDC_VERSION (testkit/oidc)"
+  (cd "$OIDC_DIR" && npm ci --no-audit --no-fund --silent)
+fi
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }

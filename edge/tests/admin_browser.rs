@@ -10,11 +10,11 @@
 
 use crate::support;
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use std::path::PathBuf;
 use support::http::{request, Conn};
 use support::{create_link, start_edge, EdgeOpts, Origin, TIMEOUT};
-use testkit::browser::ChromeDriver;
+use testkit::browser::{text, wait_path, wait_text, ChromeDriver};
 use testkit::{wait_for, Redis};
 
 const DOMAIN: &str = "s.shop55.com";
@@ -63,43 +63,6 @@ async fn sign_in(c: &Client, base: &str, user: &str, password: &str) {
         .click()
         .await
         .unwrap();
-}
-
-/// Waits (polling the page, the browser navigates on its own time) until
-/// the URL's path is `path`.
-async fn wait_path(c: &Client, path: &str) {
-    let mut last = String::new();
-    for _ in 0..300 {
-        if let Ok(u) = c.current_url().await {
-            if u.path() == path {
-                return;
-            }
-            last = u.path().to_owned();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("waited for {path}, still at {last}");
-}
-
-/// Waits until the text of `#id` satisfies `want`; returns it.
-async fn wait_text(c: &Client, id: &str, want: impl Fn(&str) -> bool) -> String {
-    let mut last = String::new();
-    for _ in 0..300 {
-        if let Ok(e) = c.find(Locator::Id(id)).await {
-            if let Ok(t) = e.text().await {
-                if want(&t) {
-                    return t;
-                }
-                last = t;
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    panic!("#{id}: {last}");
-}
-
-async fn text(c: &Client, id: &str) -> String {
-    c.find(Locator::Id(id)).await.unwrap().text().await.unwrap()
 }
 
 /// The session cookie and the page's CSRF token, for crafted requests.
@@ -166,11 +129,7 @@ fn the_console_in_a_browser() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let c = ClientBuilder::native()
-            .capabilities(driver.capabilities())
-            .connect(&driver.url())
-            .await
-            .expect("a WebDriver session on headless Chromium");
+        let c = driver.session().await;
 
         // A wrong password is refused, on the sign-in page.
         sign_in(&c, &base, "ops", "not-the-password").await;

@@ -10,6 +10,7 @@ pub mod background;
 pub mod bench;
 mod body;
 pub mod bucket;
+pub mod ca_file;
 pub mod cache;
 pub mod claim;
 pub mod clicks;

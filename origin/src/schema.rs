@@ -82,6 +82,7 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "webhooks",
         include_str!("../migrations/0018_webhooks.sql"),
     ),
+    (19, "sso", include_str!("../migrations/0019_sso.sql")),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

@@ -56,6 +56,8 @@ pub enum ServeError {
     Screening(#[from] crate::screening::ScreeningError),
     #[error(transparent)]
     Webhooks(#[from] crate::webhooks::WebhooksError),
+    #[error(transparent)]
+    Sso(#[from] crate::admin::sso::SsoError),
 }
 
 /// Starts the origin; returns when it has shut down.
@@ -327,14 +329,21 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
         tracing::info!(consumer = c.name(), "click consumer starting");
         work.spawn("click consumer", |stop| stop.cancels(c.run()));
     }
+    let sso = cfg
+        .admin
+        .oidc
+        .clone()
+        .map(crate::admin::sso::Sso::new)
+        .transpose()?;
     let admin = Arc::new(crate::admin::Admin::new(
         cfg.admin.clone(),
+        sso,
         links.cursor.derive("admin sign-in form"),
         &links.metrics.registry,
     )?);
     // The console's overview keeps past days in memory (admin/days.rs):
     // only when someone can sign in to see it.
-    if !cfg.admin.users.is_empty() {
+    if !cfg.admin.users.is_empty() || cfg.admin.oidc.is_some() {
         let days = Arc::clone(&admin.past_days);
         let store = links.store.clone();
         work.spawn("console past days", |stop| stop.cancels(days.keep(store)));

@@ -27,6 +27,7 @@ mod lifecycle_scale;
 mod link_rules;
 mod manage;
 mod odd_requests;
+mod oidc_browser;
 mod openapi;
 mod operations;
 mod pages;

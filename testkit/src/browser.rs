@@ -1,6 +1,10 @@
 //! Debian's `chromedriver` (package `chromium-driver`) on a free loopback
 //! port, driving a headless Debian `chromium` with its own temporary
-//! profile: the admin console's browser tests speak WebDriver to it.
+//! profile: the admin console's browser tests speak WebDriver to it, with
+//! the page helpers below (the browser navigates on its own time: they
+//! poll until the page is what the test waits for).
+
+pub use fantoccini::{Client, Locator};
 
 use crate::proc::{spawn, Proc};
 use crate::wait::wait_for_tcp;
@@ -75,6 +79,60 @@ impl ChromeDriver {
         );
         caps
     }
+}
+
+impl ChromeDriver {
+    /// A WebDriver session on it. One at a time: sessions share the profile.
+    pub async fn session(&self) -> fantoccini::Client {
+        fantoccini::ClientBuilder::native()
+            .capabilities(self.capabilities())
+            .connect(&self.url())
+            .await
+            .expect("a WebDriver session on headless Chromium")
+    }
+}
+
+/// Waits (polling, up to 30 s) until the URL's path is `path`.
+pub async fn wait_path(c: &fantoccini::Client, path: &str) {
+    let mut last = String::new();
+    for _ in 0..300 {
+        if let Ok(u) = c.current_url().await {
+            if u.path() == path {
+                return;
+            }
+            last = u.path().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("waited for {path}, still at {last}");
+}
+
+/// Waits (polling, up to 30 s) until the text of `#id` satisfies `want`;
+/// returns it.
+pub async fn wait_text(c: &fantoccini::Client, id: &str, want: impl Fn(&str) -> bool) -> String {
+    let mut last = String::new();
+    for _ in 0..300 {
+        if let Ok(e) = c.find(fantoccini::Locator::Id(id)).await {
+            if let Ok(t) = e.text().await {
+                if want(&t) {
+                    return t;
+                }
+                last = t;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("#{id}: {last}");
+}
+
+/// The text of `#id` now.
+pub async fn text(c: &fantoccini::Client, id: &str) -> String {
+    c.find(fantoccini::Locator::Id(id))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 impl Drop for ChromeDriver {

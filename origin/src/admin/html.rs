@@ -137,6 +137,31 @@ pub fn see_other(to: &str, set_cookie: Option<String>) -> Response {
     r
 }
 
+/// A page that moves on to `to` (a path of the console) by itself: for an
+/// answer at the end of a cross-site redirect chain (the identity
+/// provider's), where a `303` would carry the chain on and the browser
+/// would not send the `SameSite=Strict` session cookie just set; the
+/// refresh is this site's own navigation.
+pub fn continue_to(to: &str, set_cookie: Option<String>) -> Response {
+    let to = esc(to);
+    let body = page(
+        None,
+        Nav::None,
+        "Signed in",
+        &format!("<p><a href=\"{to}\" id=\"continue\">Continue to the console</a></p>"),
+    )
+    .replacen(
+        "<meta charset=\"utf-8\">",
+        &format!("<meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"0;url={to}\">"),
+        1,
+    );
+    let mut r = respond(StatusCode::OK, body);
+    if let Some(c) = set_cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        r.headers_mut().append(header::SET_COOKIE, c);
+    }
+    r
+}
+
 /// A CSV download.
 pub fn csv(name: &str, body: String) -> Response {
     let mut r = (StatusCode::OK, body).into_response();

@@ -2,7 +2,8 @@
 //! HTML over the same domain functions as the API (search, read, edit,
 //! history, stats), called in-process. See `docs/admin.md`.
 //!
-//! [`session`] signs users in and out, [`users`] checks passwords and
+//! [`session`] signs users in and out, [`sso`] signs them in through an
+//! OpenID provider, [`users`] checks passwords and
 //! limits sign-ins (per user and address, per address, and concurrent
 //! checks), [`client`] finds the address they count under, [`csrf`] guards
 //! every form, [`views`] renders the pages, [`charts`] draws their SVG
@@ -18,6 +19,7 @@ pub mod edges;
 pub mod html;
 mod routes;
 pub mod session;
+pub mod sso;
 pub mod users;
 mod views;
 
@@ -55,6 +57,15 @@ pub struct SigninCounts {
     pub busy: IntCounter,
     /// The form's signed token was missing, forged or expired (403).
     pub bad_token: IntCounter,
+    /// Signed in through the identity provider.
+    pub sso_ok: IntCounter,
+    /// The provider refused, or its claims give no console user.
+    pub sso_refused: IntCounter,
+    /// The provider could not be reached or its answer did not verify.
+    pub sso_failed: IntCounter,
+    /// A callback without this browser's pending sign-in (forged, replayed
+    /// or too late).
+    pub sso_bad_state: IntCounter,
 }
 
 /// The console's own state (the links service is shared with the API).
@@ -65,6 +76,8 @@ pub struct Admin {
     checks: Checks,
     form_tokens: csrf::FormTokens,
     signins: SigninCounts,
+    /// Single sign-on, when `admin.oidc` is configured.
+    pub sso: Option<sso::Sso>,
     /// The edges' heartbeats.
     pub edges: Edges,
     /// The overview's past days, kept by a background task.
@@ -72,18 +85,21 @@ pub struct Admin {
 }
 
 impl Admin {
-    /// From `admin:`; `form_key` signs the sign-in form's tokens (the same
+    /// From `admin:` (and its single sign-on client, built from
+    /// `admin.oidc`); `form_key` signs the sign-in form's tokens (the same
     /// on every origin of the installation); the sign-in metrics are
     /// registered in `reg`.
     pub fn new(
         cfg: AdminConfig,
+        sso: Option<sso::Sso>,
         form_key: [u8; 32],
         reg: &Registry,
     ) -> Result<Admin, prometheus::Error> {
         let signins = IntCounterVec::new(
             Opts::new(
                 "admin_signins_total",
-                "Console sign-in attempts by result (ok, wrong, limited, busy, bad_token)",
+                "Console sign-in attempts by result (ok, wrong, limited, busy, bad_token; \
+                 sso_ok, sso_refused, sso_failed, sso_bad_state through the identity provider)",
             ),
             &["result"],
         )?;
@@ -110,7 +126,12 @@ impl Admin {
                 limited: result("limited"),
                 busy: result("busy"),
                 bad_token: result("bad_token"),
+                sso_ok: result("sso_ok"),
+                sso_refused: result("sso_refused"),
+                sso_failed: result("sso_failed"),
+                sso_bad_state: result("sso_bad_state"),
             },
+            sso,
             edges: Edges::default(),
             past_days: Arc::default(),
             cfg,
@@ -119,9 +140,9 @@ impl Admin {
 }
 
 /// The caller the domain functions see for a console user: the audit
-/// actor is `admin:<name>`; a user bound to merchants sees only theirs.
+/// actor is [`AdminUser::actor`]; a user bound to merchants sees only theirs.
 pub fn caller(user: &AdminUser) -> Caller {
-    let actor = format!("admin:{}", user.name);
+    let actor = user.actor();
     if user.merchants.is_empty() {
         return Caller::new(actor, [Scope::Admin], []);
     }

@@ -48,6 +48,18 @@ pub fn router<S: Clone + Send + Sync + 'static>(console: Console) -> Router<S> {
                 html::error(None, StatusCode::METHOD_NOT_ALLOWED, "use GET or POST")
             }),
         )
+        .route(
+            "/admin/oidc/start",
+            get(sso_start).fallback(|| async {
+                html::error(None, StatusCode::METHOD_NOT_ALLOWED, "use GET")
+            }),
+        )
+        .route(
+            "/admin/oidc/callback",
+            get(sso_callback).fallback(|| async {
+                html::error(None, StatusCode::METHOD_NOT_ALLOWED, "use GET")
+            }),
+        )
         .route("/admin/logout", signed_in(post(logout)))
         .route("/admin/", signed_in(get(overview)))
         .route("/admin/links", signed_in(get(search)))
@@ -188,6 +200,14 @@ async fn login_form(State(c): State<Console>, req: Req) -> Response {
 
 async fn login_submit(State(c): State<Console>, req: Req, body: Body) -> Response {
     views::login::submit(&c.links, &c.admin, &req, body, now_unix()).await
+}
+
+async fn sso_start(State(c): State<Console>, req: Req) -> Response {
+    views::sso::start(&c.admin, &req).await
+}
+
+async fn sso_callback(State(c): State<Console>, req: Req) -> Response {
+    views::sso::callback(&c.links, &c.admin, &req, now_unix()).await
 }
 
 async fn logout(State(c): State<Console>, req: Req, p: Posted) -> Response {

@@ -3,10 +3,13 @@
 //! origin agrees and a database leak gives no usable session), the user,
 //! the session's CSRF token and its times. A session ends at sign-out,
 //! after `admin.idle_timeout_secs` unused, or `admin.absolute_timeout_secs`
-//! after sign-in, whichever comes first.
+//! after sign-in, whichever comes first. A user of the OpenID provider has
+//! the role and merchants its claims granted at sign-in stored in the row;
+//! a configured user's are read from the configuration at every request.
 
 use super::csrf;
-use crate::config::{AdminConfig, AdminUser};
+use crate::config::{AdminConfig, AdminUser, Role};
+use crate::store::console::{SessionRow, SsoGrant};
 use crate::store::{DbError, Store};
 use http::{header, HeaderMap};
 use sha2::{Digest, Sha256};
@@ -63,10 +66,51 @@ pub fn set_cookie(name: &str, value: &str, max_age: u64, secure: bool) -> String
 /// Starts a session for `user`; returns the cookie value.
 pub async fn start(store: &Store, user: &AdminUser, now: u64) -> Result<String, DbError> {
     let id = csrf::token();
+    let grant = user.sso.then(|| SsoGrant {
+        role: user.role.as_str().to_owned(),
+        merchants: user
+            .merchants
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    });
     store
-        .session_insert(&hash(&id), &user.name, &csrf::token(), now)
+        .session_insert(&hash(&id), &user.name, grant.as_ref(), &csrf::token(), now)
         .await?;
     Ok(id)
+}
+
+/// The user a session row is of: a configured user as configured now, a
+/// provider's user as granted at sign-in while single sign-on is still
+/// configured. None: the user is gone (removed, or sign-on turned off).
+fn user_of(cfg: &AdminConfig, row: &SessionRow) -> Option<AdminUser> {
+    let Some(g) = &row.sso else {
+        return cfg
+            .users
+            .iter()
+            .find(|u| u.name == row.user && cfg.password_signin)
+            .cloned();
+    };
+    cfg.oidc.as_ref()?;
+    let merchants = if g.merchants.is_empty() {
+        Default::default()
+    } else {
+        // A binding that does not read back binds to nothing rather than
+        // to every tenant.
+        g.merchants
+            .split(',')
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?
+    };
+    Some(AdminUser {
+        name: row.user.clone(),
+        password_hash: String::new(),
+        role: Role::parse(&g.role)?,
+        merchants,
+        sso: true,
+    })
 }
 
 /// The live session of the request, if any (touching it at most once a
@@ -85,11 +129,12 @@ pub async fn load(
         return Ok(None);
     };
     let idle = cfg.idle_timeout.as_secs();
-    let user = cfg.users.iter().find(|u| u.name == row.user);
+    let user = user_of(cfg, &row);
     let expired = now.saturating_sub(row.last_seen_at) >= idle
         || now.saturating_sub(row.created_at) >= cfg.absolute_timeout.as_secs();
     let Some(user) = user.filter(|_| !expired) else {
-        // Timed out, or the user was removed from the configuration.
+        // Timed out, or the user was removed from the configuration (or
+        // its way of signing in was turned off).
         store
             .session_delete(&id_hash, now.saturating_sub(idle))
             .await?;
@@ -99,7 +144,7 @@ pub async fn load(
         store.session_touch(&id_hash, now).await?;
     }
     Ok(Some(Session {
-        user: user.clone(),
+        user,
         csrf: row.csrf,
         id_hash,
     }))

@@ -56,6 +56,7 @@ mod tests {
             password_hash: h,
             role: crate::config::Role::Admin,
             merchants: Default::default(),
+            sso: false,
         }]);
         let checks = Checks::new(2, IntCounter::new("c", "c").unwrap());
         let p1 = checks.try_start().unwrap();

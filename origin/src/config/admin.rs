@@ -1,8 +1,10 @@
-//! `admin:`: the console's users (argon2id hashes and roles), session
-//! timeouts, the proxies whose `X-Forwarded-Proto` and `X-Forwarded-For`
-//! are believed, and the sign-in limits.
+//! `admin:`: the console's users (argon2id hashes and roles), single
+//! sign-on (`super::oidc`), session timeouts, the proxies whose
+//! `X-Forwarded-Proto` and `X-Forwarded-For` are believed, and the sign-in
+//! limits.
 
 use super::file::{AdminFile, AdminUserFile};
+use super::oidc::{self, OidcConfig};
 use super::{err, positive, ConfigError};
 use shorturl_common::cidr::CidrList;
 use std::collections::BTreeSet;
@@ -52,6 +54,18 @@ pub struct AdminUser {
     pub role: Role,
     /// Merchants a support user is restricted to (empty: every tenant).
     pub merchants: BTreeSet<u64>,
+    /// Signed in through the OpenID provider (no password here; the audit
+    /// actor is `sso:<name>`).
+    pub sso: bool,
+}
+
+impl AdminUser {
+    /// Who the audit trail says made a change: `admin:<name>`, or
+    /// `sso:<name>` for a user of the OpenID provider (so that a provider's
+    /// user never passes for a configured one of the same name).
+    pub fn actor(&self) -> String {
+        format!("{}:{}", if self.sso { "sso" } else { "admin" }, self.name)
+    }
 }
 
 /// The validated `admin:` section.
@@ -78,6 +92,10 @@ pub struct AdminConfig {
     /// Password checks (argon2id, ~19 MiB each) running at once on this
     /// origin; an attempt beyond them is answered 429 at once.
     pub max_concurrent_signins: u32,
+    /// Whether `users` may sign in with their passwords.
+    pub password_signin: bool,
+    /// Single sign-on, when configured.
+    pub oidc: Option<OidcConfig>,
 }
 
 impl Default for AdminConfig {
@@ -92,6 +110,8 @@ impl Default for AdminConfig {
             signin_address_burst: 20,
             signin_address_refill_per_min: 20,
             max_concurrent_signins: 2,
+            password_signin: true,
+            oidc: None,
         }
     }
 }
@@ -138,11 +158,15 @@ fn user(u: AdminUserFile) -> Result<AdminUser, ConfigError> {
         password_hash: u.password_hash,
         role,
         merchants: u.merchants.into_iter().collect(),
+        sso: false,
     })
 }
 
-/// `admin:` validated.
-pub fn admin(f: Option<AdminFile>) -> Result<AdminConfig, ConfigError> {
+/// `admin:` validated (`env` may hold the single sign-on client secret).
+pub fn admin(
+    f: Option<AdminFile>,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<AdminConfig, ConfigError> {
     let d = AdminConfig::default();
     let Some(f) = f else {
         return Ok(d);
@@ -182,8 +206,18 @@ pub fn admin(f: Option<AdminFile>) -> Result<AdminConfig, ConfigError> {
             field: "admin.trusted_proxies",
             source,
         })?;
+    let oidc = f.oidc.map(|o| oidc::parse(o, env)).transpose()?;
+    let password_signin = f.password_signin.unwrap_or(true);
+    if !password_signin && oidc.is_none() {
+        return err(
+            "admin.password_signin",
+            "false leaves no way to sign in: configure admin.oidc",
+        );
+    }
     Ok(AdminConfig {
         users,
+        password_signin,
+        oidc,
         idle_timeout,
         absolute_timeout,
         trusted_proxies,
@@ -234,6 +268,16 @@ mod tests {
         assert!(Role::Operator.can_change() && !Role::Viewer.can_change());
         assert!(Config::parse(MIN, |_| None).unwrap().admin.users.is_empty());
         assert_eq!(c.admin.max_concurrent_signins, 2);
+        assert!(c.admin.password_signin && c.admin.oidc.is_none());
+        let c = Config::parse(
+            &format!(
+                "{MIN}admin:\n  password_signin: false\n  oidc: {{issuer: 'https://i.example', client_id: c, redirect_url: 'https://a.example/admin/oidc/callback', roles: {{g: admin}}}}\n"
+            ),
+            |k| (k == super::super::oidc::ENV_OIDC_CLIENT_SECRET).then(|| "s".to_owned()),
+        )
+        .unwrap();
+        assert!(!c.admin.password_signin);
+        assert_eq!(c.admin.oidc.unwrap().roles["g"], Role::Admin);
     }
 
     #[test]
@@ -248,6 +292,8 @@ mod tests {
             ("admin: {signin_burst: 0}".to_owned(), "admin.signin_burst"),
             ("admin: {signin_address_refill_per_min: 0}".to_owned(), "admin.signin_address_refill_per_min"),
             ("admin: {max_concurrent_signins: 0}".to_owned(), "admin.max_concurrent_signins"),
+            ("admin: {password_signin: false}".to_owned(), "admin.password_signin"),
+            ("admin: {oidc: {issuer: 'https://i.example', client_id: c, client_secret: s, redirect_url: 'https://a.example/admin/oidc/callback'}}".to_owned(), "admin.oidc.roles"),
         ];
         for (text, field) in cases {
             let e = Config::parse(&format!("{MIN}{text}\n"), |_| None)

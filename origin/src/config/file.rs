@@ -445,6 +445,42 @@ pub struct AdminFile {
     pub signin_address_refill_per_min: Option<u32>,
     #[serde(default)]
     pub max_concurrent_signins: Option<u32>,
+    /// Whether the configured users may sign in with their passwords
+    /// (default true; false needs `oidc`).
+    #[serde(default)]
+    pub password_signin: Option<bool>,
+    /// Single sign-on (`super::oidc`).
+    #[serde(default)]
+    pub oidc: Option<OidcFile>,
+}
+
+/// `admin.oidc:` (see `super::oidc::OidcConfig`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcFile {
+    pub issuer: String,
+    pub client_id: String,
+    /// Overridden by `SHORTURL_OIDC_CLIENT_SECRET`.
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    pub redirect_url: String,
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
+    #[serde(default)]
+    pub name_claim: Option<String>,
+    #[serde(default)]
+    pub roles_claim: Option<String>,
+    /// Claim value -> `viewer`, `operator` or `admin`.
+    #[serde(default)]
+    pub roles: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    pub merchants_claim: Option<String>,
+    #[serde(default)]
+    pub label: Option<String>,
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// One console user.

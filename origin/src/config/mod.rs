@@ -10,6 +10,7 @@ mod clicks;
 pub mod file;
 mod guide;
 mod lifecycle;
+mod oidc;
 mod pages;
 mod screening;
 mod serving;
@@ -22,6 +23,7 @@ pub use admin::{AdminConfig, AdminUser, Role};
 pub use clicks::ClicksConfig;
 pub use guide::GuideConfig;
 pub use lifecycle::LifecycleConfig;
+pub use oidc::{parse as parse_oidc, OidcConfig, CALLBACK_PATH, ENV_OIDC_CLIENT_SECRET};
 pub use pages::{PagesConfig, Theme};
 pub use screening::{ScreeningConfig, ScreeningList};
 pub use serving::{InternalConfig, ServeLimits};
@@ -387,7 +389,7 @@ impl Config {
             return err("lifecycle.recycle", "not supported with mysql.shards yet");
         }
         let pages = pages::pages(f.pages)?;
-        let admin = admin::admin(f.admin)?;
+        let admin = admin::admin(f.admin, env)?;
         let unlock = unlock::unlock(f.unlock, env)?;
         let guide = guide::guide(f.guide)?;
         let screening = screening::screening(f.screening)?;

@@ -13,6 +13,18 @@ pub struct SessionRow {
     pub csrf: String,
     pub created_at: u64,
     pub last_seen_at: u64,
+    /// What the OpenID provider granted, for its users (None for a
+    /// configured user).
+    pub sso: Option<SsoGrant>,
+}
+
+/// A provider user's role and merchant binding, as the session keeps them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SsoGrant {
+    /// The role's configuration spelling.
+    pub role: String,
+    /// Merchant ids, comma-separated (empty: every tenant).
+    pub merchants: String,
 }
 
 /// Per day (day start, Unix seconds): `(day, a, b)`.
@@ -24,15 +36,24 @@ impl Store {
         &self,
         id_sha256: &[u8; 32],
         user: &str,
+        sso: Option<&SsoGrant>,
         csrf: &str,
         now: u64,
     ) -> Result<(), DbError> {
         self.bounded(async {
             let mut c = self.pool.get_conn().await?;
             c.exec_drop(
-                "INSERT INTO admin_session (id_sha256, user_name, csrf, created_at, last_seen_at) \
-                 VALUES (?, ?, ?, ?, ?)",
-                (id_sha256.to_vec(), user, csrf, now, now),
+                "INSERT INTO admin_session (id_sha256, user_name, sso_role, sso_merchants, csrf, \
+                 created_at, last_seen_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    id_sha256.to_vec(),
+                    user,
+                    sso.map(|g| g.role.as_str()),
+                    sso.map(|g| g.merchants.as_str()),
+                    csrf,
+                    now,
+                    now,
+                ),
             )
             .await?;
             Ok(())
@@ -44,21 +65,26 @@ impl Store {
     pub async fn session_find(&self, id_sha256: &[u8; 32]) -> Result<Option<SessionRow>, DbError> {
         self.bounded(async {
             let mut c = self.pool.get_conn().await?;
-            let row: Option<(String, String, u64, u64)> = c
+            type Row = (String, String, u64, u64, Option<String>, Option<String>);
+            let row: Option<Row> = c
                 .exec_first(
-                    "SELECT user_name, csrf, created_at, last_seen_at FROM admin_session \
-                     WHERE id_sha256 = ?",
+                    "SELECT user_name, csrf, created_at, last_seen_at, sso_role, sso_merchants \
+                     FROM admin_session WHERE id_sha256 = ?",
                     (id_sha256.to_vec(),),
                 )
                 .await?;
-            Ok(
-                row.map(|(user, csrf, created_at, last_seen_at)| SessionRow {
+            Ok(row.map(
+                |(user, csrf, created_at, last_seen_at, role, merchants)| SessionRow {
                     user,
                     csrf,
                     created_at,
                     last_seen_at,
-                }),
-            )
+                    sso: role.map(|role| SsoGrant {
+                        role,
+                        merchants: merchants.unwrap_or_default(),
+                    }),
+                },
+            ))
         })
         .await
     }

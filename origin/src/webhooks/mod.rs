@@ -92,18 +92,8 @@ impl WebhookMetrics {
 /// Errors building the webhook service.
 #[derive(Debug, thiserror::Error)]
 pub enum WebhooksError {
-    #[error("webhooks.ca_file {path}: {source}")]
-    CaFile {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("webhooks.ca_file {path}: not PEM certificates: {source}")]
-    CaPem {
-        path: String,
-        #[source]
-        source: reqwest::Error,
-    },
+    #[error(transparent)]
+    CaFile(#[from] crate::ca_file::CaFileError),
     #[error("webhook HTTP client: {0}")]
     Client(#[source] reqwest::Error),
     #[error(transparent)]
@@ -155,16 +145,7 @@ impl Webhooks {
             .pool_max_idle_per_host(w.max_in_flight_per_endpoint)
             .user_agent(concat!("shorturl-webhooks/", env!("CARGO_PKG_VERSION")));
         if let Some(p) = &w.ca_file {
-            let path = p.display().to_string();
-            let pem = std::fs::read(p).map_err(|source| WebhooksError::CaFile {
-                path: path.clone(),
-                source,
-            })?;
-            for c in reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|source| WebhooksError::CaPem { path, source })?
-            {
-                b = b.add_root_certificate(c);
-            }
+            b = crate::ca_file::trust(b, "webhooks.ca_file", p)?;
         }
         let client = b.build().map_err(WebhooksError::Client)?;
         store

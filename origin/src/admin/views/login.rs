@@ -4,7 +4,9 @@
 //! user-and-address and address budgets and a permit of the bound on
 //! concurrent password checks (`users`), each refused at once with 429,
 //! before its password is checked; success starts a fresh session (never
-//! one the browser brought).
+//! one the browser brought). With `admin.oidc` the page also offers the
+//! identity provider (`super::sso`); with `admin.password_signin: false`
+//! it offers only that, and a posted password is refused.
 
 use super::super::html::{self, esc, Nav};
 use super::super::session::{self, Session, COOKIE, LOGIN_COOKIE};
@@ -23,13 +25,29 @@ pub fn form(admin: &Admin, req: &Req, now: u64, problem: Option<(StatusCode, &st
     let msg = problem
         .map(|(_, m)| format!("<p class=\"msg error\" id=\"error\">{}</p>", esc(m)))
         .unwrap_or_default();
-    let main = format!(
-        "<div class=\"login\">{msg}<form method=\"post\" action=\"/admin/login\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
-         <label>User<input name=\"user\" id=\"user\" autocomplete=\"username\" required></label>\
-         <label>Password<input name=\"password\" id=\"password\" type=\"password\" autocomplete=\"current-password\" required></label>\
-         <button type=\"submit\" id=\"signin\">Sign in</button></form></div>"
-    );
+    let sso = admin
+        .cfg
+        .oidc
+        .as_ref()
+        .map(|o| {
+            format!(
+                "<p class=\"sso\"><a class=\"button\" id=\"sso\" href=\"/admin/oidc/start\">{}</a></p>",
+                esc(&o.label)
+            )
+        })
+        .unwrap_or_default();
+    let passwords = if admin.cfg.password_signin {
+        format!(
+            "<form method=\"post\" action=\"/admin/login\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{token}\">\
+             <label>User<input name=\"user\" id=\"user\" autocomplete=\"username\" required></label>\
+             <label>Password<input name=\"password\" id=\"password\" type=\"password\" autocomplete=\"current-password\" required></label>\
+             <button type=\"submit\" id=\"signin\">Sign in</button></form>"
+        )
+    } else {
+        String::new()
+    };
+    let main = format!("<div class=\"login\">{msg}{sso}{passwords}</div>");
     let status = problem.map_or(StatusCode::OK, |(s, _)| s);
     let mut r = html::respond(status, html::page(None, Nav::None, "Sign in", &main));
     let cookie = session::set_cookie(LOGIN_COOKIE, &token, csrf::FORM_TOKEN_MAX_AGE_SECS, secure);
@@ -62,6 +80,13 @@ fn too_many(admin: &Admin, req: &Req, now: u64, why: &str) -> Response {
 
 /// `POST /admin/login`.
 pub async fn submit(links: &Links, admin: &Admin, req: &Req, body: Body, now: u64) -> Response {
+    if !admin.cfg.password_signin {
+        return html::error(
+            None,
+            StatusCode::FORBIDDEN,
+            "sign-in with a password is turned off: use the identity provider",
+        );
+    }
     let f = match Form::read(&req.headers, body, MAX_FORM_BYTES).await {
         Ok(f) => f,
         Err(e) => return html::error(None, e.status, &e.message),

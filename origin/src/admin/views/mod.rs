@@ -7,6 +7,7 @@ pub mod merchants;
 pub mod overview;
 pub mod screening;
 pub mod search;
+pub mod sso;
 pub mod webhooks;
 
 use shorturl_common::time::rfc3339;

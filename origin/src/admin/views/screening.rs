@@ -136,7 +136,7 @@ pub async fn post(links: &Links, s: &Session, form: &Form) -> Response {
         );
     }
     let domain = form.get("domain").unwrap_or_default().trim();
-    let actor = format!("admin:{}", s.user.name);
+    let actor = s.user.actor();
     let sc = &links.screening;
     let done = match form.get("op") {
         Some("add") => {

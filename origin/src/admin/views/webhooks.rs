@@ -23,7 +23,7 @@ const LOG_ROWS: u32 = 100;
 
 /// The console acts on every app's endpoints.
 fn console_caller(s: &Session) -> Caller {
-    Caller::new(format!("admin:{}", s.user.name), [Scope::Admin], [])
+    Caller::new(s.user.actor(), [Scope::Admin], [])
 }
 
 fn failed(s: &Session, e: EndpointError) -> Response {
