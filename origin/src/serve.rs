@@ -108,6 +108,10 @@ pub struct Core {
 pub async fn assemble(cfg: Arc<Config>, work: &mut Background) -> Result<Core, ServeError> {
     let metrics = Arc::new(Metrics::new()?);
     let click_metrics = Arc::new(ClickMetrics::register(&metrics.registry)?);
+    let live = Arc::new(crate::clicks::live::Live::new(
+        cfg.clicks.live_max_links,
+        crate::clicks::live::LiveMetrics::register(&metrics.registry)?,
+    ));
     let pool = db::pool(&cfg.mysql).map_err(ServeError::MysqlUrl)?;
     // Migrations and the permutation key are needed before anything can be
     // issued; wait for MySQL at start rather than serve errors.
@@ -215,6 +219,7 @@ pub async fn assemble(cfg: Arc<Config>, work: &mut Background) -> Result<Core, S
         metrics,
         cursor,
         screening: Arc::clone(&screening),
+        live,
     });
     Ok(Core {
         links,
@@ -319,6 +324,16 @@ pub async fn build(cfg: Config) -> Result<App, ServeError> {
     // Every origin consumes click batches too (one consumer group). Stopping
     // loses nothing: an entry read and not acknowledged is claimed by
     // another origin (or by this one after its restart).
+    // Every origin follows the stream for the live view (each needs every
+    // batch, so not as one of the group).
+    if cfg.clicks.live_max_links > 0 {
+        let tail = crate::clicks::live::tail(
+            Arc::clone(&links.live),
+            cfg.redis.topology.clone(),
+            links.store.clone(),
+        );
+        work.spawn("click live view", |stop| stop.cancels(tail));
+    }
     if cfg.clicks.consume {
         let c = Consumer::new(
             cfg.redis.topology.clone(),

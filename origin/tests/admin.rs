@@ -1286,3 +1286,101 @@ async fn webhooks_are_managed_and_their_deliveries_resent_in_the_console() {
     assert!(r.text().await.unwrap().contains("endpoint deleted"));
     assert_eq!(c.get(&log, &root).await.status().as_u16(), 404);
 }
+
+/// The live view's page: a link's and a tenant's last hour from the click
+/// stream, reloading itself, with its CSV; merchant-bound users only see
+/// theirs; a bad tenant query is a 400 page.
+#[tokio::test]
+async fn the_live_view_shows_the_last_hour() {
+    let c = start();
+    let root = c.session("root", "root-pw").await;
+    let code =
+        c.s.origin
+            .create_ok(serde_json::json!({"url": "https://a.example/live55", "kdt_id": 55}))
+            .await;
+    let hour = shorturl_common::time::now_unix() / 3600 * 3600;
+    let b = support::clicks::hours_batch("console-edge:n:1", &[(&code, hour, 6, 2)]);
+    support::clicks::xadd(&c.s, &b).await;
+    // The page reloads itself and shows the minute's clicks once the
+    // stream has been read (the link's page links to it).
+    let link_page = c
+        .get(&format!("/admin/links/{code}"), &root)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        link_page.contains(&format!("href=\"/admin/live?link={code}\"")),
+        "{link_page}"
+    );
+    let mut html = String::new();
+    for _ in 0..300 {
+        let r = c.get(&format!("/admin/live?link={code}"), &root).await;
+        assert_eq!(r.status().as_u16(), 200);
+        html = r.text().await.unwrap();
+        if html.contains("6 human and 2 bot clicks") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(html.contains("6 human and 2 bot clicks"), "{html}");
+    assert!(
+        html.contains(&format!(
+            "<meta http-equiv=\"refresh\" content=\"15;url=/admin/live?link={code}\">"
+        )),
+        "{html}"
+    );
+    assert!(html.contains("<svg class=\"chart\""), "{html}");
+    let r = c
+        .get(&format!("/admin/live?link={code}&format=csv"), &root)
+        .await;
+    assert_eq!(r.headers()["content-type"], "text/csv; charset=utf-8");
+    let csv = r.text().await.unwrap();
+    assert_eq!(csv.lines().count(), 61, "a header and 60 minutes: {csv}");
+    // The tenant's page, once the link's owner is read.
+    let mut html = String::new();
+    for _ in 0..300 {
+        html = c
+            .get("/admin/live?kdt_id=55", &root)
+            .await
+            .text()
+            .await
+            .unwrap();
+        if html.contains("6 human and 2 bot clicks") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        html.contains(&format!("href=\"/admin/links/{code}\"")),
+        "{html}"
+    );
+    // Merchant 55's support user sees it; merchant 77's live view is empty
+    // for them; a bad query is a 400 page.
+    let m55 = c.session("m55", "m55-pw").await;
+    let html = c
+        .get("/admin/live?kdt_id=55", &m55)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains("6 human and 2 bot clicks"), "{html}");
+    let html = c
+        .get("/admin/live?kdt_id=77", &m55)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains("0 human and 0 bot clicks"), "{html}");
+    for q in ["", "?kdt_id=x", "?app=a&kdt_id=5"] {
+        let r = c.get(&format!("/admin/live{q}"), &root).await;
+        assert_eq!(r.status().as_u16(), 400, "{q}");
+    }
+    assert_eq!(
+        c.get("/admin/live?link=nope!", &root)
+            .await
+            .status()
+            .as_u16(),
+        404
+    );
+}

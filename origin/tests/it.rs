@@ -14,6 +14,7 @@ mod batch;
 mod clicks;
 mod clicks_api;
 mod clicks_faults;
+mod clicks_live;
 mod clicks_retention;
 mod coalescing;
 mod concurrency;

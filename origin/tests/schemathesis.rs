@@ -189,7 +189,7 @@ fn schemathesis_finds_no_server_error_and_no_contract_violation() {
     let base = s.origin.url("");
     let base = base.trim_end_matches('/');
     let ops = operations();
-    assert_eq!(ops.len(), 36);
+    assert_eq!(ops.len(), 38);
     for (who, key) in [("admin", ADMIN), ("merchant", M55)] {
         let t = Instant::now();
         let report = s

@@ -27,6 +27,27 @@ pub enum Nav {
 
 /// A full page: the header (navigation, user, sign-out form) and `main`.
 pub fn page(session: Option<&Session>, nav: Nav, title: &str, main: &str) -> String {
+    frame(session, nav, title, main, "")
+}
+
+/// [`page`] that loads `to` (a console path) after `secs` seconds by
+/// itself: a `<meta>` refresh, which the policy allows (no script).
+pub fn refreshing(
+    session: Option<&Session>,
+    nav: Nav,
+    title: &str,
+    main: &str,
+    secs: u32,
+    to: &str,
+) -> String {
+    let head = format!(
+        "<meta http-equiv=\"refresh\" content=\"{secs};url={}\">",
+        esc(to)
+    );
+    frame(session, nav, title, main, &head)
+}
+
+fn frame(session: Option<&Session>, nav: Nav, title: &str, main: &str, head: &str) -> String {
     let header = match session {
         Some(s) => {
             let link = |n: Nav, href: &str, text: &str| {
@@ -56,7 +77,7 @@ pub fn page(session: Option<&Session>, nav: Nav, title: &str, main: &str) -> Str
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <meta name=\"robots\" content=\"noindex\">\
+         <meta name=\"robots\" content=\"noindex\">{head}\
          <title>{title} · Short-link console</title>\
          <link rel=\"stylesheet\" href=\"{css}\"><script src=\"{js}\" defer></script></head>\
          <body>{header}<main><h1>{title}</h1>{main}</main></body></html>\n",
@@ -143,17 +164,16 @@ pub fn see_other(to: &str, set_cookie: Option<String>) -> Response {
 /// would not send the `SameSite=Strict` session cookie just set; the
 /// refresh is this site's own navigation.
 pub fn continue_to(to: &str, set_cookie: Option<String>) -> Response {
-    let to = esc(to);
-    let body = page(
+    let body = refreshing(
         None,
         Nav::None,
         "Signed in",
-        &format!("<p><a href=\"{to}\" id=\"continue\">Continue to the console</a></p>"),
-    )
-    .replacen(
-        "<meta charset=\"utf-8\">",
-        &format!("<meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"0;url={to}\">"),
-        1,
+        &format!(
+            "<p><a href=\"{}\" id=\"continue\">Continue to the console</a></p>",
+            esc(to)
+        ),
+        0,
+        to,
     );
     let mut r = respond(StatusCode::OK, body);
     if let Some(c) = set_cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {

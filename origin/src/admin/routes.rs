@@ -68,6 +68,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(console: Console) -> Router<S> {
         .route("/admin/apps", signed_in(get(apps)))
         .route("/admin/screening", signed_in(get(screening).post(screen)))
         .route("/admin/links/{*code}", signed_in(get(link).post(edit)))
+        .route("/admin/live", signed_in(get(live)))
         .route(
             "/admin/webhooks",
             signed_in(get(webhooks).post(change_webhooks)),
@@ -269,6 +270,10 @@ async fn link(State(c): State<Console>, req: Req, Signed(s): Signed) -> Response
 
 async fn edit(State(c): State<Console>, req: Req, p: Posted) -> Response {
     views::link::post(&c.links, &p.session, code_of(&req), &p.form, now_unix()).await
+}
+
+async fn live(State(c): State<Console>, req: Req, Signed(s): Signed) -> Response {
+    views::live::page(&c.links, &req, &s, now_unix()).await
 }
 
 async fn webhooks(State(c): State<Console>, Signed(s): Signed) -> Response {

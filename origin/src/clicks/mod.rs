@@ -5,13 +5,16 @@
 //! [`consumer`] reads the Redis Stream as consumer group `origins`
 //! ([`stream`] parses its replies), [`apply`] applies one batch in one
 //! transaction with its id, [`referrers`] bounds the referrer rows of a
-//! link-day, [`stats`] answers the stats API, [`retention`] prunes old
-//! hourly and referrer rows, batch ids and idle consumers. The batch
+//! link-day, [`stats`] answers the stats API, [`live`] keeps the last
+//! hour per minute from the stream itself (the live view), [`retention`]
+//! prunes old hourly and referrer rows, batch ids and idle consumers. The batch
 //! format and the user-agent rules are shared with the edges in
 //! `shorturl_common::clicks`.
 
 pub mod apply;
 pub mod consumer;
+pub mod live;
+mod live_query;
 pub mod referrers;
 pub mod retention;
 pub mod shard;
@@ -19,6 +22,7 @@ pub mod stats;
 pub mod stream;
 
 pub use consumer::Consumer;
+pub use live_query::{LinkLiveView, LiveQuery, TenantLiveView};
 pub use stats::{Interval, LinkStats, StatsRange, TenantFilter, TenantQuery, TenantStats};
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};

@@ -37,6 +37,9 @@ pub struct ClicksConfig {
     /// A consumer of the group idle this long with nothing pending is
     /// removed (`XGROUP DELCONSUMER`): every origin start adds one.
     pub consumer_idle: Duration,
+    /// Links the live view (`crate::clicks::live`) follows at once; clicks
+    /// of links beyond it are left out of it (counted). 0: no live view.
+    pub live_max_links: usize,
 }
 
 impl Default for ClicksConfig {
@@ -53,6 +56,7 @@ impl Default for ClicksConfig {
             referrers_per_day: 20,
             batch_ids_retention: Duration::from_secs(30 * 86_400),
             consumer_idle: Duration::from_secs(3600),
+            live_max_links: 100_000,
         }
     }
 }
@@ -116,6 +120,7 @@ pub fn clicks(f: ClicksFile) -> Result<ClicksConfig, ConfigError> {
         );
     }
     Ok(ClicksConfig {
+        live_max_links: f.live_max_links.unwrap_or(d.live_max_links),
         retention_hours,
         retention_referrers,
         referrers_per_day,

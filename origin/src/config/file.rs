@@ -386,6 +386,9 @@ pub struct ClicksFile {
     pub batch_ids_retention_days: Option<u64>,
     #[serde(default)]
     pub consumer_idle_secs: Option<u64>,
+    /// Links the live view follows at once (0: no live view).
+    #[serde(default)]
+    pub live_max_links: Option<usize>,
     #[serde(default)]
     pub referrers_per_day: Option<usize>,
     #[serde(default)]

@@ -7,12 +7,13 @@
 
 use super::AppState;
 use crate::body::read_body_max;
-use crate::clicks::{StatsRange, TenantQuery};
+use crate::clicks::{LiveQuery, StatsRange, TenantQuery};
 use crate::error::ApiError;
 use crate::links::{LinkError, LinkRef};
 use crate::tenancy::{Caller, Scope};
 use crate::validate::{
-    parse_export, parse_link_stats, parse_search, parse_tenant_stats, ExportRequest, SearchRequest,
+    parse_export, parse_link_stats, parse_live_link, parse_live_tenant, parse_search,
+    parse_tenant_stats, ExportRequest, SearchRequest,
 };
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
@@ -224,6 +225,29 @@ impl FromRequestParts<AppState> for LinkStatsQuery {
 
     async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
         parse_link_stats(parts.uri.query(), &s.links.cfg.clicks, now_unix()).map(LinkStatsQuery)
+    }
+}
+
+/// The query of `GET /api/v1/links/{code}/live` (only `domain`, which
+/// [`LinkCode`] reads).
+pub struct LinkLiveQuery;
+
+impl<St: Send + Sync> FromRequestParts<St> for LinkLiveQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &St) -> Result<Self, ApiError> {
+        parse_live_link(parts.uri.query()).map(|()| LinkLiveQuery)
+    }
+}
+
+/// The query of `GET /api/v1/live` (`validate::stats`).
+pub struct TenantLive(pub LiveQuery);
+
+impl<St: Send + Sync> FromRequestParts<St> for TenantLive {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &St) -> Result<Self, ApiError> {
+        parse_live_tenant(parts.uri.query()).map(TenantLive)
     }
 }
 

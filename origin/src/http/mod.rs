@@ -157,6 +157,14 @@ pub fn router(state: AppState) -> Router {
             only(read, named("stats", get(stats::tenant))),
         )
         .route(
+            "/api/v1/links/{code}/live",
+            only(read, named("link_live", get(stats::link_live))),
+        )
+        .route(
+            "/api/v1/live",
+            only(read, named("live", get(stats::tenant_live))),
+        )
+        .route(
             "/api/v1/screening",
             only(read, named("screening", get(screening::policy))),
         )

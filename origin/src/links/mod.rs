@@ -67,6 +67,8 @@ pub struct Links {
     pub unlock: unlock::Unlocker,
     /// The destination screening policy (protocol 4.7).
     pub screening: Arc<Screening>,
+    /// The last hour's clicks per minute (`crate::clicks::live`).
+    pub live: Arc<crate::clicks::live::Live>,
 }
 
 /// The parts [`Links`] is assembled from.
@@ -80,6 +82,7 @@ pub struct Parts {
     pub metrics: Arc<Metrics>,
     pub cursor: CursorKey,
     pub screening: Arc<Screening>,
+    pub live: Arc<crate::clicks::live::Live>,
 }
 
 impl Links {
@@ -109,6 +112,7 @@ impl Links {
             custom_refusals,
             unlock,
             screening: p.screening,
+            live: p.live,
         })
     }
 }

@@ -26,6 +26,7 @@ pub mod meta;
 mod modify;
 pub mod options;
 pub mod outbox;
+mod owners;
 pub mod recycle;
 pub mod retention;
 mod screening;

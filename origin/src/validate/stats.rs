@@ -2,7 +2,7 @@
 //! `GET /api/v1/stats`): the range, the interval, the tenant.
 
 use super::query::Params;
-use crate::clicks::{Interval, StatsRange, TenantFilter, TenantQuery};
+use crate::clicks::{Interval, LiveQuery, StatsRange, TenantFilter, TenantQuery};
 use crate::config::ClicksConfig;
 use crate::error::ApiError;
 use shorturl_common::host::normalize_host;
@@ -62,22 +62,13 @@ pub fn parse_link_stats(
     range(&p, interval, max, now)
 }
 
-/// `GET /api/v1/stats?app|kdt_id|domain&tag&from&to&limit`: exactly one of
-/// the three tenant parameters; the range is whole days.
-pub fn parse_tenant_stats(
-    query: Option<&str>,
-    cfg: &ClicksConfig,
-    now: u64,
-) -> Result<TenantQuery, ApiError> {
-    let p = Params::parse(
-        query,
-        &["app", "kdt_id", "domain", "tag", "from", "to", "limit"],
-    )?;
+/// Exactly one of `app`, `kdt_id`, `domain`: whose links.
+fn tenant_filter(p: &Params) -> Result<TenantFilter, ApiError> {
     let named: Vec<&str> = ["app", "kdt_id", "domain"]
         .into_iter()
         .filter(|n| p.get(n).is_some())
         .collect();
-    let filter = match named[..] {
+    Ok(match named[..] {
         ["app"] => match p.get("app") {
             Some(a) if !a.is_empty() && a.len() <= 64 => TenantFilter::App(a.to_owned()),
             _ => return Err(invalid("invalid_app", "app must be 1-64 characters")),
@@ -99,8 +90,12 @@ pub fn parse_tenant_stats(
                 "give exactly one of app, kdt_id, domain",
             ))
         }
-    };
-    let limit = match p.get("limit") {
+    })
+}
+
+/// `limit`: 1 to [`MAX_TOP`], default [`DEFAULT_TOP`].
+fn top_limit(p: &Params) -> Result<u32, ApiError> {
+    match p.get("limit") {
         Some(l) => l
             .parse::<u32>()
             .ok()
@@ -110,9 +105,24 @@ pub fn parse_tenant_stats(
                     "invalid_limit",
                     format!("limit must be an integer from 1 to {MAX_TOP}"),
                 )
-            })?,
-        None => DEFAULT_TOP,
-    };
+            }),
+        None => Ok(DEFAULT_TOP),
+    }
+}
+
+/// `GET /api/v1/stats?app|kdt_id|domain&tag&from&to&limit`: exactly one of
+/// the three tenant parameters; the range is whole days.
+pub fn parse_tenant_stats(
+    query: Option<&str>,
+    cfg: &ClicksConfig,
+    now: u64,
+) -> Result<TenantQuery, ApiError> {
+    let p = Params::parse(
+        query,
+        &["app", "kdt_id", "domain", "tag", "from", "to", "limit"],
+    )?;
+    let filter = tenant_filter(&p)?;
+    let limit = top_limit(&p)?;
     let tag = p.get("tag").map(crate::links::tags::one).transpose()?;
     let range = range(&p, Interval::Day, cfg.max_day_points, now)?;
     Ok(TenantQuery {
@@ -121,6 +131,21 @@ pub fn parse_tenant_stats(
         range,
         limit,
     })
+}
+
+/// `GET /api/v1/live?app|kdt_id|domain&limit`: the tenant as for stats
+/// (the range is always the last hour).
+pub fn parse_live_tenant(query: Option<&str>) -> Result<LiveQuery, ApiError> {
+    let p = Params::parse(query, &["app", "kdt_id", "domain", "limit"])?;
+    Ok(LiveQuery {
+        filter: tenant_filter(&p)?,
+        limit: top_limit(&p)?,
+    })
+}
+
+/// `GET /api/v1/links/{code}/live[?domain]`: no other parameter.
+pub fn parse_live_link(query: Option<&str>) -> Result<(), ApiError> {
+    Params::parse(query, &["domain"]).map(|_| ())
 }
 
 #[cfg(test)]

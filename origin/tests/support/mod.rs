@@ -156,15 +156,23 @@ impl Origin {
             config,
             dir,
             opts,
-            http: contract::CheckedClient::new(
-                reqwest::Client::builder()
-                    .redirect(reqwest::redirect::Policy::none())
-                    .build()
-                    .unwrap(),
-            ),
+            http: Origin::client(),
         };
         o.wait_healthy();
         o
+    }
+
+    /// A client with a pool of its own. A restart gives the origin a new
+    /// one: a test restarting from a blocking call has not let its runtime
+    /// see the old process's connections close, so the old pool would hand
+    /// one of them out (and the request fail with an incomplete message).
+    fn client() -> contract::CheckedClient {
+        contract::CheckedClient::new(
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+        )
     }
 
     fn spawn_serve(dir: &TempDir, config: &Path, opts: &OriginOpts) -> Proc {
@@ -200,6 +208,7 @@ impl Origin {
     pub fn restart(&mut self) {
         self.proc.kill();
         self.proc = Origin::spawn_serve(&self.dir, &self.config, &self.opts);
+        self.http = Origin::client();
         self.wait_healthy();
     }
 
@@ -208,6 +217,7 @@ impl Origin {
     pub fn restart_graceful(&mut self) {
         self.proc.terminate(Duration::from_secs(10));
         self.proc = Origin::spawn_serve(&self.dir, &self.config, &self.opts);
+        self.http = Origin::client();
         self.wait_healthy();
     }
 

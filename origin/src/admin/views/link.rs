@@ -51,7 +51,7 @@ pub fn path_name(l: &LinkView) -> String {
 }
 
 /// The link a console path names (`None`: not a code or link key).
-fn link_of_path(name: &str) -> Option<LinkRef> {
+pub(super) fn link_of_path(name: &str) -> Option<LinkRef> {
     if is_valid_code(name) {
         return Some(LinkRef::code(name));
     }
@@ -599,7 +599,8 @@ pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -
     let _ = write!(
         main,
         "<div class=\"grid\"><div>{fields}{outbox}</div><div class=\"qr\" id=\"qr\">{qr}</div></div>{controls}{preview}\
-         <h2>Clicks</h2><p id=\"totals\">Human {h} · bot {b} in the last 90 days.</p>{hc}{dc}{breakdown}<h2>History</h2>{history}",
+         <h2>Clicks</h2><p id=\"totals\">Human {h} · bot {b} in the last 90 days \
+         (<a href=\"/admin/live?link={code}\" id=\"live\">live: the last hour per minute</a>).</p>{hc}{dc}{breakdown}<h2>History</h2>{history}",
         fields = fields(&link),
         controls = controls(s, &link),
         preview = preview(req, &link, now),

@@ -74,7 +74,7 @@ pub async fn page(links: &Links, s: &Session, now: u64) -> Response {
             .collect();
         let _ = write!(
             rows,
-            "<tr><td><a href=\"/admin/links?kdt_id={k}\">{k}</a></td><td>{}</td><td class=\"n\">{}</td>\
+            "<tr><td><a href=\"/admin/links?kdt_id={k}\">{k}</a> <small><a href=\"/admin/live?kdt_id={k}\">live</a></small></td><td>{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
             list.join("<br>"),
             num(n),

@@ -2,6 +2,7 @@
 
 pub mod apps;
 pub mod link;
+pub mod live;
 pub mod login;
 pub mod merchants;
 pub mod overview;
