@@ -24,7 +24,10 @@
 # edge gets `trusted_proxies` and the country database either way, so the
 # three runs RULES/BENCH_HEADERS 0/0, 0/1, 1/1 differ only in what they
 # name). CALLGRIND_OPTS adds callgrind options (e.g. `--cache-sim=yes`, read
-# with KEEP= and callgrind_annotate). Needs valgrind, redis-server, wrk, curl, scripts/deps.sh's
+# with KEEP= and callgrind_annotate). Click counting is the edge's default
+# (on, flushed every 5 s to the bench Redis); CLICKS=0 turns it off,
+# CLICKS=1 flushes every second: the flusher's work is in the count, so
+# CLICKS=0/1 give counting's cost per click. Needs valgrind, redis-server, wrk, curl, scripts/deps.sh's
 # country database.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,25p' "$0"; exit 2; }
@@ -46,6 +49,11 @@ trap cleanup EXIT
 . "$(dirname "$0")/lib.sh"
 status_field() { curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$EDGE_PORT/shorturl_status" | sed -n "s/.*\"local\":{[^}]*\"$1\":\\([0-9]*\\).*/\\1/p"; }
 
+CLICKS_LINE=""
+case "${CLICKS:-}" in
+  0) CLICKS_LINE="clicks: { enabled: false }" ;;
+  1) CLICKS_LINE="clicks: { enabled: true, edge_name: bench, flush_interval_ms: 1000 }" ;;
+esac
 GEO_LINES=""
 if [ -e /usr/local/share/shorturl/country.mmdb ] && [ "${GEO:-1}" = 1 ]; then
   GEO_LINES='trusted_proxies: ["127.0.0.1/32"]
@@ -76,6 +84,7 @@ edge:
   ${EDGE_LIMITS:-"limits: { unknown_per_ip_per_sec: 0, max_connections_per_ip: 0 }"}
   access_log: { path: off }
   $fp_line
+  $CLICKS_LINE
   $GEO_LINES
 YAML
   rm -f "$WORK"/callgrind.out.*

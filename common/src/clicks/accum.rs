@@ -10,10 +10,10 @@
 use super::batch::{is_valid_batch_id, Batch, DestinationLine, DeviceLine, HourLine, ReferrerLine};
 use super::{day_start, device_class, hour_start, referrer_host, Device};
 use super::{BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_KEYS};
-use super::{OTHER_REFERRER, TOP_REFERRERS};
+use super::{NO_REFERRER, OTHER_REFERRER, TOP_REFERRERS};
 use crate::code::{is_valid_code, split_link_key};
 use crate::link_rules::Destination;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt::Write;
 
 /// Maps the flusher updates on every click: a fast non-cryptographic hash
@@ -38,6 +38,10 @@ pub struct Click<'a> {
 
 #[derive(Debug, Default)]
 struct DayCounts {
+    /// Clicks without a referrer (`-`, the most common host by far): a
+    /// counter, not a map entry.
+    no_referrer: u64,
+    /// Every other host (allocated at the first such click).
     referrers: FastMap<String, u64>,
     devices: [u64; 5],
     /// Every human click's destination (a plain link's click is `link`),
@@ -47,11 +51,69 @@ struct DayCounts {
     routed: bool,
 }
 
+/// A link's counts between two takes: a flush interval sees one or two
+/// hours and days, so small vectors in time order (searched from the
+/// newest) cost less than ordered maps on every click.
 #[derive(Debug, Default)]
 struct LinkCounts {
-    /// hour start → (human, bot)
-    hours: BTreeMap<u64, (u64, u64)>,
-    days: BTreeMap<u64, DayCounts>,
+    /// (hour start, (human, bot)), by hour.
+    hours: Vec<(u64, (u64, u64))>,
+    /// (day start, counts), by day.
+    days: Vec<(u64, DayCounts)>,
+}
+
+impl LinkCounts {
+    /// One click of this link.
+    fn count(
+        &mut self,
+        at_unix: u64,
+        device: Device,
+        host: &str,
+        destination: Option<Destination>,
+    ) {
+        let h = slot(&mut self.hours, hour_start(at_unix), || (0, 0));
+        if device == Device::Bot {
+            h.1 += 1;
+        } else {
+            h.0 += 1;
+        }
+        let day = slot(&mut self.days, day_start(at_unix), DayCounts::default);
+        day.devices[device.index()] += 1;
+        if host == NO_REFERRER {
+            day.no_referrer += 1;
+        } else {
+            match day.referrers.get_mut(host) {
+                Some(n) => *n += 1,
+                None => {
+                    day.referrers.insert(host.to_owned(), 1);
+                }
+            }
+        }
+        day.routed |= destination.is_some();
+        if device != Device::Bot {
+            let dest = destination.unwrap_or(Destination::Link);
+            match day.destinations.iter_mut().find(|(d, _)| *d == dest) {
+                Some((_, n)) => *n += 1,
+                None => day.destinations.push((dest, 1)),
+            }
+        }
+    }
+}
+
+/// The entry of `key` in `v` (sorted by key), inserted in place if missing.
+fn slot<T>(v: &mut Vec<(u64, T)>, key: u64, new: impl FnOnce() -> T) -> &mut T {
+    let i = match v.iter().rposition(|(k, _)| *k <= key) {
+        Some(i) if v[i].0 == key => i,
+        Some(i) => {
+            v.insert(i + 1, (key, new()));
+            i + 1
+        }
+        None => {
+            v.insert(0, (key, new()));
+            0
+        }
+    };
+    &mut v[i].1
 }
 
 /// Counts clicks until they are taken as batches.
@@ -130,32 +192,12 @@ impl Accumulator {
         }
         // The key is allocated only for a link not seen since the last
         // take (the flusher adds every click of the edge: keep it cheap).
-        if !self.links.contains_key(code) {
-            self.links.insert(code.to_owned(), LinkCounts::default());
-        }
-        let Some(link) = self.links.get_mut(code) else {
-            return false;
-        };
-        let hour = link.hours.entry(hour_start(at_unix)).or_default();
-        if device == Device::Bot {
-            hour.1 += 1;
-        } else {
-            hour.0 += 1;
-        }
-        let day = link.days.entry(day_start(at_unix)).or_default();
-        day.devices[device.index()] += 1;
-        match day.referrers.get_mut(host) {
-            Some(n) => *n += 1,
+        match self.links.get_mut(code) {
+            Some(link) => link.count(at_unix, device, host, destination),
             None => {
-                day.referrers.insert(host.to_owned(), 1);
-            }
-        }
-        day.routed |= destination.is_some();
-        if device != Device::Bot {
-            let dest = destination.unwrap_or(Destination::Link);
-            match day.destinations.iter_mut().find(|(d, _)| *d == dest) {
-                Some((_, n)) => *n += 1,
-                None => day.destinations.push((dest, 1)),
+                let mut link = LinkCounts::default();
+                link.count(at_unix, device, host, destination);
+                self.links.insert(code.to_owned(), link);
             }
         }
         self.clicks += 1;
@@ -235,27 +277,51 @@ impl Writer {
         self.keys = false;
     }
 
-    /// Writes `code`'s lines ([`each_line`]).
+    /// Writes `code`'s lines ([`each_line`]); numbers by `itoa`, not the
+    /// formatting machinery (the flusher writes every counted link).
     fn link<'a>(&mut self, code: &str, counts: &'a LinkCounts, ranked: &mut Vec<(&'a str, u64)>) {
         self.keys |= code.contains('/');
         let [hours, referrers, devices, destinations] = &mut self.kinds;
         let (lines, human_sum, bot_sum) = (&mut self.lines, &mut self.human, &mut self.bot);
+        let mut num = itoa::Buffer::new();
         each_line(counts, ranked, |l| {
             *lines += 1;
-            let _ = match l {
-                Line::Hour(hour, human, bot) => {
+            let (out, kind, time) = match &l {
+                Line::Hour(hour, ..) => (&mut *hours, "h ", *hour),
+                Line::Referrer(day, ..) => (&mut *referrers, "r ", *day),
+                Line::Device(day, ..) => (&mut *devices, "d ", *day),
+                Line::Destination(day, ..) => (&mut *destinations, "t ", *day),
+            };
+            out.push_str(kind);
+            out.push_str(code);
+            out.push(' ');
+            out.push_str(num.format(time));
+            out.push(' ');
+            match l {
+                Line::Hour(_, human, bot) => {
                     *human_sum += human;
                     *bot_sum += bot;
-                    writeln!(hours, "h {code} {hour} {human} {bot}")
+                    out.push_str(num.format(human));
+                    out.push(' ');
+                    out.push_str(num.format(bot));
                 }
-                Line::Referrer(day, host, n) => writeln!(referrers, "r {code} {day} {host} {n}"),
-                Line::Device(day, device, n) => {
-                    writeln!(devices, "d {code} {day} {} {n}", device.as_str())
+                Line::Referrer(_, host, n) => {
+                    out.push_str(host);
+                    out.push(' ');
+                    out.push_str(num.format(n));
                 }
-                Line::Destination(day, destination, n) => {
-                    writeln!(destinations, "t {code} {day} {destination} {n}")
+                Line::Device(_, device, n) => {
+                    out.push_str(device.as_str());
+                    out.push(' ');
+                    out.push_str(num.format(n));
                 }
-            };
+                Line::Destination(_, destination, n) => {
+                    let _ = write!(out, "{destination}");
+                    out.push(' ');
+                    out.push_str(num.format(n));
+                }
+            }
+            out.push('\n');
         });
     }
 
@@ -342,12 +408,15 @@ fn each_line<'a>(
     ranked: &mut Vec<(&'a str, u64)>,
     mut f: impl FnMut(Line<'a>),
 ) {
-    for (hour, (human, bot)) in &counts.hours {
-        f(Line::Hour(*hour, *human, *bot));
+    for &(hour, (human, bot)) in &counts.hours {
+        f(Line::Hour(hour, human, bot));
     }
     for (day, d) in &counts.days {
         let day = *day;
         ranked.clear();
+        if d.no_referrer > 0 {
+            ranked.push((NO_REFERRER, d.no_referrer));
+        }
         ranked.extend(d.referrers.iter().map(|(h, n)| (h.as_str(), *n)));
         ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         let mut other = 0;
@@ -497,6 +566,42 @@ mod tests {
             assert!(versions.contains(&BATCH_VERSION_KEYS), "{versions:?}");
             assert_eq!(got.iter().map(|e| e.human + e.bot).sum::<u64>(), total);
         }
+    }
+
+    #[test]
+    fn hours_and_days_come_out_in_time_order_whatever_the_clicks_order() {
+        let t = 86_400 * 20_000;
+        let mut a = Accumulator::new();
+        for at in [
+            t + 7200,
+            t,
+            t + 3600,
+            t + 2 * 86_400,
+            t - 86_400,
+            t + 7201,
+            t,
+        ] {
+            assert!(a.add_classified("abcdef", at, Device::Desktop, "-", None));
+        }
+        let b = a.take_encoded(&BatchIds::new("e", "n").unwrap(), 1000);
+        let hours: Vec<&str> = b[0].body.lines().filter(|l| l.starts_with("h ")).collect();
+        let want: Vec<String> = [
+            (t - 86_400, 1),
+            (t, 2),
+            (t + 3600, 1),
+            (t + 7200, 2),
+            (t + 2 * 86_400, 1),
+        ]
+        .iter()
+        .map(|(h, n)| format!("h abcdef {h} {n} 0"))
+        .collect();
+        assert_eq!(hours, want);
+        let days: Vec<&str> = b[0].body.lines().filter(|l| l.starts_with("d ")).collect();
+        let want: Vec<String> = [(t - 86_400, 1), (t, 5), (t + 2 * 86_400, 1)]
+            .iter()
+            .map(|(d, n)| format!("d abcdef {d} desktop {n}"))
+            .collect();
+        assert_eq!(days, want);
     }
 
     #[test]

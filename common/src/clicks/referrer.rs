@@ -7,35 +7,53 @@
 //! header, is [`NO_REFERRER`]. The result never contains a space, so it is
 //! one field of a batch line.
 //!
-//! One parser, over bytes, writing into a fixed buffer ([`HostBuf`]): the
-//! edge's redirect path calls it per click without allocating, and
-//! [`referrer_host`] is the same parser with an owned result.
+//! One parser, over bytes, writing into a small buffer ([`HostBuf`]): the
+//! edge's redirect path calls it per click without allocating (but for a
+//! host longer than [`INLINE_HOST_LEN`], rare), and [`referrer_host`] is
+//! the same parser with an owned result.
 
 use super::NO_REFERRER;
 
 /// Longest host kept (a DNS name is at most 253 bytes).
 pub const MAX_HOST_LEN: usize = 253;
 
-/// A referrer host held inline: a [`referrer_host`] value without a heap
-/// allocation (what an edge keeps per click until it is counted).
-#[derive(Clone, Copy)]
-pub struct HostBuf {
-    len: u8,
-    bytes: [u8; MAX_HOST_LEN],
+/// Hosts up to this long are held inline in a [`HostBuf`]; the edge copies
+/// one per click, so it is kept small (the usual referrers — `t.co`,
+/// `www.google.com`, `l.facebook.com` — are far shorter).
+pub const INLINE_HOST_LEN: usize = 46;
+
+/// A referrer host: a [`referrer_host`] value, inline without a heap
+/// allocation up to [`INLINE_HOST_LEN`] bytes (what an edge keeps per click
+/// until it is counted), boxed beyond.
+#[derive(Clone)]
+pub struct HostBuf(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_HOST_LEN],
+    },
+    Heap(Box<str>),
 }
 
 impl HostBuf {
     /// [`NO_REFERRER`].
     pub const NONE: HostBuf = {
-        let mut bytes = [0u8; MAX_HOST_LEN];
+        let mut bytes = [0u8; INLINE_HOST_LEN];
         bytes[0] = b'-';
-        HostBuf { len: 1, bytes }
+        HostBuf(Repr::Inline { len: 1, bytes })
     };
 
     /// The host (or `-`).
     pub fn as_str(&self) -> &str {
-        // Only ASCII is ever written.
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or(NO_REFERRER)
+        match &self.0 {
+            // Only ASCII is ever written.
+            Repr::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or(NO_REFERRER)
+            }
+            Repr::Heap(h) => h,
+        }
     }
 }
 
@@ -77,19 +95,26 @@ fn lower(parts: &[&[u8]]) -> Option<HostBuf> {
     if total > MAX_HOST_LEN {
         return None;
     }
-    let mut out = HostBuf {
-        len: 0,
-        bytes: [0u8; MAX_HOST_LEN],
-    };
+    if total > INLINE_HOST_LEN {
+        let mut s = String::with_capacity(total);
+        for p in parts {
+            // Only ASCII is ever copied: the parser checked every byte.
+            s.extend(p.iter().map(|b| char::from(b.to_ascii_lowercase())));
+        }
+        return Some(HostBuf(Repr::Heap(s.into_boxed_str())));
+    }
+    let mut bytes = [0u8; INLINE_HOST_LEN];
     let mut at = 0;
     for p in parts {
-        for (dst, src) in out.bytes[at..at + p.len()].iter_mut().zip(p.iter()) {
+        for (dst, src) in bytes[at..at + p.len()].iter_mut().zip(p.iter()) {
             *dst = src.to_ascii_lowercase();
         }
         at += p.len();
     }
-    out.len = u8::try_from(at).ok()?;
-    Some(out)
+    Some(HostBuf(Repr::Inline {
+        len: u8::try_from(at).ok()?,
+        bytes,
+    }))
 }
 
 fn parse(v: &[u8]) -> Option<HostBuf> {
@@ -196,6 +221,16 @@ mod tests {
         assert_eq!(referrer_host(Some(&max)).len(), MAX_HOST_LEN);
         let over = format!("https://{}.com/", "a".repeat(250));
         assert_eq!(referrer_host(Some(&over)), "-");
+        // Inline up to INLINE_HOST_LEN, boxed beyond: the same value.
+        for n in [
+            INLINE_HOST_LEN - 5,
+            INLINE_HOST_LEN - 4,
+            INLINE_HOST_LEN - 3,
+        ] {
+            let host = format!("{}.Com", "A".repeat(n));
+            let got = referrer_host_buf(Some(format!("https://{host}/").as_bytes()));
+            assert_eq!(got.as_str(), host.to_ascii_lowercase(), "{n}");
+        }
     }
 
     #[test]
