@@ -13,6 +13,7 @@ use super::{BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_KEYS};
 use super::{NO_REFERRER, OTHER_REFERRER, TOP_REFERRERS};
 use crate::code::{is_valid_code, split_link_key};
 use crate::link_rules::Destination;
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -57,9 +58,67 @@ struct DayCounts {
 #[derive(Debug, Default)]
 struct LinkCounts {
     /// (hour start, (human, bot)), by hour.
-    hours: Vec<(u64, (u64, u64))>,
+    hours: SmallVec<[(u64, (u64, u64)); 2]>,
     /// (day start, counts), by day.
-    days: Vec<(u64, DayCounts)>,
+    days: SmallVec<[(u64, DayCounts); 1]>,
+}
+
+/// A link's key as the counts hold it: inline up to [`INLINE_KEY`] bytes
+/// (every fleet code), so counting a link new since the last take does not
+/// allocate for it; hashed and compared as the `str` it is, so the map is
+/// searched by `&str`.
+#[derive(Debug, Clone)]
+enum Key {
+    Inline { len: u8, bytes: [u8; INLINE_KEY] },
+    Heap(Box<str>),
+}
+
+const INLINE_KEY: usize = 22;
+
+impl Key {
+    fn new(s: &str) -> Key {
+        match u8::try_from(s.len()) {
+            Ok(len) if s.len() <= INLINE_KEY => {
+                let mut bytes = [0u8; INLINE_KEY];
+                bytes[..s.len()].copy_from_slice(s.as_bytes());
+                Key::Inline { len, bytes }
+            }
+            _ => Key::Heap(s.into()),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // SAFETY: the bytes were copied whole from a `str` by `Key::new`
+            // (a valid prefix of UTF-8 ending on its end is UTF-8). Checked
+            // again here it would be on every hash and every compare of the
+            // sort, the flusher's hottest loop.
+            Key::Inline { len, bytes } => unsafe {
+                std::str::from_utf8_unchecked(&bytes[..usize::from(*len)])
+            },
+            Key::Heap(s) => s,
+        }
+    }
+}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_str().hash(h);
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Key {}
+
+impl std::borrow::Borrow<str> for Key {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
 }
 
 impl LinkCounts {
@@ -101,7 +160,14 @@ impl LinkCounts {
 }
 
 /// The entry of `key` in `v` (sorted by key), inserted in place if missing.
-fn slot<T>(v: &mut Vec<(u64, T)>, key: u64, new: impl FnOnce() -> T) -> &mut T {
+fn slot<T, const N: usize>(
+    v: &mut SmallVec<[(u64, T); N]>,
+    key: u64,
+    new: impl FnOnce() -> T,
+) -> &mut T
+where
+    [(u64, T); N]: smallvec::Array<Item = (u64, T)>,
+{
     let i = match v.iter().rposition(|(k, _)| *k <= key) {
         Some(i) if v[i].0 == key => i,
         Some(i) => {
@@ -119,7 +185,7 @@ fn slot<T>(v: &mut Vec<(u64, T)>, key: u64, new: impl FnOnce() -> T) -> &mut T {
 /// Counts clicks until they are taken as batches.
 #[derive(Debug, Default)]
 pub struct Accumulator {
-    links: FastMap<String, LinkCounts>,
+    links: FastMap<Key, LinkCounts>,
     clicks: u64,
 }
 
@@ -197,7 +263,7 @@ impl Accumulator {
             None => {
                 let mut link = LinkCounts::default();
                 link.count(at_unix, device, host, destination);
-                self.links.insert(code.to_owned(), link);
+                self.links.insert(Key::new(code), link);
             }
         }
         self.clicks += 1;
@@ -223,14 +289,14 @@ impl Accumulator {
     /// (a link's lines are never split across batches), ids from `ids`.
     pub fn take_batches(&mut self, ids: &BatchIds, max_lines: usize) -> Vec<Batch> {
         // In code order, so batches are reproducible (tests, the Lua twin).
-        let mut links: Vec<(String, LinkCounts)> =
+        let mut links: Vec<(Key, LinkCounts)> =
             std::mem::take(&mut self.links).into_iter().collect();
-        links.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        links.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
         self.clicks = 0;
         let mut out = Vec::new();
         let mut cur = Batch::new(ids.next_id());
         for (code, counts) in links {
-            let part = link_lines(&code, &counts);
+            let part = link_lines(code.as_str(), &counts);
             if cur.lines() > 0 && cur.lines() + part.lines() > max_lines {
                 let next = Batch::new(ids.next_id());
                 out.push(std::mem::replace(&mut cur, next));
@@ -366,15 +432,15 @@ impl Accumulator {
     /// to link (no line structs, no owned code per line): the flusher's
     /// work per link on a busy edge.
     pub fn take_encoded(&mut self, ids: &BatchIds, max_lines: usize) -> Vec<Encoded> {
-        let mut links: Vec<(String, LinkCounts)> =
+        let mut links: Vec<(Key, LinkCounts)> =
             std::mem::take(&mut self.links).into_iter().collect();
-        links.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        links.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
         self.clicks = 0;
         let mut out = Vec::new();
         let (mut cur, mut part) = (Writer::default(), Writer::default());
         let mut refs = Vec::new();
         for (code, counts) in &links {
-            part.link(code, counts, &mut refs);
+            part.link(code.as_str(), counts, &mut refs);
             if cur.lines > 0 && cur.lines + part.lines > max_lines {
                 out.push(cur.finish(ids.next_id()));
             }

@@ -30,6 +30,18 @@ use std::time::Duration;
 /// Minutes in the view, the current one included.
 pub const MINUTES: u64 = 60;
 
+/// Longest link key a line may name (a domain, `/`, a code).
+const MAX_KEY_LEN: usize = 253 + 1 + 64;
+
+/// The followed links (a fast hash: the keys come from the edges' batches,
+/// which only the fleet writes).
+type Links = HashMap<String, Followed, foldhash::fast::RandomState>;
+
+struct HourCounts {
+    human: u64,
+    bot: u64,
+}
+
 /// Who a link belongs to, for the tenant view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
@@ -122,7 +134,7 @@ impl LiveMetrics {
 /// The live view of one origin.
 pub struct Live {
     max_links: usize,
-    links: Mutex<HashMap<String, Followed>>,
+    links: Mutex<Links>,
     pub metrics: LiveMetrics,
 }
 
@@ -139,12 +151,12 @@ impl Live {
     pub fn new(max_links: usize, metrics: LiveMetrics) -> Live {
         Live {
             max_links,
-            links: Mutex::new(HashMap::new()),
+            links: Mutex::new(Links::default()),
             metrics,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Followed>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Links> {
         // A panic while holding it cannot leave the counts inconsistent
         // beyond one batch: keep serving.
         self.links.lock().unwrap_or_else(|e| e.into_inner())
@@ -153,21 +165,58 @@ impl Live {
     /// Counts `batch`, which reached Redis at `at` (Unix seconds), if that
     /// is within the view at `now`.
     pub fn add(&self, at: u64, batch: &Batch, now: u64) {
+        self.add_hours(
+            at,
+            batch
+                .hours
+                .iter()
+                .map(|h| (h.code.as_str(), h.human, h.bot)),
+            now,
+        );
+    }
+
+    /// Counts the `h` lines of a batch body (protocol 3.4) that reached
+    /// Redis at `at`. Only those lines are read, and not strictly: every
+    /// origin reads every batch here, so the full decode is left to the
+    /// consumer (which applies a batch once for the fleet). A line that
+    /// does not read as `h <key> <hour> <human> <bot>` is skipped.
+    pub fn add_body(&self, at: u64, body: &str, now: u64) {
+        let hours = body.split('\n').filter_map(|l| {
+            let mut f = l.strip_prefix("h ")?.split(' ');
+            let (key, _hour, human, bot) = (f.next()?, f.next()?, f.next()?, f.next()?);
+            if f.next().is_some() || key.is_empty() || key.len() > MAX_KEY_LEN {
+                return None;
+            }
+            Some((key, human.parse().ok()?, bot.parse().ok()?))
+        });
+        self.add_hours(at, hours, now);
+    }
+
+    fn add_hours<'a>(&self, at: u64, hours: impl Iterator<Item = (&'a str, u64, u64)>, now: u64) {
         self.metrics.batches.inc();
         if at < first(now) {
             return;
         }
         let m = minute(at);
         let mut links = self.lock();
-        for h in &batch.hours {
-            if !links.contains_key(&h.code) && links.len() >= self.max_links {
-                self.metrics.untracked.inc_by(h.human + h.bot);
-                continue;
+        for (code, human, bot) in hours {
+            if !links.contains_key(code) {
+                if links.len() >= self.max_links {
+                    self.metrics.untracked.inc_by(human + bot);
+                    continue;
+                }
+                links.insert(
+                    code.to_owned(),
+                    Followed {
+                        owner: Known::Pending,
+                        minutes: VecDeque::new(),
+                    },
+                );
             }
-            let f = links.entry(h.code.clone()).or_insert_with(|| Followed {
-                owner: Known::Pending,
-                minutes: VecDeque::new(),
-            });
+            let Some(f) = links.get_mut(code) else {
+                continue;
+            };
+            let h = HourCounts { human, bot };
             // Entries come in stream order, so `m` is the latest or a new
             // one; a stream whose clock went back is put in place.
             match f.minutes.iter().rposition(|(s, ..)| *s <= m) {
@@ -369,10 +418,8 @@ async fn session(
             .await?;
         let now = shorturl_common::time::now_unix();
         for e in stream::read_group(&reply)? {
-            // A malformed batch is the consumer's to count; here it is
-            // simply not shown.
-            if let (Some(at), Ok(b)) = (id_secs(&e.id), super::consumer::decode(&e)) {
-                live.add(at, &b, now);
+            if let (Some(at), Some(body)) = (id_secs(&e.id), e.field("b")) {
+                live.add_body(at, body, now);
             }
             *cursor = e.id;
         }
@@ -517,6 +564,23 @@ mod tests {
         assert_eq!((top[0].code.as_str(), top[0].human), ("bbbb", 7));
         let (s, _) = l.tenant(|o| o.kdt_id == Some(55), NOW, 10);
         assert_eq!(s.totals.human, 5);
+    }
+
+    #[test]
+    fn bodies_are_read_for_their_hour_lines_only() {
+        let l = Live::new(10, metrics());
+        let body = "h abcd 1799996400 2 1\nh s.example/sale 1799996400 4 0\n\
+                    r abcd 1799971200 - 3\nd abcd 1799971200 bot 1\n\
+                    h bad 1 2\nh x 1799996400 y 1\nh  1799996400 1 1\nh too 1 2 3 4\n";
+        l.add_body(NOW, body, NOW);
+        assert_eq!(l.link("abcd", NOW).totals, LiveTotals { human: 2, bot: 1 });
+        assert_eq!(l.link("s.example/sale", NOW).totals.human, 4);
+        assert_eq!(l.metrics.links.get(), 2, "malformed lines are skipped");
+        // The body an edge writes reads as the batch it encodes.
+        let mut b = batch(&[("abcd", 1, 1)]);
+        b.id = "e:n:2".into();
+        l.add_body(NOW, &b.encode_body(), NOW);
+        assert_eq!(l.link("abcd", NOW).totals, LiveTotals { human: 3, bot: 2 });
     }
 
     #[test]
