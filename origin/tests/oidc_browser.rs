@@ -286,12 +286,12 @@ async fn console_sign_in_through_an_openid_provider() {
         .unwrap()
         .1
         .into_owned();
-    let r = http
-        .get(format!(
-            "{base}/admin/oidc/callback?code=abc&state=not-{state}"
-        ))
-        .header("Cookie", &pending)
-        .send()
+    let callback = |query: String| {
+        http.get(format!("{base}/admin/oidc/callback?{query}"))
+            .header("Cookie", &pending)
+            .send()
+    };
+    let r = callback(format!("code=abc&state=not-{state}"))
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 403);
@@ -303,12 +303,7 @@ async fn console_sign_in_through_an_openid_provider() {
     );
     // The right state with a code the provider never issued: the exchange
     // fails, 502, and no session.
-    let r = http
-        .get(format!(
-            "{base}/admin/oidc/callback?code=forged&state={state}"
-        ))
-        .header("Cookie", &pending)
-        .send()
+    let r = callback(format!("code=forged&state={state}"))
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 502);

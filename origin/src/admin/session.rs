@@ -63,6 +63,12 @@ pub fn set_cookie(name: &str, value: &str, max_age: u64, secure: bool) -> String
     )
 }
 
+/// The `Set-Cookie` of a session just started (`id`), for the whole
+/// absolute timeout.
+pub fn started_cookie(cfg: &AdminConfig, id: &str, secure: bool) -> String {
+    set_cookie(COOKIE, id, cfg.absolute_timeout.as_secs(), secure)
+}
+
 /// Starts a session for `user`; returns the cookie value.
 pub async fn start(store: &Store, user: &AdminUser, now: u64) -> Result<String, DbError> {
     let id = csrf::token();

@@ -12,6 +12,7 @@ mod guide;
 mod lifecycle;
 mod oidc;
 mod pages;
+mod role;
 mod screening;
 mod serving;
 mod shards;

@@ -4,8 +4,8 @@
 //! console roles (the highest wins), `merchants_claim` binds them to
 //! merchants. See `crate::admin::sso`.
 
-use super::admin::Role;
 use super::file::OidcFile;
+use super::role::Role;
 use super::{err, ConfigError};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

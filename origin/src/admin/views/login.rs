@@ -166,12 +166,7 @@ pub async fn submit(links: &Links, admin: &Admin, req: &Req, body: Body, now: u6
     let secure = session::is_tls(&admin.cfg, &req.headers, req.peer);
     let mut r = html::see_other(
         "/admin/",
-        Some(session::set_cookie(
-            COOKIE,
-            &id,
-            admin.cfg.absolute_timeout.as_secs(),
-            secure,
-        )),
+        Some(session::started_cookie(&admin.cfg, &id, secure)),
     );
     if let Ok(v) = HeaderValue::from_str(&session::set_cookie(LOGIN_COOKIE, "", 0, secure)) {
         r.headers_mut().append(header::SET_COOKIE, v);

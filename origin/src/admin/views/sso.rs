@@ -10,7 +10,7 @@
 //! callback deletes it.
 
 use super::super::html::{self, esc, Nav};
-use super::super::session::{self, cookie, COOKIE};
+use super::super::session::{self, cookie};
 use super::super::sso::{identity, Pending, Sso};
 use super::super::{client, Admin, Req};
 use crate::links::Links;
@@ -196,12 +196,7 @@ pub async fn callback(links: &Links, admin: &Admin, req: &Req, now: u64) -> Resp
     let secure = session::is_tls(&admin.cfg, &req.headers, req.peer);
     let r = html::continue_to(
         "/admin/",
-        Some(session::set_cookie(
-            COOKIE,
-            &id,
-            admin.cfg.absolute_timeout.as_secs(),
-            secure,
-        )),
+        Some(session::started_cookie(&admin.cfg, &id, secure)),
     );
     with_cookie(r, &pending_cookie("", 0, secure))
 }
