@@ -256,8 +256,8 @@ impl Accumulator {
         if !is_valid_code(code) && split_link_key(code).is_none() {
             return false;
         }
-        // The key is allocated only for a link not seen since the last
-        // take (the flusher adds every click of the edge: keep it cheap).
+        // One lookup for a link already counted since the last take; a
+        // new one is inserted (its key allocated only past `INLINE_KEY`).
         match self.links.get_mut(code) {
             Some(link) => link.count(at_unix, device, host, destination),
             None => {

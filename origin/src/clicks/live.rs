@@ -20,7 +20,7 @@ use crate::store::{DbError, Store};
 use prometheus::{IntCounter, IntGauge, Registry};
 use redis::Value;
 use serde::Serialize;
-use shorturl_common::clicks::{Batch, STREAM_KEY};
+use shorturl_common::clicks::STREAM_KEY;
 use shorturl_common::redis::{ConnOptions, RedisConn, RedisTopology};
 use shorturl_common::time::rfc3339;
 use std::collections::{HashMap, VecDeque};
@@ -36,11 +36,6 @@ const MAX_KEY_LEN: usize = 253 + 1 + 64;
 /// The followed links (a fast hash: the keys come from the edges' batches,
 /// which only the fleet writes).
 type Links = HashMap<String, Followed, foldhash::fast::RandomState>;
-
-struct HourCounts {
-    human: u64,
-    bot: u64,
-}
 
 /// Who a link belongs to, for the tenant view.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,10 +126,19 @@ impl LiveMetrics {
     }
 }
 
+/// The followed links, and those whose owner is still to be read (in the
+/// order they showed up: the tail takes them from here, never by a scan
+/// of every link).
+#[derive(Default)]
+struct State {
+    links: Links,
+    unresolved: Vec<String>,
+}
+
 /// The live view of one origin.
 pub struct Live {
     max_links: usize,
-    links: Mutex<Links>,
+    state: Mutex<State>,
     pub metrics: LiveMetrics,
 }
 
@@ -151,32 +155,20 @@ impl Live {
     pub fn new(max_links: usize, metrics: LiveMetrics) -> Live {
         Live {
             max_links,
-            links: Mutex::new(Links::default()),
+            state: Mutex::new(State::default()),
             metrics,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Links> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding it cannot leave the counts inconsistent
         // beyond one batch: keep serving.
-        self.links.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Counts `batch`, which reached Redis at `at` (Unix seconds), if that
-    /// is within the view at `now`.
-    pub fn add(&self, at: u64, batch: &Batch, now: u64) {
-        self.add_hours(
-            at,
-            batch
-                .hours
-                .iter()
-                .map(|h| (h.code.as_str(), h.human, h.bot)),
-            now,
-        );
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Counts the `h` lines of a batch body (protocol 3.4) that reached
-    /// Redis at `at`. Only those lines are read, and not strictly: every
+    /// Redis at `at` (Unix seconds), if that is within the view at `now`.
+    /// Only those lines are read, and not strictly: every
     /// origin reads every batch here, so the full decode is left to the
     /// consumer (which applies a batch once for the fleet). A line that
     /// does not read as `h <key> <hour> <human> <bot>` is skipped.
@@ -198,7 +190,8 @@ impl Live {
             return;
         }
         let m = minute(at);
-        let mut links = self.lock();
+        let mut st = self.lock();
+        let State { links, unresolved } = &mut *st;
         for (code, human, bot) in hours {
             if !links.contains_key(code) {
                 if links.len() >= self.max_links {
@@ -212,20 +205,20 @@ impl Live {
                         minutes: VecDeque::new(),
                     },
                 );
+                unresolved.push(code.to_owned());
             }
             let Some(f) = links.get_mut(code) else {
                 continue;
             };
-            let h = HourCounts { human, bot };
             // Entries come in stream order, so `m` is the latest or a new
             // one; a stream whose clock went back is put in place.
             match f.minutes.iter().rposition(|(s, ..)| *s <= m) {
                 Some(i) if f.minutes[i].0 == m => {
-                    f.minutes[i].1 += h.human;
-                    f.minutes[i].2 += h.bot;
+                    f.minutes[i].1 += human;
+                    f.minutes[i].2 += bot;
                 }
-                Some(i) => f.minutes.insert(i + 1, (m, h.human, h.bot)),
-                None => f.minutes.push_front((m, h.human, h.bot)),
+                Some(i) => f.minutes.insert(i + 1, (m, human, bot)),
+                None => f.minutes.push_front((m, human, bot)),
             }
         }
         self.metrics.links.set(links.len() as i64);
@@ -234,7 +227,8 @@ impl Live {
     /// Forgets minutes before the view at `now`, and links left without any.
     pub fn prune(&self, now: u64) {
         let from = first(now);
-        let mut links = self.lock();
+        let mut st = self.lock();
+        let links = &mut st.links;
         links.retain(|_, f| {
             while f.minutes.front().is_some_and(|(s, ..)| *s < from) {
                 f.minutes.pop_front();
@@ -244,22 +238,31 @@ impl Live {
         self.metrics.links.set(links.len() as i64);
     }
 
-    /// Up to `max` followed links whose owner is not known yet.
-    pub fn unresolved(&self, max: usize) -> Vec<String> {
-        self.lock()
-            .iter()
-            .filter(|(_, f)| f.owner == Known::Pending)
-            .map(|(k, _)| k.clone())
-            .take(max)
+    /// Takes up to `max` of the followed links whose owner is not read
+    /// yet (the oldest first); give them to [`Live::resolve`], or back to
+    /// [`Live::unresolved_again`] when they could not be read.
+    pub fn take_unresolved(&self, max: usize) -> Vec<String> {
+        let mut st = self.lock();
+        let n = st.unresolved.len().min(max);
+        let taken: Vec<String> = st.unresolved.drain(..n).collect();
+        // A link pruned since it showed up needs no owner any more.
+        taken
+            .into_iter()
+            .filter(|k| st.links.get(k).is_some_and(|f| f.owner == Known::Pending))
             .collect()
+    }
+
+    /// Puts back links whose owners could not be read (MySQL failed).
+    pub fn unresolved_again(&self, keys: Vec<String>) {
+        self.lock().unresolved.extend(keys);
     }
 
     /// Records the owners read for `asked` (a key missing from `found` has
     /// no link).
     pub fn resolve(&self, asked: &[String], mut found: HashMap<String, Owner>) {
-        let mut links = self.lock();
+        let mut st = self.lock();
         for k in asked {
-            if let Some(f) = links.get_mut(k) {
+            if let Some(f) = st.links.get_mut(k) {
                 f.owner = found.remove(k).map_or(Known::Gone, Known::Owner);
             }
         }
@@ -293,7 +296,7 @@ impl Live {
     pub fn link(&self, key: &str, now: u64) -> LiveSeries {
         let from = first(now);
         let mut per = HashMap::new();
-        if let Some(f) = self.lock().get(key) {
+        if let Some(f) = self.lock().links.get(key) {
             for &(s, h, b) in f.minutes.iter().filter(|(s, ..)| *s >= from) {
                 per.insert(s, (h, b));
             }
@@ -313,8 +316,8 @@ impl Live {
         let from = first(now);
         let mut per: HashMap<u64, (u64, u64)> = HashMap::new();
         let mut top: Vec<(LiveLink, &str)> = Vec::new();
-        let links = self.lock();
-        for (key, f) in links.iter() {
+        let st = self.lock();
+        for (key, f) in st.links.iter() {
             let Known::Owner(o) = &f.owner else {
                 continue;
             };
@@ -434,13 +437,16 @@ async fn session(
 /// Reads the owners of links that showed up (at most 500 a round); MySQL
 /// failing leaves them for the next round.
 async fn resolve(live: &Live, store: &Store) {
-    let keys = live.unresolved(500);
+    let keys = live.take_unresolved(500);
     if keys.is_empty() {
         return;
     }
     match owners(store, &keys).await {
         Ok(found) => live.resolve(&keys, found),
-        Err(e) => tracing::warn!(error = %e, "click live view: reading link owners failed"),
+        Err(e) => {
+            tracing::warn!(error = %e, "click live view: reading link owners failed");
+            live.unresolved_again(keys);
+        }
     }
 }
 
@@ -464,7 +470,7 @@ async fn owners(store: &Store, keys: &[String]) -> Result<HashMap<String, Owner>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shorturl_common::clicks::HourLine;
+    use shorturl_common::clicks::{Batch, HourLine};
 
     const NOW: u64 = 1_800_000_030; // 30 s into a minute
 
@@ -488,6 +494,11 @@ mod tests {
         }
     }
 
+    /// `b` as an edge appends it, reaching Redis at `at`.
+    fn add(l: &Live, at: u64, b: &Batch, now: u64) {
+        l.add_body(at, &b.encode_body(), now);
+    }
+
     fn owner(code: &str, app: &str, kdt_id: u64) -> Owner {
         Owner {
             code: code.into(),
@@ -500,11 +511,11 @@ mod tests {
     #[test]
     fn minutes_of_arrival_within_the_hour() {
         let l = Live::new(10, metrics());
-        l.add(NOW, &batch(&[("abcd", 2, 1)]), NOW);
-        l.add(NOW - 5, &batch(&[("abcd", 3, 0)]), NOW);
-        l.add(NOW - 61, &batch(&[("abcd", 4, 0)]), NOW);
-        l.add(NOW - 59 * 60, &batch(&[("abcd", 5, 0)]), NOW);
-        l.add(NOW - 60 * 60, &batch(&[("abcd", 100, 0)]), NOW); // before the view
+        add(&l, NOW, &batch(&[("abcd", 2, 1)]), NOW);
+        add(&l, NOW - 5, &batch(&[("abcd", 3, 0)]), NOW);
+        add(&l, NOW - 61, &batch(&[("abcd", 4, 0)]), NOW);
+        add(&l, NOW - 59 * 60, &batch(&[("abcd", 5, 0)]), NOW);
+        add(&l, NOW - 60 * 60, &batch(&[("abcd", 100, 0)]), NOW); // before the view
         let s = l.link("abcd", NOW);
         assert_eq!(s.minutes.len(), 60);
         assert_eq!(s.minutes[59].human, 5);
@@ -529,12 +540,13 @@ mod tests {
     #[test]
     fn tenants_see_resolved_links_only_and_the_bound_holds() {
         let l = Live::new(3, metrics());
-        l.add(
+        add(
+            &l,
             NOW,
             &batch(&[("aaaa", 5, 0), ("bbbb", 7, 2), ("cccc", 1, 0)]),
             NOW,
         );
-        l.add(NOW, &batch(&[("dddd", 9, 0)]), NOW);
+        add(&l, NOW, &batch(&[("dddd", 9, 0)]), NOW);
         assert_eq!(
             l.metrics.untracked.get(),
             9,
@@ -543,7 +555,7 @@ mod tests {
         let (s, top) = l.tenant(|_| true, NOW, 10);
         assert_eq!(s.totals, LiveTotals::default(), "no owner known yet");
         assert!(top.is_empty());
-        let mut asked = l.unresolved(10);
+        let mut asked = l.take_unresolved(10);
         asked.sort();
         assert_eq!(asked, ["aaaa", "bbbb", "cccc"]);
         l.resolve(
@@ -555,7 +567,7 @@ mod tests {
             .into(),
         );
         assert!(
-            l.unresolved(10).is_empty(),
+            l.take_unresolved(10).is_empty(),
             "cccc has no link: not asked again"
         );
         let (s, top) = l.tenant(|o| o.app == "shop", NOW, 1);

@@ -30,15 +30,16 @@ const FULL_READ: Duration = Duration::from_secs(1);
 /// origin dies, another sends its endpoints within this.
 pub const SENDER_LEASE: Duration = Duration::from_secs(10);
 
-/// The `leases` row of an endpoint's sender.
-fn lease_name(endpoint: u64) -> String {
-    format!("webhook:{endpoint}")
-}
 /// Attempts the recorder writes at once.
 const RECORD_BATCH: usize = 500;
 /// How often subscriptions are re-read and finished deliveries pruned.
 const REFRESH: Duration = Duration::from_secs(1);
 const PRUNE: Duration = Duration::from_secs(60);
+
+/// The `leases` row of an endpoint's sender.
+fn lease_name(endpoint: u64) -> String {
+    format!("webhook:{endpoint}")
+}
 
 /// The payload of one event (the same bytes on every attempt).
 fn payload(w: &Webhooks, e: &PendingEvent) -> Option<String> {

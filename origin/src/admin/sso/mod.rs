@@ -49,6 +49,9 @@ pub enum SsoError {
     Client(#[source] reqwest::Error),
     #[error(transparent)]
     CaFile(#[from] crate::ca_file::CaFileError),
+    /// Unreachable from a validated config (`config::oidc` parses both).
+    #[error("admin.oidc: {0}")]
+    Url(#[source] url::ParseError),
     #[error("reading the provider's metadata from {issuer}: {source}")]
     Discovery {
         issuer: String,
@@ -120,6 +123,9 @@ struct Cached {
 /// The console's OpenID relying party.
 pub struct Sso {
     pub cfg: OidcConfig,
+    /// `cfg.issuer` and `cfg.redirect_url`, parsed once.
+    issuer: IssuerUrl,
+    redirect: RedirectUrl,
     http: reqwest::Client,
     cached: Mutex<Cached>,
 }
@@ -138,6 +144,8 @@ impl Sso {
         }
         Ok(Sso {
             http: b.build().map_err(SsoError::Client)?,
+            issuer: IssuerUrl::new(cfg.issuer.clone()).map_err(SsoError::Url)?,
+            redirect: RedirectUrl::new(cfg.redirect_url.clone()).map_err(SsoError::Url)?,
             cfg,
             cached: Mutex::new(Cached {
                 meta: None,
@@ -158,12 +166,7 @@ impl Sso {
         if c.failed_at.is_some_and(|t| t.elapsed() < DISCOVERY_BACKOFF) {
             return Err(SsoError::Backoff);
         }
-        let discovery = |e: BoxError| SsoError::Discovery {
-            issuer: self.cfg.issuer.clone(),
-            source: e,
-        };
-        let issuer = IssuerUrl::new(self.cfg.issuer.clone()).map_err(|e| discovery(boxed(e)))?;
-        match CoreProviderMetadata::discover_async(issuer, &self.http).await {
+        match CoreProviderMetadata::discover_async(self.issuer.clone(), &self.http).await {
             Ok(m) => {
                 let m = Arc::new(m);
                 c.meta = Some((Instant::now(), Arc::clone(&m)));
@@ -172,27 +175,28 @@ impl Sso {
             }
             Err(e) => {
                 c.failed_at = Some(Instant::now());
-                Err(discovery(boxed(e)))
+                Err(SsoError::Discovery {
+                    issuer: self.cfg.issuer.clone(),
+                    source: boxed(e),
+                })
             }
         }
     }
 
     /// A client for the provider as `meta` describes it.
-    fn client(&self, meta: &CoreProviderMetadata) -> Result<ProviderClient, SsoError> {
-        let redirect = RedirectUrl::new(self.cfg.redirect_url.clone())
-            .map_err(|e| SsoError::Exchange(boxed(e)))?;
-        Ok(CoreClient::from_provider_metadata(
+    fn client(&self, meta: &CoreProviderMetadata) -> ProviderClient {
+        CoreClient::from_provider_metadata(
             meta.clone(),
             ClientId::new(self.cfg.client_id.clone()),
             Some(ClientSecret::new(self.cfg.client_secret.clone())),
         )
-        .set_redirect_uri(redirect))
+        .set_redirect_uri(self.redirect.clone())
     }
 
     /// Starts a sign-in: where to send the browser, and what it keeps.
     pub async fn begin(&self) -> Result<(url::Url, Pending), SsoError> {
         let meta = self.metadata(false).await?;
-        let client = self.client(&meta)?;
+        let client = self.client(&meta);
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
         let mut req = client
             .authorize_url(
@@ -219,7 +223,7 @@ impl Sso {
     /// of the ID token, with the user-info endpoint's on top.
     pub async fn finish(&self, p: &Pending, code: &str) -> Result<Map<String, Value>, SsoError> {
         let meta = self.metadata(false).await?;
-        let client = self.client(&meta)?;
+        let client = self.client(&meta);
         let tokens = client
             .exchange_code(AuthorizationCode::new(code.to_owned()))
             .map_err(|e| SsoError::Exchange(boxed(e)))?
@@ -237,7 +241,7 @@ impl Sso {
             Err(ClaimsVerificationError::SignatureVerification(_)) => {
                 // A key the cached set does not have yet: read it once more.
                 let meta = self.metadata(true).await?;
-                let client = self.client(&meta)?;
+                let client = self.client(&meta);
                 let c = id_token
                     .claims(&client.id_token_verifier(), &nonce)
                     .map_err(|e| SsoError::IdToken(boxed(e)))?
