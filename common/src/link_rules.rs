@@ -959,7 +959,11 @@ pub fn forward_query<'a>(target: &'a str, q: &str) -> Cow<'a, str> {
     };
     let mut out: Option<String> = None;
     for p in q.split('&') {
-        if p.is_empty() || is_own(p.split_once('=').map_or(p, |(k, _)| k)) {
+        // The QR marker (protocol 3.7) is the edge's, never the destination's.
+        if p.is_empty()
+            || p == crate::clicks::dims::QR_MARKER
+            || is_own(p.split_once('=').map_or(p, |(k, _)| k))
+        {
             continue;
         }
         match out.as_mut() {

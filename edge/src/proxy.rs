@@ -21,6 +21,7 @@
 
 use crate::access_log::LogLine;
 use crate::cache::{AnswerRef, Entry, Key, RecordRef};
+use crate::clicks::record::ClickParts;
 use crate::decide::{self, decide, Facts, Source, Verdict};
 use crate::limits::Refusal;
 use crate::lookup::Resolved;
@@ -312,6 +313,25 @@ impl Edge {
         }
     }
 
+    /// Counts one redirect to `location` answered for `link` (code, domain).
+    fn count(
+        &self,
+        req: &RequestHeader,
+        ctx: &Ctx,
+        link: (&str, &str),
+        destination: Option<Destination>,
+        location: &str,
+        now: u64,
+    ) {
+        let clicks = &self.state.clicks;
+        let mut parts = ClickParts::of_request(req, destination);
+        if clicks.dimensions() {
+            parts.country = self.facts(req, ctx).country();
+            parts.location = Some(location);
+        }
+        clicks.record_parts(parts, link, now);
+    }
+
     /// `GET|HEAD /{code}`: the redirect, or what else [`decide`] says.
     async fn redirect_or_404(
         &self,
@@ -326,22 +346,30 @@ impl Edge {
                 // Counted before the answer is written: a client that got
                 // its redirect has its click queued, so the last flush at
                 // shutdown, which follows every answer, sends it.
-                let dest = target.destination(&rec);
-                self.state
-                    .clicks
-                    .record(session.req_header(), (code, rec.domain), dest, now);
-                let hsts = self.hsts(ctx);
                 let url = target.url(&rec);
+                self.count(
+                    session.req_header(),
+                    ctx,
+                    (code, rec.domain),
+                    target.destination(&rec),
+                    url,
+                    now,
+                );
+                let hsts = self.hsts(ctx);
                 let opened = rec.options.is_some_and(|o| o.password);
                 respond::redirect(session, &self.state.cfg.redirect, url, hsts, opened).await?;
                 Ok(true)
             }
             Verdict::Card(rec) => {
                 // A crawler's fetch counts as a (bot) click of the link.
-                self.state.clicks.record(
+                let link = (code, rec.domain);
+                let url = rec.url;
+                self.count(
                     session.req_header(),
-                    (code, rec.domain),
+                    ctx,
+                    link,
                     Some(Destination::Link),
+                    url,
                     now,
                 );
                 self.page_instead(session, ctx, PageKind::Card, code, None);

@@ -71,6 +71,10 @@ fn clicks(
             user_agent: Some(ua),
             referer: (!r.is_empty()).then_some(r),
             destination: None,
+            accept_language: None,
+            country: None,
+            query: None,
+            location: None,
         }));
         if (i + 1) % flush_every == 0 {
             out.extend(acc.take_batches(&ids, 1000));
@@ -326,6 +330,10 @@ async fn rotating_referrer_hosts_keep_a_link_day_bounded() {
                     user_agent: Some(UAS[0]),
                     referer,
                     destination: None,
+                    accept_language: None,
+                    country: None,
+                    query: None,
+                    location: None,
                 }));
             };
             for (r, n) in real {
@@ -431,6 +439,10 @@ async fn clicks_per_destination_are_the_ab_result() {
                 user_agent: Some(ua),
                 referer: None,
                 destination: Some(dest),
+                accept_language: None,
+                country: None,
+                query: None,
+                location: None,
             }));
         }
     };

@@ -7,9 +7,12 @@
 //! referrer counts, the device counts and any destination counts each sum
 //! to the human plus bot clicks of that day's hours.
 
-use super::batch::{is_valid_batch_id, Batch, DestinationLine, DeviceLine, HourLine, ReferrerLine};
+use super::batch::{
+    is_valid_batch_id, Batch, DestinationLine, DeviceLine, DimLine, HourLine, ReferrerLine,
+};
+use super::dims::{DayDims, Dim, Dims, DimsInput};
 use super::{day_start, device_class, hour_start, referrer_host, Device};
-use super::{BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_KEYS};
+use super::{BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_DIMS, BATCH_VERSION_KEYS};
 use super::{NO_REFERRER, OTHER_REFERRER, TOP_REFERRERS};
 use crate::code::{is_valid_code, split_link_key};
 use crate::link_rules::Destination;
@@ -35,6 +38,33 @@ pub struct Click<'a> {
     /// The destination that answered, for a link whose record carries
     /// options (`None` for a plain link: no destination lines).
     pub destination: Option<Destination>,
+    /// The dimensions' inputs besides the user agent (protocol 3.7): read
+    /// only by an accumulator [`Accumulator::with_dimensions`].
+    pub accept_language: Option<&'a str>,
+    /// The client's country (ISO alpha-2, upper case).
+    pub country: Option<[u8; 2]>,
+    /// The request's query (after `?`).
+    pub query: Option<&'a str>,
+    /// The redirect's `Location`.
+    pub location: Option<&'a str>,
+}
+
+impl<'a> Click<'a> {
+    /// A `GET` click on `code` at `at_unix` with nothing else known.
+    pub fn new(code: &'a str, at_unix: u64) -> Click<'a> {
+        Click {
+            code,
+            at_unix,
+            head: false,
+            user_agent: None,
+            referer: None,
+            destination: None,
+            accept_language: None,
+            country: None,
+            query: None,
+            location: None,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +80,9 @@ struct DayCounts {
     /// options, so the lines sum to the day's human clicks across an edit.
     destinations: Vec<(Destination, u64)>,
     routed: bool,
+    /// The human clicks' dimensions (version 4), allocated at the first
+    /// click with a value other than every default.
+    dims: Option<Box<DayDims>>,
 }
 
 /// A link's counts between two takes: a flush interval sees one or two
@@ -129,6 +162,7 @@ impl LinkCounts {
         device: Device,
         host: &str,
         destination: Option<Destination>,
+        dims: Option<&Dims>,
     ) {
         let h = slot(&mut self.hours, hour_start(at_unix), || (0, 0));
         if device == Device::Bot {
@@ -150,6 +184,9 @@ impl LinkCounts {
         }
         day.routed |= destination.is_some();
         if device != Device::Bot {
+            if let Some(d) = dims.filter(|d| **d != Dims::default()) {
+                day.dims.get_or_insert_with(Box::default).count(d);
+            }
             let dest = destination.unwrap_or(Destination::Link);
             match day.destinations.iter_mut().find(|(d, _)| *d == dest) {
                 Some((_, n)) => *n += 1,
@@ -187,6 +224,8 @@ where
 pub struct Accumulator {
     links: FastMap<Key, LinkCounts>,
     clicks: u64,
+    /// Whether [`Accumulator::add`] reads the clicks' dimensions.
+    dimensions: bool,
 }
 
 /// Hands out batch ids `<edge-name>:<boot-nonce>:<seq>`: the nonce is new
@@ -224,6 +263,15 @@ impl Accumulator {
         Accumulator::default()
     }
 
+    /// An empty accumulator whose [`Accumulator::add`] reads each human
+    /// click's dimensions (an edge with `clicks.dimensions` on).
+    pub fn with_dimensions() -> Accumulator {
+        Accumulator {
+            dimensions: true,
+            ..Accumulator::default()
+        }
+    }
+
     /// Counts one click (classifying its user agent and referrer). Returns
     /// false, counting nothing, for a code that is neither a valid code nor
     /// a link key (`code::link_key`; edges count per-domain codes so).
@@ -233,18 +281,29 @@ impl Accumulator {
         } else {
             device_class(c.user_agent.unwrap_or(""))
         };
+        let dims = (self.dimensions && device != Device::Bot).then(|| {
+            Dims::read(&DimsInput {
+                user_agent: c.user_agent.map(str::as_bytes),
+                accept_language: c.accept_language.map(str::as_bytes),
+                country: c.country,
+                query: c.query.map(str::as_bytes),
+                location: c.location,
+            })
+        });
         self.add_classified(
             c.code,
             c.at_unix,
             device,
             &referrer_host(c.referer),
             c.destination,
+            dims.as_ref(),
         )
     }
 
     /// Counts one click already classified (`device` is [`Device::Bot`] for
     /// a bot click; `host` is a [`referrer_host`] value; `destination` as in
-    /// [`Click`]).
+    /// [`Click`]; `dims` a human click's dimensions, ignored unless the
+    /// accumulator counts them).
     pub fn add_classified(
         &mut self,
         code: &str,
@@ -252,22 +311,34 @@ impl Accumulator {
         device: Device,
         host: &str,
         destination: Option<Destination>,
+        dims: Option<&Dims>,
     ) -> bool {
         if !is_valid_code(code) && split_link_key(code).is_none() {
             return false;
         }
+        let dims = dims.filter(|_| self.dimensions);
         // One lookup for a link already counted since the last take; a
         // new one is inserted (its key allocated only past `INLINE_KEY`).
         match self.links.get_mut(code) {
-            Some(link) => link.count(at_unix, device, host, destination),
+            Some(link) => link.count(at_unix, device, host, destination, dims),
             None => {
                 let mut link = LinkCounts::default();
-                link.count(at_unix, device, host, destination);
+                link.count(at_unix, device, host, destination, dims);
                 self.links.insert(Key::new(code), link);
             }
         }
         self.clicks += 1;
         true
+    }
+
+    /// Moves the counts out, leaving this accumulator empty with its
+    /// settings (whether it reads dimensions).
+    pub fn take(&mut self) -> Accumulator {
+        let empty = Accumulator {
+            dimensions: self.dimensions,
+            ..Accumulator::default()
+        };
+        std::mem::replace(self, empty)
     }
 
     /// Whether nothing is counted.
@@ -294,11 +365,15 @@ impl Accumulator {
         links.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
         self.clicks = 0;
         let mut out = Vec::new();
-        let mut cur = Batch::new(ids.next_id());
+        let new_batch = |ids: &BatchIds| Batch {
+            counted_dims: self.dimensions,
+            ..Batch::new(ids.next_id())
+        };
+        let mut cur = new_batch(ids);
         for (code, counts) in links {
             let part = link_lines(code.as_str(), &counts);
             if cur.lines() > 0 && cur.lines() + part.lines() > max_lines {
-                let next = Batch::new(ids.next_id());
+                let next = new_batch(ids);
                 out.push(std::mem::replace(&mut cur, next));
             }
             cur.append(part);
@@ -325,14 +400,17 @@ pub struct Encoded {
 /// buffers reused from link to link.
 #[derive(Default)]
 struct Writer {
-    kinds: [String; 4],
+    kinds: [String; 5],
     lines: usize,
     human: u64,
     bot: u64,
     keys: bool,
+    /// The accumulator counts dimensions: every batch is version 4.
+    counted_dims: bool,
 }
 
 impl Writer {
+    /// Empties the lines (the version rule stays).
     fn clear(&mut self) {
         for k in &mut self.kinds {
             k.clear();
@@ -347,7 +425,7 @@ impl Writer {
     /// formatting machinery (the flusher writes every counted link).
     fn link<'a>(&mut self, code: &str, counts: &'a LinkCounts, ranked: &mut Vec<(&'a str, u64)>) {
         self.keys |= code.contains('/');
-        let [hours, referrers, devices, destinations] = &mut self.kinds;
+        let [hours, referrers, devices, destinations, dims] = &mut self.kinds;
         let (lines, human_sum, bot_sum) = (&mut self.lines, &mut self.human, &mut self.bot);
         let mut num = itoa::Buffer::new();
         each_line(counts, ranked, |l| {
@@ -357,6 +435,7 @@ impl Writer {
                 Line::Referrer(day, ..) => (&mut *referrers, "r ", *day),
                 Line::Device(day, ..) => (&mut *devices, "d ", *day),
                 Line::Destination(day, ..) => (&mut *destinations, "t ", *day),
+                Line::Dim(day, ..) => (&mut *dims, "x ", *day),
             };
             out.push_str(kind);
             out.push_str(code);
@@ -386,6 +465,13 @@ impl Writer {
                     out.push(' ');
                     out.push_str(num.format(n));
                 }
+                Line::Dim(_, dim, value, n) => {
+                    out.push_str(dim.as_str());
+                    out.push(':');
+                    out.push_str(value);
+                    out.push(' ');
+                    out.push_str(num.format(n));
+                }
             }
             out.push('\n');
         });
@@ -403,7 +489,9 @@ impl Writer {
     }
 
     fn finish(&mut self, id: String) -> Encoded {
-        let version = if self.keys {
+        let version = if self.counted_dims || !self.kinds[4].is_empty() {
+            BATCH_VERSION_DIMS
+        } else if self.keys {
             BATCH_VERSION_KEYS
         } else if self.kinds[3].is_empty() {
             BATCH_VERSION
@@ -438,6 +526,7 @@ impl Accumulator {
         self.clicks = 0;
         let mut out = Vec::new();
         let (mut cur, mut part) = (Writer::default(), Writer::default());
+        cur.counted_dims = self.dimensions;
         let mut refs = Vec::new();
         for (code, counts) in &links {
             part.link(code.as_str(), counts, &mut refs);
@@ -462,6 +551,8 @@ enum Line<'a> {
     Referrer(u64, &'a str, u64),
     Device(u64, Device, u64),
     Destination(u64, Destination, u64),
+    /// day, dimension, value, human clicks
+    Dim(u64, Dim, &'a str, u64),
 }
 
 /// Every line of a link's counts, each kind in the order the body lists
@@ -513,6 +604,9 @@ fn each_line<'a>(
                 f(Line::Destination(day, destination, n));
             }
         }
+        if let Some(dims) = &d.dims {
+            dims.each_line(ranked, |dim, value, n| f(Line::Dim(day, dim, value, n)));
+        }
     }
 }
 
@@ -544,6 +638,13 @@ fn link_lines(code: &str, counts: &LinkCounts) -> Batch {
             destination,
             n,
         }),
+        Line::Dim(day, dim, value, n) => b.dims.push(DimLine {
+            code: code.to_owned(),
+            day,
+            dim,
+            value: value.to_owned(),
+            n,
+        }),
     });
     b
 }
@@ -556,20 +657,22 @@ mod tests {
 
     fn click<'a>(code: &'a str, at: u64, head: bool, ua: &'a str, r: Option<&'a str>) -> Click<'a> {
         Click {
-            code,
-            at_unix: at,
             head,
             user_agent: Some(ua),
             referer: r,
-            destination: None,
+            ..Click::new(code, at)
         }
     }
 
     /// A mix of everything a batch holds: fleet codes and per-domain
     /// keys, hours and days, more than the top referrers, bots, and
     /// destinations of links with options.
-    fn filled() -> Accumulator {
-        let mut a = Accumulator::new();
+    fn filled(dimensions: bool) -> Accumulator {
+        let mut a = if dimensions {
+            Accumulator::with_dimensions()
+        } else {
+            Accumulator::new()
+        };
         let t = 86_400 * 20_000 + 3600 * 5;
         for i in 0..400u64 {
             let code = if i % 7 == 0 {
@@ -589,14 +692,21 @@ mod tests {
                         }
                     }
                 });
-                let ua = if j % 4 == 0 { "curl/8" } else { CHROME_UA };
+                let ua = [CHROME_UA, "curl/8", IPHONE_UA, CHROME_UA][(j % 4) as usize];
+                let location = format!(
+                    "https://dest.example/?utm_campaign=c{}&utm_source=s",
+                    j % 23
+                );
                 a.add(&Click {
-                    code: &code,
-                    at_unix: t + (j % 3) * 3600 + (j % 2) * 86_400,
                     head: j % 9 == 0,
                     user_agent: Some(ua),
                     referer: (j % 5 != 0).then_some(referer.as_str()),
                     destination,
+                    accept_language: (j % 3 != 0).then_some("zh-CN,zh;q=0.9"),
+                    country: [None, Some(*b"CN"), Some(*b"US")][(j % 3) as usize],
+                    query: (j % 6 == 1).then_some("qr=1"),
+                    location: (i % 2 == 0).then_some(location.as_str()),
+                    ..Click::new(&code, t + (j % 3) * 3600 + (j % 2) * 86_400)
                 });
             }
         }
@@ -604,11 +714,15 @@ mod tests {
     }
 
     const CHROME_UA: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
+    const IPHONE_UA: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1";
 
     #[test]
     fn encoded_batches_are_the_batches_encoded_byte_for_byte() {
-        for max_lines in [1, 50, 1000, 100_000] {
-            let (mut a, mut b) = (filled(), filled());
+        for (max_lines, dims) in [1, 50, 1000, 100_000]
+            .into_iter()
+            .flat_map(|m| [(m, false), (m, true)])
+        {
+            let (mut a, mut b) = (filled(dims), filled(dims));
             let total = a.clicks();
             let want: Vec<Encoded> = a
                 .take_batches(&BatchIds::new("e", "n").unwrap(), max_lines)
@@ -629,8 +743,19 @@ mod tests {
             assert!(want.len() > 1 || max_lines == 100_000, "{max_lines}");
             assert_eq!(got, want, "max_lines {max_lines}");
             let versions: Vec<&str> = got.iter().map(|e| e.version).collect();
-            assert!(versions.contains(&BATCH_VERSION_KEYS), "{versions:?}");
+            let want_version = if dims {
+                BATCH_VERSION_DIMS
+            } else {
+                BATCH_VERSION_KEYS
+            };
+            assert!(versions.contains(&want_version), "{versions:?}");
             assert_eq!(got.iter().map(|e| e.human + e.bot).sum::<u64>(), total);
+            // Every batch decodes strictly (sums, top 20, grammar).
+            for e in &got {
+                let d = Batch::decode(&e.id, e.version, &e.body);
+                assert!(d.is_ok(), "{d:?}");
+                assert!(dims || !e.body.contains("\nx "), "{}", e.version);
+            }
         }
     }
 
@@ -647,7 +772,7 @@ mod tests {
             t + 7201,
             t,
         ] {
-            assert!(a.add_classified("abcdef", at, Device::Desktop, "-", None));
+            assert!(a.add_classified("abcdef", at, Device::Desktop, "-", None, None));
         }
         let b = a.take_encoded(&BatchIds::new("e", "n").unwrap(), 1000);
         let hours: Vec<&str> = b[0].body.lines().filter(|l| l.starts_with("h ")).collect();

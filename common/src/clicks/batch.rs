@@ -6,10 +6,11 @@
 //! all, so one it cannot read completely is rejected whole (the origin
 //! counts, logs and acknowledges it) rather than half-applied.
 
+use super::dims::{Dim, TOP_VALUES};
 use super::referrer::is_valid_host_field;
 use super::{
-    Device, BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_KEYS, OTHER_REFERRER,
-    TOP_REFERRERS,
+    Device, BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_DIMS, BATCH_VERSION_KEYS,
+    OTHER_REFERRER, TOP_REFERRERS,
 };
 use crate::code::{is_valid_code, split_link_key};
 use crate::link_rules::Destination;
@@ -65,6 +66,18 @@ pub struct DestinationLine {
     pub n: u64,
 }
 
+/// `x <code> <day_start_unix> <dim>:<value> <n>`: human clicks on a link
+/// that day with that value of one dimension (version 4; a dimension's
+/// default is never a line: the day's other human clicks have it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DimLine {
+    pub code: String,
+    pub day: u64,
+    pub dim: Dim,
+    pub value: String,
+    pub n: u64,
+}
+
 /// One batch: its unique id (`<edge-name>:<boot-nonce>:<seq>`) and lines.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
@@ -75,6 +88,12 @@ pub struct Batch {
     /// Only for links whose record carries options; a batch with any is
     /// format version 2 ([`Batch::version`]).
     pub destinations: Vec<DestinationLine>,
+    /// Dimension lines; a batch with any is format version 4.
+    pub dims: Vec<DimLine>,
+    /// Its human clicks were counted by dimension (version 4, with or
+    /// without `x` lines): a link-day's clicks on no line of a dimension
+    /// have its default.
+    pub counted_dims: bool,
 }
 
 /// Why a batch was rejected (whole).
@@ -102,7 +121,8 @@ pub enum BatchError {
     /// must each sum to its hours' human + bot, and its `d ... bot` count
     /// must equal their bot clicks (every click is on one line of each
     /// kind, and the class `bot` is exactly the bot clicks); its `t`
-    /// counts, when it has any, must sum to its human clicks.
+    /// counts, when it has any, must sum to its human clicks, and each
+    /// dimension's `x` counts to at most its human clicks.
     #[error("the counts of {code} on day {day} do not add up")]
     Inconsistent { code: String, day: u64 },
 }
@@ -154,7 +174,11 @@ impl Batch {
 
     /// Number of lines.
     pub fn lines(&self) -> usize {
-        self.hours.len() + self.referrers.len() + self.devices.len() + self.destinations.len()
+        self.hours.len()
+            + self.referrers.len()
+            + self.devices.len()
+            + self.destinations.len()
+            + self.dims.len()
     }
 
     /// The format version of the entry (`v`): `3` when a line names a
@@ -162,7 +186,9 @@ impl Batch {
     /// else `1`, which origins of every version read (an edge counting only
     /// plain links of fleet codes needs no upgraded origin).
     pub fn version(&self) -> &'static str {
-        if self.codes().any(|c| c.contains('/')) {
+        if self.counted_dims || !self.dims.is_empty() {
+            BATCH_VERSION_DIMS
+        } else if self.codes().any(|c| c.contains('/')) {
             BATCH_VERSION_KEYS
         } else if self.destinations.is_empty() {
             BATCH_VERSION
@@ -177,6 +203,7 @@ impl Batch {
         self.referrers.extend(other.referrers);
         self.devices.extend(other.devices);
         self.destinations.extend(other.destinations);
+        self.dims.extend(other.dims);
     }
 
     /// Every code the batch names (with repeats).
@@ -185,7 +212,8 @@ impl Batch {
         let refs = self.referrers.iter().map(|l| l.code.as_str());
         let devs = self.devices.iter().map(|l| l.code.as_str());
         let dests = self.destinations.iter().map(|l| l.code.as_str());
-        hours.chain(refs).chain(devs).chain(dests)
+        let dims = self.dims.iter().map(|l| l.code.as_str());
+        hours.chain(refs).chain(devs).chain(dests).chain(dims)
     }
 
     /// Human and bot clicks in the batch (its hour lines).
@@ -210,6 +238,17 @@ impl Batch {
         for l in &self.destinations {
             let _ = writeln!(out, "t {} {} {} {}", l.code, l.day, l.destination, l.n);
         }
+        for l in &self.dims {
+            let _ = writeln!(
+                out,
+                "x {} {} {}:{} {}",
+                l.code,
+                l.day,
+                l.dim.as_str(),
+                l.value,
+                l.n
+            );
+        }
         out
     }
 
@@ -218,10 +257,11 @@ impl Batch {
     /// batch, a zero count, a time not on its hour or day, a link-day with
     /// more than [`TOP_REFERRERS`] named hosts are defects.
     pub fn decode(id: &str, version: &str, body: &str) -> Result<Batch, BatchError> {
-        let (destinations_allowed, keys_allowed) = match version {
-            BATCH_VERSION => (false, false),
-            BATCH_VERSION_DESTINATIONS => (true, false),
-            BATCH_VERSION_KEYS => (true, true),
+        let (destinations_allowed, keys_allowed, dims_allowed) = match version {
+            BATCH_VERSION => (false, false, false),
+            BATCH_VERSION_DESTINATIONS => (true, false, false),
+            BATCH_VERSION_KEYS => (true, true, false),
+            BATCH_VERSION_DIMS => (true, true, true),
             _ => return Err(BatchError::Version(version.chars().take(16).collect())),
         };
         if !is_valid_batch_id(id) {
@@ -235,10 +275,13 @@ impl Batch {
             return Err(BatchError::Empty);
         }
         let mut b = Batch::new(id);
+        b.counted_dims = dims_allowed;
         let mut hour_keys = HashSet::new();
         let mut ref_keys = HashSet::new();
         let mut dev_keys = HashSet::new();
         let mut dest_keys = HashSet::new();
+        let mut dim_keys = HashSet::new();
+        let mut dim_named: HashMap<(String, u64, Dim), usize> = HashMap::new();
         let mut named: HashMap<(String, u64), usize> = HashMap::new();
         for (i, line) in body.split('\n').enumerate() {
             let bad = |reason| BatchError::Line {
@@ -339,6 +382,36 @@ impl Batch {
                         n,
                     });
                 }
+                "x" if dims_allowed => {
+                    let day = time(f[2], 86_400).ok_or_else(|| bad("invalid day start"))?;
+                    let (dim, value) = f[3]
+                        .split_once(':')
+                        .and_then(|(d, v)| Some((Dim::parse(d)?, v)))
+                        .ok_or_else(|| bad("invalid dimension"))?;
+                    if !dim.is_valid_value(value) {
+                        return Err(bad("invalid dimension value"));
+                    }
+                    let n = count(f[4])
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| bad("invalid count"))?;
+                    if !dim_keys.insert((code.clone(), day, dim, value.to_owned())) {
+                        return Err(bad("repeated link-day dimension value"));
+                    }
+                    if value != OTHER_REFERRER {
+                        let k = dim_named.entry((code.clone(), day, dim)).or_default();
+                        *k += 1;
+                        if *k > TOP_VALUES {
+                            return Err(bad("more than 20 values of a dimension for a link-day"));
+                        }
+                    }
+                    b.dims.push(DimLine {
+                        code,
+                        day,
+                        dim,
+                        value: value.to_owned(),
+                        n,
+                    });
+                }
                 _ => return Err(bad("unknown line kind")),
             }
         }
@@ -373,6 +446,20 @@ impl Batch {
             let s = sums.entry((&t.code, t.day)).or_default();
             s[5] += t.n;
             s[6] += 1;
+        }
+        // (code, day, dimension) → human clicks named
+        let mut dims: HashMap<(&str, u64, Dim), u64> = HashMap::new();
+        for x in &self.dims {
+            *dims.entry((&x.code, x.day, x.dim)).or_default() += x.n;
+        }
+        if let Some(((code, day, _), _)) = dims
+            .iter()
+            .find(|((code, day, _), n)| sums.get(&(*code, *day)).is_none_or(|s| **n > s[0] - s[1]))
+        {
+            return Err(BatchError::Inconsistent {
+                code: (*code).to_owned(),
+                day: *day,
+            });
         }
         match sums.into_iter().find(|(_, s)| {
             s[0] != s[2] || s[0] != s[3] || s[1] != s[4] || (s[6] > 0 && s[0] - s[1] != s[5])
@@ -428,6 +515,8 @@ mod tests {
                 },
             ],
             destinations: Vec::new(),
+            dims: Vec::new(),
+            counted_dims: false,
         }
     }
 
@@ -460,12 +549,70 @@ mod tests {
     }
 
     #[test]
+    fn version_4_carries_dimension_lines() {
+        let id = "e:n:1";
+        let h = "h abcdef 3600 3 1\nr abcdef 0 - 4\nd abcdef 0 desktop 3\nd abcdef 0 bot 1\n";
+        let body = format!(
+            "{h}x abcdef 0 country:CN 2\nx abcdef 0 country:~other 1\nx abcdef 0 browser:chrome 3\nx abcdef 0 utm_source:mail 1\n"
+        );
+        let b = Batch::decode(id, "4", &body).unwrap_or_else(|e| panic!("{e}"));
+        assert!(b.counted_dims);
+        assert_eq!(b.dims.len(), 4);
+        assert_eq!(b.dims[0].dim, Dim::Country);
+        assert_eq!(b.version(), "4");
+        assert_eq!(b.encode_body(), body);
+        // Version 4 without any x line: counted by dimension all the same.
+        let plain = Batch::decode(id, "4", h).unwrap_or_else(|e| panic!("{e}"));
+        assert!(plain.counted_dims && plain.dims.is_empty());
+        assert_eq!(plain.version(), "4");
+        // x lines only from version 4.
+        assert!(Batch::decode(id, "3", &body).is_err());
+        let bad = |x: &str| Batch::decode(id, "4", &format!("{h}{x}\n"));
+        for x in [
+            "x abcdef 0 country:unknown 1",
+            "x abcdef 0 country:cn 1",
+            "x abcdef 0 browser:other 1",
+            "x abcdef 0 lang:- 1",
+            "x abcdef 0 source:link 1",
+            "x abcdef 0 utm_source:- 1",
+            "x abcdef 0 utm_source:a,b 1",
+            "x abcdef 0 city:Paris 1",
+            "x abcdef 0 country 1",
+            "x abcdef 3600 country:CN 1",
+            "x abcdef 0 country:CN 0",
+        ] {
+            assert!(matches!(bad(x), Err(BatchError::Line { .. })), "{x}");
+        }
+        // Repeated, more than the day's human clicks, or without its hours.
+        assert!(bad("x abcdef 0 os:ios 1\nx abcdef 0 os:ios 1").is_err());
+        assert!(matches!(
+            bad("x abcdef 0 os:ios 4"),
+            Err(BatchError::Inconsistent { .. })
+        ));
+        assert!(matches!(
+            bad("x abcdef 86400 os:ios 1"),
+            Err(BatchError::Inconsistent { .. })
+        ));
+        // At most 20 named values and `~other` per link-day-dimension.
+        let many = |k: usize| {
+            let mut b = String::from("h abcdef 3600 30 0\nr abcdef 0 - 30\nd abcdef 0 mobile 30\n");
+            for i in 0..k {
+                b.push_str(&format!("x abcdef 0 utm_campaign:c{i} 1\n"));
+            }
+            b.push_str("x abcdef 0 utm_campaign:~other 1\n");
+            Batch::decode(id, "4", &b)
+        };
+        assert!(many(20).is_ok());
+        assert!(matches!(many(21), Err(BatchError::Line { .. })));
+    }
+
+    #[test]
     fn rejects_whole_batches() {
         let id = "e:n:1";
         let ok = "h abcdef 3600 1 0\nr abcdef 0 - 1\nd abcdef 0 desktop 1\n";
         assert!(Batch::decode(id, "1", ok).is_ok());
         assert!(matches!(
-            Batch::decode(id, "4", ok),
+            Batch::decode(id, "5", ok),
             Err(BatchError::Version(_))
         ));
         // Version 3 names links by key: a per-domain code with its domain,

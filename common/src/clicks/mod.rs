@@ -10,11 +10,13 @@
 
 pub mod accum;
 pub mod batch;
+pub mod dims;
 pub mod referrer;
 pub mod ua;
 
 pub use accum::{Accumulator, BatchIds, Click, Encoded};
-pub use batch::{Batch, BatchError, DestinationLine, DeviceLine, HourLine, ReferrerLine};
+pub use batch::{Batch, BatchError, DestinationLine, DeviceLine, DimLine, HourLine, ReferrerLine};
+pub use dims::{Dim, Dims, DimsInput};
 pub use referrer::{referrer_host, referrer_host_buf, HostBuf};
 pub use ua::{device_class, device_class_bytes, is_bot, Device};
 
@@ -44,6 +46,10 @@ pub const BATCH_VERSION_DESTINATIONS: &str = "2";
 /// (`<domain>/<code>`, protocol 3.6): version 2 plus keys. Origins of
 /// 3.6 read every version; an older one rejects such a batch whole.
 pub const BATCH_VERSION_KEYS: &str = "3";
+
+/// The version of a batch with dimension lines (`x`, protocol 3.7):
+/// version 3 plus those; an origin of 3.6 or older rejects it whole.
+pub const BATCH_VERSION_DIMS: &str = "4";
 
 /// Referrer hosts kept per link-day in one batch; the rest are summed under
 /// [`OTHER_REFERRER`], so a link shared on many sites cannot blow up a batch.

@@ -73,6 +73,10 @@ fn forwarding_merges_the_request_query() {
         // An appended pair ending in `?` is still followed by `&`.
         ("https://t/p", "a?&b=1", "https://t/p?a?&b=1"),
         ("https://t/p", "a=&b=", "https://t/p?a=&b="),
+        // The QR marker is never forwarded (protocol 3.7).
+        ("https://t/p", "qr=1&b=2", "https://t/p?b=2"),
+        ("https://t/p", "qr=1", "https://t/p"),
+        ("https://t/p", "qr=12", "https://t/p?qr=12"),
     ];
     for (target, q, want) in cases {
         assert_eq!(forward_query(target, q), want, "{target} + {q}");

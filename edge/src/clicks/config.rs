@@ -28,6 +28,7 @@ pub struct ClicksFile {
     pub queue_per_thread: usize,
     pub max_links: usize,
     pub backpressure: bool,
+    pub dimensions: bool,
 }
 
 impl Default for ClicksFile {
@@ -40,6 +41,7 @@ impl Default for ClicksFile {
             queue_per_thread: 65_536,
             max_links: 20_000,
             backpressure: true,
+            dimensions: true,
         }
     }
 }
@@ -66,6 +68,10 @@ pub struct ClicksConfig {
     /// batches, request threads pause so the flusher catches up (slower
     /// answers, no click dropped); off: the bound drops the oldest instead.
     pub backpressure: bool,
+    /// Count each human click's dimensions (country, browser, OS,
+    /// language, QR, UTM) and write batch version 4 (protocol 3.7); off
+    /// for a fleet whose origins are older.
+    pub dimensions: bool,
 }
 
 /// Whether `s` is an edge name or nonce of a batch id.
@@ -138,6 +144,7 @@ pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, FieldError> {
         max_buffered_clicks: f.max_buffered_clicks,
         queue_per_thread: f.queue_per_thread,
         backpressure: f.backpressure,
+        dimensions: f.dimensions,
     })
 }
 

@@ -23,10 +23,8 @@ pub use config::ClicksConfig;
 pub use metrics::ClicksMetrics;
 
 use pending::{Pending, Unsent};
-use pingora::http::RequestHeader;
 use record::Registry;
 use shorturl_common::clicks::{Accumulator, BatchIds, Device, STREAM_KEY, STREAM_MAXLEN};
-use shorturl_common::link_rules::Destination;
 use shorturl_common::status::ClicksDim;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -75,6 +73,8 @@ impl State {
 /// The process's click counting: queues, counts, unsent batches, figures.
 pub struct Clicks {
     enabled: bool,
+    /// Each human click's dimensions are read (protocol 3.7).
+    dimensions: bool,
     registry: Registry,
     pub metrics: ClicksMetrics,
     ids: BatchIds,
@@ -140,11 +140,16 @@ impl Clicks {
             .ok_or_else(|| InvalidEdgeName(cfg.edge_name.clone()))?;
         Ok(Clicks {
             enabled: cfg.enabled,
+            dimensions: cfg.dimensions,
             registry: Registry::new(cfg.queue_per_thread),
             metrics,
             ids,
             state: Mutex::new(State {
-                acc: Accumulator::new(),
+                acc: if cfg.dimensions {
+                    Accumulator::with_dimensions()
+                } else {
+                    Accumulator::new()
+                },
                 cut: Vec::new(),
                 pending: Pending::new(cfg.max_buffered_clicks),
             }),
@@ -165,33 +170,25 @@ impl Clicks {
         self.enabled
     }
 
-    /// The redirect path: counts one redirect answered for `link` (code,
-    /// domain) at `at_unix` by `destination` (`None`: a link without options; nothing
-    /// but a flag test when counting is off).
+    /// Whether a click's dimensions are read: the caller then fills
+    /// [`record::ClickParts`]' country (a geo lookup) and `Location`.
     #[inline]
-    pub fn record(
-        &self,
-        req: &RequestHeader,
-        link: (&str, &str),
-        destination: Option<Destination>,
-        at_unix: u64,
-    ) {
-        if self.enabled {
-            self.queued(record::record(
-                &self.registry,
-                req,
-                link,
-                destination,
-                at_unix,
-            ));
-        }
+    pub fn dimensions(&self) -> bool {
+        self.enabled && self.dimensions
     }
 
-    /// [`Clicks::record`] from the parts of a head (the fast path).
+    /// The redirect path: counts one redirect answered for `link` (code,
+    /// domain) at `at_unix` (nothing but a flag test when counting is off).
     #[inline]
     pub fn record_parts(&self, parts: record::ClickParts<'_>, link: (&str, &str), at_unix: u64) {
         if self.enabled {
-            self.queued(record::record_parts(&self.registry, parts, link, at_unix));
+            self.queued(record::record_parts(
+                &self.registry,
+                parts,
+                link,
+                at_unix,
+                self.dimensions,
+            ));
         }
     }
 
@@ -318,6 +315,7 @@ impl Clicks {
                 e.device,
                 e.host.as_str(),
                 e.destination,
+                e.dims.as_ref(),
             ) {
                 if e.device == Device::Bot {
                     bot += 1;
@@ -326,7 +324,7 @@ impl Clicks {
                 }
             }
             if st.acc.links() >= self.max_links {
-                let full = std::mem::take(&mut st.acc);
+                let full = st.acc.take();
                 st.cut.push(full);
                 self.metrics.early_cuts.inc();
                 self.cut_early.store(true, Ordering::Relaxed);
@@ -353,7 +351,7 @@ impl Clicks {
     pub fn cut(&self) {
         let (counts, clicks) = {
             let mut st = self.state();
-            let acc = std::mem::take(&mut st.acc);
+            let acc = st.acc.take();
             if !acc.is_empty() {
                 st.cut.push(acc);
             }

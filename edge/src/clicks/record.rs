@@ -16,7 +16,8 @@
 use crossbeam_queue::ArrayQueue;
 use http::Method;
 use pingora::http::RequestHeader;
-use shorturl_common::clicks::{device_class_bytes, referrer_host_buf, Device, HostBuf};
+use shorturl_common::clicks::dims::{browser_family, has_qr_marker, lang_of, os_family, utm_of};
+use shorturl_common::clicks::{device_class_bytes, referrer_host_buf, Device, Dims, HostBuf};
 use shorturl_common::code::is_fleet_code;
 use shorturl_common::link_rules::Destination;
 use shorturl_common::memo::{remembered, Last};
@@ -45,6 +46,9 @@ pub struct Event {
     pub host: HostBuf,
     /// For a link with options: the destination that answered.
     pub destination: Option<Destination>,
+    /// A human click's dimensions (protocol 3.7; `None`: a bot, or
+    /// counting without dimensions).
+    pub dims: Option<Dims>,
 }
 
 impl Event {
@@ -57,6 +61,7 @@ impl Event {
         device: Device,
         host: HostBuf,
         destination: Option<Destination>,
+        dims: Option<Dims>,
     ) -> Option<Event> {
         let len = code.len();
         if len > MAX_CODE_LEN {
@@ -72,6 +77,7 @@ impl Event {
             device,
             host,
             destination,
+            dims,
         })
     }
 
@@ -172,8 +178,27 @@ thread_local! {
             queue: None,
         })
     };
-    /// The last user agent's device class (`common::memo`).
-    static LAST_UA: RefCell<Last<Device>> = const { RefCell::new(Last::new()) };
+    /// The last user agent's class (`common::memo`).
+    static LAST_UA: RefCell<Last<UaClass>> = const { RefCell::new(Last::new()) };
+}
+
+/// What a click reads off its user agent: the device class and the
+/// browser and OS families (protocol 3.4, 3.7), remembered together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UaClass {
+    pub device: Device,
+    /// `dims::browser_family` (0: `other`).
+    pub browser: u8,
+    /// `dims::os_family` (0: `other`).
+    pub os: u8,
+}
+
+impl UaClass {
+    const BOT: UaClass = UaClass {
+        device: Device::Bot,
+        browser: 0,
+        os: 0,
+    };
 }
 
 /// The device class of a request: [`Device::Bot`] for `HEAD`, a missing or
@@ -185,22 +210,33 @@ pub fn classify(req: &RequestHeader) -> Device {
             .get(http::header::USER_AGENT)
             .map(|v| v.as_bytes()),
     )
+    .device
 }
 
 /// [`classify`] from the parts of a head: whether it is a `HEAD` request,
-/// and its (first) `User-Agent` value.
-pub fn classify_parts(head: bool, user_agent: Option<&[u8]>) -> Device {
+/// and its (first) `User-Agent` value; with the families of a human's
+/// user agent.
+pub fn classify_parts(head: bool, user_agent: Option<&[u8]>) -> UaClass {
     if head {
-        return Device::Bot;
+        return UaClass::BOT;
     }
     match user_agent {
-        None => Device::Bot,
-        Some(ua) => remembered(&LAST_UA, ua, UA_CACHE_BYTES, || device_class_bytes(ua)),
+        None => UaClass::BOT,
+        Some(ua) => remembered(&LAST_UA, ua, UA_CACHE_BYTES, || {
+            match device_class_bytes(ua) {
+                Device::Bot => UaClass::BOT,
+                device => UaClass {
+                    device,
+                    browser: browser_family(ua),
+                    os: os_family(ua),
+                },
+            }
+        }),
     }
 }
 
 /// The parts of a request a click is classified by (see [`record_parts`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ClickParts<'a> {
     /// A `HEAD` request (always a bot).
     pub head: bool,
@@ -210,41 +246,65 @@ pub struct ClickParts<'a> {
     pub referer: Option<&'a [u8]>,
     /// For a link with options: the destination that answered.
     pub destination: Option<Destination>,
+    /// The dimensions' inputs (read only with dimensions on): the first
+    /// `Accept-Language` value, the client's country, the raw query and
+    /// the redirect's `Location`.
+    pub accept_language: Option<&'a [u8]>,
+    pub country: Option<[u8; 2]>,
+    pub query: Option<&'a [u8]>,
+    pub location: Option<&'a str>,
 }
 
-/// Queues one redirect answered for `code` on `domain` at `at_unix`;
-/// `Err` hands back the event when the thread's queue is full.
-#[inline]
-pub fn record(
-    registry: &Registry,
-    req: &RequestHeader,
-    (code, domain): (&str, &str),
-    destination: Option<Destination>,
-    at_unix: u64,
-) -> Result<(), Box<Event>> {
-    let parts = ClickParts {
-        head: req.method == Method::HEAD,
-        user_agent: req
-            .headers
-            .get(http::header::USER_AGENT)
-            .map(|v| v.as_bytes()),
-        referer: req.headers.get(http::header::REFERER).map(|v| v.as_bytes()),
-        destination,
-    };
-    record_parts(registry, parts, (code, domain), at_unix)
+impl<'a> ClickParts<'a> {
+    /// The parts a proxied request's head holds (the client's country and
+    /// the `Location` are the caller's to add).
+    pub fn of_request(req: &'a RequestHeader, destination: Option<Destination>) -> Self {
+        let header = |name| {
+            req.headers
+                .get(name)
+                .map(|v: &http::HeaderValue| v.as_bytes())
+        };
+        ClickParts {
+            head: req.method == Method::HEAD,
+            user_agent: header(http::header::USER_AGENT),
+            referer: header(http::header::REFERER),
+            destination,
+            accept_language: header(http::header::ACCEPT_LANGUAGE),
+            query: req.uri.query().map(str::as_bytes),
+            ..ClickParts::default()
+        }
+    }
 }
 
-/// [`record`] from the parts of a head (the fast path has no
-/// `RequestHeader`): the same classification, the same queue.
+/// Queues one redirect answered for `code` on `domain` at `at_unix`
+/// (`dimensions`: read a human click's dimensions); `Err` hands back the
+/// event when the thread's queue is full.
 pub fn record_parts(
     registry: &Registry,
     parts: ClickParts<'_>,
     (code, domain): (&str, &str),
     at_unix: u64,
+    dimensions: bool,
 ) -> Result<(), Box<Event>> {
-    let device = classify_parts(parts.head, parts.user_agent);
+    let class = classify_parts(parts.head, parts.user_agent);
     let host = referrer_host_buf(parts.referer);
-    let Some(event) = Event::new(code, domain, at_unix, device, host, parts.destination) else {
+    let dims = (dimensions && class.device != Device::Bot).then(|| Dims {
+        country: parts.country,
+        browser: class.browser,
+        os: class.os,
+        lang: lang_of(parts.accept_language),
+        qr: has_qr_marker(parts.query),
+        utm: parts.location.and_then(utm_of),
+    });
+    let Some(event) = Event::new(
+        code,
+        domain,
+        at_unix,
+        class.device,
+        host,
+        parts.destination,
+        dims,
+    ) else {
         return Ok(());
     };
     LOCAL.with(|l| {
@@ -266,6 +326,16 @@ pub fn record_parts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(
+        reg: &Registry,
+        r: &RequestHeader,
+        link: (&str, &str),
+        destination: Option<Destination>,
+        at: u64,
+    ) -> Result<(), Box<Event>> {
+        record_parts(reg, ClickParts::of_request(r, destination), link, at, false)
+    }
 
     fn req(method: &str, ua: Option<&str>, referer: Option<&str>) -> RequestHeader {
         let mut r = match RequestHeader::build(method, b"/abcdef", None) {

@@ -273,9 +273,9 @@ impl FastPath {
                 }
                 s.metrics.local_hit.inc();
                 let dest = Target::Link.destination(&rec);
-                let click = ((code.as_str(), rec.domain), dest);
+                let click = ((code.as_str(), rec.domain), dest, rec.url);
                 let head = self.frame.around(rec.url.as_bytes());
-                self.redirect(req, conn, click, now, head, out);
+                self.redirect(req, &facts, click, now, head, out);
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
@@ -285,9 +285,9 @@ impl FastPath {
                     return Decision::HandOver;
                 }
                 s.metrics.local_hit.inc();
-                let click = ((code.as_str(), rec.domain), Some(dest));
+                let click = ((code.as_str(), rec.domain), Some(dest), &*url);
                 let head = self.frame.around(url.as_bytes());
-                self.redirect(req, conn, click, now, head, out);
+                self.redirect(req, &facts, click, now, head, out);
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
@@ -345,8 +345,12 @@ impl FastPath {
                         [&made[..], &[], &[]]
                     }
                 };
-                let click = ((code, rec.domain), target.destination(&rec));
-                self.redirect(req, conn, click, now, head, out);
+                let click = (
+                    (code, rec.domain),
+                    target.destination(&rec),
+                    target.url(&rec),
+                );
+                self.redirect(req, &facts, click, now, head, out);
                 s.cfg.redirect.status
             }
             Verdict::Unavailable => {
@@ -370,26 +374,34 @@ impl FastPath {
     }
 
     /// Counts the click and appends the redirect (`head`: the frame around
-    /// a URL, or a head made whole).
+    /// a URL, or a head made whole; `location`: that URL).
     fn redirect(
         &self,
         req: &Request<'_>,
-        conn: &Conn,
-        (link, destination): ((&str, &str), Option<Destination>),
+        facts: &FastFacts<'_>,
+        (link, destination, location): ((&str, &str), Option<Destination>, &str),
         now: u64,
         head: [&[u8]; 3],
         out: &mut Vec<u8>,
     ) {
-        let parts = ClickParts {
+        let clicks = &self.s.clicks;
+        let mut parts = ClickParts {
             head: req.head,
             user_agent: req.user_agent,
             referer: req.referer,
             destination,
+            ..ClickParts::default()
         };
+        if clicks.dimensions() {
+            parts.accept_language = req.accept_language;
+            parts.country = facts.country();
+            parts.query = req.query.map(str::as_bytes);
+            parts.location = Some(location);
+        }
         // Counted before the answer is written (see `proxy.rs`).
-        self.s.clicks.record_parts(parts, link, now);
+        clicks.record_parts(parts, link, now);
         self.answers
-            .redirect_parts(out, head, conn.tls, &self.end(req));
+            .redirect_parts(out, head, facts.conn.tls, &self.end(req));
     }
 
     /// Counts the unknown code against the client and appends the 404.

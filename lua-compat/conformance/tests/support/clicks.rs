@@ -152,12 +152,11 @@ pub fn expected(reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
             // link's domain once it redirected.
             let key = r.key();
             assert!(acc.add(&Click {
-                code: &key,
-                at_unix: *at,
                 head: r.head,
                 user_agent: r.ua.as_deref(),
                 referer: r.referer.as_deref(),
                 destination: r.destination,
+                ..Click::new(&key, *at)
             }));
         }
     }

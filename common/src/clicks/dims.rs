@@ -1,0 +1,612 @@
+//! The dimensions of a human click (protocol 3.7, section 3.4 "Version
+//! 4"): country, browser and OS family, language, QR or link, and the UTM
+//! parameters of the redirect's `Location`.
+//!
+//! An edge reads them on the request thread into a fixed-size [`Dims`]
+//! (allocating only for UTM values), the accumulator counts them per
+//! link-day, and a batch sends every value but each dimension's default,
+//! which the origin infers from the day's human clicks. The browser and OS
+//! families come from `common/data/ua_families.txt`, a data file the
+//! OpenResty module reads too: both edges agree byte for byte, which no
+//! parser crate with a Lua twin would give.
+
+use crate::link_rules::{in_app, App};
+use std::sync::OnceLock;
+
+/// The family file (see its header).
+pub const UA_FAMILIES_TXT: &str = include_str!("../../data/ua_families.txt");
+
+/// Values of a dimension named per link-day in one batch; the rest are
+/// summed under [`super::OTHER_REFERRER`] (`~other`), as referrer hosts are.
+pub const TOP_VALUES: usize = 20;
+
+/// Longest UTM value sent as it is (longer ones are `~other`).
+pub const MAX_UTM_VALUE: usize = 64;
+
+/// A dimension, in the order a batch lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dim {
+    Country,
+    Browser,
+    Os,
+    Lang,
+    Source,
+    UtmSource,
+    UtmMedium,
+    UtmCampaign,
+}
+
+impl Dim {
+    pub const ALL: [Dim; 8] = [
+        Dim::Country,
+        Dim::Browser,
+        Dim::Os,
+        Dim::Lang,
+        Dim::Source,
+        Dim::UtmSource,
+        Dim::UtmMedium,
+        Dim::UtmCampaign,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dim::Country => "country",
+            Dim::Browser => "browser",
+            Dim::Os => "os",
+            Dim::Lang => "lang",
+            Dim::Source => "source",
+            Dim::UtmSource => "utm_source",
+            Dim::UtmMedium => "utm_medium",
+            Dim::UtmCampaign => "utm_campaign",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Dim> {
+        Dim::ALL.into_iter().find(|d| d.as_str() == s)
+    }
+
+    /// The value of a click the batch does not name (the origin stores the
+    /// day's remaining human clicks under it).
+    pub fn default_value(self) -> &'static str {
+        match self {
+            Dim::Country => "unknown",
+            Dim::Browser | Dim::Os => "other",
+            Dim::Source => "link",
+            Dim::Lang | Dim::UtmSource | Dim::UtmMedium | Dim::UtmCampaign => "-",
+        }
+    }
+
+    /// Whether a batch may name `v` for this dimension: a value the edges'
+    /// rules produce (never the default), or `~other`. Families are checked
+    /// by their grammar, not this build's file, so an edge with a longer
+    /// file is not refused by an older origin.
+    pub fn is_valid_value(self, v: &str) -> bool {
+        if v == super::OTHER_REFERRER {
+            return true;
+        }
+        let b = v.as_bytes();
+        match self {
+            Dim::Country => b.len() == 2 && b.iter().all(u8::is_ascii_uppercase),
+            Dim::Browser | Dim::Os => is_family_name(v) && v != "other",
+            Dim::Lang => (2..=3).contains(&b.len()) && b.iter().all(u8::is_ascii_lowercase),
+            Dim::Source => v == "qr",
+            Dim::UtmSource | Dim::UtmMedium | Dim::UtmCampaign => is_utm_value(b),
+        }
+    }
+}
+
+/// The UTM parameters, in [`Dim`] order.
+pub const UTM_NAMES: [&str; 3] = ["utm_source", "utm_medium", "utm_campaign"];
+
+fn is_family_name(s: &str) -> bool {
+    (1..=16).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// A UTM value sent as it is: 1-64 of `[A-Za-z0-9._~%+-]`, not the
+/// default `-`.
+fn is_utm_value(b: &[u8]) -> bool {
+    (1..=MAX_UTM_VALUE).contains(&b.len())
+        && b != b"-"
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"._~%+-".contains(c))
+}
+
+/// The browser and OS families: index 0 is `other`; browsers 1..=9 are the
+/// in-app browsers ([`App::ALL`] order), then the file's families in order
+/// of first appearance.
+struct Families {
+    browsers: Vec<&'static str>,
+    browser_tokens: Vec<(u8, memchr::memmem::Finder<'static>)>,
+    oses: Vec<&'static str>,
+    os_tokens: Vec<(u8, memchr::memmem::Finder<'static>)>,
+}
+
+fn families() -> &'static Families {
+    static F: OnceLock<Families> = OnceLock::new();
+    F.get_or_init(|| {
+        let mut f = Families {
+            browsers: std::iter::once("other")
+                .chain(App::ALL.iter().map(|a| a.as_str()))
+                .collect(),
+            browser_tokens: Vec::new(),
+            oses: vec!["other"],
+            os_tokens: Vec::new(),
+        };
+        for line in super::ua::data_lines(UA_FAMILIES_TXT) {
+            let mut parts = line.splitn(3, ' ');
+            let (Some(dim), Some(family), Some(token)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if !is_family_name(family) || family == "other" || token.is_empty() {
+                continue;
+            }
+            let (names, tokens) = match dim {
+                "browser" => (&mut f.browsers, &mut f.browser_tokens),
+                "os" => (&mut f.oses, &mut f.os_tokens),
+                _ => continue,
+            };
+            let i = match names.iter().position(|n| *n == family) {
+                Some(i) => i,
+                None => {
+                    names.push(family);
+                    names.len() - 1
+                }
+            };
+            let Ok(i) = u8::try_from(i) else { continue };
+            tokens.push((
+                i,
+                memchr::memmem::Finder::new(token.as_bytes()).into_owned(),
+            ));
+        }
+        f
+    })
+}
+
+/// The browser family of `ua` (index into the family names; 0 `other`).
+pub fn browser_family(ua: &[u8]) -> u8 {
+    if let Some(app) = in_app(ua) {
+        return App::ALL
+            .iter()
+            .position(|a| *a == app)
+            .map_or(0, |i| i as u8 + 1);
+    }
+    first_token(&families().browser_tokens, ua)
+}
+
+/// The OS family of `ua` (index; 0 `other`).
+pub fn os_family(ua: &[u8]) -> u8 {
+    first_token(&families().os_tokens, ua)
+}
+
+fn first_token(tokens: &[(u8, memchr::memmem::Finder<'static>)], ua: &[u8]) -> u8 {
+    tokens
+        .iter()
+        .find(|(_, f)| f.find(ua).is_some())
+        .map_or(0, |(i, _)| *i)
+}
+
+/// The name of browser family `i` (`other` when out of range).
+pub fn browser_name(i: u8) -> &'static str {
+    families()
+        .browsers
+        .get(usize::from(i))
+        .copied()
+        .unwrap_or("other")
+}
+
+/// The name of OS family `i` (`other` when out of range).
+pub fn os_name(i: u8) -> &'static str {
+    families()
+        .oses
+        .get(usize::from(i))
+        .copied()
+        .unwrap_or("other")
+}
+
+/// A primary language subtag of 2-3 lower-case letters, inline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LangTag {
+    buf: [u8; 3],
+    len: u8,
+}
+
+impl LangTag {
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("-")
+    }
+}
+
+/// The `lang` dimension of an `Accept-Language` value: the primary subtag
+/// of its first range (up to `,`, then `;`, spaces and tabs trimmed, up to
+/// `-` or `_`), lower-cased, when it is 2-3 ASCII letters.
+pub fn lang_of(accept_language: Option<&[u8]>) -> Option<LangTag> {
+    let v = accept_language?;
+    let range = v.split(|b| *b == b',').next()?;
+    let range = range.split(|b| *b == b';').next()?;
+    let range = range.trim_ascii_start();
+    let end = range
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(0, |i| i + 1);
+    let range = &range[..end];
+    let start = range.iter().position(|b| !matches!(b, b' ' | b'\t'))?;
+    let range = &range[start..];
+    let tag = range.split(|b| *b == b'-' || *b == b'_').next()?;
+    if !(2..=3).contains(&tag.len()) || !tag.iter().all(u8::is_ascii_alphabetic) {
+        return None;
+    }
+    let mut buf = [0u8; 3];
+    for (d, s) in buf.iter_mut().zip(tag) {
+        *d = s.to_ascii_lowercase();
+    }
+    Some(LangTag {
+        buf,
+        len: tag.len() as u8,
+    })
+}
+
+/// The QR marker (protocol 4.1): a query parameter the QR codes carry,
+/// counted as the `source` `qr` and never forwarded.
+pub const QR_MARKER: &str = "qr=1";
+
+/// Whether the request's query carries [`QR_MARKER`] as one of its
+/// `&`-separated parameters.
+pub fn has_qr_marker(query: Option<&[u8]>) -> bool {
+    query.is_some_and(|q| {
+        memchr::memmem::find(q, QR_MARKER.as_bytes()).is_some()
+            && q.split(|b| *b == b'&').any(|p| p == QR_MARKER.as_bytes())
+    })
+}
+
+/// The UTM values of a redirect, in [`UTM_NAMES`] order (`None`: the
+/// default `-`); a value the batch cannot carry is `~other`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Utm(pub [Option<Box<str>>; 3]);
+
+/// The UTM parameters of the `Location` `url` (its query: after the first
+/// `?`, before any `#`); `None` when it has none, which costs one `memmem`
+/// for the common URL without `utm_`.
+pub fn utm_of(url: &str) -> Option<Box<Utm>> {
+    memchr::memmem::find(url.as_bytes(), b"utm_")?;
+    let (_, q) = url.split_once('?')?;
+    let q = q.split('#').next().unwrap_or("");
+    let mut utm = Utm::default();
+    let mut seen = [false; 3];
+    for p in q.split('&') {
+        let (name, value) = p.split_once('=').unwrap_or((p, ""));
+        let Some(i) = UTM_NAMES.iter().position(|n| *n == name) else {
+            continue;
+        };
+        // The first parameter of a name decides; empty or `-` is the
+        // default, as if absent.
+        if std::mem::replace(&mut seen[i], true) || value.is_empty() || value == "-" {
+            continue;
+        }
+        utm.0[i] = Some(if is_utm_value(value.as_bytes()) {
+            value.into()
+        } else {
+            super::OTHER_REFERRER.into()
+        });
+    }
+    utm.0.iter().any(Option::is_some).then(|| Box::new(utm))
+}
+
+/// What an edge reads off one human click for its dimensions: fixed size,
+/// heap only for UTM values.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dims {
+    /// ISO 3166-1 alpha-2, upper case (`None`: `unknown`).
+    pub country: Option<[u8; 2]>,
+    /// [`browser_family`] (0: `other`).
+    pub browser: u8,
+    /// [`os_family`] (0: `other`).
+    pub os: u8,
+    pub lang: Option<LangTag>,
+    /// Reached through a QR code.
+    pub qr: bool,
+    pub utm: Option<Box<Utm>>,
+}
+
+/// The inputs of [`Dims::read`], as both edges have them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DimsInput<'a> {
+    pub user_agent: Option<&'a [u8]>,
+    pub accept_language: Option<&'a [u8]>,
+    pub country: Option<[u8; 2]>,
+    /// The request's raw query (after `?`).
+    pub query: Option<&'a [u8]>,
+    /// The redirect's `Location`.
+    pub location: Option<&'a str>,
+}
+
+impl Dims {
+    /// The dimensions of a click (the UA families uncached: edges remember
+    /// them per thread with the device class).
+    pub fn read(i: &DimsInput<'_>) -> Dims {
+        let ua = i.user_agent.unwrap_or_default();
+        Dims {
+            country: i.country.filter(|c| c.iter().all(u8::is_ascii_uppercase)),
+            browser: browser_family(ua),
+            os: os_family(ua),
+            lang: lang_of(i.accept_language),
+            qr: has_qr_marker(i.query),
+            utm: i.location.and_then(utm_of),
+        }
+    }
+}
+
+/// One counted value of a link-day: what [`DayDims`] keeps per click.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Val {
+    Country([u8; 2]),
+    Browser(u8),
+    Os(u8),
+    Lang(LangTag),
+    Qr,
+    Utm(u8, Box<str>),
+}
+
+impl Val {
+    fn dim(&self) -> Dim {
+        match self {
+            Val::Country(_) => Dim::Country,
+            Val::Browser(_) => Dim::Browser,
+            Val::Os(_) => Dim::Os,
+            Val::Lang(_) => Dim::Lang,
+            Val::Qr => Dim::Source,
+            Val::Utm(i, _) => [Dim::UtmSource, Dim::UtmMedium, Dim::UtmCampaign][usize::from(*i)],
+        }
+    }
+
+    fn value(&self) -> &str {
+        match self {
+            Val::Country(c) => std::str::from_utf8(c).unwrap_or("~other"),
+            Val::Browser(i) => browser_name(*i),
+            Val::Os(i) => os_name(*i),
+            Val::Lang(l) => l.as_str(),
+            Val::Qr => "qr",
+            Val::Utm(_, v) => v,
+        }
+    }
+}
+
+/// A link-day's dimension counts (human clicks; defaults not kept): a
+/// short list searched linearly, as a day of one link sees few values.
+#[derive(Debug, Default)]
+pub(crate) struct DayDims {
+    vals: smallvec::SmallVec<[(Val, u64); 4]>,
+}
+
+impl DayDims {
+    fn bump(&mut self, v: Val) {
+        match self.vals.iter_mut().find(|(x, _)| *x == v) {
+            Some((_, n)) => *n += 1,
+            None => self.vals.push((v, 1)),
+        }
+    }
+
+    /// Counts one human click's dimensions.
+    pub(crate) fn count(&mut self, d: &Dims) {
+        if let Some(c) = d.country {
+            self.bump(Val::Country(c));
+        }
+        if d.browser != 0 {
+            self.bump(Val::Browser(d.browser));
+        }
+        if d.os != 0 {
+            self.bump(Val::Os(d.os));
+        }
+        if let Some(l) = d.lang {
+            self.bump(Val::Lang(l));
+        }
+        if d.qr {
+            self.bump(Val::Qr);
+        }
+        if let Some(u) = &d.utm {
+            for (i, v) in u.0.iter().enumerate() {
+                let Some(v) = v else { continue };
+                let hit = self.vals.iter_mut().find(
+                    |(x, _)| matches!(x, Val::Utm(j, s) if usize::from(*j) == i && **s == **v),
+                );
+                match hit {
+                    Some((_, n)) => *n += 1,
+                    None => self.vals.push((Val::Utm(i as u8, v.clone()), 1)),
+                }
+            }
+        }
+    }
+
+    /// Every line of the day: per dimension in [`Dim`] order the top
+    /// [`TOP_VALUES`] by clicks (ties by value), then in value byte order,
+    /// the rest summed as `~other` (which sorts last). `ranked`: a buffer
+    /// reused from call to call.
+    pub(crate) fn each_line<'a>(
+        &'a self,
+        ranked: &mut Vec<(&'a str, u64)>,
+        mut f: impl FnMut(Dim, &'a str, u64),
+    ) {
+        for dim in Dim::ALL {
+            ranked.clear();
+            ranked.extend(
+                self.vals
+                    .iter()
+                    .filter(|(v, _)| v.dim() == dim)
+                    .map(|(v, n)| (v.value(), *n)),
+            );
+            if ranked.is_empty() {
+                continue;
+            }
+            let other = fold_top(ranked);
+            if other > 0 {
+                ranked.push((super::OTHER_REFERRER, other));
+            }
+            // In value byte order, `~other` included (a UTM value may sort
+            // after it).
+            ranked.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            for (v, n) in ranked.iter() {
+                f(dim, v, *n);
+            }
+        }
+    }
+}
+
+/// Keeps in `ranked` the [`TOP_VALUES`] values with the most clicks (ties
+/// by value, `~other` never kept); returns the sum of the rest.
+fn fold_top(ranked: &mut Vec<(&str, u64)>) -> u64 {
+    ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    let mut other = 0;
+    let mut kept = 0;
+    ranked.retain(|(v, n)| {
+        if kept < TOP_VALUES && *v != super::OTHER_REFERRER {
+            kept += 1;
+            true
+        } else {
+            other += n;
+            false
+        }
+    });
+    other
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHROME_WIN: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
+    const SAFARI_IOS: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1";
+    const EDGE_MAC: &str = "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36 Edg/120.0.2210.91";
+    const FIREFOX_LINUX: &str =
+        "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0";
+    const WECHAT_ANDROID: &str = "Mozilla/5.0 (Linux; Android 13; PGT-AN10) AppleWebKit/537.36 (KHTML, like Gecko) Version/4.0 Chrome/111.0.5563.116 Mobile Safari/537.36 XWEB/1160117 MMWEBSDK/20231202 MicroMessenger/8.0.47.2560(0x28002F30) WeChat/arm64 Weixin NetType/WIFI Language/zh_CN ABI/arm64";
+
+    fn fam(ua: &str) -> (&'static str, &'static str) {
+        (
+            browser_name(browser_family(ua.as_bytes())),
+            os_name(os_family(ua.as_bytes())),
+        )
+    }
+
+    #[test]
+    fn families_follow_the_file_order() {
+        assert_eq!(fam(CHROME_WIN), ("chrome", "windows"));
+        assert_eq!(fam(SAFARI_IOS), ("safari", "ios"));
+        assert_eq!(fam(EDGE_MAC), ("edge", "macos"));
+        assert_eq!(fam(FIREFOX_LINUX), ("firefox", "linux"));
+        assert_eq!(fam(WECHAT_ANDROID), ("wechat", "android"));
+        assert_eq!(fam("curl/8.4"), ("other", "other"));
+        assert_eq!(fam(""), ("other", "other"));
+        // Every name is a valid value of its dimension.
+        let f = families();
+        assert!(f.browsers.len() < 64 && f.oses.len() < 64);
+        for n in &f.browsers[1..] {
+            assert!(Dim::Browser.is_valid_value(n), "{n}");
+        }
+        for n in &f.oses[1..] {
+            assert!(Dim::Os.is_valid_value(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn language_is_the_first_ranges_primary_subtag() {
+        let l = |s: &str| lang_of(Some(s.as_bytes())).map(|l| l.as_str().to_owned());
+        assert_eq!(l("zh-CN,zh;q=0.9,en;q=0.8").as_deref(), Some("zh"));
+        assert_eq!(l(" EN_us ; q=1").as_deref(), Some("en"));
+        assert_eq!(l("fil").as_deref(), Some("fil"));
+        assert_eq!(l("*"), None);
+        assert_eq!(l("x-klingon"), None);
+        assert_eq!(l("e1"), None);
+        assert_eq!(l(""), None);
+        assert_eq!(l(",en"), None);
+        assert_eq!(lang_of(None), None);
+    }
+
+    #[test]
+    fn the_qr_marker_is_one_parameter() {
+        let q = |s: &str| has_qr_marker(Some(s.as_bytes()));
+        assert!(q("qr=1"));
+        assert!(q("a=b&qr=1"));
+        assert!(q("qr=1&x"));
+        assert!(!q("qr=10"));
+        assert!(!q("xqr=1"));
+        assert!(!q(""));
+        assert!(!has_qr_marker(None));
+    }
+
+    #[test]
+    fn utm_values_come_from_the_locations_query() {
+        let u = |s: &str| utm_of(s).map(|u| u.0.map(|v| v.map(String::from)));
+        assert_eq!(u("https://a.example/x"), None);
+        assert_eq!(u("https://a.example/utm_x"), None);
+        let got = u("https://a/p?utm_source=mail&utm_medium=&utm_campaign=spring%2024&utm_source=x&utm_medium=late#utm_medium=y");
+        assert_eq!(
+            got,
+            Some([Some("mail".into()), None, Some("spring%2024".into())])
+        );
+        let long = "a".repeat(65);
+        assert_eq!(
+            u(&format!(
+                "https://a/?utm_medium=a b&utm_campaign={long}&utm_source=-"
+            )),
+            Some([None, Some("~other".into()), Some("~other".into())])
+        );
+        assert_eq!(u("https://a/?utm_source=-"), None);
+    }
+
+    #[test]
+    fn values_are_checked_by_grammar() {
+        assert!(Dim::Country.is_valid_value("CN"));
+        assert!(!Dim::Country.is_valid_value("unknown"));
+        assert!(!Dim::Country.is_valid_value("cn"));
+        assert!(Dim::Browser.is_valid_value("newbrowser"));
+        assert!(!Dim::Browser.is_valid_value("other"));
+        assert!(!Dim::Lang.is_valid_value("-"));
+        assert!(Dim::Source.is_valid_value("qr"));
+        assert!(!Dim::Source.is_valid_value("link"));
+        assert!(Dim::UtmSource.is_valid_value("~other"));
+        assert!(!Dim::UtmSource.is_valid_value("-"));
+        assert!(!Dim::UtmSource.is_valid_value("a b"));
+        for d in Dim::ALL {
+            assert_eq!(Dim::parse(d.as_str()), Some(d));
+            assert!(!d.is_valid_value(d.default_value()));
+        }
+    }
+
+    #[test]
+    fn a_day_keeps_the_top_20_of_each_dimension() {
+        let mut day = DayDims::default();
+        for i in 0..25u64 {
+            let url = format!("https://a/?utm_campaign=c{i:02}");
+            for _ in 0..=i {
+                day.count(&Dims {
+                    country: Some(*b"CN"),
+                    qr: i % 2 == 0,
+                    utm: utm_of(&url),
+                    ..Dims::default()
+                });
+            }
+        }
+        let mut lines = Vec::new();
+        day.each_line(&mut Vec::new(), |d, v, n| lines.push((d, v.to_owned(), n)));
+        let total: u64 = (1..=25).sum();
+        assert_eq!(lines[0], (Dim::Country, "CN".into(), total));
+        assert_eq!(
+            lines[1],
+            (
+                Dim::Source,
+                "qr".into(),
+                (0..25).step_by(2).map(|i| i + 1).sum()
+            )
+        );
+        let campaigns: Vec<_> = lines[2..]
+            .iter()
+            .map(|(_, v, n)| (v.as_str(), *n))
+            .collect();
+        assert_eq!(campaigns.len(), 21);
+        assert_eq!(campaigns[0], ("c05", 6));
+        assert_eq!(campaigns[19], ("c24", 25));
+        assert_eq!(campaigns[20], ("~other", 1 + 2 + 3 + 4 + 5));
+    }
+}
