@@ -38,6 +38,8 @@
 #   Clicks (protocol 3.4): SU_CLICKS_ENABLED=1|0 (1)  SU_CLICKS_FLUSH_INTERVAL_MS=5000 (50..5000)
 #     SU_CLICKS_EDGE_NAME=<batch-id prefix> (default the host name)  SU_CLICKS_MAX_BUFFERED_CLICKS=1000000
 #     SU_BOTS_FILE=<bot list> (default common/data/bots.txt of this checkout)
+#     SU_CLICKS_DIMENSIONS=1|0 (1: protocol 3.7's x lines, batch version 4; 0 for origins older than 3.7)
+#     SU_FAMILIES_FILE=<browser/OS families> (default common/data/ua_families.txt of this checkout)
 #   Link rules (protocol 3.1.1): SU_INAPP_FILE=<in-app browser patterns> (default
 #     common/data/inapp.txt of this checkout)  SU_GEO_COUNTRY_HEADER=<header> (e.g. CF-IPCountry,
 #     read from SU_TRUSTED_PROXIES only; default none)  SU_GEO_MMDB_PATH=<MaxMind DB> (default none;
@@ -53,7 +55,7 @@
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,52p' "$0" >&2
+  sed -n '2,55p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -115,12 +117,20 @@ case "${SU_CLICKS_ENABLED:-1}" in
   0|false) clicks_enabled=false ;;
   *) echo "start.sh: SU_CLICKS_ENABLED must be 1 or 0" >&2; exit 2 ;;
 esac
+case "${SU_CLICKS_DIMENSIONS:-1}" in
+  1|true) clicks_dimensions=true ;;
+  0|false) clicks_dimensions=false ;;
+  *) echo "start.sh: SU_CLICKS_DIMENSIONS must be 1 or 0" >&2; exit 2 ;;
+esac
 edge_name="${SU_CLICKS_EDGE_NAME:-}"
 case "$edge_name" in *[!A-Za-z0-9._-]*) echo "start.sh: SU_CLICKS_EDGE_NAME must be of [A-Za-z0-9._-]" >&2; exit 2 ;; esac
 bots_file="${SU_BOTS_FILE:-$here/../../common/data/bots.txt}"
 # Read with clicks off too: the link rules' device class.
 [ -r "$bots_file" ] || { echo "start.sh: cannot read the bot list $bots_file (SU_BOTS_FILE)" >&2; exit 2; }
 bots_file="$(cd "$(dirname "$bots_file")" && pwd)/$(basename "$bots_file")"
+families_file="${SU_FAMILIES_FILE:-$here/../../common/data/ua_families.txt}"
+[ -r "$families_file" ] || { echo "start.sh: cannot read the browser and OS families $families_file (SU_FAMILIES_FILE)" >&2; exit 2; }
+families_file="$(cd "$(dirname "$families_file")" && pwd)/$(basename "$families_file")"
 inapp_file="${SU_INAPP_FILE:-$here/../../common/data/inapp.txt}"
 [ -r "$inapp_file" ] || { echo "start.sh: cannot read the in-app browser patterns $inapp_file (SU_INAPP_FILE)" >&2; exit 2; }
 inapp_file="$(cd "$(dirname "$inapp_file")" && pwd)/$(basename "$inapp_file")"
@@ -212,6 +222,7 @@ return {
     flush_interval_ms = $flush_ms,
     edge_name = "$edge_name",
     max_buffered_clicks = $max_buffered,
+    dimensions = $clicks_dimensions,
   },
   geo = {
     country_header = "$country_header",
@@ -303,7 +314,7 @@ for kv in "PREFIX=$prefix" "LUA_DIR=$here/lua" "CONF=$conf" "WORKERS=$workers" \
           "CLIENT_TIMEOUT=${SU_CLIENT_TIMEOUT_SECS:-10}" \
           "ORIGIN_CONNECT_TIMEOUT=${SU_ORIGIN_CONNECT_TIMEOUT_MS:-100}" \
           "ORIGIN_READ_TIMEOUT=${SU_ORIGIN_READ_TIMEOUT_MS:-5000}" \
-          "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" "INAPP_FILE=$inapp_file" "CRAWLERS_FILE=$crawlers_file" \
+          "TLS_CERT_DIR=$tls_dir" "BOTS_FILE=$bots_file" "FAMILIES_FILE=$families_file" "INAPP_FILE=$inapp_file" "CRAWLERS_FILE=$crawlers_file" \
           "TLS_LISTENER=$tls_listener" \
           "TLS_CACHE_SECS=$(int SU_TLS_CACHE_SECS "${SU_TLS_CACHE_SECS:-5}")"; do
   sed_args+=(-e "s|@${kv%%=*}@|$(esc "${kv#*=}")|g")

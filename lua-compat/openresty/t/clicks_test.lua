@@ -3,11 +3,16 @@
 -- `<domain>/<code>`, so one custom code on two domains is two links), and
 -- clicks_batch.lua writes the keys in byte order and picks the format
 -- version (3 with a per-domain key, else 2 with `t` lines, else 1).
+-- With clicks.dimensions (protocol 3.7) a human click is also counted by
+-- its dimensions (clicks_dims.lua): the `x` lines after the `t` lines,
+-- version 4; the first part runs with it off, the old bodies.
 -- The counts go through clicks.lua's own flush (its timer, every 50 ms)
 -- with redis.run replaced by a stub keeping each XADD: no Redis needed.
 -- Run by t/run.sh (content_by_lua_file).
 local clicks = require("shorturl.clicks")
 local clicks_batch = require("shorturl.clicks_batch")
+local clicks_dims = require("shorturl.clicks_dims")
+local link_rules = require("shorturl.link_rules")
 local redis = require("shorturl.redis")
 
 local t = require("check").new()
@@ -33,8 +38,17 @@ redis.run = function(_, _, cmds)
     return { 0, "1-0" }
 end
 
-clicks.init({ clicks = { enabled = true, bots_file = ngx.var.su_repo .. "/common/data/bots.txt", edge_name = "t",
-    flush_interval_ms = 50, max_buffered_clicks = 100000 }, redis_conn = {} })
+local repo = ngx.var.su_repo
+-- The link rules' in-app patterns (edge.lua loads them at start): the
+-- browser dimension looks for them first.
+assert(link_rules.load_inapp(repo .. "/common/data/inapp.txt") > 0)
+local function init(dimensions)
+    clicks.init({ clicks = { enabled = true, bots_file = repo .. "/common/data/bots.txt", edge_name = "t",
+        flush_interval_ms = 50, max_buffered_clicks = 100000, dimensions = dimensions,
+        families_file = repo .. "/common/data/ua_families.txt" }, redis_conn = {} })
+end
+-- The clicks of protocol 3.6 first, dimensions off: the bodies of before.
+init(false)
 clicks.init_worker()
 
 -- The batches of the next flush (counting never yields: one flush takes
@@ -152,6 +166,303 @@ do
     eq(b[1] and b[1].body, one_click("aB3xYz", h, d), "split: first batch")
     eq(b[2] and b[2].v, "3", "split: the per-domain key's batch is version 3")
     eq(b[2] and b[2].body, one_click("s.shop55.com/sale", h, d), "split: second batch")
+end
+
+---------------------------------------------------------------- dimensions: the families, language, QR marker, UTM
+local CHROME_WIN = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    .. "Chrome/120.0.0.0 Safari/537.36"
+local SAFARI_IOS = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+    .. "Version/17.1 Mobile/15E148 Safari/604.1"
+local EDGE_MAC = "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
+    .. "Chrome/120.0.0.0 Safari/537.36 Edg/120.0.2210.91"
+local FIREFOX_LINUX = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0"
+local WECHAT_ANDROID = "Mozilla/5.0 (Linux; Android 13; PGT-AN10) AppleWebKit/537.36 (KHTML, like Gecko) "
+    .. "Version/4.0 Chrome/111.0.5563.116 Mobile Safari/537.36 XWEB/1160117 MMWEBSDK/20231202 "
+    .. "MicroMessenger/8.0.47.2560(0x28002F30) WeChat/arm64 Weixin NetType/WIFI Language/zh_CN ABI/arm64"
+local CHROME_ANDROID = "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
+    .. "Chrome/120.0.0.0 Mobile Safari/537.36"
+local FIREFOX_WIN = "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:121.0) Gecko/20100101 Firefox/121.0"
+-- Neither a bot nor of any family: a human click whose dimensions are all
+-- defaults.
+local PLAIN_UA = "Mozilla/5.0 (compatible; Browsyx 1.0)"
+
+do
+    local n = clicks_dims.load(repo .. "/common/data/ua_families.txt")
+    ok(n and n > 20, "the family file loads: " .. tostring(n))
+    local function fam(ua)
+        local b, o = clicks_dims.families(ua)
+        return (b or "other") .. "/" .. (o or "other")
+    end
+    -- dims.rs families_follow_the_file_order, and more.
+    eq(fam(CHROME_WIN), "chrome/windows", "families: Chrome on Windows")
+    eq(fam(SAFARI_IOS), "safari/ios", "families: Safari on iOS (not macos: iPhone first)")
+    eq(fam(EDGE_MAC), "edge/macos", "families: Edge on macOS (not chrome: Edg/ first)")
+    eq(fam(FIREFOX_LINUX), "firefox/linux", "families: Firefox on Linux")
+    eq(fam(WECHAT_ANDROID), "wechat/android", "families: WeChat's in-app browser first (not chrome)")
+    eq(fam(CHROME_ANDROID), "chrome/android", "families: Chrome on Android (not linux)")
+    eq(fam(FIREFOX_WIN), "firefox/windows", "families: Firefox on Windows")
+    eq(fam("curl/8.4"), "other/other", "families: none")
+    eq(fam(""), "other/other", "families: empty")
+    eq(fam(nil), "other/other", "families: no header")
+    eq(fam("mozilla/5.0 (iphone) chrome/1"), "other/other", "families: tokens are case-sensitive")
+    eq(fam(PLAIN_UA), "other/other", "families: an unknown browser")
+
+    -- dims.rs language_is_the_first_ranges_primary_subtag, and more.
+    local lang = clicks_dims.lang
+    eq(lang("zh-CN,zh;q=0.9,en;q=0.8"), "zh", "lang: zh-CN,zh;q=0.9")
+    eq(lang(" EN_us ; q=1"), "en", "lang: spaces, `_`, upper case")
+    eq(lang("fil"), "fil", "lang: three letters")
+    eq(lang("\tde\t;q=0.5, fr"), "de", "lang: tabs trimmed, the first range whatever its q")
+    eq(lang("en-US;q=0.1,fr"), "en", "lang: the first range, not the preferred one")
+    eq(lang("*"), nil, "lang: * is none")
+    eq(lang("x-klingon"), nil, "lang: one letter")
+    eq(lang("e1"), nil, "lang: not letters")
+    eq(lang("engl"), nil, "lang: four letters")
+    eq(lang(""), nil, "lang: empty")
+    eq(lang(",en"), nil, "lang: empty first range")
+    eq(lang(nil), nil, "lang: no header")
+
+    -- dims.rs the_qr_marker_is_one_parameter.
+    local qr = clicks_dims.has_qr
+    ok(qr("qr=1"), "qr: alone")
+    ok(qr("a=b&qr=1"), "qr: last")
+    ok(qr("qr=1&x"), "qr: first")
+    ok(not qr("qr=10"), "qr: qr=10 is not")
+    ok(not qr("xqr=1"), "qr: xqr=1 is not")
+    ok(not qr("qr=1%26"), "qr: qr=1%26 is not")
+    ok(not qr(""), "qr: empty query")
+    ok(not qr(nil), "qr: no query")
+
+    -- dims.rs utm_values_come_from_the_locations_query.
+    local function utm(url)
+        local a, b, c = clicks_dims.utm(url)
+        return tostring(a) .. " " .. tostring(b) .. " " .. tostring(c)
+    end
+    eq(utm("https://a.example/x"), "nil nil nil", "utm: no query")
+    eq(utm("https://a.example/utm_x"), "nil nil nil", "utm: utm_ in the path only")
+    eq(utm("https://a/p?utm_source=mail&utm_medium=&utm_campaign=spring%2024&utm_source=x&utm_medium=late"
+        .. "#utm_medium=y"), "mail nil spring%2024", "utm: the first of a name decides, empty is none, # ends it")
+    eq(utm("https://a/?utm_medium=a b&utm_campaign=" .. string.rep("a", 65) .. "&utm_source=-"),
+        "nil ~other ~other", "utm: a space or 65 bytes: ~other; `-` is the default")
+    eq(utm("https://a/?utm_campaign=" .. string.rep("a", 64)), "nil nil " .. string.rep("a", 64),
+        "utm: 64 bytes as they are")
+    eq(utm("https://a/?utm_source=A.z_0~%7E+-"), "A.z_0~%7E+- nil nil", "utm: every byte allowed")
+    eq(utm("https://a/?utm_source=a!b&UTM_MEDIUM=x&utm_campaign"), "~other nil nil",
+        "utm: `!` is ~other, names are case-sensitive, no `=` is empty")
+    eq(utm("https://a/?utm_source=-"), "nil nil nil", "utm: `-` alone")
+    eq(utm("https://a/x?a=1?utm_source=s#f"), "nil nil nil", "utm: after the first `?` only")
+    eq(utm("https://a/x?a=1&utm_source=s?x#utm_medium=m?"), "~other nil nil", "utm: `?` in a value is ~other")
+    eq(utm(nil), "nil nil nil", "utm: no Location")
+
+    -- The marker is never forwarded (link_rules.forward_query skips it).
+    local fq = link_rules.forward_query
+    eq(fq("https://d.example/p", "qr=1"), "https://d.example/p", "forwarding: qr=1 alone, no `?`")
+    eq(fq("https://d.example/p", "a=1&qr=1&b=2&qr=1"), "https://d.example/p?a=1&b=2", "forwarding: every qr=1 dropped")
+    eq(fq("https://d.example/p", "qr=10&xqr=1&qr=1%26"), "https://d.example/p?qr=10&xqr=1&qr=1%26",
+        "forwarding: only qr=1 itself")
+    eq(fq("https://d.example/p?x=1#f", "qr=1&utm_source=news"), "https://d.example/p?x=1&utm_source=news#f",
+        "forwarding: the rest forwarded")
+    local opts = require("check").options('{"f":true}')
+    eq(link_rules.choose(opts, "https://d.example/p", false, "aB3xYz", { query = "qr=1" }, 0), "https://d.example/p",
+        "choose: qr=1 alone, nothing forwarded")
+    eq(link_rules.choose(opts, "https://d.example/p", false, "aB3xYz", { query = "a=1&qr=1&b=2" }, 0),
+        "https://d.example/p?a=1&b=2", "choose: qr=1 dropped from the forwarded query")
+end
+
+---------------------------------------------------------------- dimensions: counted and sent (version 4)
+init(true)
+do
+    local h, d = hour_day()
+    local k = "aB3xYz"
+    local asked = 0
+    local function country_of(cc)
+        return function(headers)
+            asked = asked + 1
+            ok(type(headers) == "table", "country: asked with the headers")
+            return cc
+        end
+    end
+    local LOC = "https://dest.example/p?utm_source=news&utm_medium=email&utm_campaign=spring"
+    clicks.count(k, SHOP, false, CHROME_WIN, nil, nil, LOC, "/aB3xYz?qr=1",
+        { ["accept-language"] = "zh-CN,zh;q=0.9" }, "CN")
+    clicks.count(k, SHOP, false, FIREFOX_LINUX, nil, nil, "https://dest.example/p", "/aB3xYz",
+        { ["accept-language"] = "*" }, country_of(nil))
+    clicks.count(k, SHOP, false, SAFARI_IOS, nil, nil, "https://dest.example/p?utm_source=a!b", "/aB3xYz?qr=10",
+        { ["accept-language"] = { "en-US", "de" } }, country_of("US"))
+    clicks.count(k, SHOP, false, EDGE_MAC, nil, nil, "https://dest.example/p", "/aB3xYz?x=qr=1", {}, false)
+    clicks.count(k, SHOP, false, WECHAT_ANDROID, nil, nil, nil, nil, nil, nil)
+    -- Bots: in no dimension, their country never asked.
+    clicks.count(k, SHOP, true, CHROME_WIN, nil, nil, LOC, "/aB3xYz?qr=1", { ["accept-language"] = "fr" },
+        country_of("FR"))
+    clicks.count(k, SHOP, false, "curl/8.4", nil, nil, LOC, "/aB3xYz?qr=1", { ["accept-language"] = "fr" },
+        country_of("FR"))
+    clicks.count(k, SHOP, false, nil, nil, nil, LOC, "/aB3xYz?qr=1", nil, country_of("FR"))
+    eq(asked, 2, "country: asked for the human clicks only")
+    local b = flushed()
+    eq(#b, 1, "dimensions: one batch")
+    eq(b[1] and b[1].v, "4", "dimensions: version 4 (a fleet code without options)")
+    local function x(what, n)
+        return string.format("x %s %d %s %d", k, d, what, n)
+    end
+    local want = table.concat({
+        string.format("h %s %d 5 3", k, h),
+        string.format("r %s %d - 8", k, d),
+        string.format("d %s %d mobile 2", k, d),
+        string.format("d %s %d desktop 3", k, d),
+        string.format("d %s %d bot 3", k, d),
+        x("country:CN", 1), x("country:US", 1),
+        x("browser:chrome", 1), x("browser:edge", 1), x("browser:firefox", 1), x("browser:safari", 1),
+        x("browser:wechat", 1),
+        x("os:android", 1), x("os:ios", 1), x("os:linux", 1), x("os:macos", 1), x("os:windows", 1),
+        x("lang:en", 1), x("lang:zh", 1),
+        x("source:qr", 1),
+        x("utm_source:news", 1), x("utm_source:~other", 1),
+        x("utm_medium:email", 1),
+        x("utm_campaign:spring", 1),
+    }, "\n") .. "\n"
+    eq(b[1] and b[1].body, want, "dimensions: the x lines after the others, by dimension then value")
+end
+
+do -- x lines follow t lines; a per-domain key's batch with x lines is version 4
+    local _, d = hour_day()
+    clicks.count("sale", SHOP, false, FIREFOX_WIN, nil, "r1", "https://d.example/?utm_medium=cpc", "/sale")
+    local b = flushed()
+    eq(b[1] and b[1].v, "4", "per-domain key with dimensions: version 4")
+    local k = "s.shop55.com/sale"
+    ok(b[1] and b[1].body:find(string.format("\nt %s %d r1 1\nx %s %d browser:firefox 1\nx %s %d os:windows 1\n"
+        .. "x %s %d utm_medium:cpc 1\n$", k, d, k, d, k, d, k, d)), "t lines, then x lines: "
+        .. t.show(b[1] and b[1].body))
+end
+
+do -- every dimension at its default: no x line, the version of before
+    local h, d = hour_day()
+    clicks.count("aB3xYz", SHOP, false, PLAIN_UA, nil, nil, "https://d.example/", "/aB3xYz?q=1",
+        { ["accept-language"] = "*" }, nil)
+    clicks.count("aB3xYz", SHOP, false, "curl/8", nil, nil, "https://d.example/?utm_source=x", "/aB3xYz?qr=1")
+    local b = flushed()
+    eq(b[1] and b[1].v, "1", "only defaults and bots: version 1")
+    eq(b[1] and b[1].body, string.format("h aB3xYz %d 1 1\nr aB3xYz %d - 2\nd aB3xYz %d bot 1\n"
+        .. "d aB3xYz %d other 1\n", h, d, d, d), "only defaults and bots: no x line")
+end
+
+do -- per link-day and dimension the top 20 by clicks (ties by value), the rest as ~other
+    local _, d = hour_day()
+    -- dims.rs a_day_keeps_the_top_20_of_each_dimension: campaign c<i> has
+    -- i + 1 clicks, every even one from a QR code; and an invalid value
+    -- (~other of its own: folded into the line of the rest, never one of
+    -- the 20), and ties at the cut decided by value.
+    for i = 0, 24 do
+        for _ = 0, i do
+            clicks.count("aB3xYz", SHOP, false, PLAIN_UA, nil, nil,
+                string.format("https://d.example/?utm_campaign=c%02d", i), i % 2 == 0 and "/aB3xYz?qr=1" or "/aB3xYz",
+                nil, "CN")
+        end
+    end
+    for _ = 1, 30 do
+        clicks.count("aB3xYz", SHOP, false, PLAIN_UA, nil, nil, "https://d.example/?utm_campaign=a!b", "/aB3xYz", nil,
+            "CN")
+    end
+    -- utm_source: 21 values tied at one click: the 20 first by value kept.
+    -- `~zz` sorts after `~other` (byte order).
+    for i = 1, 20 do
+        clicks.count("abcdef", SHOP, false, PLAIN_UA, nil, nil, string.format("https://d.example/?utm_source=s%02d", i),
+            "/abcdef")
+    end
+    clicks.count("abcdef", SHOP, false, PLAIN_UA, nil, nil, "https://d.example/?utm_source=~zz", "/abcdef")
+    clicks.count("abcdef", SHOP, false, PLAIN_UA, nil, nil, "https://d.example/?utm_source=~zz", "/abcdef")
+    local b = flushed()
+    eq(#b, 1, "top 20: one batch")
+    local body = b[1] and b[1].body or ""
+    local xs = {}
+    for line in body:gmatch("x aB3xYz " .. d .. " ([^\n]*)\n") do
+        xs[#xs + 1] = line
+    end
+    local want = { "country:CN 355", "source:qr 169" }
+    for i = 5, 24 do
+        want[#want + 1] = string.format("utm_campaign:c%02d %d", i, i + 1)
+    end
+    want[#want + 1] = "utm_campaign:~other " .. (1 + 2 + 3 + 4 + 5 + 30)
+    eq(table.concat(xs, ","), table.concat(want, ","), "top 20 campaigns and ~other (a real ~other folded in)")
+    xs = {}
+    for line in body:gmatch("x abcdef " .. d .. " ([^\n]*)\n") do
+        xs[#xs + 1] = line
+    end
+    want = {}
+    for i = 1, 19 do
+        want[#want + 1] = string.format("utm_source:s%02d 1", i)
+    end
+    want[#want + 1] = "utm_source:~other 1"
+    want[#want + 1] = "utm_source:~zz 2"
+    eq(table.concat(xs, ","), table.concat(want, ","), "ties by value at the cut; lines in value byte order")
+end
+
+do -- the version is per batch: 4 only for the batch with x lines
+    local h, d = hour_day()
+    local max = clicks_batch.MAX_LINES
+    clicks_batch.MAX_LINES = 3
+    local n = 0
+    local b = clicks_batch.build({
+        aB3xYz = { h = { [h] = { 1, 0 } }, d = { [d] = { r = { ["-"] = 1 }, t = { link = 1 }, routed = false,
+            0, 1, 0, 0, 0 } } },
+        abcdef = { h = { [h] = { 1, 0 } }, d = { [d] = { r = { ["-"] = 1 }, t = { link = 1 }, routed = false,
+            0, 1, 0, 0, 0, x = { [2] = { chrome = 1 } } } } },
+    }, function()
+        n = n + 1
+        return "t:x:" .. n
+    end)
+    clicks_batch.MAX_LINES = max
+    eq(#b, 2, "split with x lines: two batches")
+    eq(b[1] and b[1].v, "1", "split: the batch without x lines stays version 1")
+    eq(b[2] and b[2].v, "4", "split: the batch with x lines is version 4")
+    eq(b[2] and b[2].body, one_click("abcdef", h, d) .. string.format("x abcdef %d browser:chrome 1\n", d),
+        "split: the x line with its link")
+end
+
+---------------------------------------------------------------- clicks.dimensions = false: the old bodies
+init(false)
+do
+    local h, d = hour_day()
+    local asked = false
+    clicks.count("aB3xYz", SHOP, false, DESKTOP, nil, nil, "https://d.example/?utm_source=x", "/aB3xYz?qr=1",
+        { ["accept-language"] = "zh" }, function()
+            asked = true
+            return "CN"
+        end)
+    local b = flushed()
+    eq(b[1] and b[1].v, "1", "dimensions off: version 1")
+    eq(b[1] and b[1].body, one_click("aB3xYz", h, d), "dimensions off: no x line")
+    ok(not asked, "dimensions off: the country never asked")
+    clicks.count("sale", SHOP, false, DESKTOP, nil, "r1", "https://d.example/?utm_source=x", "/sale?qr=1")
+    b = flushed()
+    eq(b[1] and b[1].v, "3", "dimensions off: a per-domain key is version 3")
+end
+
+---------------------------------------------------------------- config: clicks.dimensions, clicks.families_file
+do
+    local config = require("shorturl.config")
+    local nginx = { bots_file = repo .. "/common/data/bots.txt", inapp_file = repo .. "/common/data/inapp.txt",
+        crawlers_file = repo .. "/common/data/crawlers.txt", families_file = repo .. "/common/data/ua_families.txt" }
+    local function load(body, ng)
+        local path = ngx.var.su_tmp .. "/clicks_conf.lua"
+        local f = assert(io.open(path, "w"))
+        f:write("return " .. body)
+        f:close()
+        return pcall(config.load, path, ng or nginx)
+    end
+    local good, c = load("{}")
+    ok(good and c.clicks.dimensions == true, "config: dimensions on by default: " .. tostring(c))
+    eq(good and c.clicks.families_file, nginx.families_file, "config: the family file start.sh rendered")
+    good, c = load("{ clicks = { dimensions = false } }")
+    ok(good and c.clicks.dimensions == false, "config: dimensions off: " .. tostring(c))
+    good, c = load("{ clicks = { dimensions = 1 } }")
+    ok(not good and tostring(c):find("clicks.dimensions must be a boolean", 1, true),
+        "config: dimensions refused unless boolean: " .. tostring(c))
+    good, c = load("{}", { bots_file = nginx.bots_file, inapp_file = nginx.inapp_file,
+        crawlers_file = nginx.crawlers_file })
+    ok(not good and tostring(c):find("clicks.families_file", 1, true), "config: no family file: " .. tostring(c))
+    good, c = load("{ clicks = { dimensions = false } }", { bots_file = nginx.bots_file, inapp_file = nginx.inapp_file,
+        crawlers_file = nginx.crawlers_file })
+    ok(good, "config: no family file needed with dimensions off: " .. tostring(c))
 end
 
 ---------------------------------------------------------------- report

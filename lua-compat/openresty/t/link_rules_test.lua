@@ -51,6 +51,10 @@ for _, c in ipairs({
     -- before `=`.
     { "https://t/p", "a?&b=1", "https://t/p?a?&b=1" },
     { "https://t/p", "a=&b=", "https://t/p?a=&b=" },
+    -- The QR marker is never forwarded (protocol 3.7).
+    { "https://t/p", "qr=1&b=2", "https://t/p?b=2" },
+    { "https://t/p", "qr=1", "https://t/p" },
+    { "https://t/p", "qr=12", "https://t/p?qr=12" },
     { "https://t/p?=1", "=2&c", "https://t/p?=1&c" },
     { "https://t/p?a", "a=5&b", "https://t/p?a&b" },
     { "https://t/p?x=1#a#b", "y", "https://t/p?x=1&y#a#b" },

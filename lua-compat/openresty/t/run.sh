@@ -16,8 +16,9 @@
 #    pages through a recording origin started here: the upstream URI, the
 #    key's language, no-store, no click) and
 #    the protocol 3.5 keys (records and invalidations by (domain, code), a
-#    request without Host) and the protocol 3.6 click keys (the batches in
-#    the stream).
+#    request without Host), the protocol 3.6 click keys (the batches in
+#    the stream) and the protocol 3.7 click dimensions (their x lines, qr=1
+#    never forwarded).
 #
 # Ports: SU_T_PORT1..5 (the unit nginx, Redis, the module, an origin port
 # nobody listens on until the page checks at the end, the module's
@@ -108,6 +109,16 @@ for f in "$here"/*_test.lua; do
 done
 stop "${pids[-1]}"
 
+# start.sh renders clicks.dimensions (SU_CLICKS_DIMENSIONS, protocol 3.7)
+# and the family file's path (nginx -t only).
+if SU_CHECK=1 SU_CLICKS_DIMENSIONS=0 "$openresty/start.sh" "$tmp/render" 1 127.0.0.1:1 127.0.0.1:1 >"$tmp/render.log" 2>&1 &&
+  grep -q '^    dimensions = false,$' "$tmp/render/conf/shorturl.lua" &&
+  grep -q "families_file = \"$repo/common/data/ua_families.txt\"" "$tmp/render/conf/nginx.conf"; then
+  echo "start.sh: SU_CLICKS_DIMENSIONS=0 and the family file rendered"
+else
+  echo "start.sh: FAIL rendering SU_CLICKS_DIMENSIONS=0 / the family file"; cat "$tmp/render.log"; failed=1
+fi
+
 # ---------------------------------------------------------------- 2. end to end
 if [ "${SU_SKIP_E2E:-0}" = 1 ] || ! command -v redis-server >/dev/null; then
   echo "end to end: skipped"
@@ -182,6 +193,10 @@ rset scrnn1 "3 1 $far s.test https://x.example/clean {\"w\":null,\"f\":true}"
 rset scrnz1 "3 1 $far s.test https://x.example/last {\"w\":null}"
 rset scrnbd "3 1 $far s.test https://evil.example/bad {\"w\":\"allow\"}"
 rset inval1 "2 1 $far s.test https://x.example/v1"
+# Click dimensions (protocol 3.7): a link with UTM parameters of its own,
+# and one forwarding the request's query (never its qr=1).
+rset dims01 "2 1 $far s.test https://x.example/d?utm_campaign=launch"
+rset dimsf1 "3 1 $far s.test https://x.example/f {\"f\":true}"
 E2E_DOMAIN=go.test rset inval1 "2 1 $far go.test https://x.example/go-v1"
 
 IOS="Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148"
@@ -413,6 +428,37 @@ check_clicks "clicks: the same custom code on the other domain apart (v 3)" go.t
 check_clicks "clicks: no fleet code under a domain" s.test/plain1 ""
 check_clicks "clicks: nor on the other domain" go.test/sale01 ""
 check_clicks "clicks: no custom code alone" sale ""
+
+# Click dimensions (protocol 3.7, on by default): the x lines of a key
+# summed over the batches, "<dim>:<value> <n>," in byte order.
+click_dims() { # key
+  redis-cli -p "$rport" --raw XRANGE su:1:clicks - + 2>/dev/null |
+    awk -v k="$1" '$1 == "x" && $2 == k { n[$4] += $5 } END { for (v in n) print v, n[v] }' | LC_ALL=C sort | tr '\n' ','
+}
+check_dims() { # name key want
+  local got=""
+  for _ in $(seq 1 50); do got="$(click_dims "$2")"; [ "$got" = "$3" ] && break; sleep 0.1; done
+  if [ "$got" = "$3" ]; then echo "  ok   $1"; else echo "  FAIL $1: '$got', want '$3'"; failed=1; fi
+}
+e2e "dims: a plain link, from a QR code" 302 "https://x.example/d?utm_campaign=launch" "/dims01?qr=1" -A "$DESKTOP" \
+  -H "Accept-Language: zh-CN,zh;q=0.9" -H "CF-IPCountry: cn"
+e2e "dims: a plain link" 302 "https://x.example/d?utm_campaign=launch" "/dims01" -A "$IOS" -H "Accept-Language: *"
+e2e "dims: a plain link, HEAD (a bot)" 302 "https://x.example/d?utm_campaign=launch" "/dims01?qr=1" -A "$DESKTOP" -I \
+  -H "Accept-Language: fr"
+e2e "dims: forwarding drops qr=1" 302 "https://x.example/f?utm_source=news&utm_medium=a!b" \
+  "/dimsf1?qr=1&utm_source=news&utm_medium=a!b" -A "$DESKTOP"
+e2e "dims: forwarding qr=1 alone, no ?" 302 "https://x.example/f" "/dimsf1?qr=1" -A "$DESKTOP"
+e2e "dims: forwarding drops qr=1 between others" 302 "https://x.example/f?a=1&b=2" "/dimsf1?a=1&qr=1&b=2" -A "$DESKTOP"
+e2e "dims: forwarding keeps qr=10" 302 "https://x.example/f?qr=10" "/dimsf1?qr=10" -A "$DESKTOP"
+# The country: the header from the trusted proxy, else the database's
+# (127.0.0.0/8 in KR), else none.
+kr1="" kr2="" kr4=""
+[ -n "$mmdb" ] && { kr1="country:KR 1,"; kr4="country:KR 4,"; }
+check_dims "dims: a plain link's x lines (bots in none)" dims01 \
+  "browser:chrome 1,country:CN 1,${kr1}lang:zh 1,os:ios 1,os:windows 1,source:qr 1,utm_campaign:launch 2,"
+check_dims "dims: the forwarded query's UTM parameters, qr=1 counted" dimsf1 \
+  "browser:chrome 4,${kr4}os:windows 4,source:qr 3,utm_medium:~other 1,utm_source:news 1,"
+check_clicks "dims: batches with x lines are version 4" dims01 "4 "
 
 # The guidance page through an origin (protocol 4.6): one that records
 # what it is asked and answers every request 200 with the request's path

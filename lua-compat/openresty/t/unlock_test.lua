@@ -190,7 +190,7 @@ end
 ---------------------------------------------------------------- config: unlock.keys (SU_UNLOCK_KEYS)
 do
     local nginx = { bots_file = repo .. "/common/data/bots.txt", inapp_file = repo .. "/common/data/inapp.txt",
-        crawlers_file = repo .. "/common/data/crawlers.txt" }
+        crawlers_file = repo .. "/common/data/crawlers.txt", families_file = repo .. "/common/data/ua_families.txt" }
     local function load(body)
         local path = tmp .. "/unlock_conf.lua"
         local f = assert(io.open(path, "w"))

@@ -7,17 +7,22 @@
 -- batches wait in a bounded per-worker buffer (oldest dropped and counted
 -- beyond it); a worker that exits (nginx -s quit, reload) flushes first.
 --
+-- With `clicks.dimensions` (protocol 3.7, the default) a human click is
+-- also counted by its dimensions (clicks_dims.lua: country, browser, OS,
+-- language, source, UTM), the batches' `x` lines; a bot is in none.
+--
 -- Node-wide figures (status, metrics) are added to the shared dict by each
 -- worker at flush time, not per request.
 local clicks_ua = require("shorturl.clicks_ua")
 local clicks_ref = require("shorturl.clicks_ref")
+local clicks_dims = require("shorturl.clicks_dims")
 local clicks_batch = require("shorturl.clicks_batch")
 local proto = require("shorturl.proto")
 local redis = require("shorturl.redis")
 
 local ngx = ngx
 local ngx_time, now, update_time = ngx.time, ngx.now, ngx.update_time
-local format = string.format
+local format, find, sub = string.format, string.find, string.sub
 local state = ngx.shared.shorturl_state
 
 local M = {}
@@ -32,13 +37,19 @@ local UA_CACHE_ITEMS, REF_CACHE_ITEMS = 10000, 10000
 local BOT = clicks_ua.BOT
 
 M.enabled = false
+-- Whether human clicks are counted by their dimensions (clicks.dimensions).
+M.dimensions = false
 local cfg
 local device_class, ref_host = clicks_ua.device_class, clicks_ref.host
+local families, lang_of, has_qr, utm_of = clicks_dims.families, clicks_dims.lang, clicks_dims.has_qr,
+    clicks_dims.utm
 local click_key = proto.click_key
 
 -- Per worker.
-local ua_cache, ref_cache    -- resty.lrucache: user agent -> class, referer -> host
-local links = {}             -- link key -> { h = {[hour] = {human, bot}}, d = {[day] = {r = {[host] = n}, t = {[dest] = n}, routed, 5 classes}} }
+local ua_cache, ref_cache    -- resty.lrucache: user agent -> { class, browser, os }, referer -> host
+-- link key -> { h = {[hour] = {human, bot}}, d = {[day] = {r = {[host] = n}, t = {[dest] = n}, routed,
+-- 5 classes, x = nil or {[dim index] = {[value] = n}} (clicks_dims.DIMS order, defaults not kept)}} }
+local links = {}
 local human_new, bot_new = 0, 0 -- counted since the last flush (reported then)
 local queue, q_first, q_last = {}, 1, 0 -- unsent batches, oldest first
 local buffered = 0           -- clicks in `queue`
@@ -49,20 +60,28 @@ local flushing = false
 
 ---------------------------------------------------------------- counting
 
--- The class of user agent `v` (a header value, a table when repeated, or
--- nil: a bot).
+-- What a missing user agent is: a bot.
+local NO_UA = { BOT }
+
+-- The facts of user agent `v` (a header value, a table when repeated, or
+-- nil: a bot): { class, browser, os } (browser and OS families nil for
+-- `other`, and for a bot or with dimensions off), cached per worker.
 local function classify(v)
     if type(v) == "table" then
         v = v[1]
     end
     if v == nil then
-        return BOT
+        return NO_UA
     end
     local c = ua_cache:get(v)
     if c then
         return c
     end
-    c = device_class(v)
+    local class = device_class(v)
+    c = { class }
+    if class ~= BOT and M.dimensions then
+        c[2], c[3] = families(v)
+    end
     ua_cache:set(v, c)
     return c
 end
@@ -83,6 +102,68 @@ local function referrer(v)
     return h
 end
 
+local function bump(x, i, value)
+    local m = x[i]
+    if not m then
+        m = {}
+        x[i] = m
+    end
+    m[value] = (m[value] or 0) + 1
+end
+
+-- Counts the dimensions of one human click in link-day counts `dc`
+-- (Dims::read, DayDims::count): `facts` the user agent's (classify), the
+-- rest as M.count takes them.
+local function count_dims(dc, facts, location, pq, headers, country)
+    if type(country) == "function" then
+        country = country(headers)
+    end
+    local lang = headers and headers["accept-language"]
+    if type(lang) == "table" then
+        lang = lang[1]
+    end
+    lang = lang_of(lang)
+    local qr = false
+    if pq and find(pq, "qr=1", 1, true) then
+        local qm = find(pq, "?", 1, true)
+        qr = qm ~= nil and has_qr(sub(pq, qm + 1))
+    end
+    local us, um, uc = utm_of(location)
+    local browser, os = facts[2], facts[3]
+    if not (country or browser or os or lang or qr or us or um or uc) then
+        return -- every default: nothing kept
+    end
+    local x = dc.x
+    if not x then
+        x = {}
+        dc.x = x
+    end
+    if country then
+        bump(x, 1, country)
+    end
+    if browser then
+        bump(x, 2, browser)
+    end
+    if os then
+        bump(x, 3, os)
+    end
+    if lang then
+        bump(x, 4, lang)
+    end
+    if qr then
+        bump(x, 5, "qr")
+    end
+    if us then
+        bump(x, 6, us)
+    end
+    if um then
+        bump(x, 7, um)
+    end
+    if uc then
+        bump(x, 8, uc)
+    end
+end
+
 -- Counts one redirect answered for `code` on `domain` (the request's
 -- normalised host, which is the link's record domain), under its link key
 -- (protocol 3.6: a custom code is one link per domain): `head` for a HEAD
@@ -90,11 +171,20 @@ end
 -- for a link with options the label of the destination that answered (nil
 -- for a plain link: no destination lines; a human click without one is
 -- `link`).
-function M.count(code, domain, head, ua, referer, dest)
+--
+-- The dimensions of a human click (read only with clicks.dimensions on):
+-- `location` the redirect's Location, `pq` the request's raw path and
+-- query (its query: after the first `?`), `headers` the request's
+-- (ngx.req.get_headers(): Accept-Language) and `country` the client's
+-- (two upper-case letters; nil or false: none), or a function of
+-- `headers` answering it, called only then (geo.lua is not asked for a
+-- bot's click).
+function M.count(code, domain, head, ua, referer, dest, location, pq, headers, country)
     if not M.enabled then
         return
     end
-    local class = head and BOT or classify(ua)
+    local facts = head and NO_UA or classify(ua)
+    local class = facts[1]
     local host = referrer(referer)
     local t = ngx_time()
     local key = click_key(code, domain)
@@ -127,6 +217,9 @@ function M.count(code, domain, head, ua, referer, dest)
         local label = dest or "link"
         local tc = dc.t
         tc[label] = (tc[label] or 0) + 1
+        if M.dimensions then
+            count_dims(dc, facts, location, pq, headers, country)
+        end
     end
     dc[class] = dc[class] + 1
     local r = dc.r
@@ -303,9 +396,14 @@ end
 ---------------------------------------------------------------- set-up
 
 -- In the master (init_by_lua): loads the bot list once (workers inherit it).
+-- With dimensions, the browser and OS family file too.
 function M.init(c)
     cfg = c
     M.enabled = c.clicks.enabled
+    M.dimensions = c.clicks.enabled and c.clicks.dimensions
+    if ua_cache then
+        ua_cache:flush_all() -- a worker's (tests): its facts were read with the old setting
+    end
     if not M.enabled then
         return
     end
@@ -315,6 +413,15 @@ function M.init(c)
     end
     if n == 0 then
         error("clicks.bots_file " .. c.clicks.bots_file .. " holds no pattern", 0)
+    end
+    if M.dimensions then
+        n, err = clicks_dims.load(c.clicks.families_file)
+        if not n then
+            error("clicks.families_file: " .. tostring(err), 0)
+        end
+        if n == 0 then
+            error("clicks.families_file " .. c.clicks.families_file .. " holds no family", 0)
+        end
     end
 end
 

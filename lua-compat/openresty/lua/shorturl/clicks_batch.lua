@@ -4,12 +4,16 @@
 -- `h` lines by hour, `r` lines by day (the 20 hosts with the most clicks,
 -- ties by host in byte order, the rest summed as `~other`), `d` lines by
 -- day and class, `t` lines by day and destination label (byte order) for
--- a link-day counted on a link with options (human clicks only); a batch
--- holds whole links only and stays within the decoder's limits, and is
--- format version 3 when it names a per-domain key, else 2 when it has `t`
--- lines, else 1 (the oldest version that reads it: origins of every
--- version read a batch of fleet codes without options).
+-- a link-day counted on a link with options (human clicks only), `x`
+-- lines by day, dimension and value (protocol 3.7: per dimension the 20
+-- values with the most human clicks, ties by value in byte order, the rest
+-- summed as `~other`, written in value byte order); a batch holds whole
+-- links only and stays within the decoder's limits, and is format version
+-- 4 when it has `x` lines, else 3 when it names a per-domain key, else 2
+-- when it has `t` lines, else 1 (the oldest version that reads it: origins
+-- of every version read a batch of fleet codes without options).
 local clicks_ua = require("shorturl.clicks_ua")
+local clicks_dims = require("shorturl.clicks_dims")
 
 local format, concat, sort, find = string.format, table.concat, table.sort, string.find
 
@@ -21,6 +25,7 @@ M.MAX_BODY_BYTES = 8 * 1024 * 1024
 local TOP_REFERRERS = 20
 local OTHER_REFERRER = "~other"
 local DEVICES = clicks_ua.DEVICES
+local DIMS, TOP_VALUES, OTHER_VALUE = clicks_dims.DIMS, clicks_dims.TOP_VALUES, clicks_dims.OTHER
 
 local function sorted_keys(t)
     local keys = {}
@@ -38,12 +43,55 @@ local function by_count_then_host(a, b)
     return a[1] < b[1]
 end
 
+local function by_value(a, b)
+    return a[1] < b[1]
+end
+
+-- The `x` lines of one link-day's dimension counts `x` (`[dim index] =
+-- {[value] = n}`, clicks.lua) appended to `xl`; returns their byte size.
+-- Per dimension (DIMS order) the TOP_VALUES values with the most clicks
+-- (ties by value; a value `~other` is never kept, as referrer hosts are
+-- ranked) and the rest summed as `~other`, all in value byte order
+-- (dims.rs `fold_top`).
+local function dim_lines(xl, key, day, x)
+    local bytes = 0
+    for i = 1, #DIMS do
+        local m = x[i]
+        if m then
+            local ranked = {}
+            for v, n in pairs(m) do
+                ranked[#ranked + 1] = { v, n }
+            end
+            sort(ranked, by_count_then_host)
+            local kept, other = {}, 0
+            for _, r in ipairs(ranked) do
+                if #kept < TOP_VALUES and r[1] ~= OTHER_VALUE then
+                    kept[#kept + 1] = r
+                else
+                    other = other + r[2]
+                end
+            end
+            if other > 0 then
+                kept[#kept + 1] = { OTHER_VALUE, other }
+            end
+            sort(kept, by_value)
+            local dim = DIMS[i]
+            for _, r in ipairs(kept) do
+                local l = format("x %s %d %s:%s %d\n", key, day, dim, r[1], r[2])
+                xl[#xl + 1] = l
+                bytes = bytes + #l
+            end
+        end
+    end
+    return bytes
+end
+
 -- The lines of one link, `key` its link key (`link` as clicks.lua counts:
 -- `h[hour] = {human, bot}`, `d[day] = {r = {[host] = n}, t = {[dest] = n},
--- routed, [1..5] = per class}`): four arrays, their total byte size, and
--- the link's human and bot clicks.
+-- routed, [1..5] = per class, x = dimension counts or nil}`): five arrays,
+-- their total byte size, and the link's human and bot clicks.
 local function link_lines(key, link)
-    local hl, rl, dl, tl = {}, {}, {}, {}
+    local hl, rl, dl, tl, xl = {}, {}, {}, {}, {}
     local bytes, human, bot = 0, 0, 0
     for _, hour in ipairs(sorted_keys(link.h)) do
         local c = link.h[hour]
@@ -89,12 +137,15 @@ local function link_lines(key, link)
                 bytes = bytes + #l
             end
         end
+        if d.x then
+            bytes = bytes + dim_lines(xl, key, day, d.x)
+        end
     end
-    return hl, rl, dl, tl, bytes, human, bot
+    return hl, rl, dl, tl, xl, bytes, human, bot
 end
 
 local function new_batch()
-    return { h = {}, r = {}, d = {}, t = {}, lines = 0, bytes = 0, human = 0, bot = 0, per_domain = false }
+    return { h = {}, r = {}, d = {}, t = {}, x = {}, lines = 0, bytes = 0, human = 0, bot = 0, per_domain = false }
 end
 
 local function append(dst, src)
@@ -104,14 +155,16 @@ local function append(dst, src)
 end
 
 local function version(b)
-    if b.per_domain then
+    if #b.x > 0 then
+        return "4"
+    elseif b.per_domain then
         return "3"
     end
     return #b.t > 0 and "2" or "1"
 end
 
 local function finish(b, id)
-    return { id = id, v = version(b), body = concat(b.h) .. concat(b.r) .. concat(b.d) .. concat(b.t),
+    return { id = id, v = version(b), body = concat(b.h) .. concat(b.r) .. concat(b.d) .. concat(b.t) .. concat(b.x),
         human = b.human, bot = b.bot }
 end
 
@@ -122,8 +175,8 @@ function M.build(links, next_id)
     local out = {}
     local cur = new_batch()
     for _, key in ipairs(sorted_keys(links)) do
-        local hl, rl, dl, tl, bytes, human, bot = link_lines(key, links[key])
-        local lines = #hl + #rl + #dl + #tl
+        local hl, rl, dl, tl, xl, bytes, human, bot = link_lines(key, links[key])
+        local lines = #hl + #rl + #dl + #tl + #xl
         if cur.lines > 0 and (cur.lines + lines > M.MAX_LINES or cur.bytes + bytes > M.MAX_BODY_BYTES) then
             out[#out + 1] = finish(cur, next_id())
             cur = new_batch()
@@ -132,6 +185,7 @@ function M.build(links, next_id)
         append(cur.r, rl)
         append(cur.d, dl)
         append(cur.t, tl)
+        append(cur.x, xl)
         cur.lines = cur.lines + lines
         cur.bytes = cur.bytes + bytes
         cur.human, cur.bot = cur.human + human, cur.bot + bot

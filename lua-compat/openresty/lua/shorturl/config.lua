@@ -99,6 +99,13 @@ local function defaults()
             max_buffered_clicks = 1000000,
             -- common/data/bots.txt; "" = the path start.sh rendered.
             bots_file = "",
+            -- Protocol 3.7: human clicks also counted by country, browser,
+            -- OS, language, source and UTM (batch version 4, `x` lines);
+            -- false for a fleet whose origins are older than 3.7.
+            dimensions = true,
+            -- common/data/ua_families.txt (the browser and OS families);
+            -- "" = the path start.sh rendered.
+            families_file = "",
         },
         -- The shared TLS store's key material (protocol section 3.3), the
         -- Pingora edge's `tls.store_key` / `store_old_keys`: base64 of 32
@@ -290,6 +297,12 @@ local function check_clicks(c, nginx)
     if k.enabled and k.bots_file == "" then
         error("clicks.bots_file must name the bot list (common/data/bots.txt)", 0)
     end
+    if k.families_file == "" then
+        k.families_file = nginx.families_file or ""
+    end
+    if k.enabled and k.dimensions and k.families_file == "" then
+        error("clicks.families_file must name the browser and OS families (common/data/ua_families.txt)", 0)
+    end
 end
 
 -- `tls.store_key` and `tls.store_old_keys` as { current = key, old = { ... } }
@@ -384,9 +397,10 @@ end
 -- rendered with them before the module loads its config.
 local NGINX_LIMITS = { "header_timeout_secs", "max_connections", "max_connections_per_ip", "keepalive_timeout_secs",
     "clients_tracked" }
--- (`nginx.bots_file`, `nginx.inapp_file` and `nginx.crawlers_file`, also
--- rendered by start.sh, are the defaults of clicks.bots_file,
--- link_rules.inapp_file and link_rules.crawlers_file;
+-- (`nginx.bots_file`, `nginx.families_file`, `nginx.inapp_file` and
+-- `nginx.crawlers_file`, also rendered by start.sh, are the defaults of
+-- clicks.bots_file, clicks.families_file, link_rules.inapp_file and
+-- link_rules.crawlers_file;
 -- `nginx.tls_listener` says whether it rendered a TLS listener.)
 
 -- Loads and validates `path`; returns the config or raises a message.

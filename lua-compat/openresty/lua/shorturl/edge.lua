@@ -192,10 +192,21 @@ local function unavailable()
     return error_response(503, "unavailable", "link lookup temporarily unavailable", RETRY_AFTER)
 end
 
+-- The request's country (geo.lua: the header a trusted proxy sent, else
+-- the database for the client's address), for the rules' `cc` and the
+-- clicks' `country` dimension; `headers`: ngx.req.get_headers(). None
+-- without a source (the client's address not even worked out).
+local function request_country(headers)
+    if not geo.configured() then
+        return nil
+    end
+    return geo.country(headers, var.remote_addr, (clients.client()))
+end
+
 -- The link rules' view of a request (link_rules.choose), each part read
 -- only when a rule asks for it.
 local function visitor_country(v)
-    return geo.country(v.headers, var.remote_addr, (clients.client()))
+    return request_country(v.headers)
 end
 
 local function visitor_key()
@@ -235,8 +246,9 @@ end
 -- redirect of the link to its own URL would be (destination `link`; every
 -- crawler is also a bot of bots.txt). `no-store` to the client, as every
 -- page answered on `/{code}` itself: the same URL redirects others.
-local function card(code, host, head)
-    clicks.count(code, host, head.method == "HEAD", head.ua, head.referer, "link")
+local function card(code, host, head, url, pq)
+    clicks.count(code, host, head.method == "HEAD", head.ua, head.referer, "link", url, pq, head.headers,
+        request_country)
     return page_instead(code, host, "card", nil)
 end
 
@@ -315,12 +327,16 @@ local function redirect_by_rules(code, ans, head, pq)
     elseif gate == "locked" then
         return password_required(code, ans.domain, head)
     elseif gate == "card" then
-        return card(code, ans.domain, head)
+        return card(code, ans.domain, head, ans.url, pq)
     end
-    local url, dest = link_rules.choose(o, ans.url, expired, code, visitor(head, pq), t)
+    local v = visitor(head, pq)
+    local url, dest = link_rules.choose(o, ans.url, expired, code, v, t)
     if url then
-        -- ans.domain: the request's host (redirect_or_404 checked).
-        clicks.count(code, ans.domain, head.method == "HEAD", head.ua, head.referer, dest)
+        -- ans.domain: the request's host (redirect_or_404 checked). The
+        -- country as the rules found it, if they asked (v.country: the
+        -- memo, or still the function).
+        clicks.count(code, ans.domain, head.method == "HEAD", head.ua, head.referer, dest, url, pq, head.headers,
+            v.country == visitor_country and request_country or v.country)
         return respond.redirect(url, o.p)
     end
     clients.count_unknown()
@@ -339,7 +355,8 @@ local function redirect_or_404(code, host, head, pq)
     end
     local verdict = decide(ans, host)
     if verdict == "live" then
-        clicks.count(code, host, head.method == "HEAD", head.ua, head.referer)
+        clicks.count(code, host, head.method == "HEAD", head.ua, head.referer, nil, ans.url, pq, head.headers,
+            request_country)
         return respond.redirect(ans.url)
     elseif verdict == "unav" then
         return unavailable()

@@ -306,6 +306,12 @@ function M.lookup(addr)
     return code and code_of(code) or nil
 end
 
+-- Whether there is any source of a country (a header or a database):
+-- without one, every request's country is none, nothing to work out.
+function M.configured()
+    return cfg ~= nil and (cfg.geo.country_header ~= "" or db ~= nil)
+end
+
 -- The country of the request: `headers` (ngx.req.get_headers()), the
 -- connection's `peer` and the `client` behind it (clients.client()).
 function M.country(headers, peer, client)

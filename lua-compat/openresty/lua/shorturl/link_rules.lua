@@ -843,14 +843,20 @@ end
 
 ---------------------------------------------------------------- forwarding
 
+-- The QR marker (protocol 4.1 and 3.7, dims.rs QR_MARKER): the QR codes'
+-- URLs carry it, the clicks count it (source `qr`, clicks_dims.has_qr),
+-- and it is the edge's, never forwarded.
+local QR_MARKER = "qr=1"
+M.QR_MARKER = QR_MARKER
+
 local function enc_byte(c)
     return format("%%%02X", byte(c))
 end
 
 -- forward_query: `target` with the pairs of query `q` whose name the
--- target's own query lacks appended (in order, empty ones skipped) before
--- its fragment; bytes a Location must not carry raw percent-encoded.
--- `target` itself when nothing is appended.
+-- target's own query lacks appended (in order, empty ones and the QR
+-- marker `qr=1` skipped) before its fragment; bytes a Location must not
+-- carry raw percent-encoded. `target` itself when nothing is appended.
 function M.forward_query(target, q)
     local hash = find(target, "#", 1, true)
     local base, frag = target, ""
@@ -870,7 +876,7 @@ function M.forward_query(target, q)
     end
     local out
     for p in (q .. "&"):gmatch("([^&]*)&") do
-        if p ~= "" and not (names and names[p:match("^[^=]*")]) then
+        if p ~= "" and p ~= QR_MARKER and not (names and names[p:match("^[^=]*")]) then
             if not out then
                 out = { base }
                 if not own then
