@@ -334,13 +334,13 @@ do -- x lines follow t lines; a per-domain key's batch with x lines is version 4
         .. t.show(b[1] and b[1].body))
 end
 
-do -- every dimension at its default: no x line, the version of before
+do -- every dimension at its default: no x line, still version 4 (counted by dimension)
     local h, d = hour_day()
     clicks.count("aB3xYz", SHOP, false, PLAIN_UA, nil, nil, "https://d.example/", "/aB3xYz?q=1",
         { ["accept-language"] = "*" }, nil)
     clicks.count("aB3xYz", SHOP, false, "curl/8", nil, nil, "https://d.example/?utm_source=x", "/aB3xYz?qr=1")
     local b = flushed()
-    eq(b[1] and b[1].v, "1", "only defaults and bots: version 1")
+    eq(b[1] and b[1].v, "4", "only defaults and bots: version 4")
     eq(b[1] and b[1].body, string.format("h aB3xYz %d 1 1\nr aB3xYz %d - 2\nd aB3xYz %d bot 1\n"
         .. "d aB3xYz %d other 1\n", h, d, d, d), "only defaults and bots: no x line")
 end

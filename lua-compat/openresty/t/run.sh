@@ -409,9 +409,7 @@ case "$st" in
   *) echo "  FAIL status: inval messages in $st"; failed=1 ;;
 esac
 # Click keys (protocol 3.6): the versions of the batches holding an `h`
-# line of a key (XRANGE --raw: "v", its value, ..., the body's lines). A
-# batch of fleet codes is version 1 or 2, unless the same flush holds a
-# per-domain key: only the custom code's version is certain.
+# line of a key (XRANGE --raw: "v", its value, ..., the body's lines).
 click_versions() { # key
   redis-cli -p "$rport" --raw XRANGE su:1:clicks - + 2>/dev/null |
     awk -v k="$1" 'prev == "v" { v = $0 } { prev = $0 } index($0, "h " k " ") == 1 { print v }' | sort -u | tr '\n' ' '
@@ -423,8 +421,9 @@ check_clicks() { # name key want-versions (a glob)
 }
 check_clicks "clicks: a fleet code under the code" plain1 "?*"
 check_clicks "clicks: a fleet code on two domains under the code" sale01 "?*"
-check_clicks "clicks: a custom code under <domain>/<code> (v 3)" s.test/sale "3 "
-check_clicks "clicks: the same custom code on the other domain apart (v 3)" go.test/sale "3 "
+# (Version 4 with dimensions on, the default: it names keys as 3 does.)
+check_clicks "clicks: a custom code under <domain>/<code> (v 4)" s.test/sale "4 "
+check_clicks "clicks: the same custom code on the other domain apart (v 4)" go.test/sale "4 "
 check_clicks "clicks: no fleet code under a domain" s.test/plain1 ""
 check_clicks "clicks: nor on the other domain" go.test/sale01 ""
 check_clicks "clicks: no custom code alone" sale ""

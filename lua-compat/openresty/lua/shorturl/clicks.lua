@@ -249,7 +249,7 @@ local function take()
     if next(links) == nil then
         return
     end
-    local batches = clicks_batch.build(links, next_id)
+    local batches = clicks_batch.build(links, next_id, M.dimensions)
     links = {}
     for _, b in ipairs(batches) do
         q_last = q_last + 1

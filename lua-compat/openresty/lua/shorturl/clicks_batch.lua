@@ -9,7 +9,8 @@
 -- values with the most human clicks, ties by value in byte order, the rest
 -- summed as `~other`, written in value byte order); a batch holds whole
 -- links only and stays within the decoder's limits, and is format version
--- 4 when it has `x` lines, else 3 when it names a per-domain key, else 2
+-- 4 when the worker counts dimensions (with or without `x` lines: its
+-- human clicks were counted by dimension), else 3 when it names a per-domain key, else 2
 -- when it has `t` lines, else 1 (the oldest version that reads it: origins
 -- of every version read a batch of fleet codes without options).
 local clicks_ua = require("shorturl.clicks_ua")
@@ -144,8 +145,9 @@ local function link_lines(key, link)
     return hl, rl, dl, tl, xl, bytes, human, bot
 end
 
-local function new_batch()
-    return { h = {}, r = {}, d = {}, t = {}, x = {}, lines = 0, bytes = 0, human = 0, bot = 0, per_domain = false }
+local function new_batch(dims)
+    return { h = {}, r = {}, d = {}, t = {}, x = {}, lines = 0, bytes = 0, human = 0, bot = 0, per_domain = false,
+        dims = dims }
 end
 
 local function append(dst, src)
@@ -155,7 +157,7 @@ local function append(dst, src)
 end
 
 local function version(b)
-    if #b.x > 0 then
+    if b.dims or #b.x > 0 then
         return "4"
     elseif b.per_domain then
         return "3"
@@ -170,16 +172,16 @@ end
 
 -- Turns `links` (link key -> counts) into batches `{id, v, body, human,
 -- bot}`, ids from `next_id()`, links in key order (byte order, as the Rust
--- accumulator sorts its keys).
-function M.build(links, next_id)
+-- accumulator sorts its keys); `dims`: the worker counts dimensions.
+function M.build(links, next_id, dims)
     local out = {}
-    local cur = new_batch()
+    local cur = new_batch(dims)
     for _, key in ipairs(sorted_keys(links)) do
         local hl, rl, dl, tl, xl, bytes, human, bot = link_lines(key, links[key])
         local lines = #hl + #rl + #dl + #tl + #xl
         if cur.lines > 0 and (cur.lines + lines > M.MAX_LINES or cur.bytes + bytes > M.MAX_BODY_BYTES) then
             out[#out + 1] = finish(cur, next_id())
-            cur = new_batch()
+            cur = new_batch(dims)
         end
         append(cur.h, hl)
         append(cur.r, rl)
