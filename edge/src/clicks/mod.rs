@@ -480,7 +480,57 @@ mod tests {
             user_agent: Some(b"Mozilla/5.0 (Windows NT 10.0) Chrome/126.0"),
             referer: None,
             destination: None,
+            ..ClickParts::default()
         }
+    }
+
+    #[test]
+    fn a_human_clicks_dimensions_are_counted_and_a_bots_are_not() {
+        let now = 86_400 * 20_000 + 7200;
+        let day = 86_400 * 20_000;
+        let with_dims = |on: bool| {
+            let c = clicks_with(config::ClicksFile {
+                dimensions: on,
+                ..Default::default()
+            });
+            let human = ClickParts {
+                accept_language: Some(b"de-DE,de;q=0.9"),
+                country: Some(*b"DE"),
+                query: Some(b"x=1&qr=1"),
+                location: Some("https://shop.example/p?utm_source=mail&utm_campaign=x%20y"),
+                ..parts()
+            };
+            c.record_parts(human, ("abcdef", "s.example"), now);
+            let bot = ClickParts {
+                user_agent: Some(b"curl/8"),
+                ..human
+            };
+            c.record_parts(bot, ("abcdef", "s.example"), now);
+            assert_eq!(c.drain(), 2);
+            c.cut();
+            let st = c.state();
+            let b = st.pending.front().map(|u| (u.version, u.body.to_string()));
+            b.unwrap_or_else(|| panic!("no batch"))
+        };
+        let x = |l: &str| format!("x abcdef {day} {l} 1\n");
+        let (v, body) = with_dims(true);
+        assert_eq!(v, "4");
+        let want: String = [
+            "country:DE",
+            "browser:chrome",
+            "os:windows",
+            "lang:de",
+            "source:qr",
+            "utm_source:mail",
+            "utm_campaign:x%20y",
+        ]
+        .iter()
+        .map(|l| x(l))
+        .collect();
+        assert!(body.ends_with(&want), "{body}");
+        let (v, body) = with_dims(false);
+        assert_eq!(v, "1");
+        assert!(!body.contains("\nx "), "{body}");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 use crate::support;
 
 use shorturl_common::code::link_key;
-use shorturl_common::link_rules::LinkOptions;
+use shorturl_common::link_rules::{self as link_rules, LinkOptions};
 use support::clicks::{self, bot_list_user_agents, record, Req, BROWSERS, CHROME_WIN, REFERERS};
 use support::http::Conn;
 use support::Edge;
@@ -157,4 +157,163 @@ fn the_pingora_edge_and_the_module_count_the_same_requests_alike() {
         .keys()
         .filter(|k| k.0 == 't')
         .all(|k| k.1 == link_key(routed, "localhost") || k.1 == link_key(expired, "localhost")));
+}
+
+/// The dimensions of protocol 3.7 (batch version 4) alike on both edges
+/// and as `common::clicks::Accumulator::with_dimensions` counts them: both
+/// behind a trusted proxy (loopback) with the country header and the
+/// database `scripts/deps.sh` installs; browsers and in-app browsers,
+/// languages, the QR marker (counted, and not forwarded), UTM values from a
+/// link's own URL and from a forwarded query, countries from the header and
+/// from addresses looked up in the database.
+#[test]
+fn the_two_edges_count_dimensions_alike() {
+    let redis = Redis::start();
+    let url = redis.url();
+    let now = shorturl_common::time::now_unix();
+    let (own, fwd) = ("dimOwnUtm1", "dimForward");
+    let own_url = "https://example.com/a?utm_source=news&utm_campaign=spring";
+    let fwd_url = "https://example.com/f";
+    for (code, line) in [
+        (own, format!("2 1 {} localhost {own_url}", now + 86_400)),
+        (
+            fwd,
+            format!("3 1 {} localhost {fwd_url} {{\"f\":true}}", now + 86_400),
+        ),
+    ] {
+        support::redis_cmd(
+            &url,
+            &["SET", &format!("su:1:link:localhost/{code}"), &line],
+        )
+        .unwrap();
+    }
+    let mmdb = testkit::country_mmdb();
+    let origin = format!("127.0.0.1:{}", free_port());
+    let pingora = Edge::pingora_with(
+        &url,
+        &origin,
+        &format!(
+            "  trusted_proxies: [\"127.0.0.1/32\"]\n  geo: {{ country_header: CF-IPCountry, mmdb_path: \"{}\" }}\n  clicks: {{ enabled: true, flush_interval_ms: 100, edge_name: dim-pingora }}\n",
+            mmdb.display()
+        ),
+    );
+    let lua = Edge::openresty_with(
+        &format!("127.0.0.1:{}", redis.port()),
+        &origin,
+        &[
+            ("SU_CLICKS_EDGE_NAME", "dim-lua".into()),
+            ("SU_CLICKS_FLUSH_INTERVAL_MS", "100".into()),
+            ("SU_TRUSTED_PROXIES", "127.0.0.1/32".into()),
+            ("SU_GEO_COUNTRY_HEADER", "CF-IPCountry".into()),
+            ("SU_GEO_MMDB_PATH", mmdb.display().to_string()),
+        ],
+    );
+    // The database's answer for the addresses the requests come from.
+    let db = maxminddb::Reader::open_readfile(&mmdb).expect("the country database");
+    let db_country = |ip: &str| -> Option<[u8; 2]> {
+        let found = db.lookup(ip.parse().ok()?).ok()?;
+        let rec: serde_json::Value = found.decode().ok()??;
+        rec["country_code"].as_str()?.as_bytes().try_into().ok()
+    };
+    let wechat = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148 MicroMessenger/8.0.47(0x18002f2c) NetType/WIFI Language/zh_CN";
+    let langs = [
+        Some("zh-CN,zh;q=0.9,en;q=0.8"),
+        Some("en-US"),
+        Some("*"),
+        None,
+        Some("de"),
+        Some("x-klingon"),
+    ];
+    let queries = [
+        None,
+        Some("qr=1"),
+        Some("utm_source=mail&qr=1"),
+        Some("utm_campaign=a%20b&utm_medium=cpc"),
+        Some("utm_source=bad!"),
+    ];
+    let addrs = ["8.8.8.8", "1.1.1.1", "203.0.113.9", "2001:4860:4860::8888"];
+    let mut reqs = Vec::new();
+    let uas = BROWSERS.iter().copied().chain([wechat, "curl/8.4"]);
+    for (i, ua) in uas.enumerate() {
+        for j in 0..3 {
+            let k = i * 3 + j;
+            let code = if k % 2 == 0 { own } else { fwd };
+            let mut r = Req::get(code, Some(ua), None);
+            r.lang = langs[k % langs.len()].map(str::to_owned);
+            r.query = queries[k % queries.len()].map(str::to_owned);
+            match k % 3 {
+                0 => {
+                    // A trusted proxy's header, upper-cased.
+                    let c = ["JP", "BR", "de"][(k / 3) % 3];
+                    r.cf_country = Some(c.to_owned());
+                    r.country = c.to_ascii_uppercase().as_bytes().try_into().ok();
+                }
+                1 => {
+                    let a = addrs[k % addrs.len()];
+                    r.xff = Some(a.to_owned());
+                    r.country = db_country(a);
+                }
+                _ => {}
+            }
+            if code == fwd {
+                // A link with options: its clicks have destination lines.
+                r.destination = Some(link_rules::Destination::Link);
+            }
+            let base = if code == own { own_url } else { fwd_url };
+            r.location = Some(match (&r.query, code == fwd) {
+                (Some(q), true) => link_rules::forward_query(base, q).into_owned(),
+                _ => base.to_owned(),
+            });
+            reqs.push(r);
+        }
+    }
+    assert!(
+        reqs.iter().any(|r| r.xff.is_some() && r.country.is_some()),
+        "the database answers some of the addresses"
+    );
+    clicks::away_from_hour_end(120);
+    let mut answers = Vec::new();
+    for edge in [&pingora, &lua] {
+        let mut conns: Vec<Conn> = (0..3).map(|_| Conn::open(edge.port).unwrap()).collect();
+        answers.push(clicks::send(&mut conns, &reqs));
+    }
+    let statuses = |i: usize| answers[i].iter().map(|a| a.0).collect::<Vec<_>>();
+    assert_eq!(statuses(0), statuses(1), "the edges answered differently");
+    assert!(statuses(0).iter().all(|s| *s == 302), "{:?}", statuses(0));
+    let n = reqs.len() as u64;
+    let from_pingora = clicks::await_clicks(&url, "dim-pingora:", n);
+    let from_lua = clicks::await_clicks(&url, "dim-lua:", n);
+    for b in from_pingora.iter().chain(&from_lua) {
+        assert!(b.counted_dims, "every batch is version 4: {}", b.id);
+    }
+    let want = clicks::lines_of(&clicks::expected_dims(&reqs, &answers[0]));
+    let p = clicks::lines_of(&from_pingora);
+    let l = clicks::lines_of(&from_lua);
+    for (k, v) in &p {
+        assert_eq!(
+            l.get(k),
+            Some(v),
+            "line {k:?}: pingora {v}, openresty {:?}",
+            l.get(k)
+        );
+    }
+    assert_eq!(p, l, "the two edges' lines");
+    assert_eq!(p, want, "the lines against common::clicks::Accumulator");
+    let x = |prefix: &str| p.keys().any(|k| k.0 == 'x' && k.3.starts_with(prefix));
+    for dim in [
+        "country:JP",
+        "browser:wechat",
+        "browser:chrome",
+        "os:ios",
+        "lang:zh",
+        "lang:de",
+        "source:qr",
+        "utm_source:news",
+        "utm_source:mail",
+        "utm_source:~other",
+        "utm_campaign:a%20b",
+        "utm_medium:cpc",
+    ] {
+        assert!(x(dim), "no {dim} line: {p:?}");
+    }
 }

@@ -22,6 +22,15 @@ pub struct Req {
     /// On a link with options: the destination that answers it
     /// ([`Req::route`]).
     pub destination: Option<Destination>,
+    /// The dimensions' inputs (protocol 3.7): `Accept-Language`, the
+    /// query (after `?`), the trusted proxy's `CF-IPCountry` and
+    /// `X-Forwarded-For`, and the country and `Location` the click gets.
+    pub lang: Option<String>,
+    pub query: Option<String>,
+    pub cf_country: Option<String>,
+    pub xff: Option<String>,
+    pub country: Option<[u8; 2]>,
+    pub location: Option<String>,
 }
 
 impl Req {
@@ -33,6 +42,12 @@ impl Req {
             ua: ua.map(str::to_owned),
             referer: referer.map(str::to_owned),
             destination: None,
+            lang: None,
+            query: None,
+            cf_country: None,
+            xff: None,
+            country: None,
+            location: None,
         }
     }
 
@@ -72,10 +87,10 @@ impl Visitor for Req {
     }
 }
 
-/// Counts summed over batches: (`h`|`r`|`d`|`t`, code, hour or day, key) →
-/// n, where the key of an `h` line is `human` or `bot` (zeros left out), of
-/// an `r` line the host, of a `d` line the class, of a `t` line the
-/// destination. Batch boundaries vanish, so
+/// Counts summed over batches: (`h`|`r`|`d`|`t`|`x`, code, hour or day,
+/// key) → n, where the key of an `h` line is `human` or `bot` (zeros left
+/// out), of an `r` line the host, of a `d` line the class, of a `t` line
+/// the destination, of an `x` line `<dim>:<value>`. Batch boundaries vanish, so
 /// two edges that flushed at different moments compare equal.
 pub type Lines = BTreeMap<(char, String, u64, String), u64>;
 
@@ -100,6 +115,15 @@ pub fn add_batch(lines: &mut Lines, b: &Batch) {
     }
     for t in &b.destinations {
         add('t', &t.code, t.day, &t.destination.label(), t.n);
+    }
+    for x in &b.dims {
+        add(
+            'x',
+            &x.code,
+            x.day,
+            &format!("{}:{}", x.dim.as_str(), x.value),
+            x.n,
+        );
     }
 }
 
@@ -126,15 +150,22 @@ pub fn send(conns: &mut [Conn], reqs: &[Req]) -> Vec<(u16, u64)> {
             if let Some(rf) = &r.referer {
                 headers.push(("Referer", rf));
             }
+            if let Some(l) = &r.lang {
+                headers.push(("Accept-Language", l));
+            }
+            if let Some(c) = &r.cf_country {
+                headers.push(("CF-IPCountry", c));
+            }
+            if let Some(x) = &r.xff {
+                headers.push(("X-Forwarded-For", x));
+            }
             let method = if r.head { "HEAD" } else { "GET" };
+            let path = match &r.query {
+                Some(q) => format!("/{}?{q}", r.code),
+                None => format!("/{}", r.code),
+            };
             let resp = conns[i % n]
-                .send(
-                    method,
-                    &format!("/{}", r.code),
-                    Some(&r.host),
-                    &headers,
-                    b"",
-                )
+                .send(method, &path, Some(&r.host), &headers, b"")
                 .unwrap_or_else(|e| panic!("{method} /{}: {e}", r.code));
             (resp.status, shorturl_common::time::now_unix())
         })
@@ -145,7 +176,15 @@ pub fn send(conns: &mut [Conn], reqs: &[Req]) -> Vec<(u16, u64)> {
 /// answered as `answers` says, in one batch per link-day set (as an edge
 /// that flushed once).
 pub fn expected(reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
-    let mut acc = Accumulator::new();
+    expected_with(Accumulator::new(), reqs, answers)
+}
+
+/// [`expected`] by an accumulator that counts dimensions (protocol 3.7).
+pub fn expected_dims(reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
+    expected_with(Accumulator::with_dimensions(), reqs, answers)
+}
+
+fn expected_with(mut acc: Accumulator, reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
     for (r, (status, at)) in reqs.iter().zip(answers) {
         if *status == 302 {
             // Counted under the link key (protocol 3.6): the Host is the
@@ -156,6 +195,10 @@ pub fn expected(reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
                 user_agent: r.ua.as_deref(),
                 referer: r.referer.as_deref(),
                 destination: r.destination,
+                accept_language: r.lang.as_deref(),
+                country: r.country,
+                query: r.query.as_deref(),
+                location: r.location.as_deref(),
                 ..Click::new(&key, *at)
             }));
         }
