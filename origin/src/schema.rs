@@ -83,6 +83,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../migrations/0018_webhooks.sql"),
     ),
     (19, "sso", include_str!("../migrations/0019_sso.sql")),
+    (
+        20,
+        "click_dimensions",
+        include_str!("../migrations/0020_click_dimensions.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

@@ -1384,3 +1384,85 @@ async fn the_live_view_shows_the_last_hour() {
         404
     );
 }
+
+/// The link page's tables per dimension (protocol 3.7): the human clicks
+/// of its 90 days per value, most first, escaped, `-` and `~other` named
+/// for people, a dimension without rows saying so; each with its CSV.
+#[tokio::test]
+async fn link_dimensions_are_tables_with_csv_in_the_console() {
+    let c = start();
+    let (st, v) =
+        c.s.origin
+            .create(serde_json::json!({"url": "https://a.example/dims"}))
+            .await;
+    assert_eq!(st, 201, "{v}");
+    let code = v["code"].as_str().unwrap().to_owned();
+    let today = "UNIX_TIMESTAMP() - MOD(UNIX_TIMESTAMP(), 86400)";
+    c.s.sql(&format!(
+        "INSERT INTO click_day_dim (code, day, dim, value, n) VALUES \
+         ('{code}', {today}, 'country', 'DE', 3), ('{code}', {today}, 'country', 'unknown', 5), \
+         ('{code}', {today} - 86400, 'country', 'DE', 4), \
+         ('{code}', {today} - 200 * 86400, 'country', 'FR', 9), \
+         ('{code}', {today}, 'lang', '-', 2), ('{code}', {today}, 'lang', '~other', 1), \
+         ('{code}', {today}, 'utm_source', 'a<b>', 6), ('{code}', {today}, 'utm_source', '-x', 1)"
+    ));
+    let root = c.session("root", "root-pw").await;
+    let path = format!("/admin/links/{code}");
+    let page = c.get(&path, &root).await.text().await.unwrap();
+    let table = |id: &str| -> String {
+        page.split(&format!("<table id=\"dim-{id}\">"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no table {id}: {page}"))
+            .split("</table>")
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    // Days before the link was created (a recycled code's earlier
+    // clicks) are left out, as everywhere.
+    assert!(
+        table("country").ends_with(
+            "<tbody><tr><td>unknown</td><td class=\"n\">5</td></tr>\
+             <tr><td>DE</td><td class=\"n\">3</td></tr></tbody>"
+        ),
+        "{}",
+        table("country")
+    );
+    assert!(table("language").ends_with(
+        "<tbody><tr><td>(none)</td><td class=\"n\">2</td></tr>\
+         <tr><td>(others)</td><td class=\"n\">1</td></tr></tbody>"
+    ));
+    assert!(table("utm_source").contains("<td>a&lt;b&gt;</td><td class=\"n\">6</td>"));
+    assert!(!page.contains("a<b>"));
+    for id in ["browser", "os", "source", "utm_medium", "utm_campaign"] {
+        assert!(table(id).contains("No clicks counted."), "{id}");
+    }
+    let href = format!("/admin/links/{code}?dim=country&amp;format=csv");
+    assert!(page.contains(&href), "{page}");
+    // The CSV links: the same numbers, formulas defused.
+    let r = c
+        .get(
+            &format!("/admin/links/{code}?dim=country&format=csv"),
+            &root,
+        )
+        .await;
+    assert_eq!(r.headers()["content-type"], "text/csv; charset=utf-8");
+    assert_eq!(
+        r.text().await.unwrap(),
+        "value,human\r\nunknown,5\r\nDE,3\r\n"
+    );
+    let r = c
+        .get(
+            &format!("/admin/links/{code}?dim=utm_source&format=csv"),
+            &root,
+        )
+        .await;
+    assert_eq!(
+        r.text().await.unwrap(),
+        "value,human\r\na<b>,6\r\n\"'-x\",1\r\n"
+    );
+    let r = c
+        .get(&format!("/admin/links/{code}?dim=city&format=csv"), &root)
+        .await;
+    assert_eq!(r.status().as_u16(), 400);
+}

@@ -512,3 +512,200 @@ async fn clicks_per_destination_are_the_ab_result() {
     let (_, v) = link_stats(o, ADMIN, &plain, &range()).await;
     assert_eq!(v["destinations"], json!([]), "{v}");
 }
+
+/// `(day, dim, value, n)` rows of `click_day_dim` for `code`, tab-separated
+/// lines in key order.
+fn dim_rows(s: &support::Setup, code: &str) -> String {
+    s.sql(&format!(
+        "SELECT day, dim, value, n FROM click_day_dim WHERE code = '{code}' ORDER BY day, dim, value"
+    ))
+    .trim()
+    .to_owned()
+}
+
+/// Dimension lines (batch format 4, protocol 3.7) from an accumulator
+/// counting dimensions as an edge does: the named values and every
+/// dimension's default (the day's human clicks the lines leave out) are
+/// stored, per day, exactly once however often the batch is delivered;
+/// bots are in no dimension; a batch of an older format adds no row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dimension_lines_are_stored_with_their_defaults_exactly_once() {
+    let s = setup_with(None);
+    let o = &s.origin;
+    let code = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
+    let old = create(&s, SHOP, json!({"url": "https://a.example/old"})).await;
+    let ids = BatchIds::new("edge-dims", "boot1").unwrap();
+    let mut acc = Accumulator::with_dimensions();
+    let at = DAY + 3600;
+    for i in 0..3 {
+        assert!(acc.add(&Click {
+            user_agent: Some(UAS[0]),
+            accept_language: Some("de-DE,de;q=0.9"),
+            country: Some(*b"DE"),
+            query: Some("qr=1"),
+            location: Some("https://a.example/?utm_source=mail&utm_campaign=spring"),
+            ..Click::new(&code, at + i)
+        }));
+    }
+    for i in 0..2 {
+        assert!(acc.add(&Click {
+            user_agent: Some(UAS[1]),
+            location: Some("https://a.example/"),
+            ..Click::new(&code, at + 10 + i)
+        }));
+    }
+    // Bots: counted, in no dimension.
+    assert!(acc.add(&Click {
+        user_agent: Some(UAS[3]),
+        country: Some(*b"US"),
+        ..Click::new(&code, at + 20)
+    }));
+    assert!(acc.add(&Click {
+        head: true,
+        user_agent: Some(UAS[0]),
+        ..Click::new(&code, at + 21)
+    }));
+    // The next day: one click with nothing known, every default.
+    assert!(acc.add(&Click {
+        user_agent: Some("SomeTV/1.0"),
+        ..Click::new(&code, DAY + 86_400 + 5)
+    }));
+    let taken = acc.take_batches(&ids, 1000);
+    assert_eq!(taken.len(), 1);
+    let b = &taken[0];
+    assert_eq!(b.version(), "4");
+    assert!(b.counted_dims && !b.dims.is_empty());
+    xadd(&s, b).await;
+    wait_totals(o, &code, (6, 2)).await;
+    let d1 = DAY + 86_400;
+    let want: Vec<String> = [
+        (DAY, "browser", "chrome", 3),
+        (DAY, "browser", "safari", 2),
+        (DAY, "country", "DE", 3),
+        (DAY, "country", "unknown", 2),
+        (DAY, "lang", "-", 2),
+        (DAY, "lang", "de", 3),
+        (DAY, "os", "ios", 2),
+        (DAY, "os", "windows", 3),
+        (DAY, "source", "link", 2),
+        (DAY, "source", "qr", 3),
+        (DAY, "utm_campaign", "-", 2),
+        (DAY, "utm_campaign", "spring", 3),
+        (DAY, "utm_medium", "-", 5),
+        (DAY, "utm_source", "-", 2),
+        (DAY, "utm_source", "mail", 3),
+        (d1, "browser", "other", 1),
+        (d1, "country", "unknown", 1),
+        (d1, "lang", "-", 1),
+        (d1, "os", "other", 1),
+        (d1, "source", "link", 1),
+        (d1, "utm_campaign", "-", 1),
+        (d1, "utm_medium", "-", 1),
+        (d1, "utm_source", "-", 1),
+    ]
+    .iter()
+    .map(|(d, dim, v, n)| format!("{d}\t{dim}\t{v}\t{n}"))
+    .collect();
+    assert_eq!(dim_rows(&s, &code), want.join("\n"));
+
+    // Delivered again (a lost acknowledgement): counted once.
+    xadd(&s, b).await;
+    eventually("the redelivery is a duplicate", WAIT, || async {
+        batches(o, "duplicate").await >= 1
+    })
+    .await;
+    assert_eq!(dim_rows(&s, &code), want.join("\n"));
+
+    // A batch of an older format (no dimensions counted): no row.
+    let mut acc = Accumulator::new();
+    assert!(acc.add(&Click {
+        user_agent: Some(UAS[0]),
+        country: Some(*b"DE"),
+        ..Click::new(&old, at)
+    }));
+    let older = acc.take_batches(&ids, 1000);
+    assert!(older.iter().all(|b| b.version() != "4" && !b.counted_dims));
+    for b in &older {
+        xadd(&s, b).await;
+    }
+    wait_totals(o, &old, (1, 0)).await;
+    assert_eq!(dim_rows(&s, &old), "");
+}
+
+/// A link-day-dimension keeps at most 20 named values and `~other` besides
+/// its default, across batches (the edge bounds each batch alone): the
+/// values past the top 20 are summed into `~other`, ties keep the value
+/// stored first, the default is never folded, and the stats API reads the
+/// same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dimension_values_past_the_top_20_are_folded_into_other() {
+    let s = setup_with(None);
+    let o = &s.origin;
+    let code = create(&s, SHOP, json!({"url": "https://a.example/many"})).await;
+    let ids = BatchIds::new("edge-fold", "boot1").unwrap();
+    let mut acc = Accumulator::with_dimensions();
+    let mut all = Vec::new();
+    // Batch 1: 15 countries, 2 clicks each; batch 2: 15 others, 1 click
+    // each; each batch one click of no country (the default).
+    for (first, clicks) in [(b'A', 2), (b'B', 1)] {
+        for c in 0..15u8 {
+            for i in 0..clicks {
+                assert!(acc.add(&Click {
+                    user_agent: Some(UAS[0]),
+                    country: Some([first, b'A' + c]),
+                    ..Click::new(&code, DAY + 60 * u64::from(c) + i)
+                }));
+            }
+        }
+        assert!(acc.add(&Click {
+            user_agent: Some(UAS[0]),
+            ..Click::new(&code, DAY + 7200)
+        }));
+        all.extend(acc.take_batches(&ids, 1000));
+    }
+    assert_eq!(all.len(), 2);
+    for (i, b) in all.iter().enumerate() {
+        xadd(&s, b).await;
+        // In order: the second batch folds into what the first stored.
+        let n = i as u64 + 1;
+        eventually("applied", WAIT, || async {
+            batches(o, "applied").await >= n
+        })
+        .await;
+    }
+    wait_totals(o, &code, (30 + 15 + 2, 0)).await;
+    let mut want: Vec<String> = (0..15u8)
+        .map(|c| format!("A{}\t2", char::from(b'A' + c)))
+        .collect();
+    want.extend((0..5u8).map(|c| format!("B{}\t1", char::from(b'A' + c))));
+    want.push("unknown\t2".into());
+    want.push("~other\t10".into());
+    let rows = s.sql(&format!(
+        "SELECT value, n FROM click_day_dim WHERE code = '{code}' AND dim = 'country' ORDER BY value"
+    ));
+    assert_eq!(rows.trim(), want.join("\n"));
+    // Another dimension of the same days: one value, all clicks.
+    let rows = s.sql(&format!(
+        "SELECT value, n FROM click_day_dim WHERE code = '{code}' AND dim = 'browser'"
+    ));
+    assert_eq!(rows.trim(), "chrome\t47");
+
+    let (st, v) = link_stats(o, ADMIN, &code, &format!("{}&group_by=country", range())).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["group_by"], "country");
+    let groups: Vec<(&str, u64)> = v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["value"].as_str().unwrap(), g["human"].as_u64().unwrap()))
+        .collect();
+    let mut expect: Vec<(String, u64)> = (0..15u8)
+        .map(|c| (format!("A{}", char::from(b'A' + c)), 2))
+        .collect();
+    expect.push(("unknown".into(), 2));
+    expect.extend((0..5u8).map(|c| (format!("B{}", char::from(b'A' + c)), 1)));
+    expect.push(("~other".into(), 10));
+    let expect: Vec<(&str, u64)> = expect.iter().map(|(v, n)| (v.as_str(), *n)).collect();
+    assert_eq!(groups, expect);
+    assert_eq!(groups.iter().map(|(_, n)| n).sum::<u64>(), 47);
+}

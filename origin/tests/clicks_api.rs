@@ -5,6 +5,7 @@
 use crate::support;
 
 use serde_json::json;
+use shorturl_common::clicks::{Accumulator, BatchIds, Click};
 use support::clicks::{
     create, hours_batch, link_stats, range, setup_with, tenant_stats, totals, wait_totals, xadd,
     ADMIN, DAY, M55, SHOP,
@@ -171,4 +172,177 @@ async fn bytes_per_rollup_row() {
             (data + index) as f64 / N as f64
         );
     }
+}
+
+/// `group_by` on both stats endpoints (protocol 3.7): exact numbers per
+/// value, defaults included, over what the caller may see (another app's
+/// key: the unknown-code 404, or no groups); `destination` only for a link;
+/// a bad `group_by` or `format` is 400; `format=csv` is the groups as a
+/// file, formulas defused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_by_a_dimension_on_both_endpoints() {
+    let s = setup_with(None);
+    let o = &s.origin;
+    let mine = create(&s, SHOP, json!({"url": "https://a.example/"})).await;
+    let m55 = create(&s, KEY, json!({"url": "https://b.example/", "kdt_id": 55})).await;
+    let ids = BatchIds::new("edge-groups", "boot1").unwrap();
+    let mut acc = Accumulator::with_dimensions();
+    let ua = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
+    for i in 0..3 {
+        assert!(acc.add(&Click {
+            user_agent: Some(ua),
+            accept_language: Some("de-DE"),
+            country: Some(*b"DE"),
+            location: Some("https://a.example/?utm_source=mail&utm_campaign=-sum"),
+            ..Click::new(&mine, DAY + i)
+        }));
+    }
+    for i in 0..2 {
+        assert!(acc.add(&Click {
+            user_agent: Some(ua),
+            ..Click::new(&mine, DAY + 100 + i)
+        }));
+    }
+    for i in 0..4 {
+        assert!(acc.add(&Click {
+            user_agent: Some(ua),
+            country: Some(*b"FR"),
+            ..Click::new(&m55, DAY + 200 + i)
+        }));
+    }
+    for b in acc.take_batches(&ids, 1000) {
+        xadd(&s, &b).await;
+    }
+    wait_totals(o, &mine, (5, 0)).await;
+    wait_totals(o, &m55, (4, 0)).await;
+    let r = range();
+    let groups = |v: &serde_json::Value| -> Vec<(String, u64)> {
+        v["groups"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no groups: {v}"))
+            .iter()
+            .map(|g| {
+                (
+                    g["value"].as_str().unwrap().to_owned(),
+                    g["human"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let g = |pairs: &[(&str, u64)]| -> Vec<(String, u64)> {
+        pairs.iter().map(|(v, n)| ((*v).to_owned(), *n)).collect()
+    };
+
+    // One link.
+    let (st, v) = link_stats(o, SHOP, &mine, &format!("{r}&group_by=country")).await;
+    assert_eq!((st, &v["group_by"]), (200, &json!("country")), "{v}");
+    assert_eq!(groups(&v), g(&[("DE", 3), ("unknown", 2)]));
+    assert_eq!(totals(&v), (5, 0));
+    for (by, want) in [
+        ("language", g(&[("de", 3), ("-", 2)])),
+        ("browser", g(&[("chrome", 5)])),
+        ("os", g(&[("windows", 5)])),
+        ("source", g(&[("link", 5)])),
+        ("utm_source", g(&[("mail", 3), ("-", 2)])),
+        ("utm_medium", g(&[("-", 5)])),
+        ("utm_campaign", g(&[("-sum", 3), ("-", 2)])),
+        // A link without options answered every click with its URL, but
+        // counts no destination lines: no groups.
+        ("destination", g(&[])),
+    ] {
+        let (st, v) = link_stats(o, SHOP, &mine, &format!("{r}&group_by={by}")).await;
+        assert_eq!((st, &v["group_by"]), (200, &json!(by)), "{v}");
+        assert_eq!(groups(&v), want, "{by}");
+    }
+    // Without group_by: no such fields.
+    let (_, v) = link_stats(o, SHOP, &mine, &r).await;
+    assert!(
+        v.get("groups").is_none() && v.get("group_by").is_none(),
+        "{v}"
+    );
+    // Tenancy: a link the caller may not see is the unknown-code 404.
+    let (_, unknown) = link_stats(o, M55, "zzzzzz", &format!("{r}&group_by=country")).await;
+    let (st, v) = link_stats(o, M55, &mine, &format!("{r}&group_by=country")).await;
+    assert_eq!((st, &v), (404, &unknown));
+    let (st, v) = link_stats(o, M55, &m55, &format!("{r}&group_by=country")).await;
+    assert_eq!((st, groups(&v)), (200, g(&[("FR", 4)])));
+
+    // A tenant: over the links the caller may see.
+    for (key, q, want) in [
+        (
+            ADMIN,
+            "domain=sho.rt",
+            g(&[("FR", 4), ("DE", 3), ("unknown", 2)]),
+        ),
+        (SHOP, "domain=sho.rt", g(&[("DE", 3), ("unknown", 2)])),
+        (SHOP, "app=shop", g(&[("DE", 3), ("unknown", 2)])),
+        (M55, "domain=sho.rt", g(&[("FR", 4)])),
+        (M55, "app=shop", g(&[])),
+        (SHOP, "kdt_id=55", g(&[])),
+    ] {
+        let (st, v) = tenant_stats(o, key, &format!("{q}&{r}&group_by=country")).await;
+        assert_eq!(
+            (st, &v["group_by"]),
+            (200, &json!("country")),
+            "{key} {q}: {v}"
+        );
+        assert_eq!(groups(&v), want, "{key} {q}");
+    }
+    let (_, v) = tenant_stats(o, ADMIN, &format!("domain=sho.rt&{r}&group_by=language")).await;
+    assert_eq!(groups(&v), g(&[("-", 6), ("de", 3)]));
+
+    // Bad groupings and formats.
+    for (q, kind) in [
+        ("group_by=lang", "invalid_group_by"),
+        ("group_by=", "invalid_group_by"),
+        ("format=csv", "invalid_format"),
+        ("group_by=os&format=xlsx", "invalid_format"),
+    ] {
+        let (st, v) = link_stats(o, SHOP, &mine, q).await;
+        assert_eq!((st, v["error"].as_str()), (400, Some(kind)), "{q}");
+    }
+    for (q, kind) in [
+        ("app=shop&group_by=destination", "invalid_group_by"),
+        ("app=shop&group_by=city", "invalid_group_by"),
+        ("app=shop&format=csv", "invalid_format"),
+    ] {
+        let (st, v) = tenant_stats(o, SHOP, q).await;
+        assert_eq!((st, v["error"].as_str()), (400, Some(kind)), "{q}");
+    }
+
+    // CSV: the groups alone, RFC 4180 lines, a formula-like value defused
+    // (a lone `-` is no formula).
+    let csv = |path: String| async move {
+        let r = o
+            .http
+            .get(o.url(&path))
+            .bearer_auth(SHOP)
+            .send()
+            .await
+            .unwrap();
+        let st = r.status().as_u16();
+        let ct = r.headers()["content-type"].to_str().unwrap().to_owned();
+        let cd = r.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (st, ct, cd, r.text().await.unwrap())
+    };
+    let (st, ct, cd, body) = csv(format!(
+        "/api/v1/links/{mine}/stats?{r}&group_by=utm_campaign&format=csv"
+    ))
+    .await;
+    assert_eq!((st, ct.as_str()), (200, "text/csv; charset=utf-8"));
+    assert_eq!(
+        cd,
+        format!("attachment; filename=\"{mine}-utm_campaign.csv\"")
+    );
+    assert_eq!(body, "value,human\r\n\"'-sum\",3\r\n-,2\r\n");
+    let (st, _, cd, body) = csv(format!(
+        "/api/v1/stats?app=shop&{r}&group_by=country&format=csv"
+    ))
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(cd, "attachment; filename=\"clicks-country.csv\"");
+    assert_eq!(body, "value,human\r\nDE,3\r\nunknown,2\r\n");
 }

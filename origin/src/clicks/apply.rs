@@ -9,16 +9,26 @@
 //!
 //! Referrer lines are merged with the link-day's stored rows first, so
 //! that it keeps at most N named hosts and `~other` ([`super::referrers`])
-//! however many origins apply batches at once. Each link-day is locked by
-//! upserting its `~other` row (`n + 0`; removed again at the end if it
-//! stays 0): every applier does that first, so one at a time holds a
-//! link-day, and what it then reads (READ COMMITTED: the latest committed
-//! rows, no gap locks) nobody else changes before it commits. Every row
-//! is locked in one global order — the batch id, hour rows, link-day
-//! locks, device rows, each sorted by key — so appliers wait for each
-//! other instead of deadlocking; a lock race that remains (deadlock, lock
-//! wait timeout) rolls the transaction back and the batch is applied
-//! again, a bounded number of times.
+//! however many origins apply batches at once; dimension lines (version 4,
+//! protocol 3.7) likewise per link-day-dimension, at most
+//! [`TOP_VALUES`] named values and `~other` besides the
+//! dimension's default, which is never folded (one rule, [`Bounded`], for
+//! both rollups). Each group is locked by upserting its `~other` row (`n +
+//! 0`; removed again at the end if it stays 0): every applier does that
+//! first, so one at a time holds a group, and what it then reads (READ
+//! COMMITTED: the latest committed rows, no gap locks) nobody else changes
+//! before it commits. Every row is locked in one global order — the batch
+//! id, hour rows, referrer locks, device rows, digest rows, destination
+//! rows, dimension locks, then the defaults of the dimensions, each sorted
+//! by key — so appliers wait for each other instead of deadlocking; a
+//! lock race that remains (deadlock, lock wait timeout) rolls the
+//! transaction back and the batch is applied again, a bounded number of
+//! times.
+//!
+//! A version 4 batch counts every human click in every dimension and does
+//! not send the defaults: per link-day and dimension, the day's human
+//! clicks (its `h` lines) minus the named counts are added to the
+//! default's row ([`dim_defaults`]).
 
 use super::referrers::fold;
 use crate::db::is_duplicate;
@@ -26,7 +36,8 @@ use crate::store::error::is_lock_conflict;
 use crate::store::DbError;
 use mysql_async::prelude::*;
 use mysql_async::{IsolationLevel, Pool, Transaction, TxOpts, Value};
-use shorturl_common::clicks::{Batch, ReferrerLine, OTHER_REFERRER};
+use shorturl_common::clicks::dims::TOP_VALUES;
+use shorturl_common::clicks::{day_start, Batch, Dim, OTHER_REFERRER};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -58,113 +69,246 @@ fn values(rows: usize, cols: usize) -> String {
 }
 
 /// Adds `rows` to one rollup: a multi-row `head VALUES (...) tail` per
-/// [`ROWS_PER_INSERT`] rows, each row's four values from `values_of`.
-async fn upsert<T>(
+/// [`ROWS_PER_INSERT`] rows, each row's values (as many as `head` names)
+/// from `values_of`.
+async fn upsert<T, V: IntoIterator<Item = Value>>(
     tx: &mut Transaction<'_>,
     head: &str,
     tail: &str,
     rows: &[T],
-    values_of: impl Fn(&T) -> [Value; 4],
+    values_of: impl Fn(&T) -> V,
 ) -> Result<(), mysql_async::Error> {
     for chunk in rows.chunks(ROWS_PER_INSERT) {
-        let sql = format!("{head} VALUES {} {tail}", values(chunk.len(), 4));
         let p: Vec<Value> = chunk.iter().flat_map(&values_of).collect();
+        let sql = format!(
+            "{head} VALUES {} {tail}",
+            values(chunk.len(), p.len() / chunk.len())
+        );
         tx.exec_drop(sql, p).await?;
     }
     Ok(())
 }
 
-/// A referrer row's key and count: `(code, day, host, n)`.
-type ReferrerRow = (String, u64, String, u64);
+/// A daily rollup whose groups keep at most N named values and `~other`
+/// ([`super::referrers`]): the link-days of `click_day_referrer` (hosts),
+/// the link-day-dimensions of `click_day_dim` (values).
+struct Bounded {
+    table: &'static str,
+    /// The column naming the dimension (`None`: a group is a link-day).
+    dim: Option<&'static str>,
+    /// The column of the value ranked.
+    value: &'static str,
+}
 
-/// The referrer writes of one batch after folding.
+const REFERRERS: Bounded = Bounded {
+    table: "click_day_referrer",
+    dim: None,
+    value: "host",
+};
+
+const DIMENSIONS: Bounded = Bounded {
+    table: "click_day_dim",
+    dim: Some("dim"),
+    value: "value",
+};
+
+/// A group of a bounded rollup: `(code, day, dim)`, `dim` empty for one
+/// without a dimension column.
+type Group<'a> = (&'a str, u64, &'a str);
+
+/// The writes of one batch to a bounded rollup after folding.
 #[derive(Default)]
-struct ReferrerWrites {
-    add: Vec<ReferrerRow>,
-    /// `(code, day, hosts)` whose rows go (folded into `~other`).
-    delete: Vec<(String, u64, Vec<String>)>,
-    /// Link-days whose `~other` row only the lock created (it stays 0).
-    unlock: Vec<(String, u64)>,
+struct Folded<'a> {
+    /// `(group, value, n)` to add.
+    add: Vec<(Group<'a>, String, u64)>,
+    /// Groups and their values whose rows go (folded into `~other`).
+    delete: Vec<(Group<'a>, Vec<String>)>,
+    /// Groups whose `~other` row only the lock created (it stays 0).
+    unlock: Vec<Group<'a>>,
 }
 
-/// `(code = ? AND day = ?) OR ...` over `keys`, and its parameters.
-fn link_days(keys: &[(&str, u64)]) -> (String, Vec<Value>) {
-    let cond = vec!["(code = ? AND day = ?)"; keys.len()].join(" OR ");
-    let p = keys
-        .iter()
-        .flat_map(|(code, day)| [(*code).into(), (*day).into()])
-        .collect();
-    (cond, p)
-}
-
-/// Locks every link-day of `lines` (its `~other` row), reads its stored
-/// rows and folds the lines into them (at most `top` named hosts each).
-async fn fold_referrers(
-    tx: &mut Transaction<'_>,
-    lines: &[ReferrerLine],
-    top: usize,
-) -> Result<ReferrerWrites, mysql_async::Error> {
-    // Sorted: every applier locks link-days in the same order.
-    let mut incoming: BTreeMap<(&str, u64), Vec<(String, u64)>> = BTreeMap::new();
-    for l in lines {
-        incoming
-            .entry((l.code.as_str(), l.day))
-            .or_default()
-            .push((l.host.clone(), l.n));
+impl Bounded {
+    /// `code, day[, dim]`.
+    fn group_cols(&self) -> String {
+        match self.dim {
+            Some(d) => format!("code, day, {d}"),
+            None => "code, day".to_owned(),
+        }
     }
-    let keys: Vec<(&str, u64)> = incoming.keys().copied().collect();
-    upsert(
-        tx,
-        "INSERT INTO click_day_referrer (code, day, host, n)",
-        "ON DUPLICATE KEY UPDATE n = n + VALUES(n)",
-        &keys,
-        |(code, day)| {
-            [
-                (*code).into(),
-                (*day).into(),
-                OTHER_REFERRER.into(),
-                0u64.into(),
-            ]
-        },
-    )
-    .await?;
-    let mut stored: HashMap<(String, u64), Vec<(String, u64)>> = HashMap::new();
-    for chunk in keys.chunks(LINK_DAYS_PER_READ) {
-        let (cond, p) = link_days(chunk);
-        let rows: Vec<ReferrerRow> = tx
-            .exec(
-                format!("SELECT code, day, host, n FROM click_day_referrer WHERE {cond}"),
+
+    /// `(code = ? AND day = ?[ AND dim = ?]) OR ...` over `groups`, and
+    /// its parameters.
+    fn groups_cond(&self, groups: &[Group<'_>]) -> (String, Vec<Value>) {
+        let one = match self.dim {
+            Some(d) => format!("(code = ? AND day = ? AND {d} = ?)"),
+            None => "(code = ? AND day = ?)".to_owned(),
+        };
+        let cond = vec![one; groups.len()].join(" OR ");
+        let p = groups.iter().flat_map(|g| self.group_values(g)).collect();
+        (cond, p)
+    }
+
+    fn group_values(&self, &(code, day, dim): &Group<'_>) -> Vec<Value> {
+        let mut v: Vec<Value> = vec![code.into(), day.into()];
+        if self.dim.is_some() {
+            v.push(dim.into());
+        }
+        v
+    }
+
+    /// Adds `rows` (`(group, value, n)`) to the rollup.
+    async fn add<V: AsRef<str>>(
+        &self,
+        tx: &mut Transaction<'_>,
+        rows: &[(Group<'_>, V, u64)],
+    ) -> Result<(), mysql_async::Error> {
+        upsert(
+            tx,
+            &format!(
+                "INSERT INTO {} ({}, {}, n)",
+                self.table,
+                self.group_cols(),
+                self.value
+            ),
+            "ON DUPLICATE KEY UPDATE n = n + VALUES(n)",
+            rows,
+            |(g, v, n)| {
+                let mut p = self.group_values(g);
+                p.push(Value::from(AsRef::<str>::as_ref(v)));
+                p.push((*n).into());
+                p
+            },
+        )
+        .await
+    }
+
+    /// Locks every group of `lines` (its `~other` row), reads its stored
+    /// rows (but those `keep` names, which are never folded) and folds the
+    /// lines into them (at most `top` named values each).
+    async fn fold<'a>(
+        &self,
+        tx: &mut Transaction<'_>,
+        lines: impl Iterator<Item = (Group<'a>, &'a str, u64)>,
+        top: usize,
+        keep: impl Fn(&str, &str) -> bool,
+    ) -> Result<Folded<'a>, mysql_async::Error> {
+        // Sorted: every applier locks groups in the same order.
+        let mut incoming: BTreeMap<Group<'a>, Vec<(String, u64)>> = BTreeMap::new();
+        for (g, value, n) in lines {
+            incoming.entry(g).or_default().push((value.to_owned(), n));
+        }
+        let groups: Vec<Group<'a>> = incoming.keys().copied().collect();
+        let locks: Vec<(Group<'a>, &str, u64)> =
+            groups.iter().map(|g| (*g, OTHER_REFERRER, 0)).collect();
+        self.add(tx, &locks).await?;
+        let mut stored: HashMap<(String, u64, String), Vec<(String, u64)>> = HashMap::new();
+        for chunk in groups.chunks(LINK_DAYS_PER_READ) {
+            let (cond, p) = self.groups_cond(chunk);
+            let dim = self.dim.unwrap_or("''");
+            let rows: Vec<(String, u64, String, String, u64)> = tx
+                .exec(
+                    format!(
+                        "SELECT code, day, {dim}, {}, n FROM {} WHERE {cond}",
+                        self.value, self.table
+                    ),
+                    p,
+                )
+                .await?;
+            for (code, day, dim, value, n) in rows {
+                if !keep(&dim, &value) {
+                    stored.entry((code, day, dim)).or_default().push((value, n));
+                }
+            }
+        }
+        let mut out = Folded::default();
+        for (g @ (code, day, dim), lines) in incoming {
+            let here = stored
+                .get(&(code.to_owned(), day, dim.to_owned()))
+                .map_or(&[][..], Vec::as_slice);
+            let f = fold(here, &lines, top);
+            let other_stored: u64 = here
+                .iter()
+                .filter(|(v, _)| v == OTHER_REFERRER)
+                .map(|(_, n)| n)
+                .sum();
+            if other_stored == 0 && !f.add.iter().any(|(v, _)| v == OTHER_REFERRER) {
+                out.unlock.push(g);
+            }
+            out.add
+                .extend(f.add.into_iter().map(|(value, n)| (g, value, n)));
+            if !f.delete.is_empty() {
+                out.delete.push((g, f.delete));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes what [`Bounded::fold`] decided: the counts, the folded rows
+    /// gone, the locks that stayed 0 removed.
+    async fn write(
+        &self,
+        tx: &mut Transaction<'_>,
+        f: &Folded<'_>,
+    ) -> Result<(), mysql_async::Error> {
+        self.add(tx, &f.add).await?;
+        for (g, values) in &f.delete {
+            let (cond, mut p) = self.groups_cond(std::slice::from_ref(g));
+            let marks = vec!["?"; values.len()].join(", ");
+            p.extend(values.iter().map(|v| Value::from(v.as_str())));
+            tx.exec_drop(
+                format!(
+                    "DELETE FROM {} WHERE {cond} AND {} IN ({marks})",
+                    self.table, self.value
+                ),
                 p,
             )
             .await?;
-        for (code, day, host, n) in rows {
-            stored.entry((code, day)).or_default().push((host, n));
+        }
+        for chunk in f.unlock.chunks(LINK_DAYS_PER_READ) {
+            let (cond, mut p) = self.groups_cond(chunk);
+            p.push(OTHER_REFERRER.into());
+            tx.exec_drop(
+                format!(
+                    "DELETE FROM {} WHERE ({cond}) AND {} = ? AND n = 0",
+                    self.table, self.value
+                ),
+                p,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The default rows of a batch of version 4 (protocol 3.7): per link-day
+/// with human clicks and per dimension, the day's human clicks its `x`
+/// lines leave out, with the dimension's default value; sorted by key.
+/// None for an older batch (its clicks have no dimensions).
+fn dim_defaults(batch: &Batch) -> Vec<(Group<'_>, &'static str, u64)> {
+    if !batch.counted_dims {
+        return Vec::new();
+    }
+    let mut human: BTreeMap<(&str, u64), u64> = BTreeMap::new();
+    for l in &batch.hours {
+        *human
+            .entry((l.code.as_str(), day_start(l.hour)))
+            .or_default() += l.human;
+    }
+    let mut named: HashMap<(&str, u64, Dim), u64> = HashMap::new();
+    for l in &batch.dims {
+        *named.entry((l.code.as_str(), l.day, l.dim)).or_default() += l.n;
+    }
+    let mut out = Vec::new();
+    for ((code, day), h) in human {
+        for dim in Dim::ALL {
+            let rest = h.saturating_sub(named.get(&(code, day, dim)).copied().unwrap_or(0));
+            if rest > 0 {
+                out.push(((code, day, dim.as_str()), dim.default_value(), rest));
+            }
         }
     }
-    let mut out = ReferrerWrites::default();
-    for ((code, day), lines) in incoming {
-        let here = stored
-            .get(&(code.to_owned(), day))
-            .map_or(&[][..], Vec::as_slice);
-        let f = fold(here, &lines, top);
-        let other_stored: u64 = here
-            .iter()
-            .filter(|(h, _)| h == OTHER_REFERRER)
-            .map(|(_, n)| n)
-            .sum();
-        if other_stored == 0 && !f.add.iter().any(|(h, _)| h == OTHER_REFERRER) {
-            out.unlock.push((code.to_owned(), day));
-        }
-        out.add.extend(
-            f.add
-                .into_iter()
-                .map(|(host, n)| (code.to_owned(), day, host, n)),
-        );
-        if !f.delete.is_empty() {
-            out.delete.push((code.to_owned(), day, f.delete));
-        }
-    }
-    Ok(out)
+    out.sort();
+    out
 }
 
 /// Applies `batch` (already decoded and validated) at `now` (Unix seconds),
@@ -241,44 +385,18 @@ async fn apply_once(
         },
     )
     .await?;
-    let refs = fold_referrers(&mut tx, &batch.referrers, referrers_per_day).await?;
-    upsert(
-        &mut tx,
-        "INSERT INTO click_day_referrer (code, day, host, n)",
-        "ON DUPLICATE KEY UPDATE n = n + VALUES(n)",
-        &refs.add,
-        |(code, day, host, n)| {
-            [
-                code.as_str().into(),
-                (*day).into(),
-                host.as_str().into(),
-                (*n).into(),
-            ]
-        },
-    )
-    .await?;
-    for (code, day, hosts) in &refs.delete {
-        let marks = vec!["?"; hosts.len()].join(", ");
-        let mut p: Vec<Value> = vec![code.as_str().into(), (*day).into()];
-        p.extend(hosts.iter().map(|h| Value::from(h.as_str())));
-        tx.exec_drop(
-            format!(
-                "DELETE FROM click_day_referrer WHERE code = ? AND day = ? AND host IN ({marks})"
-            ),
-            p,
+    let refs = REFERRERS
+        .fold(
+            &mut tx,
+            batch
+                .referrers
+                .iter()
+                .map(|l| ((l.code.as_str(), l.day, ""), l.host.as_str(), l.n)),
+            referrers_per_day,
+            |_, _| false,
         )
         .await?;
-    }
-    for chunk in refs.unlock.chunks(LINK_DAYS_PER_READ) {
-        let keys: Vec<(&str, u64)> = chunk.iter().map(|(c, d)| (c.as_str(), *d)).collect();
-        let (cond, mut p) = link_days(&keys);
-        p.push(OTHER_REFERRER.into());
-        tx.exec_drop(
-            format!("DELETE FROM click_day_referrer WHERE ({cond}) AND host = ? AND n = 0"),
-            p,
-        )
-        .await?;
-    }
+    REFERRERS.write(&mut tx, &refs).await?;
     let mut devices: Vec<_> = batch.devices.iter().collect();
     devices.sort_by(|a, b| {
         (&a.code, a.day, a.device.as_str()).cmp(&(&b.code, b.day, b.device.as_str()))
@@ -344,6 +462,24 @@ async fn apply_once(
         },
     )
     .await?;
+    // Dimension values (version 4): the named ones folded like referrer
+    // hosts, each link-day-dimension's default (never folded) after them.
+    let dims = DIMENSIONS
+        .fold(
+            &mut tx,
+            batch.dims.iter().map(|l| {
+                (
+                    (l.code.as_str(), l.day, l.dim.as_str()),
+                    l.value.as_str(),
+                    l.n,
+                )
+            }),
+            TOP_VALUES,
+            |dim, value| Dim::parse(dim).is_some_and(|d| d.default_value() == value),
+        )
+        .await?;
+    DIMENSIONS.write(&mut tx, &dims).await?;
+    DIMENSIONS.add(&mut tx, &dim_defaults(batch)).await?;
     tx.commit().await?;
     Ok(Applied::Applied)
 }

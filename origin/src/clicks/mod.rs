@@ -23,7 +23,10 @@ pub mod stream;
 
 pub use consumer::Consumer;
 pub use live_query::{LinkLiveView, LiveQuery, TenantLiveView};
-pub use stats::{Interval, LinkStats, StatsRange, TenantFilter, TenantQuery, TenantStats};
+pub use stats::{
+    GroupBy, GroupCount, Interval, LinkQuery, LinkStats, StatsRange, TenantFilter, TenantQuery,
+    TenantStats,
+};
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 

@@ -1,4 +1,6 @@
-//! The bound on referrer rows per link-day (issue 23, item 8).
+//! The bound on referrer rows per link-day (issue 23, item 8), and on the
+//! named values of a link-day-dimension (protocol 3.7: `apply` folds both
+//! with [`fold`]).
 //!
 //! An edge folds the hosts past a batch's top 20 per link-day into
 //! `~other`, but every batch of every edge may name 20 *new* hosts, so

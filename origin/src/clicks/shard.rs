@@ -75,7 +75,14 @@ async fn split(store: &Store, batch: &Batch) -> Result<BTreeMap<usize, Batch>, D
     to.file(&batch.referrers, |l| &l.code, |b| &mut b.referrers);
     to.file(&batch.devices, |l| &l.code, |b| &mut b.devices);
     to.file(&batch.destinations, |l| &l.code, |b| &mut b.destinations);
-    Ok(to.parts)
+    to.file(&batch.dims, |l| &l.code, |b| &mut b.dims);
+    // Each part counts its link-days' dimensions as the batch does (the
+    // defaults of a version 4 batch are computed per part).
+    let mut parts = to.parts;
+    for p in parts.values_mut() {
+        p.counted_dims = batch.counted_dims;
+    }
+    Ok(parts)
 }
 
 /// The parts being filled, by shard.
@@ -183,5 +190,6 @@ async fn name_bare_codes(
     out.destinations
         .iter_mut()
         .for_each(|l| rename(&mut l.code));
+    out.dims.iter_mut().for_each(|l| rename(&mut l.code));
     Ok(Some(out))
 }

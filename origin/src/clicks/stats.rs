@@ -1,6 +1,8 @@
 //! The statistics the API reads from the rollups: one link's (totals,
-//! series, referrers, devices), a tenant's (totals and top links), and the
-//! total human clicks of a page of links.
+//! series, referrers, devices, and with `group_by` its human clicks per
+//! value of a dimension), a tenant's (totals and top links, and with
+//! `group_by` the same over its links), and the total human clicks of a
+//! page of links.
 //!
 //! Tenancy is the links API's: a link the caller may not see is answered
 //! exactly like an unknown code, and a tenant filter naming links the
@@ -9,12 +11,12 @@
 use crate::links::{tenant, LinkError, LinkRef, Links};
 use crate::store::key::JOIN_BY_NAME;
 use crate::store::search::Tenant;
-use crate::store::{DbError, LinkRow, RowState, Settings};
+use crate::store::{DbError, LinkKey, LinkRow, RowState, Settings, Store};
 use crate::tenancy::{Caller, Scope};
 use mysql_async::prelude::*;
 use mysql_async::Value;
 use serde::Serialize;
-use shorturl_common::clicks::{day_start, hour_start, Device, OTHER_REFERRER, TOP_REFERRERS};
+use shorturl_common::clicks::{day_start, hour_start, Device, Dim, OTHER_REFERRER, TOP_REFERRERS};
 use shorturl_common::link_rules::Destination;
 use shorturl_common::time::rfc3339;
 use std::collections::HashMap;
@@ -69,6 +71,65 @@ pub struct TenantQuery {
     pub tag: Option<String>,
     pub range: StatsRange,
     pub limit: u32,
+    /// Also the human clicks per value of this dimension.
+    pub group_by: Option<GroupBy>,
+    /// Answer the groups alone, as CSV (`format=csv`, with `group_by`).
+    pub csv: bool,
+}
+
+/// A link query (`GET /api/v1/links/{code}/stats`): the range, and the
+/// dimension whose values group the human clicks (`group_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkQuery {
+    pub range: StatsRange,
+    pub group_by: Option<GroupBy>,
+    /// Answer the groups alone, as CSV (`format=csv`, with `group_by`).
+    pub csv: bool,
+}
+
+/// What `group_by` groups human clicks by: a dimension of the click
+/// batches (protocol 3.7), or a link's destinations (protocol 3.1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    Dim(Dim),
+    Destination,
+}
+
+impl GroupBy {
+    /// Every grouping, in the API's order: the dimensions, then `destination`.
+    pub fn all() -> impl Iterator<Item = GroupBy> {
+        Dim::ALL
+            .into_iter()
+            .map(GroupBy::Dim)
+            .chain([GroupBy::Destination])
+    }
+
+    /// The API spelling: the dimension's name in the batches, but
+    /// `language` for `lang`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupBy::Destination => "destination",
+            GroupBy::Dim(d) => match d.as_str() {
+                "lang" => "language",
+                name => name,
+            },
+        }
+    }
+
+    /// The API spelling's grouping.
+    pub fn parse(s: &str) -> Option<GroupBy> {
+        GroupBy::all().find(|g| g.as_str() == s)
+    }
+}
+
+/// Most values in a `groups` answer; the rest are summed into `~other`.
+pub const MAX_GROUPS: usize = 100;
+
+/// Human clicks of one value of the grouping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupCount {
+    pub value: String,
+    pub human: u64,
 }
 
 /// Human and bot clicks.
@@ -133,6 +194,12 @@ pub struct LinkStats {
     /// Per destination, in the link's order (its URL, its rules, the
     /// fallback); empty for a link that never had options.
     pub destinations: Vec<DestinationClicks>,
+    /// The grouping asked for (`group_by`), by its API name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<&'static str>,
+    /// Its values over the range's days ([`groups`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<GroupCount>>,
 }
 
 /// Clicks on one link of a tenant.
@@ -153,6 +220,55 @@ pub struct TenantStats {
     pub totals: Totals,
     /// The tenant's links with the most human clicks in the range.
     pub links: Vec<LinkClicks>,
+    /// The grouping asked for (`group_by`), by its API name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<&'static str>,
+    /// Its values over the tenant's links and the range's days ([`groups`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<GroupCount>>,
+}
+
+/// The answer to a `group_by` from `(value, human)` sums (a value may
+/// repeat: they add up): most human clicks first, ties by value, at most
+/// [`MAX_GROUPS`] values, then `~other` with the rest (and what the
+/// rollup already kept as `~other`); zeros left out.
+pub fn groups(rows: impl IntoIterator<Item = (String, u64)>) -> Vec<GroupCount> {
+    let mut sums: HashMap<String, u64> = HashMap::new();
+    for (value, n) in rows {
+        *sums.entry(value).or_default() += n;
+    }
+    let mut other = sums.remove(OTHER_REFERRER).unwrap_or(0);
+    let mut rows: Vec<(String, u64)> = sums.into_iter().filter(|(_, n)| *n > 0).collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut out = Vec::new();
+    for (value, human) in rows {
+        if out.len() < MAX_GROUPS {
+            out.push(GroupCount { value, human });
+        } else {
+            other += human;
+        }
+    }
+    if other > 0 {
+        out.push(GroupCount {
+            value: OTHER_REFERRER.to_owned(),
+            human: other,
+        });
+    }
+    out
+}
+
+/// `groups` as CSV: the header `value,human`, then a record per value
+/// (RFC 4180 lines; a value a spreadsheet would run as a formula is
+/// defused as the export does).
+pub fn groups_csv(groups: &[GroupCount]) -> String {
+    let mut out = String::from("value,human\r\n");
+    for g in groups {
+        crate::links::export::csv_field(&mut out, &g.value);
+        out.push(',');
+        out.push_str(&g.human.to_string());
+        out.push_str("\r\n");
+    }
+    out
 }
 
 /// The dense series of `range` from `(hour, human, bot)` rows.
@@ -232,15 +348,18 @@ fn destinations(row: Option<&LinkRow>, rows: Vec<(String, u64)>) -> Vec<Destinat
         .collect()
 }
 
-/// Hour rows, referrer sums, device sums, destination sums of one link.
+/// Hour rows, referrer sums, device sums, destination sums, sums per
+/// value of the dimension asked for, of one link.
 type Rows = (
     Vec<(u64, u64, u64)>,
     Vec<(String, u64)>,
     Vec<(String, u64)>,
     Vec<(String, u64)>,
+    Vec<(String, u64)>,
 );
-/// A tenant's totals and top links `(code, human, bot)`.
-type TenantRows = (Option<(u64, u64)>, Vec<TopRow>);
+/// A tenant's totals, top links and sums per value of the dimension asked
+/// for.
+type TenantRows = (Option<(u64, u64)>, Vec<TopRow>, Vec<(String, u64)>);
 
 /// One of a tenant's top links: its name in the rollups, code, domain,
 /// human and bot clicks.
@@ -255,33 +374,45 @@ const SINCE_CREATION: &str = "h.day >= s.created_at - MOD(s.created_at, 86400)";
 const DAY_BOT: &str = "CAST(COALESCE(SUM(IF(h.class = 'bot', h.n, 0)), 0) AS UNSIGNED)";
 
 impl Links {
-    /// One link's statistics over `range` (`stats:read`, visible link).
+    /// A link the caller may see (`stats:read`), its row, the first day
+    /// its rollups count from (a recycled code's rows also hold its earlier
+    /// link's clicks, all from before its quarantine: counted only from
+    /// this link's creation) and the shard holding its rollups.
+    async fn rollups_of(
+        &self,
+        caller: &Caller,
+        r: &LinkRef,
+    ) -> Result<(LinkKey, LinkRow, Store), LinkError> {
+        caller.require(Scope::StatsRead)?;
+        let (key, row) = self.find_visible(caller, r).await?;
+        let here = match self.store.shard_of_key(&key).await? {
+            Some(i) => self.store.on(i),
+            None => self.store.clone(),
+        };
+        Ok((key, row, here))
+    }
+
+    /// One link's statistics over `range` (`stats:read`, visible link),
+    /// with `group_by` its human clicks per value of that grouping.
     pub async fn link_stats(
         &self,
         caller: &Caller,
         r: &LinkRef,
         range: &StatsRange,
+        group_by: Option<GroupBy>,
     ) -> Result<LinkStats, LinkError> {
-        caller.require(Scope::StatsRead)?;
-        let (key, row) = self.find_visible(caller, r).await?;
+        let (key, row, here) = self.rollups_of(caller, r).await?;
         let row = Some(row);
         // The rollups name the link by its key (protocol 3.6).
         let name = key.name();
         let code = name.as_str();
-        // A recycled code's rollups also hold its earlier link's clicks, all
-        // from before its quarantine: count only from this link's creation.
         let since = row.as_ref().and_then(|r| r.created_at).unwrap_or(0);
         let day_from = day_start(range.from).max(day_start(since));
         let from = match range.interval {
             Interval::Hour => range.from.max(hour_start(since)),
             Interval::Day => range.from.max(day_start(since)),
         };
-        // The rollups are on the link's shard.
-        let here = match self.store.shard_of_key(&key).await? {
-            Some(i) => self.store.on(i),
-            None => self.store.clone(),
-        };
-        let (hours, refs, devs, dests): Rows = here
+        let (hours, refs, devs, dests, dim): Rows = here
             .bounded(async {
                 let mut c = here.pool.get_conn().await?;
                 // Hourly rows are pruned after `clicks.retention_hours_days`;
@@ -318,9 +449,24 @@ impl Links {
                 let refs = c.exec(sql("click_day_referrer", "host"), days).await?;
                 let devs = c.exec(sql("click_day_device", "class"), days).await?;
                 let dests = c.exec(sql("click_day_destination", "dest"), days).await?;
-                Ok::<_, DbError>((hours, refs, devs, dests))
+                let dim = match group_by {
+                    Some(GroupBy::Dim(d)) => {
+                        c.exec(
+                            "SELECT value, CAST(SUM(n) AS UNSIGNED) FROM click_day_dim \
+                             WHERE code = ? AND day >= ? AND day < ? AND dim = ? GROUP BY value",
+                            (code, day_from, range.to, d.as_str()),
+                        )
+                        .await?
+                    }
+                    _ => Vec::new(),
+                };
+                Ok::<_, DbError>((hours, refs, devs, dests, dim))
             })
             .await?;
+        let groups = group_by.map(|g| match g {
+            GroupBy::Dim(_) => groups(dim),
+            GroupBy::Destination => groups(dests.iter().cloned()),
+        });
         let totals = hours.iter().fold(Totals::default(), |t, (_, h, b)| Totals {
             human: t.human + h,
             bot: t.bot + b,
@@ -339,7 +485,47 @@ impl Links {
             referrers: top_referrers(refs),
             devices: devices(&devs),
             destinations: destinations(row.as_ref(), dests),
+            group_by: group_by.map(GroupBy::as_str),
+            groups,
         })
+    }
+
+    /// One link's human clicks per value of every dimension over the days
+    /// of `range` (`stats:read`, visible link), in the order of
+    /// [`Dim::ALL`], each as [`groups`] answers it (the console's tables).
+    pub async fn link_dimensions(
+        &self,
+        caller: &Caller,
+        r: &LinkRef,
+        range: &StatsRange,
+    ) -> Result<Vec<(GroupBy, Vec<GroupCount>)>, LinkError> {
+        let (key, row, here) = self.rollups_of(caller, r).await?;
+        let name = key.name();
+        let day_from = day_start(range.from).max(day_start(row.created_at.unwrap_or(0)));
+        let rows: Vec<(String, String, u64)> = here
+            .bounded(async {
+                let mut c = here.pool.get_conn().await?;
+                Ok::<_, DbError>(
+                    c.exec(
+                        "SELECT dim, value, CAST(SUM(n) AS UNSIGNED) FROM click_day_dim \
+                         WHERE code = ? AND day >= ? AND day < ? GROUP BY dim, value",
+                        (name.as_str(), day_from, range.to),
+                    )
+                    .await?,
+                )
+            })
+            .await?;
+        let mut per: HashMap<String, Vec<(String, u64)>> = HashMap::new();
+        for (dim, value, n) in rows {
+            per.entry(dim).or_default().push((value, n));
+        }
+        Ok(Dim::ALL
+            .into_iter()
+            .map(|d| {
+                let rows = per.remove(d.as_str()).unwrap_or_default();
+                (GroupBy::Dim(d), groups(rows))
+            })
+            .collect())
     }
 
     /// A tenant's totals and its `limit` links with the most human clicks
@@ -356,6 +542,8 @@ impl Links {
             to: rfc3339(range.to),
             totals: Totals::default(),
             links: Vec::new(),
+            group_by: q.group_by.map(GroupBy::as_str),
+            groups: q.group_by.map(|_| Vec::new()),
         };
         let (kdt, app) = match filter {
             TenantFilter::KdtId(k) => (Some(*k), None),
@@ -406,6 +594,20 @@ impl Links {
             w.join(" AND ")
         );
         let totals_sql = format!("SELECT {DAY_HUMAN}, {DAY_BOT} {from}");
+        // Per value of the dimension asked for, over the same links and days
+        // (`destination` is refused by the query's validation: a label
+        // means another URL on every link).
+        let dim = match q.group_by {
+            Some(GroupBy::Dim(d)) => Some(d),
+            _ => None,
+        };
+        let dim_sql = format!(
+            "SELECT h.value, CAST(COALESCE(SUM(h.n), 0) AS UNSIGNED) \
+             FROM click_day_dim h JOIN short_code s ON {JOIN_BY_NAME} \
+             WHERE h.dim = ? AND {} GROUP BY h.value",
+            w.join(" AND ")
+        );
+        let mut dim_rows: Vec<(String, u64)> = Vec::new();
         let top_sql = format!(
             "SELECT h.code, MAX(s.code), MAX(s.domain), {DAY_HUMAN} AS hu, {DAY_BOT} AS bo \
              {from} GROUP BY h.code ORDER BY hu DESC, bo DESC, h.code LIMIT {limit}"
@@ -416,14 +618,23 @@ impl Links {
         let (mut human, mut bot) = (0, 0);
         let mut top: Vec<TopRow> = Vec::new();
         for shard in self.store.every_shard() {
-            let (totals, part): TenantRows = shard
+            let (totals, part, by): TenantRows = shard
                 .bounded(async {
                     let mut c = shard.pool.get_conn().await?;
                     let totals = c.exec_first(totals_sql.as_str(), p.clone()).await?;
                     let top = c.exec(top_sql.as_str(), p.clone()).await?;
-                    Ok::<_, DbError>((totals, top))
+                    let by = match dim {
+                        Some(d) => {
+                            let mut dp: Vec<Value> = vec![d.as_str().into()];
+                            dp.extend(p.iter().cloned());
+                            c.exec(dim_sql.as_str(), dp).await?
+                        }
+                        None => Vec::new(),
+                    };
+                    Ok::<_, DbError>((totals, top, by))
                 })
                 .await?;
+            dim_rows.extend(by);
             let (h, b) = totals.unwrap_or((0, 0));
             human += h;
             bot += b;
@@ -432,6 +643,9 @@ impl Links {
         top.sort_by(|a, b| b.3.cmp(&a.3).then(b.4.cmp(&a.4)).then(a.0.cmp(&b.0)));
         top.truncate(limit as usize);
         out.totals = Totals { human, bot };
+        if dim.is_some() {
+            out.groups = Some(groups(dim_rows));
+        }
         out.links = top
             .into_iter()
             .map(|(_, code, domain, human, bot)| LinkClicks {

@@ -7,7 +7,7 @@
 
 use super::AppState;
 use crate::body::read_body_max;
-use crate::clicks::{LiveQuery, StatsRange, TenantQuery};
+use crate::clicks::{LinkQuery, LiveQuery, TenantQuery};
 use crate::error::ApiError;
 use crate::links::{LinkError, LinkRef};
 use crate::tenancy::{Caller, Scope};
@@ -217,8 +217,8 @@ impl FromRequestParts<AppState> for Export {
     }
 }
 
-/// The range of `GET /api/v1/links/{code}/stats` (`validate::stats`).
-pub struct LinkStatsQuery(pub StatsRange);
+/// The query of `GET /api/v1/links/{code}/stats` (`validate::stats`).
+pub struct LinkStatsQuery(pub LinkQuery);
 
 impl FromRequestParts<AppState> for LinkStatsQuery {
     type Rejection = ApiError;

@@ -8,10 +8,12 @@ use super::extract::{
     Authorized, LinkCode, LinkLiveQuery, LinkStatsQuery, Stats, TenantLive, TenantStats,
 };
 use super::{ok, AppState};
+use crate::clicks::stats::groups_csv;
+use crate::clicks::GroupCount;
 use crate::error::ApiError;
 use axum::extract::State;
 use axum::response::Response;
-use http::StatusCode;
+use http::{header, HeaderValue, StatusCode};
 use shorturl_common::time::now_unix;
 
 /// `GET /api/v1/links/{code}/stats`.
@@ -19,10 +21,16 @@ pub async fn link(
     State(s): State<AppState>,
     Authorized(caller, ..): Authorized<Stats>,
     LinkCode(code): LinkCode,
-    LinkStatsQuery(range): LinkStatsQuery,
+    LinkStatsQuery(q): LinkStatsQuery,
 ) -> Result<Response, ApiError> {
-    let stats = s.links.link_stats(&caller, &code, &range).await?;
-    Ok(ok(StatusCode::OK, &stats))
+    let stats = s
+        .links
+        .link_stats(&caller, &code, &q.range, q.group_by)
+        .await?;
+    Ok(match (q.csv, &stats.groups, stats.group_by) {
+        (true, Some(groups), Some(by)) => csv(&format!("{}-{by}", stats.code), groups),
+        _ => ok(StatusCode::OK, &stats),
+    })
 }
 
 /// `GET /api/v1/stats`.
@@ -32,7 +40,30 @@ pub async fn tenant(
     q: TenantStats,
 ) -> Result<Response, ApiError> {
     let stats = s.links.tenant_stats(&caller, &q.0).await?;
-    Ok(ok(StatusCode::OK, &stats))
+    Ok(match (q.0.csv, &stats.groups, stats.group_by) {
+        (true, Some(groups), Some(by)) => csv(&format!("clicks-{by}"), groups),
+        _ => ok(StatusCode::OK, &stats),
+    })
+}
+
+/// The groups of a `group_by` as a CSV file (`format=csv`): `value,human`.
+fn csv(name: &str, groups: &[GroupCount]) -> Response {
+    let mut r = Response::new(axum::body::Body::from(groups_csv(groups)));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/csv; charset=utf-8"),
+    );
+    // The name is a code (or `clicks`) and a grouping: no quote to escape.
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.csv\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    r
 }
 
 /// `GET /api/v1/links/{code}/live`.

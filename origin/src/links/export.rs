@@ -152,9 +152,12 @@ fn csv_line(out: &mut String, v: &LinkView) {
 /// line break, quotes doubled). A field a spreadsheet would run as a
 /// formula (starting with `=`, `+`, `-`, `@`, tab or carriage return) is
 /// prefixed with `'` (OWASP's advice against CSV injection); no value the
-/// API writes starts so, only text a tenant chose (an app name).
+/// API writes starts so, only text a tenant chose (an app name) or an edge
+/// counted (a UTM value). A lone `+` or `-` (the stats' "none") is no
+/// formula and stays as it is.
 pub(crate) fn csv_field(out: &mut String, f: &str) {
-    let formula = f.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    let formula =
+        f.starts_with(['=', '@', '\t', '\r']) || (f.len() > 1 && f.starts_with(['+', '-']));
     let quote = formula || f.contains([',', '"', '\n', '\r']);
     if quote {
         out.push('"');
@@ -239,6 +242,8 @@ mod tests {
         assert_eq!(field("two\nlines"), "\"two\nlines\"");
         assert_eq!(field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
         assert_eq!(field("@app"), "\"'@app\"");
+        assert_eq!(field("-1+1"), "\"'-1+1\"");
+        assert_eq!(field("-"), "-");
         assert_eq!(field(""), "");
         assert_eq!(file_name(ExportFormat::Ndjson, 7), "links-7.ndjson");
     }

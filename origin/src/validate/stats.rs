@@ -2,7 +2,9 @@
 //! `GET /api/v1/stats`): the range, the interval, the tenant.
 
 use super::query::Params;
-use crate::clicks::{Interval, LiveQuery, StatsRange, TenantFilter, TenantQuery};
+use crate::clicks::{
+    GroupBy, Interval, LinkQuery, LiveQuery, StatsRange, TenantFilter, TenantQuery,
+};
 use crate::config::ClicksConfig;
 use crate::error::ApiError;
 use shorturl_common::host::normalize_host;
@@ -47,19 +49,63 @@ fn range(
     Ok(StatsRange { from, to, interval })
 }
 
-/// `GET /api/v1/links/{code}/stats?from&to&interval=hour|day` (default `day`).
+/// `group_by` (one of [`GroupBy`]'s API names; `destination` only where
+/// `destination` says so) and `format` (`json`, the default, or `csv`,
+/// which needs `group_by`).
+fn grouping(p: &Params, destination: bool) -> Result<(Option<GroupBy>, bool), ApiError> {
+    let group_by = match p.get("group_by") {
+        None => None,
+        Some(g) => Some(
+            GroupBy::parse(g)
+                .filter(|g| destination || *g != GroupBy::Destination)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = GroupBy::all()
+                        .filter(|g| destination || *g != GroupBy::Destination)
+                        .map(GroupBy::as_str)
+                        .collect();
+                    invalid(
+                        "invalid_group_by",
+                        format!("group_by must be one of {}", names.join(", ")),
+                    )
+                })?,
+        ),
+    };
+    let csv = match p.get("format") {
+        None | Some("json") => false,
+        Some("csv") if group_by.is_some() => true,
+        Some("csv") => {
+            return Err(invalid(
+                "invalid_format",
+                "format=csv answers the groups of a group_by: give group_by",
+            ))
+        }
+        Some(_) => return Err(invalid("invalid_format", "format must be json or csv")),
+    };
+    Ok((group_by, csv))
+}
+
+/// `GET /api/v1/links/{code}/stats?from&to&interval=hour|day&group_by&format`
+/// (default `day`).
 pub fn parse_link_stats(
     query: Option<&str>,
     cfg: &ClicksConfig,
     now: u64,
-) -> Result<StatsRange, ApiError> {
-    let p = Params::parse(query, &["from", "to", "interval", "domain"])?;
+) -> Result<LinkQuery, ApiError> {
+    let p = Params::parse(
+        query,
+        &["from", "to", "interval", "domain", "group_by", "format"],
+    )?;
     let (interval, max) = match p.get("interval") {
         None | Some("day") => (Interval::Day, cfg.max_day_points),
         Some("hour") => (Interval::Hour, cfg.max_hour_points),
         Some(_) => return Err(invalid("invalid_interval", "interval must be hour or day")),
     };
-    range(&p, interval, max, now)
+    let (group_by, csv) = grouping(&p, true)?;
+    Ok(LinkQuery {
+        range: range(&p, interval, max, now)?,
+        group_by,
+        csv,
+    })
 }
 
 /// Exactly one of `app`, `kdt_id`, `domain`: whose links.
@@ -110,7 +156,7 @@ fn top_limit(p: &Params) -> Result<u32, ApiError> {
     }
 }
 
-/// `GET /api/v1/stats?app|kdt_id|domain&tag&from&to&limit`: exactly one of
+/// `GET /api/v1/stats?app|kdt_id|domain&tag&from&to&limit&group_by&format`: exactly one of
 /// the three tenant parameters; the range is whole days.
 pub fn parse_tenant_stats(
     query: Option<&str>,
@@ -119,17 +165,23 @@ pub fn parse_tenant_stats(
 ) -> Result<TenantQuery, ApiError> {
     let p = Params::parse(
         query,
-        &["app", "kdt_id", "domain", "tag", "from", "to", "limit"],
+        &[
+            "app", "kdt_id", "domain", "tag", "from", "to", "limit", "group_by", "format",
+        ],
     )?;
     let filter = tenant_filter(&p)?;
     let limit = top_limit(&p)?;
     let tag = p.get("tag").map(crate::links::tags::one).transpose()?;
     let range = range(&p, Interval::Day, cfg.max_day_points, now)?;
+    // A destination label means another URL on every link: no tenant sum.
+    let (group_by, csv) = grouping(&p, false)?;
     Ok(TenantQuery {
         filter,
         tag,
         range,
         limit,
+        group_by,
+        csv,
     })
 }
 
@@ -161,7 +213,9 @@ mod tests {
     #[test]
     fn link_ranges() {
         let cfg = ClicksConfig::default();
-        let r = parse_link_stats(None, &cfg, NOW).unwrap();
+        let q = parse_link_stats(None, &cfg, NOW).unwrap();
+        assert_eq!((q.group_by, q.csv), (None, false));
+        let r = q.range;
         assert_eq!(r.interval, Interval::Day);
         assert_eq!((r.to, r.from % 86_400), (NOW, 0));
         let r = parse_link_stats(
@@ -169,11 +223,16 @@ mod tests {
             &cfg,
             NOW,
         )
-        .unwrap();
+        .unwrap()
+        .range;
         assert_eq!(r.to - r.from, 3600 * 2);
         assert_eq!(r.from % 3600, 0);
         let cases = [
             ("interval=week", "invalid_interval"),
+            ("group_by=lang", "invalid_group_by"),
+            ("group_by=Country", "invalid_group_by"),
+            ("format=csv", "invalid_format"),
+            ("group_by=os&format=xml", "invalid_format"),
             ("from=yesterday", "invalid_date"),
             (
                 "from=2027-01-02T00:00:00Z&to=2027-01-01T00:00:00Z",
@@ -199,6 +258,33 @@ mod tests {
     }
 
     #[test]
+    fn groupings() {
+        let cfg = ClicksConfig::default();
+        let q = parse_link_stats(Some("group_by=language&format=csv"), &cfg, NOW).unwrap();
+        assert_eq!(q.group_by.map(GroupBy::as_str), Some("language"));
+        assert!(q.csv);
+        let q = parse_link_stats(Some("group_by=destination&format=json"), &cfg, NOW).unwrap();
+        assert_eq!((q.group_by, q.csv), (Some(GroupBy::Destination), false));
+        let q = parse_tenant_stats(Some("app=a&group_by=utm_campaign"), &cfg, NOW).unwrap();
+        assert_eq!(q.group_by.map(GroupBy::as_str), Some("utm_campaign"));
+        let names: Vec<&str> = GroupBy::all().map(GroupBy::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "country",
+                "browser",
+                "os",
+                "language",
+                "source",
+                "utm_source",
+                "utm_medium",
+                "utm_campaign",
+                "destination"
+            ]
+        );
+    }
+
+    #[test]
     fn tenants() {
         let cfg = ClicksConfig::default();
         let q = parse_tenant_stats(Some("kdt_id=55"), &cfg, NOW).unwrap();
@@ -219,6 +305,8 @@ mod tests {
             ("app=a&interval=hour", "invalid_query"),
             ("app=a&tag=", "invalid_tags"),
             ("app=a&tag=a,b", "invalid_tags"),
+            ("app=a&group_by=destination", "invalid_group_by"),
+            ("app=a&format=csv", "invalid_format"),
         ];
         for (q, want) in cases {
             assert_eq!(kind(parse_tenant_stats(Some(q), &cfg, NOW)), want, "{q}");

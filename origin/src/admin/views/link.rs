@@ -1,5 +1,6 @@
 //! One link: every field, its QR code, its click charts (hourly for 48 h,
-//! daily for 90 days), referrers, devices and history; for operators and
+//! daily for 90 days), referrers, devices, its human clicks per value of
+//! each dimension (country, browser, ...; each with its CSV) and history; for operators and
 //! admins the forms that edit, disable, enable (and, for admins, delete)
 //! it, with when the change was published to the edges.
 
@@ -7,7 +8,8 @@ use super::super::charts::{Chart, Series};
 use super::super::html::{self, csrf_field, esc, num, Nav};
 use super::super::session::Session;
 use super::super::{api_error, caller, Req};
-use crate::clicks::{Interval, LinkStats, StatsRange};
+use crate::clicks::stats::groups_csv;
+use crate::clicks::{GroupBy, GroupCount, Interval, LinkStats, StatsRange};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::form::Form;
@@ -352,6 +354,62 @@ fn breakdown(st: &LinkStats) -> String {
     s
 }
 
+/// The heading of a dimension's table.
+fn dimension_title(g: GroupBy) -> &'static str {
+    match g.as_str() {
+        "country" => "Countries",
+        "browser" => "Browsers",
+        "os" => "Operating systems",
+        "language" => "Languages",
+        "source" => "Sources (link or QR code)",
+        "utm_source" => "UTM source",
+        "utm_medium" => "UTM medium",
+        "utm_campaign" => "UTM campaign",
+        _ => "Destinations",
+    }
+}
+
+/// A table per dimension of the human clicks (90 days; protocol 3.7),
+/// each with its CSV. `code` is the page's path name.
+fn dimensions(code: &str, dims: &[(GroupBy, Vec<GroupCount>)]) -> String {
+    let mut s = String::from(
+        "<h2>Human clicks by dimension (90 days)</h2><div class=\"grid dims\" id=\"dimensions\">",
+    );
+    for (g, groups) in dims {
+        let name = g.as_str();
+        let _ = write!(
+            s,
+            "<div><h3>{}</h3><table id=\"dim-{name}\"><thead><tr><th>Value</th>\
+             <th class=\"n\">Clicks</th></tr></thead><tbody>",
+            dimension_title(*g)
+        );
+        for c in groups {
+            let value = match c.value.as_str() {
+                "-" => "(none)",
+                "~other" => "(others)",
+                v => v,
+            };
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td class=\"n\">{}</td></tr>",
+                esc(value),
+                num(c.human)
+            );
+        }
+        if groups.is_empty() {
+            s.push_str("<tr><td colspan=\"2\">No clicks counted.</td></tr>");
+        }
+        let _ = write!(
+            s,
+            "</tbody></table><a class=\"csv\" id=\"dim-{name}-csv\" \
+             href=\"/admin/links/{}?dim={name}&amp;format=csv\">Download CSV</a></div>",
+            esc(code)
+        );
+    }
+    s.push_str("</div>");
+    s
+}
+
 fn controls(s: &Session, l: &LinkView) -> String {
     if !s.user.role.can_change() {
         return "<p id=\"read-only\">Your role (viewer) can read links but not change them.</p>"
@@ -532,9 +590,25 @@ pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -
     let name = path_name(&link);
     let code = name.as_str();
     let [hr, dr] = ranges(now);
-    let (hourly, daily, hist, pending) = match tokio::try_join!(
-        async { links.link_stats(&c, &r, &hr).await.map_err(ApiError::from) },
-        async { links.link_stats(&c, &r, &dr).await.map_err(ApiError::from) },
+    let (hourly, daily, dims, hist, pending) = match tokio::try_join!(
+        async {
+            links
+                .link_stats(&c, &r, &hr, None)
+                .await
+                .map_err(ApiError::from)
+        },
+        async {
+            links
+                .link_stats(&c, &r, &dr, None)
+                .await
+                .map_err(ApiError::from)
+        },
+        async {
+            links
+                .link_dimensions(&c, &r, &dr)
+                .await
+                .map_err(ApiError::from)
+        },
         async { links.history(&c, &r).await.map_err(ApiError::from) },
         async {
             links
@@ -552,6 +626,14 @@ pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -
     };
     let (hc, dc) = (chart(code, &hourly, true), chart(code, &daily, false));
     if req.param("format").as_deref() == Some("csv") {
+        if let Some(dim) = req.param("dim") {
+            return match dims.iter().find(|(g, _)| g.as_str() == dim) {
+                Some((g, groups)) => {
+                    html::csv(&format!("{}-{}", link.code, g.as_str()), groups_csv(groups))
+                }
+                None => html::error(Some(s), StatusCode::BAD_REQUEST, "no such dimension"),
+            };
+        }
         return match req.param("chart").as_deref() {
             Some("hour") => html::csv(&format!("{}-hourly", link.code), hc.csv()),
             Some("day") => html::csv(&format!("{}-daily", link.code), dc.csv()),
@@ -600,7 +682,7 @@ pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -
         main,
         "<div class=\"grid\"><div>{fields}{outbox}</div><div class=\"qr\" id=\"qr\">{qr}</div></div>{controls}{preview}\
          <h2>Clicks</h2><p id=\"totals\">Human {h} · bot {b} in the last 90 days \
-         (<a href=\"/admin/live?link={code}\" id=\"live\">live: the last hour per minute</a>).</p>{hc}{dc}{breakdown}<h2>History</h2>{history}",
+         (<a href=\"/admin/live?link={code}\" id=\"live\">live: the last hour per minute</a>).</p>{hc}{dc}{breakdown}{dimensions}<h2>History</h2>{history}",
         fields = fields(&link),
         controls = controls(s, &link),
         preview = preview(req, &link, now),
@@ -609,6 +691,7 @@ pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -
         hc = hc.html(),
         dc = dc.html(),
         breakdown = breakdown(&daily),
+        dimensions = dimensions(code, &dims),
         history = history(&hist),
     );
     html::respond(

@@ -58,6 +58,8 @@ pub async fn page(links: &Links, s: &Session, now: u64) -> Response {
                         tag: None,
                         range,
                         limit: 1,
+                        group_by: None,
+                        csv: false,
                     },
                 )
                 .await
