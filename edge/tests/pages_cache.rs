@@ -93,7 +93,7 @@ fn qr_codes_through_the_edge_decode_and_are_served_from_the_cache() {
     let origin = Origin::start(&redis, 100);
     let edge = edge_for(&redis, &origin);
     let code = settled_link(&origin, &[&edge], "https://qr.example/a");
-    let want = format!("http://{DOMAIN}/{code}");
+    let want = format!("http://{DOMAIN}/{code}?qr=1"); // the QR marker (protocol 3.7)
 
     let mut bodies = Vec::new();
     for (path, ct) in [

@@ -32,12 +32,13 @@ async fn qr_codes_decode_to_the_short_url_on_the_links_domain() {
         .create_ok(json!({"url": "https://qr.example/b", "domain": SHOP}))
         .await;
     for size in [128, 512] {
-        let want = format!("http://sho.rt/{code}");
+        // The short URL with the QR marker (protocol 3.7).
+        let want = format!("http://sho.rt/{code}?qr=1");
         assert_eq!(
             decode_both(&s, "sho.rt", &code, size).await,
             (want.clone(), want)
         );
-        let want = format!("http://{SHOP}/{shop}");
+        let want = format!("http://{SHOP}/{shop}?qr=1");
         assert_eq!(
             decode_both(&s, SHOP, &shop, size).await,
             (want.clone(), want)

@@ -117,11 +117,11 @@ fn both_edges_serve_the_same_pages_from_their_caches_and_purge_them() {
     );
     assert_eq!(
         qr::decode_svg(&first[0].1.body),
-        format!("http://{DOMAIN}/{code}")
+        format!("http://{DOMAIN}/{code}?qr=1")
     );
     assert_eq!(
         qr::decode_png(&first[2].1.body),
-        format!("http://{DOMAIN}/{code}")
+        format!("http://{DOMAIN}/{code}?qr=1")
     );
     let preview = first[4].1.text();
     assert!(

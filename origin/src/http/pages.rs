@@ -127,9 +127,9 @@ pub async fn page(
     }
     let pages = &s.links.cfg.pages;
     let rendered = match (kind, params) {
-        (PageKind::Svg, Some(p)) => qr::svg(&s.links.cfg.short_url(host, code), p)
+        (PageKind::Svg, Some(p)) => qr::svg(&qr::scan_url(&s.links.cfg.short_url(host, code)), p)
             .map(|b| (b, "image/svg+xml", pages.qr_max_age, None)),
-        (PageKind::Png, Some(p)) => qr::png(&s.links.cfg.short_url(host, code), p)
+        (PageKind::Png, Some(p)) => qr::png(&qr::scan_url(&s.links.cfg.short_url(host, code)), p)
             .map(|b| (b, "image/png", pages.qr_max_age, None)),
         (PageKind::Card, _) => return card(s, headers, host, code).await,
         (PageKind::Password, _) => return password_form(s, headers, host, code).await,

@@ -49,6 +49,13 @@ impl Grid {
 
 /// The SVG of `url`: `size` px square, one `<rect>` per horizontal run of
 /// dark modules, in module units (`viewBox`), black on white.
+/// What a link's QR code encodes: its short URL with the QR marker
+/// (protocol 3.7), which the edges count as the click's `source` and never
+/// forward.
+pub fn scan_url(short_url: &str) -> String {
+    format!("{short_url}?{}", shorturl_common::clicks::dims::QR_MARKER)
+}
+
 pub fn svg(url: &str, p: QrParams) -> Result<Vec<u8>, QrError> {
     let g = Grid::new(url, p.margin)?;
     let n = g.side;

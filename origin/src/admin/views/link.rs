@@ -658,7 +658,7 @@ pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -
         );
     }
     let qr = qr::svg(
-        &link.short_url,
+        &qr::scan_url(&link.short_url),
         QrParams {
             size: 160,
             margin: 2,
