@@ -486,8 +486,50 @@ async fn apply_once(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use shorturl_common::clicks::{DimLine, HourLine};
+
     #[test]
     fn placeholders() {
         assert_eq!(super::values(2, 3), "(?, ?, ?), (?, ?, ?)");
+    }
+
+    #[test]
+    fn defaults_are_the_human_clicks_no_line_names() {
+        let day = 86_400 * 3;
+        let mut b = Batch::new("e:n:1");
+        for (hour, human, bot) in [(day, 4, 1), (day + 3600, 2, 0), (day + 86_400, 0, 3)] {
+            b.hours.push(HourLine {
+                code: "abcdef".into(),
+                hour,
+                human,
+                bot,
+            });
+        }
+        for (dim, value, n) in [(Dim::Country, "DE", 5), (Dim::Country, "~other", 1)] {
+            b.dims.push(DimLine {
+                code: "abcdef".into(),
+                day,
+                dim,
+                value: value.into(),
+                n,
+            });
+        }
+        // Not counted with dimensions (an older batch): none.
+        assert!(dim_defaults(&b).is_empty());
+        b.counted_dims = true;
+        let d = dim_defaults(&b);
+        // The country is all named; seven defaults of 6; the day of bots
+        // only has none.
+        let want: Vec<(Group<'_>, &str, u64)> = vec![
+            (("abcdef", day, "browser"), "other", 6),
+            (("abcdef", day, "lang"), "-", 6),
+            (("abcdef", day, "os"), "other", 6),
+            (("abcdef", day, "source"), "link", 6),
+            (("abcdef", day, "utm_campaign"), "-", 6),
+            (("abcdef", day, "utm_medium"), "-", 6),
+            (("abcdef", day, "utm_source"), "-", 6),
+        ];
+        assert_eq!(d, want);
     }
 }

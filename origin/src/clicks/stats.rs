@@ -710,6 +710,34 @@ mod tests {
     }
 
     #[test]
+    fn groups_are_sorted_capped_and_sum_other_last() {
+        let mut rows: Vec<(String, u64)> = (0..MAX_GROUPS + 3)
+            .map(|i| (format!("v{i:03}"), 1000 - i as u64))
+            .collect();
+        rows.push(("~other".into(), 5));
+        rows.push(("v000".into(), 1));
+        rows.push(("zero".into(), 0));
+        let g = groups(rows);
+        assert_eq!(g.len(), MAX_GROUPS + 1);
+        assert_eq!((g[0].value.as_str(), g[0].human), ("v000", 1001));
+        let last = &g[MAX_GROUPS];
+        let cut: u64 = (MAX_GROUPS..MAX_GROUPS + 3).map(|i| 1000 - i as u64).sum();
+        assert_eq!((last.value.as_str(), last.human), ("~other", 5 + cut));
+        // Ties by value; CSV with formulas defused, a lone `-` kept.
+        let g = groups([("b".into(), 2), ("-".into(), 2), ("+1".into(), 1)]);
+        assert_eq!(groups_csv(&g), "value,human\r\n-,2\r\nb,2\r\n\"'+1\",1\r\n");
+    }
+
+    #[test]
+    fn group_by_names() {
+        for g in GroupBy::all() {
+            assert_eq!(GroupBy::parse(g.as_str()), Some(g));
+        }
+        assert_eq!(GroupBy::parse("lang"), None);
+        assert_eq!(GroupBy::parse("language"), Some(GroupBy::Dim(Dim::Lang)));
+    }
+
+    #[test]
     fn referrers_are_capped() {
         let mut rows: Vec<(String, u64)> = (0..25).map(|i| (format!("h{i:02}"), 100 - i)).collect();
         rows.push(("~other".into(), 7));
