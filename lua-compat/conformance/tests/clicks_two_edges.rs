@@ -286,7 +286,7 @@ fn the_two_edges_count_dimensions_alike() {
     for b in from_pingora.iter().chain(&from_lua) {
         assert!(b.counted_dims, "every batch is version 4: {}", b.id);
     }
-    let want = clicks::lines_of(&clicks::expected_dims(&reqs, &answers[0]));
+    let want = clicks::lines_of(&clicks::expected(&reqs, &answers[0]));
     let p = clicks::lines_of(&from_pingora);
     let l = clicks::lines_of(&from_lua);
     for (k, v) in &p {

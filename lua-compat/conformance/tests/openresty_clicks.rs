@@ -423,6 +423,9 @@ fn header_values_that_are_not_utf8_are_classified_by_their_bytes() {
         ('d', day, "bot", 1),
         ('d', day, "mobile", 1),
         ('d', day, "desktop", 1),
+        // The families of the two humans' user agents (protocol 3.7).
+        ('x', day, "os:ios", 1),
+        ('x', day, "os:linux", 1),
     ]
     .into_iter()
     .map(|(k, at, key, n)| ((k, format!("localhost/{code}"), at, key.to_owned()), n))

@@ -176,15 +176,8 @@ pub fn send(conns: &mut [Conn], reqs: &[Req]) -> Vec<(u16, u64)> {
 /// answered as `answers` says, in one batch per link-day set (as an edge
 /// that flushed once).
 pub fn expected(reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
-    expected_with(Accumulator::new(), reqs, answers)
-}
-
-/// [`expected`] by an accumulator that counts dimensions (protocol 3.7).
-pub fn expected_dims(reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
-    expected_with(Accumulator::with_dimensions(), reqs, answers)
-}
-
-fn expected_with(mut acc: Accumulator, reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
+    // Counting dimensions, as both edges do by default (protocol 3.7).
+    let mut acc = Accumulator::with_dimensions();
     for (r, (status, at)) in reqs.iter().zip(answers) {
         if *status == 302 {
             // Counted under the link key (protocol 3.6): the Host is the
