@@ -328,6 +328,7 @@ impl Edge {
         if clicks.dimensions() {
             parts.country = self.facts(req, ctx).country();
             parts.location = Some(location);
+            parts.client = ctx.client;
         }
         clicks.record_parts(parts, link, now);
     }

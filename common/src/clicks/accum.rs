@@ -9,8 +9,10 @@
 
 use super::batch::{
     is_valid_batch_id, Batch, DestinationLine, DeviceLine, DimLine, HourLine, ReferrerLine,
+    UniqLine,
 };
 use super::dims::{DayDims, Dim, Dims, DimsInput};
+use super::uniq::Sketch;
 use super::{day_start, device_class, hour_start, referrer_host, Device};
 use super::{BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_DIMS, BATCH_VERSION_KEYS};
 use super::{NO_REFERRER, OTHER_REFERRER, TOP_REFERRERS};
@@ -47,6 +49,8 @@ pub struct Click<'a> {
     pub query: Option<&'a str>,
     /// The redirect's `Location`.
     pub location: Option<&'a str>,
+    /// The visitor (`uniq::visitor`: the caller holds the day's salt).
+    pub visitor: Option<u64>,
 }
 
 impl<'a> Click<'a> {
@@ -63,6 +67,7 @@ impl<'a> Click<'a> {
             country: None,
             query: None,
             location: None,
+            visitor: None,
         }
     }
 }
@@ -83,6 +88,8 @@ struct DayCounts {
     /// The human clicks' dimensions (version 4), allocated at the first
     /// click with a value other than every default.
     dims: Option<Box<DayDims>>,
+    /// The human clicks' distinct visitors (version 4).
+    visitors: Option<Sketch>,
 }
 
 /// A link's counts between two takes: a flush interval sees one or two
@@ -184,8 +191,13 @@ impl LinkCounts {
         }
         day.routed |= destination.is_some();
         if device != Device::Bot {
-            if let Some(d) = dims.filter(|d| **d != Dims::default()) {
-                day.dims.get_or_insert_with(Box::default).count(d);
+            if let Some(d) = dims {
+                if let Some(v) = d.visitor {
+                    day.visitors.get_or_insert_with(Sketch::default).insert(v);
+                }
+                if d.has_values() {
+                    day.dims.get_or_insert_with(Box::default).count(d);
+                }
             }
             let dest = destination.unwrap_or(Destination::Link);
             match day.destinations.iter_mut().find(|(d, _)| *d == dest) {
@@ -288,6 +300,7 @@ impl Accumulator {
                 country: c.country,
                 query: c.query.map(str::as_bytes),
                 location: c.location,
+                visitor: c.visitor,
             })
         });
         self.add_classified(
@@ -400,7 +413,7 @@ pub struct Encoded {
 /// buffers reused from link to link.
 #[derive(Default)]
 struct Writer {
-    kinds: [String; 5],
+    kinds: [String; 6],
     lines: usize,
     human: u64,
     bot: u64,
@@ -425,7 +438,7 @@ impl Writer {
     /// formatting machinery (the flusher writes every counted link).
     fn link<'a>(&mut self, code: &str, counts: &'a LinkCounts, ranked: &mut Vec<(&'a str, u64)>) {
         self.keys |= code.contains('/');
-        let [hours, referrers, devices, destinations, dims] = &mut self.kinds;
+        let [hours, referrers, devices, destinations, dims, uniques] = &mut self.kinds;
         let (lines, human_sum, bot_sum) = (&mut self.lines, &mut self.human, &mut self.bot);
         let mut num = itoa::Buffer::new();
         each_line(counts, ranked, |l| {
@@ -436,6 +449,7 @@ impl Writer {
                 Line::Device(day, ..) => (&mut *devices, "d ", *day),
                 Line::Destination(day, ..) => (&mut *destinations, "t ", *day),
                 Line::Dim(day, ..) => (&mut *dims, "x ", *day),
+                Line::Uniq(day, _) => (&mut *uniques, "u ", *day),
             };
             out.push_str(kind);
             out.push_str(code);
@@ -472,6 +486,7 @@ impl Writer {
                     out.push(' ');
                     out.push_str(num.format(n));
                 }
+                Line::Uniq(_, sketch) => sketch.encode(out),
             }
             out.push('\n');
         });
@@ -489,7 +504,8 @@ impl Writer {
     }
 
     fn finish(&mut self, id: String) -> Encoded {
-        let version = if self.counted_dims || !self.kinds[4].is_empty() {
+        let version = if self.counted_dims || !self.kinds[4].is_empty() || !self.kinds[5].is_empty()
+        {
             BATCH_VERSION_DIMS
         } else if self.keys {
             BATCH_VERSION_KEYS
@@ -553,6 +569,8 @@ enum Line<'a> {
     Destination(u64, Destination, u64),
     /// day, dimension, value, human clicks
     Dim(u64, Dim, &'a str, u64),
+    /// day, distinct visitors
+    Uniq(u64, &'a Sketch),
 }
 
 /// Every line of a link's counts, each kind in the order the body lists
@@ -607,6 +625,9 @@ fn each_line<'a>(
         if let Some(dims) = &d.dims {
             dims.each_line(ranked, |dim, value, n| f(Line::Dim(day, dim, value, n)));
         }
+        if let Some(v) = d.visitors.as_ref().filter(|v| !v.is_empty()) {
+            f(Line::Uniq(day, v));
+        }
     }
 }
 
@@ -644,6 +665,11 @@ fn link_lines(code: &str, counts: &LinkCounts) -> Batch {
             dim,
             value: value.to_owned(),
             n,
+        }),
+        Line::Uniq(day, sketch) => b.uniques.push(UniqLine {
+            code: code.to_owned(),
+            day,
+            sketch: sketch.clone(),
         }),
     });
     b
@@ -706,6 +732,7 @@ mod tests {
                     country: [None, Some(*b"CN"), Some(*b"US")][(j % 3) as usize],
                     query: (j % 6 == 1).then_some("qr=1"),
                     location: (i % 2 == 0).then_some(location.as_str()),
+                    visitor: (j % 5 != 4).then_some((j % 7).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
                     ..Click::new(&code, t + (j % 3) * 3600 + (j % 2) * 86_400)
                 });
             }

@@ -8,6 +8,7 @@
 
 use super::dims::{Dim, TOP_VALUES};
 use super::referrer::is_valid_host_field;
+use super::uniq::Sketch;
 use super::{
     Device, BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_DIMS, BATCH_VERSION_KEYS,
     OTHER_REFERRER, TOP_REFERRERS,
@@ -78,6 +79,15 @@ pub struct DimLine {
     pub n: u64,
 }
 
+/// `u <code> <day_start_unix> <sketch>`: the distinct visitors among a
+/// link-day's human clicks in the batch (version 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UniqLine {
+    pub code: String,
+    pub day: u64,
+    pub sketch: Sketch,
+}
+
 /// One batch: its unique id (`<edge-name>:<boot-nonce>:<seq>`) and lines.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
@@ -90,6 +100,8 @@ pub struct Batch {
     pub destinations: Vec<DestinationLine>,
     /// Dimension lines; a batch with any is format version 4.
     pub dims: Vec<DimLine>,
+    /// Unique visitors per link-day (version 4).
+    pub uniques: Vec<UniqLine>,
     /// Its human clicks were counted by dimension (version 4, with or
     /// without `x` lines): a link-day's clicks on no line of a dimension
     /// have its default.
@@ -179,6 +191,7 @@ impl Batch {
             + self.devices.len()
             + self.destinations.len()
             + self.dims.len()
+            + self.uniques.len()
     }
 
     /// The format version of the entry (`v`): `3` when a line names a
@@ -186,7 +199,7 @@ impl Batch {
     /// else `1`, which origins of every version read (an edge counting only
     /// plain links of fleet codes needs no upgraded origin).
     pub fn version(&self) -> &'static str {
-        if self.counted_dims || !self.dims.is_empty() {
+        if self.counted_dims || !self.dims.is_empty() || !self.uniques.is_empty() {
             BATCH_VERSION_DIMS
         } else if self.codes().any(|c| c.contains('/')) {
             BATCH_VERSION_KEYS
@@ -204,6 +217,7 @@ impl Batch {
         self.devices.extend(other.devices);
         self.destinations.extend(other.destinations);
         self.dims.extend(other.dims);
+        self.uniques.extend(other.uniques);
     }
 
     /// Every code the batch names (with repeats).
@@ -213,7 +227,13 @@ impl Batch {
         let devs = self.devices.iter().map(|l| l.code.as_str());
         let dests = self.destinations.iter().map(|l| l.code.as_str());
         let dims = self.dims.iter().map(|l| l.code.as_str());
-        hours.chain(refs).chain(devs).chain(dests).chain(dims)
+        let uniques = self.uniques.iter().map(|l| l.code.as_str());
+        hours
+            .chain(refs)
+            .chain(devs)
+            .chain(dests)
+            .chain(dims)
+            .chain(uniques)
     }
 
     /// Human and bot clicks in the batch (its hour lines).
@@ -249,6 +269,11 @@ impl Batch {
                 l.n
             );
         }
+        for l in &self.uniques {
+            let _ = write!(out, "u {} {} ", l.code, l.day);
+            l.sketch.encode(&mut out);
+            out.push('\n');
+        }
         out
     }
 
@@ -281,6 +306,7 @@ impl Batch {
         let mut dev_keys = HashSet::new();
         let mut dest_keys = HashSet::new();
         let mut dim_keys = HashSet::new();
+        let mut uniq_keys = HashSet::new();
         let mut dim_named: HashMap<(String, u64, Dim), usize> = HashMap::new();
         let mut named: HashMap<(String, u64), usize> = HashMap::new();
         for (i, line) in body.split('\n').enumerate() {
@@ -412,6 +438,18 @@ impl Batch {
                         n,
                     });
                 }
+                "u" if dims_allowed => {
+                    let day = time(f[2], 86_400).ok_or_else(|| bad("invalid day start"))?;
+                    let sketch = match f[3] {
+                        "s" | "d" => Sketch::decode_parts(f[3], f[4]),
+                        _ => None,
+                    }
+                    .ok_or_else(|| bad("invalid sketch"))?;
+                    if !uniq_keys.insert((code.clone(), day)) {
+                        return Err(bad("repeated link-day sketch"));
+                    }
+                    b.uniques.push(UniqLine { code, day, sketch });
+                }
                 _ => return Err(bad("unknown line kind")),
             }
         }
@@ -446,6 +484,18 @@ impl Batch {
             let s = sums.entry((&t.code, t.day)).or_default();
             s[5] += t.n;
             s[6] += 1;
+        }
+        // A sketch counts some of the link-day's human clicks' visitors.
+        if let Some(u) = self.uniques.iter().find(|u| {
+            sums.get(&(u.code.as_str(), u.day)).is_none_or(|s| {
+                let human = s[0] - s[1];
+                human == 0 || u.sketch.sparse_len().is_some_and(|n| n as u64 > human)
+            })
+        }) {
+            return Err(BatchError::Inconsistent {
+                code: u.code.clone(),
+                day: u.day,
+            });
         }
         // (code, day, dimension) → human clicks named
         let mut dims: HashMap<(&str, u64, Dim), u64> = HashMap::new();
@@ -517,6 +567,7 @@ mod tests {
             destinations: Vec::new(),
             dims: Vec::new(),
             counted_dims: false,
+            uniques: Vec::new(),
         }
     }
 
@@ -604,6 +655,32 @@ mod tests {
         };
         assert!(many(20).is_ok());
         assert!(matches!(many(21), Err(BatchError::Line { .. })));
+        // Unique visitors: one sketch per link-day with human clicks.
+        let u = |x: &str| Batch::decode(id, "4", &format!("{h}{x}\n"));
+        let ok =
+            u("u abcdef 0 s 00000000000000010000000000000002").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok.uniques[0].sketch.estimate(), 2);
+        assert!(ok
+            .encode_body()
+            .ends_with("u abcdef 0 s 00000000000000010000000000000002\n"));
+        let dense = format!("u abcdef 0 d {}", "A".repeat(super::super::uniq::REGISTERS));
+        assert!(u(&dense).is_ok());
+        for bad in [
+            "u abcdef 0 s 0000000000000002000000000000000100000000000000030000000000000004",
+            "u abcdef 0 s 00000000000000010000000000000001",
+            "u abcdef 0 x 0000000000000001",
+            "u abcdef 0 d AAAA",
+            "u abcdef 86400 s 0000000000000001",
+            "u abcdef 0 s 0000000000000001\nu abcdef 0 s 0000000000000002",
+        ] {
+            assert!(u(bad).is_err(), "{bad}");
+        }
+        // More visitors than human clicks: inconsistent.
+        assert!(matches!(
+            u("u abcdef 0 s 0000000000000001000000000000000200000000000000030000000000000004"),
+            Err(BatchError::Inconsistent { .. })
+        ));
+        assert!(Batch::decode(id, "3", &format!("{h}u abcdef 0 s 0000000000000001\n")).is_err());
     }
 
     #[test]

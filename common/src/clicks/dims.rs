@@ -308,6 +308,9 @@ pub struct Dims {
     /// Reached through a QR code.
     pub qr: bool,
     pub utm: Option<Box<Utm>>,
+    /// The visitor (`uniq::visitor`), for the day's unique visitors; `None`
+    /// without an address or the day's salt.
+    pub visitor: Option<u64>,
 }
 
 /// The inputs of [`Dims::read`], as both edges have them.
@@ -320,6 +323,8 @@ pub struct DimsInput<'a> {
     pub query: Option<&'a [u8]>,
     /// The redirect's `Location`.
     pub location: Option<&'a str>,
+    /// The visitor, computed by the caller (it holds the day's salt).
+    pub visitor: Option<u64>,
 }
 
 impl Dims {
@@ -334,7 +339,18 @@ impl Dims {
             lang: lang_of(i.accept_language),
             qr: has_qr_marker(i.query),
             utm: i.location.and_then(utm_of),
+            visitor: i.visitor,
         }
+    }
+
+    /// Whether any dimension has a value other than its default.
+    pub fn has_values(&self) -> bool {
+        self.country.is_some()
+            || self.browser != 0
+            || self.os != 0
+            || self.lang.is_some()
+            || self.qr
+            || self.utm.is_some()
     }
 }
 

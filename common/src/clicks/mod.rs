@@ -13,9 +13,12 @@ pub mod batch;
 pub mod dims;
 pub mod referrer;
 pub mod ua;
+pub mod uniq;
 
 pub use accum::{Accumulator, BatchIds, Click, Encoded};
-pub use batch::{Batch, BatchError, DestinationLine, DeviceLine, DimLine, HourLine, ReferrerLine};
+pub use batch::{
+    Batch, BatchError, DestinationLine, DeviceLine, DimLine, HourLine, ReferrerLine, UniqLine,
+};
 pub use dims::{Dim, Dims, DimsInput};
 pub use referrer::{referrer_host, referrer_host_buf, HostBuf};
 pub use ua::{device_class, device_class_bytes, is_bot, Device};

@@ -147,6 +147,13 @@ impl BackgroundService for ClickFlusher {
                 next_flush = Instant::now() + self.flush_interval;
                 self.clicks.cut();
                 if let Some(c) = conn.as_mut() {
+                    if self.clicks.dimensions() {
+                        let now = shorturl_common::time::now_unix();
+                        // Failures show in the batches' own retries.
+                        if let Err(e) = self.clicks.salts.refresh(c, now).await {
+                            tracing::debug!(error = %e, "visitor salts not refreshed");
+                        }
+                    }
                     send_all(&self.clicks, c, &mut failures).await;
                 }
             }

@@ -17,6 +17,9 @@ pub struct ClicksMetrics {
     /// `click_queue_full_total`: clicks that found their thread's queue
     /// full; the request drained the queues itself (slower, nothing lost).
     pub queue_full: IntCounter,
+    /// `clicks_unsalted_total`: human clicks with an address that are in
+    /// no unique-visitor sketch (the day's salt unknown: Redis unreachable).
+    pub unsalted: IntCounter,
     /// `click_backpressure_total`: pauses of request threads while the
     /// edge was behind in sending (`Clicks::yield_to_flusher`).
     pub backpressure: IntCounter,
@@ -92,6 +95,10 @@ impl ClicksMetrics {
             "shorturl_edge_click_queue_full_total",
             "Clicks that found their thread's queue full: the request drained the queues itself (a slower answer; no click lost).",
         )?;
+        let unsalted = IntCounter::new(
+            "shorturl_edge_clicks_unsalted_total",
+            "Human clicks in no unique-visitor sketch: the edge did not know the day's salt (Redis unreachable since before the day).",
+        )?;
         let backpressure = IntCounter::new(
             "shorturl_edge_click_backpressure_total",
             "Request-thread pauses while half of max_buffered_clicks was unsent and Redis was taking batches (the flusher catching up; no click dropped).",
@@ -102,6 +109,7 @@ impl ClicksMetrics {
             batches_sent: batches.with_label_values(&["sent"]),
             batches_retried: batches.with_label_values(&["retried"]),
             queue_full: queue_full.clone(),
+            unsalted: unsalted.clone(),
             backpressure: backpressure.clone(),
             dropped_buffer_full: dropped.with_label_values(&["buffer_full"]),
             dropped_stream_full: dropped.with_label_values(&["stream_full"]),
@@ -119,6 +127,7 @@ impl ClicksMetrics {
                 Box::new(links_held),
                 Box::new(early_cuts),
                 Box::new(queue_full),
+                Box::new(unsalted),
                 Box::new(backpressure),
             ],
         ))

@@ -18,6 +18,7 @@ pub mod flush;
 pub mod metrics;
 pub mod pending;
 pub mod record;
+pub mod salts;
 
 pub use config::ClicksConfig;
 pub use metrics::ClicksMetrics;
@@ -75,6 +76,8 @@ pub struct Clicks {
     enabled: bool,
     /// Each human click's dimensions are read (protocol 3.7).
     dimensions: bool,
+    /// The days' salts of unique visitors (fetched by the flusher).
+    pub salts: salts::Salts,
     registry: Registry,
     pub metrics: ClicksMetrics,
     ids: BatchIds,
@@ -141,6 +144,7 @@ impl Clicks {
         Ok(Clicks {
             enabled: cfg.enabled,
             dimensions: cfg.dimensions,
+            salts: salts::Salts::default(),
             registry: Registry::new(cfg.queue_per_thread),
             metrics,
             ids,
@@ -182,12 +186,16 @@ impl Clicks {
     #[inline]
     pub fn record_parts(&self, parts: record::ClickParts<'_>, link: (&str, &str), at_unix: u64) {
         if self.enabled {
+            let dims = self.dimensions.then(|| record::DimsCtx {
+                salt: self.salts.get(shorturl_common::clicks::day_start(at_unix)),
+                unsalted: &self.metrics.unsalted,
+            });
             self.queued(record::record_parts(
                 &self.registry,
                 parts,
                 link,
                 at_unix,
-                self.dimensions,
+                dims,
             ));
         }
     }

@@ -13,12 +13,16 @@
 //! queues itself, so a saturated edge answers a little slower instead of
 //! losing clicks.
 
+use super::salts::Salt;
 use crossbeam_queue::ArrayQueue;
 use http::Method;
 use pingora::http::RequestHeader;
+use pingora_prometheus::prometheus::IntCounter;
 use shorturl_common::clicks::dims::{browser_family, has_qr_marker, lang_of, os_family, utm_of};
+use shorturl_common::clicks::uniq::{self, SALT_LEN};
 use shorturl_common::clicks::{device_class_bytes, referrer_host_buf, Device, Dims, HostBuf};
 use shorturl_common::code::is_fleet_code;
+use shorturl_common::link_rules::split_key;
 use shorturl_common::link_rules::Destination;
 use shorturl_common::memo::{remembered, Last};
 use std::cell::RefCell;
@@ -253,6 +257,43 @@ pub struct ClickParts<'a> {
     pub country: Option<[u8; 2]>,
     pub query: Option<&'a [u8]>,
     pub location: Option<&'a str>,
+    /// The client (behind trusted proxies): the unique visitor's address.
+    pub client: Option<std::net::IpAddr>,
+}
+
+/// What counting a click's dimensions needs besides the request: the
+/// day's salt of unique visitors (`None`: not known) and the counter of
+/// human clicks left out for the want of it.
+pub struct DimsCtx<'a> {
+    pub salt: Option<Salt>,
+    pub unsalted: &'a IntCounter,
+}
+
+thread_local! {
+    /// The last (salt, address, user agent) and its visitor.
+    static LAST_VISITOR: RefCell<Last<u64>> = const { RefCell::new(Last::new()) };
+}
+
+/// The unique visitor of a click (`uniq::visitor`), remembered per thread:
+/// a browser repeats its address and user agent on every request of a
+/// connection, and an HMAC costs thousands of instructions.
+fn visitor_of(salt: &Salt, ip: std::net::IpAddr, ua: &[u8]) -> u64 {
+    let mut key = [0u8; SALT_LEN + 17 + UA_CACHE_BYTES];
+    let ip_bytes = match ip {
+        std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(a) => a.octets(),
+    };
+    let fixed = SALT_LEN + 17;
+    let Some(rest) = key.get_mut(fixed..fixed + ua.len()) else {
+        return uniq::visitor(salt, &split_key(ip), ua);
+    };
+    rest.copy_from_slice(ua);
+    key[..SALT_LEN].copy_from_slice(salt);
+    key[SALT_LEN] = u8::from(ip.is_ipv4());
+    key[SALT_LEN + 1..fixed].copy_from_slice(&ip_bytes);
+    remembered(&LAST_VISITOR, &key[..fixed + ua.len()], usize::MAX, || {
+        uniq::visitor(salt, &split_key(ip), ua)
+    })
 }
 
 impl<'a> ClickParts<'a> {
@@ -277,25 +318,37 @@ impl<'a> ClickParts<'a> {
 }
 
 /// Queues one redirect answered for `code` on `domain` at `at_unix`
-/// (`dimensions`: read a human click's dimensions); `Err` hands back the
-/// event when the thread's queue is full.
+/// (`dims`: read a human click's dimensions and visitor); `Err` hands back
+/// the event when the thread's queue is full.
 pub fn record_parts(
     registry: &Registry,
     parts: ClickParts<'_>,
     (code, domain): (&str, &str),
     at_unix: u64,
-    dimensions: bool,
+    dims: Option<DimsCtx<'_>>,
 ) -> Result<(), Box<Event>> {
     let class = classify_parts(parts.head, parts.user_agent);
     let host = referrer_host_buf(parts.referer);
-    let dims = (dimensions && class.device != Device::Bot).then(|| Dims {
-        country: parts.country,
-        browser: class.browser,
-        os: class.os,
-        lang: lang_of(parts.accept_language),
-        qr: has_qr_marker(parts.query),
-        utm: parts.location.and_then(utm_of),
-    });
+    let dims = dims
+        .filter(|_| class.device != Device::Bot)
+        .map(|ctx| Dims {
+            country: parts.country,
+            browser: class.browser,
+            os: class.os,
+            lang: lang_of(parts.accept_language),
+            qr: has_qr_marker(parts.query),
+            utm: parts.location.and_then(utm_of),
+            visitor: match (parts.client, ctx.salt) {
+                (Some(ip), Some(salt)) => {
+                    Some(visitor_of(&salt, ip, parts.user_agent.unwrap_or_default()))
+                }
+                (Some(_), None) => {
+                    ctx.unsalted.inc();
+                    None
+                }
+                (None, _) => None,
+            },
+        });
     let Some(event) = Event::new(
         code,
         domain,
@@ -334,7 +387,7 @@ mod tests {
         destination: Option<Destination>,
         at: u64,
     ) -> Result<(), Box<Event>> {
-        record_parts(reg, ClickParts::of_request(r, destination), link, at, false)
+        record_parts(reg, ClickParts::of_request(r, destination), link, at, None)
     }
 
     fn req(method: &str, ua: Option<&str>, referer: Option<&str>) -> RequestHeader {

@@ -397,6 +397,7 @@ impl FastPath {
             parts.country = facts.country();
             parts.query = req.query.map(str::as_bytes);
             parts.location = Some(location);
+            parts.client = facts.client_ip();
         }
         // Counted before the answer is written (see `proxy.rs`).
         clicks.record_parts(parts, link, now);
