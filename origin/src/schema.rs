@@ -88,6 +88,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "click_dimensions",
         include_str!("../migrations/0020_click_dimensions.sql"),
     ),
+    (
+        21,
+        "click_uniques",
+        include_str!("../migrations/0021_click_uniques.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

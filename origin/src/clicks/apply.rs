@@ -37,6 +37,7 @@ use crate::store::DbError;
 use mysql_async::prelude::*;
 use mysql_async::{IsolationLevel, Pool, Transaction, TxOpts, Value};
 use shorturl_common::clicks::dims::TOP_VALUES;
+use shorturl_common::clicks::uniq::Sketch;
 use shorturl_common::clicks::{day_start, Batch, Dim, OTHER_REFERRER};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -480,8 +481,65 @@ async fn apply_once(
         .await?;
     DIMENSIONS.write(&mut tx, &dims).await?;
     DIMENSIONS.add(&mut tx, &dim_defaults(batch)).await?;
+    merge_uniques(&mut tx, batch).await?;
     tx.commit().await?;
     Ok(Applied::Applied)
+}
+
+/// Merges the batch's sketches of unique visitors (version 4) into the
+/// stored ones: each link-day's row locked first (in key order, as every
+/// applier does), read, merged, written back.
+async fn merge_uniques(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), mysql_async::Error> {
+    let mut lines: Vec<_> = batch.uniques.iter().collect();
+    lines.sort_by(|a, b| (&a.code, a.day).cmp(&(&b.code, b.day)));
+    for chunk in lines.chunks(LINK_DAYS_PER_READ) {
+        // The lock: a row that exists is locked by the update that changes
+        // nothing; a new one is created empty.
+        upsert(
+            tx,
+            "INSERT INTO click_day_uniques (code, day, sketch)",
+            "ON DUPLICATE KEY UPDATE sketch = sketch",
+            chunk,
+            |l| [l.code.as_str().into(), l.day.into(), "s ".into()],
+        )
+        .await?;
+        let cond = vec!["(code = ? AND day = ?)"; chunk.len()].join(" OR ");
+        let p: Vec<Value> = chunk
+            .iter()
+            .flat_map(|l| [Value::from(l.code.as_str()), l.day.into()])
+            .collect();
+        let rows: Vec<(String, u64, String)> = tx
+            .exec(
+                format!("SELECT code, day, sketch FROM click_day_uniques WHERE {cond}"),
+                p,
+            )
+            .await?;
+        let stored: HashMap<(String, u64), String> =
+            rows.into_iter().map(|(c, d, s)| ((c, d), s)).collect();
+        let merged: Vec<(&str, u64, String)> = chunk
+            .iter()
+            .map(|l| {
+                // An unreadable stored sketch (never written so) is replaced.
+                let mut s = stored
+                    .get(&(l.code.clone(), l.day))
+                    .and_then(|t| Sketch::decode(t))
+                    .unwrap_or_default();
+                s.merge(&l.sketch);
+                let mut text = String::new();
+                s.encode(&mut text);
+                (l.code.as_str(), l.day, text)
+            })
+            .collect();
+        upsert(
+            tx,
+            "INSERT INTO click_day_uniques (code, day, sketch)",
+            "ON DUPLICATE KEY UPDATE sketch = VALUES(sketch)",
+            &merged,
+            |(code, day, text)| [(*code).into(), (*day).into(), text.as_str().into()],
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -76,6 +76,7 @@ async fn split(store: &Store, batch: &Batch) -> Result<BTreeMap<usize, Batch>, D
     to.file(&batch.devices, |l| &l.code, |b| &mut b.devices);
     to.file(&batch.destinations, |l| &l.code, |b| &mut b.destinations);
     to.file(&batch.dims, |l| &l.code, |b| &mut b.dims);
+    to.file(&batch.uniques, |l| &l.code, |b| &mut b.uniques);
     // Each part counts its link-days' dimensions as the batch does (the
     // defaults of a version 4 batch are computed per part).
     let mut parts = to.parts;
@@ -191,5 +192,6 @@ async fn name_bare_codes(
         .iter_mut()
         .for_each(|l| rename(&mut l.code));
     out.dims.iter_mut().for_each(|l| rename(&mut l.code));
+    out.uniques.iter_mut().for_each(|l| rename(&mut l.code));
     Ok(Some(out))
 }
