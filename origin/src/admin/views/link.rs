@@ -681,13 +681,14 @@ pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -
     let _ = write!(
         main,
         "<div class=\"grid\"><div>{fields}{outbox}</div><div class=\"qr\" id=\"qr\">{qr}</div></div>{controls}{preview}\
-         <h2>Clicks</h2><p id=\"totals\">Human {h} · bot {b} in the last 90 days \
+         <h2>Clicks</h2><p id=\"totals\">Human {h} · bot {b} · unique visitors {u} in the last 90 days \
          (<a href=\"/admin/live?link={code}\" id=\"live\">live: the last hour per minute</a>).</p>{hc}{dc}{breakdown}{dimensions}<h2>History</h2>{history}",
         fields = fields(&link),
         controls = controls(s, &link),
         preview = preview(req, &link, now),
         h = num(daily.totals.human),
         b = num(daily.totals.bot),
+        u = num(daily.uniques),
         hc = hc.html(),
         dc = dc.html(),
         breakdown = breakdown(&daily),
