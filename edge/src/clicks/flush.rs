@@ -129,6 +129,7 @@ impl BackgroundService for ClickFlusher {
         let mut next_flush = Instant::now() + self.flush_interval;
         let mut shutting_down = false;
         let mut failures = 0u64;
+        let mut salts_retry = 0u64;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -141,19 +142,24 @@ impl BackgroundService for ClickFlusher {
             // Again at every tick: the task may have moved to another
             // thread of this background runtime.
             lower_priority();
+            // The visitor salts: at once at start (clicks before are in no
+            // sketch), then whenever a day is missing, at most every second
+            // while Redis fails (the batches' own retries say so).
+            let now = shorturl_common::time::now_unix();
+            if self.clicks.dimensions() && self.clicks.salts.stale(now) && now >= salts_retry {
+                if let Some(c) = conn.as_mut() {
+                    if let Err(e) = self.clicks.salts.refresh(c, now).await {
+                        tracing::debug!(error = %e, "visitor salts not fetched");
+                        salts_retry = now + 1;
+                    }
+                }
+            }
             self.clicks.drain();
             let early = self.clicks.take_early_cut();
             if shutting_down || early || Instant::now() >= next_flush {
                 next_flush = Instant::now() + self.flush_interval;
                 self.clicks.cut();
                 if let Some(c) = conn.as_mut() {
-                    if self.clicks.dimensions() {
-                        let now = shorturl_common::time::now_unix();
-                        // Failures show in the batches' own retries.
-                        if let Err(e) = self.clicks.salts.refresh(c, now).await {
-                            tracing::debug!(error = %e, "visitor salts not refreshed");
-                        }
-                    }
                     send_all(&self.clicks, c, &mut failures).await;
                 }
             }

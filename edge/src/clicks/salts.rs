@@ -34,6 +34,17 @@ impl Salts {
             .map(|(_, s)| *s)
     }
 
+    /// Whether today's or tomorrow's salt is not known yet (or one to
+    /// forget is still held): [`Salts::refresh`] has work.
+    pub fn stale(&self, now: u64) -> bool {
+        let today = day_start(now);
+        let known = self.known.load();
+        let has = |day| known.iter().any(|(d, _)| *d == day);
+        !has(today)
+            || !has(today + 86_400)
+            || known.iter().any(|(d, _)| now >= d + 86_400 + AFTER_DAY_SECS)
+    }
+
     /// Makes sure today's and tomorrow's salts are known (created in Redis
     /// if no edge has yet), and forgets those an hour past their day.
     pub async fn refresh<C: ConnectionLike + Send>(
