@@ -5,7 +5,9 @@
 -- version (3 with a per-domain key, else 2 with `t` lines, else 1).
 -- With clicks.dimensions (protocol 3.7) a human click is also counted by
 -- its dimensions (clicks_dims.lua): the `x` lines after the `t` lines,
--- version 4; the first part runs with it off, the old bodies.
+-- version 4; the first part runs with it off, the old bodies. And then
+-- (protocol 3.7) the unique visitors (clicks_uniq.lua): the visitor hash,
+-- registers, sketches, the salts in a stub Redis, and the `u` lines.
 -- The counts go through clicks.lua's own flush (its timer, every 50 ms)
 -- with redis.run replaced by a stub keeping each XADD: no Redis needed.
 -- Run by t/run.sh (content_by_lua_file).
@@ -27,15 +29,35 @@ local real_run, real_command = redis.run, redis.command
 redis.command = function(...)
     return { ... }
 end
--- The pipeline clicks.lua sends: XLEN, then XADD su:1:clicks MAXLEN ~ n *
--- id <id> v <v> b <body>.
-redis.run = function(_, _, cmds)
-    for _, c in ipairs(cmds) do
+-- The pipelines clicks.lua sends: XLEN, then XADD su:1:clicks MAXLEN ~ n *
+-- id <id> v <v> b <body>; and for the salts of unique visitors SET <key>
+-- <salt> NX EX <secs>, then GET <key> (kept in `kv`, their TTL in `ttl`;
+-- `set_at` the time of the SET; `salt_down`: those fail as an unreachable
+-- Redis does).
+local kv, ttl, set_at, salt_down = {}, {}, {}, false
+redis.run = function(_, key, cmds)
+    local replies = {}
+    for i, c in ipairs(cmds) do
         if c[1] == "XADD" then
             sent[#sent + 1] = { id = c[8], v = c[10], body = c[12] }
+            replies[i] = "1-0"
+        elseif c[1] == "XLEN" then
+            replies[i] = 0
+        elseif salt_down then
+            return nil, "connect: refused (stub)"
+        elseif c[1] == "SET" then
+            assert(c[2] == key and c[4] == "NX" and c[5] == "EX", "SET key value NX EX secs")
+            if kv[key] == nil then
+                kv[key], ttl[key], set_at[key] = c[3], tonumber(c[6]), ngx.time()
+                replies[i] = "OK"
+            else
+                replies[i] = false
+            end
+        elseif c[1] == "GET" then
+            replies[i] = kv[key] or false
         end
     end
-    return { 0, "1-0" }
+    return replies
 end
 
 local repo = ngx.var.su_repo
@@ -418,6 +440,276 @@ do -- the version is per batch: 4 only for the batch with x lines
         "split: the x line with its link")
 end
 
+---------------------------------------------------------------- unique visitors (protocol 3.7): u lines
+local clicks_uniq = require("shorturl.clicks_uniq")
+local state = ngx.shared.shorturl_state
+-- The visitors' test vector, shared with common/src/clicks/uniq.rs's test
+-- (salt 000102030405060708090a0b0c0d0e0f, client 203.0.113.7, this user
+-- agent), worked out apart from the module by
+--   printf '%s' "203.0.113.7
+--   Mozilla/5.0 (X11; Linux x86_64) Firefox/121.0" | openssl dgst -sha256 -hmac 000102030405060708090a0b0c0d0e0f
+-- = da66dc97bcde37533832e77fea22665175fd43d472f9b1ef208871414598dff3: its
+-- first 8 bytes. The HMAC key is the salt's 32 hex digits as text.
+local SALT = "000102030405060708090a0b0c0d0e0f"
+local VEC_UA = "Mozilla/5.0 (X11; Linux x86_64) Firefox/121.0"
+local VEC = "da66dc97bcde3753"
+do
+    eq(clicks_uniq.visitor(SALT, "203.0.113.7", VEC_UA), VEC, "visitor: the shared test vector")
+    -- (openssl as above, client 198.51.100.1; an IPv6 client's /64 key)
+    eq(clicks_uniq.visitor(SALT, "198.51.100.1", VEC_UA), "fe6cc63008def4d7", "visitor: another client")
+    eq(clicks_uniq.visitor(SALT, "20010db8000100020000000000000000/64", VEC_UA), "103798da27d72123",
+        "visitor: an IPv6 client's /64")
+    eq(link_rules.split_key("2001:db8:1:2::5"), "20010db8000100020000000000000000/64", "visitor: IPv6 split key")
+    eq(link_rules.split_key("::ffff:203.0.113.7"), "203.0.113.7", "visitor: IPv4-mapped split key")
+    ok(clicks_uniq.visitor("000102030405060708090a0b0c0d0e0e", "203.0.113.7", VEC_UA) ~= VEC,
+        "visitor: another salt, another visitor")
+
+    -- Registers: v >> 50, and 1 + the leading zeros of the low 50 bits.
+    local function reg(hex)
+        local i, v = clicks_uniq.register(hex)
+        return i .. ":" .. v
+    end
+    eq(reg(VEC), "13977:1", "register: the test vector")
+    eq(reg("fe6cc63008def4d7"), "16283:3", "register: fe6c... (bit 47 the first one)")
+    eq(reg("ffffffffffffffff"), "16383:1", "register: all ones")
+    eq(reg("0000000000000000"), "0:51", "register: zero (low 50 bits zero: 51)")
+    eq(reg("fffc000000000000"), "16383:51", "register: the last, low 50 bits zero: 51")
+    eq(reg("0004000000000000"), "1:51", "register: 1, low 50 bits zero: 51")
+    eq(reg("0003ffffffffffff"), "0:1", "register: 0, low 50 bits all ones")
+    eq(reg("0001000000000000"), "0:2", "register: bit 48")
+    eq(reg("0000000100000000"), "0:18", "register: bit 32 (the high half's last)")
+    eq(reg("0000000080000000"), "0:19", "register: bit 31 (the low half's first)")
+    eq(reg("0000000000000001"), "0:50", "register: bit 0")
+    eq(reg("8000000000000001"), "8192:50", "register: the top bit is the index's (no sign)")
+    eq(reg("7fffffffffffffff"), "8191:1", "register: 7fff...")
+    eq(reg("0014010000000000"), "5:10", "register: (5 << 50) | (1 << 40), as uniq.rs's test")
+
+    -- Sparse: the distinct visitors in ascending order.
+    local sk = clicks_uniq.new()
+    for _, v in ipairs({ "fe6cc63008def4d7", VEC, "103798da27d72123", VEC }) do
+        clicks_uniq.add(sk, v)
+    end
+    eq(clicks_uniq.encode(sk), "s 103798da27d72123da66dc97bcde3753fe6cc63008def4d7",
+        "sparse: 3 visitors, sorted")
+
+    -- uniq.rs's test: 30, 10, 20, 10.
+    sk = clicks_uniq.new()
+    for _, v in ipairs({ "000000000000001e", "000000000000000a", "0000000000000014", "000000000000000a" }) do
+        clicks_uniq.add(sk, v)
+    end
+    eq(clicks_uniq.encode(sk), "s 000000000000000a0000000000000014000000000000001e", "sparse: uniq.rs's example")
+
+    -- 256 distinct: sparse; the 257th: dense. Visitors of 10.0.<i/256>.<i%256>
+    -- with "UA-dense", the expected encodings' MD5s from a Python model.
+    sk = clicks_uniq.new()
+    local function client(i)
+        return string.format("10.0.%d.%d", math.floor(i / 256), i % 256)
+    end
+    for i = 0, 255 do
+        clicks_uniq.add(sk, clicks_uniq.visitor(SALT, client(i), "UA-dense"))
+    end
+    clicks_uniq.add(sk, clicks_uniq.visitor(SALT, client(7), "UA-dense")) -- again: still 256
+    local e = clicks_uniq.encode(sk)
+    eq(#e, 2 + 256 * 16, "sparse: 256 visitors")
+    eq(ngx.md5(e), "9e9ccd2039cc874ad45213143d43d124", "sparse: 256 visitors' encoding")
+    for i = 256, 299 do
+        clicks_uniq.add(sk, clicks_uniq.visitor(SALT, client(i), "UA-dense"))
+    end
+    e = clicks_uniq.encode(sk)
+    eq(#e, 16386, "dense: `d `, 16,384 characters")
+    eq(e:sub(1, 2), "d ", "dense: d")
+    ok(not e:find("[^A-Za-z0-9_-]", 3), "dense: base64url characters")
+    eq(ngx.md5(e), "87fee03ad283c2498519b69374585dae", "dense: 300 visitors' registers")
+    -- 257 exactly: dense.
+    sk = clicks_uniq.new()
+    for i = 0, 256 do
+        clicks_uniq.add(sk, clicks_uniq.visitor(SALT, client(i), "UA-dense"))
+    end
+    eq(clicks_uniq.encode(sk):sub(1, 2), "d ", "257 distinct visitors: dense")
+    -- Registers keep their maximum; 51 is 'z'.
+    sk = clicks_uniq.new()
+    for i = 0, 256 do
+        clicks_uniq.add(sk, string.format("%016x", 0x4000000000000 * 3 + i)) -- register 3, values 50, 49, ...
+    end
+    clicks_uniq.add(sk, "000c000000000000") -- register 3, 51
+    clicks_uniq.add(sk, "0000000000000000") -- register 0, 51
+    clicks_uniq.add(sk, "ffffffffffffffff") -- register 16383, 1
+    e = clicks_uniq.encode(sk)
+    eq(e:sub(1, 6), "d zAAz", "dense: registers 0 and 3 at 51 ('z')")
+    eq(e:sub(-1), "B", "dense: register 16383 at 1 ('B')")
+    eq(#e:gsub("A", ""), 5, "dense: every other register 0 ('A')")
+end
+
+-- The salts: fetched by the flush timer (SET NX EX, GET), today's and
+-- tomorrow's, the TTL to the end of the day + 3600.
+do
+    local _, d = hour_day()
+    for _ = 1, 100 do
+        if clicks_uniq.salt(d) and clicks_uniq.salt(d + 86400) then
+            break
+        end
+        ngx.sleep(0.02)
+    end
+    local k = "su:1:uniq_salt:" .. d
+    ok(kv[k] and kv[k]:find("^[0-9a-f]+$") and #kv[k] == 32, "salt: 32 hex digits in Redis: " .. t.show(kv[k]))
+    eq(clicks_uniq.salt(d), kv[k], "salt: today's known by the worker")
+    local k2 = "su:1:uniq_salt:" .. (d + 86400)
+    eq(clicks_uniq.salt(d + 86400), kv[k2], "salt: tomorrow's known too")
+    ok(kv[k2] ~= kv[k], "salt: one per day")
+    eq(ttl[k], set_at[k] and d + 86400 + 3600 - set_at[k], "salt: expires an hour after its day")
+    ok(ttl[k2] and ttl[k2] - ttl[k] == 86400, "salt: tomorrow's a day later: " .. tostring(ttl[k2]))
+    -- Another edge's salt wins (NX): the worker reads it back.
+    kv["su:1:uniq_salt:" .. (d + 2 * 86400)] = "00112233445566778899aabbccddeeff"
+    eq(clicks_uniq.refresh({}, d + 86400), 0, "salt: a refresh the next day")
+    eq(clicks_uniq.salt(d + 2 * 86400), "00112233445566778899aabbccddeeff", "salt: the one already in Redis")
+    eq(clicks_uniq.salt(d), kv[k], "salt: yesterday's kept for an hour")
+    clicks_uniq.refresh({}, d + 86400 + 3600)
+    eq(clicks_uniq.salt(d), nil, "salt: forgotten an hour after its day")
+    clicks_uniq.set_salt(d + 2 * 86400, nil)
+    -- A GET answering something else than a salt: not taken.
+    kv["su:1:uniq_salt:" .. (d + 3 * 86400)] = "0011223344556677"
+    eq(clicks_uniq.refresh({}, d + 2 * 86400 + 7200), 1, "salt: not 32 hex digits, not taken")
+    eq(clicks_uniq.salt(d + 3 * 86400), nil, "salt: not 32 hex digits, none")
+    clicks_uniq.set_salt(d + 2 * 86400, nil)
+    salt_down = true
+    eq(clicks_uniq.refresh({}, d + 2 * 86400), 2, "salt: Redis down, that day's and the next missing")
+    eq(clicks_uniq.salt(d + 2 * 86400), nil, "salt: Redis down, none")
+    salt_down = false
+    clicks_uniq.set_salt(d, SALT) -- today: the test vector's
+end
+
+do -- clicks: a u line per link-day with a visitor, after every x line; the visitor memoised
+    local h, d = hour_day()
+    local calls = 0
+    local real_visitor = clicks_uniq.visitor
+    clicks_uniq.visitor = function(...)
+        calls = calls + 1
+        return real_visitor(...)
+    end
+    local asked = 0
+    local function key_of(k)
+        return function()
+            asked = asked + 1
+            return k
+        end
+    end
+    clicks.count("aB3xYz", SHOP, false, VEC_UA, nil, nil, nil, nil, nil, nil, "203.0.113.7")
+    clicks.count("aB3xYz", SHOP, false, VEC_UA, nil, nil, nil, nil, nil, nil, "203.0.113.7") -- memo
+    clicks.count("aB3xYz", SHOP, false, VEC_UA, nil, nil, nil, nil, nil, nil, key_of("198.51.100.1"))
+    clicks.count("abcdef", SHOP, false, VEC_UA, nil, nil, nil, nil, nil, nil, key_of("198.51.100.1")) -- memo
+    clicks.count("abcdef", SHOP, false, VEC_UA, nil, nil, "https://d.example/?utm_source=x") -- no address
+    clicks.count("abcdef", SHOP, false, VEC_UA, nil, nil, nil, nil, nil, nil, key_of(nil)) -- no address
+    -- Bots: no visitor, their key never asked.
+    clicks.count("aB3xYz", SHOP, true, VEC_UA, nil, nil, nil, nil, nil, nil, key_of("192.0.2.1"))
+    clicks.count("aB3xYz", SHOP, false, "curl/8.4", nil, nil, nil, nil, nil, nil, key_of("192.0.2.1"))
+    clicks.count("aB3xYz", SHOP, false, nil, nil, nil, nil, nil, nil, nil, key_of("192.0.2.1"))
+    -- A link without a visitor: no u line.
+    clicks.count("zzzzzz", SHOP, false, VEC_UA, nil, nil, nil, nil, nil, nil, nil)
+    clicks_uniq.visitor = real_visitor
+    eq(calls, 2, "visitor: one HMAC per (client, user agent, salt): the memo")
+    eq(asked, 3, "visitor: the client key asked for human clicks only")
+    local b = flushed()
+    eq(#b, 1, "uniques: one batch")
+    eq(b[1] and b[1].v, "4", "uniques: version 4")
+    local want = table.concat({
+        string.format("h aB3xYz %d 3 3", h),
+        string.format("h abcdef %d 3 0", h),
+        string.format("h zzzzzz %d 1 0", h),
+        string.format("r aB3xYz %d - 6", d),
+        string.format("r abcdef %d - 3", d),
+        string.format("r zzzzzz %d - 1", d),
+        string.format("d aB3xYz %d desktop 3", d),
+        string.format("d aB3xYz %d bot 3", d),
+        string.format("d abcdef %d desktop 3", d),
+        string.format("d zzzzzz %d desktop 1", d),
+        string.format("x aB3xYz %d browser:firefox 3", d),
+        string.format("x aB3xYz %d os:linux 3", d),
+        string.format("x abcdef %d browser:firefox 3", d),
+        string.format("x abcdef %d os:linux 3", d),
+        string.format("x abcdef %d utm_source:x 1", d),
+        string.format("x zzzzzz %d browser:firefox 1", d),
+        string.format("x zzzzzz %d os:linux 1", d),
+        string.format("u aB3xYz %d s %sfe6cc63008def4d7", d, VEC),
+        string.format("u abcdef %d s fe6cc63008def4d7", d),
+    }, "\n") .. "\n"
+    eq(b[1] and b[1].body, want, "uniques: u lines last, links in key order")
+end
+
+do -- dense through the counts: 300 visitors on one link-day, one line of 16,385 characters
+    local _, d = hour_day()
+    for i = 0, 299 do
+        clicks.count("aB3xYz", SHOP, false, "UA-dense", nil, nil, nil, nil, nil, nil,
+            string.format("10.0.%d.%d", math.floor(i / 256), i % 256))
+    end
+    local b = flushed()
+    local body = b[1] and b[1].body or ""
+    local u = body:match("\nu aB3xYz " .. d .. " (d [^\n]*)\n$")
+    eq(u and #u, 16386, "dense u line: `d ` and 16,384 characters")
+    eq(u and ngx.md5(u), "87fee03ad283c2498519b69374585dae", "dense u line: the registers")
+end
+
+do -- a dense line counts in the batch's bytes: two links, 20,000 bytes a batch, two batches
+    local h, d = hour_day()
+    local function counts(first)
+        local sk = clicks_uniq.new()
+        for i = first, first + 299 do
+            clicks_uniq.add(sk, clicks_uniq.visitor(SALT, tostring(i), "UA"))
+        end
+        return { h = { [h] = { 300, 0 } }, d = { [d] = { r = { ["-"] = 300 }, t = { link = 300 }, routed = false,
+            0, 300, 0, 0, 0, u = sk } } }
+    end
+    local max = clicks_batch.MAX_BODY_BYTES
+    clicks_batch.MAX_BODY_BYTES = 20000
+    local n = 0
+    local b = clicks_batch.build({ aB3xYz = counts(0), abcdef = counts(1000) }, function()
+        n = n + 1
+        return "t:x:" .. n
+    end, true)
+    clicks_batch.MAX_BODY_BYTES = max
+    eq(#b, 2, "dense lines: one link a batch")
+    ok(b[1] and #b[1].body < 20000 and b[1].body:find("\nu aB3xYz " .. d .. " d ", 1, true),
+        "dense lines: the first link's, within the bytes")
+    eq(b[2] and b[2].v, "4", "dense lines: version 4")
+end
+
+do -- no salt for the day (Redis unreachable since before it): no visitor; a human click with an address
+    -- counted `unsalted` (record.rs: one without an address is not)
+    local _, d = hour_day()
+    local before = state:get("ck:unsalted") or 0
+    salt_down = true
+    clicks_uniq.set_salt(d, nil)
+    clicks.count("aB3xYz", SHOP, false, VEC_UA, nil, nil, nil, nil, nil, nil, "203.0.113.7")
+    clicks.count("aB3xYz", SHOP, false, VEC_UA, nil, nil, nil, nil, nil, nil, function()
+        return "198.51.100.1"
+    end)
+    clicks.count("aB3xYz", SHOP, false, VEC_UA, nil, nil, nil, nil, nil, nil, nil) -- no address: not counted
+    clicks.count("aB3xYz", SHOP, true, VEC_UA, nil, nil, nil, nil, nil, nil, "203.0.113.7") -- a bot: not counted
+    local b = flushed()
+    ok(b[1] and not b[1].body:find("\nu ", 1, true), "unsalted: no u line")
+    eq((state:get("ck:unsalted") or 0) - before, 2, "unsalted: the human clicks counted")
+    local clicks_stats = require("shorturl.clicks_stats")
+    clicks_stats.init({ clicks = { enabled = true } })
+    ok(clicks_stats.status_part():find('"dropped":%d+,"unsalted":' .. (before + 2) .. ',"last_flush_unix"'),
+        "unsalted: in the status's clicks: " .. clicks_stats.status_part())
+    local m = {}
+    clicks_stats.metrics(m)
+    ok(table.concat(m, "\n"):find("\nshorturl_edge_clicks_unsalted_total " .. (before + 2) .. "\n", 1, true),
+        "unsalted: the metric")
+    salt_down = false
+    -- The next flushes get today's salt again (the one in Redis).
+    for _ = 1, 100 do
+        if clicks_uniq.salt(d) then
+            break
+        end
+        ngx.sleep(0.02)
+    end
+    eq(clicks_uniq.salt(d), kv["su:1:uniq_salt:" .. d], "unsalted: the salt fetched again by the flush")
+    clicks.count("aB3xYz", SHOP, false, VEC_UA, nil, nil, nil, nil, nil, nil, "203.0.113.7")
+    b = flushed()
+    ok(b[1] and b[1].body:find("\nu aB3xYz " .. d .. " s " .. clicks_uniq.visitor(kv["su:1:uniq_salt:" .. d],
+        "203.0.113.7", VEC_UA) .. "\n", 1, true), "unsalted: visitors again once the salt is known")
+end
+
 ---------------------------------------------------------------- clicks.dimensions = false: the old bodies
 init(false)
 do
@@ -427,10 +719,10 @@ do
         { ["accept-language"] = "zh" }, function()
             asked = true
             return "CN"
-        end)
+        end, "203.0.113.7")
     local b = flushed()
     eq(b[1] and b[1].v, "1", "dimensions off: version 1")
-    eq(b[1] and b[1].body, one_click("aB3xYz", h, d), "dimensions off: no x line")
+    eq(b[1] and b[1].body, one_click("aB3xYz", h, d), "dimensions off: no x line, no u line")
     ok(not asked, "dimensions off: the country never asked")
     clicks.count("sale", SHOP, false, DESKTOP, nil, "r1", "https://d.example/?utm_source=x", "/sale?qr=1")
     b = flushed()

@@ -17,8 +17,9 @@
 #    key's language, no-store, no click) and
 #    the protocol 3.5 keys (records and invalidations by (domain, code), a
 #    request without Host), the protocol 3.6 click keys (the batches in
-#    the stream) and the protocol 3.7 click dimensions (their x lines, qr=1
-#    never forwarded).
+#    the stream), the protocol 3.7 click dimensions (their x lines, qr=1
+#    never forwarded) and unique visitors (the day's salt in Redis, the
+#    `u` lines).
 #
 # Ports: SU_T_PORT1..5 (the unit nginx, Redis, the module, an origin port
 # nobody listens on until the page checks at the end, the module's
@@ -198,6 +199,8 @@ rset inval1 "2 1 $far s.test https://x.example/v1"
 rset dims01 "2 1 $far s.test https://x.example/d?utm_campaign=launch"
 rset dimsf1 "3 1 $far s.test https://x.example/f {\"f\":true}"
 E2E_DOMAIN=go.test rset inval1 "2 1 $far go.test https://x.example/go-v1"
+# Unique visitors (protocol 3.7).
+rset uniq01 "2 1 $far s.test https://x.example/u"
 
 IOS="Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 Mobile/15E148"
 DESKTOP="Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/126.0 Safari/537.36"
@@ -458,6 +461,73 @@ check_dims "dims: a plain link's x lines (bots in none)" dims01 \
 check_dims "dims: the forwarded query's UTM parameters, qr=1 counted" dimsf1 \
   "browser:chrome 4,${kr4}os:windows 4,source:qr 3,utm_medium:~other 1,utm_source:news 1,"
 check_clicks "dims: batches with x lines are version 4" dims01 "4 "
+
+# Unique visitors (protocol 3.7): the day's salt in Redis (32 hex digits,
+# gone an hour after the day), the `u` line of a link-day: the visitors
+# (HMAC-SHA256 under the salt, worked out here by openssl) of the clients
+# behind the trusted proxy (127.0.0.1), IPv6 by /64, sorted; bots in none.
+today=$(( $(date +%s) / 86400 * 86400 ))
+# (EX is in whole seconds from the edge's clock's second: up to 1 s more.)
+left=$(( today + 86400 + 3600 - $(date +%s) + 1 ))
+salt="$(redis-cli -p "$rport" GET "su:1:uniq_salt:$today")"
+salt_ttl="$(redis-cli -p "$rport" TTL "su:1:uniq_salt:$today")"
+if [[ "$salt" =~ ^[0-9a-f]{32}$ ]] && [ "$salt_ttl" -gt 0 ] && [ "$salt_ttl" -le "$left" ] &&
+  [ "$salt_ttl" -ge $(( left - 60 )) ]; then
+  echo "  ok   uniques: today's salt in Redis, expiring an hour after the day (TTL $salt_ttl)"
+else
+  echo "  FAIL uniques: salt '$salt' TTL '$salt_ttl' (at most $left)"; failed=1
+fi
+tomorrow_ttl="$(redis-cli -p "$rport" TTL "su:1:uniq_salt:$(( today + 86400 ))")"
+[ "$tomorrow_ttl" -gt 86400 ] && echo "  ok   uniques: tomorrow's salt too (TTL $tomorrow_ttl)" ||
+  { echo "  FAIL uniques: tomorrow's salt TTL '$tomorrow_ttl'"; failed=1; }
+visitor() { # client-key user-agent: its 16 hex digits under $salt
+  printf '%s\n%s' "$1" "$2" | openssl dgst -sha256 -hmac "$salt" | awk '{ print substr($NF, 1, 16) }'
+}
+e2e "uniques: a click from 203.0.113.7" 302 "https://x.example/u" "/uniq01" -A "$DESKTOP" -H "X-Forwarded-For: 203.0.113.7"
+e2e "uniques: again" 302 "https://x.example/u" "/uniq01" -A "$DESKTOP" -H "X-Forwarded-For: 203.0.113.7"
+e2e "uniques: another user agent" 302 "https://x.example/u" "/uniq01" -A "$IOS" -H "X-Forwarded-For: 203.0.113.7"
+e2e "uniques: an IPv6 client" 302 "https://x.example/u" "/uniq01" -A "$DESKTOP" -H "X-Forwarded-For: 2001:db8:1:2::5"
+e2e "uniques: the same /64" 302 "https://x.example/u" "/uniq01" -A "$DESKTOP" -H "X-Forwarded-For: 2001:db8:1:2:ff::1"
+e2e "uniques: a bot" 302 "https://x.example/u" "/uniq01" -A "$DESKTOP" -H "X-Forwarded-For: 192.0.2.1" -I
+want_u="s $( { visitor 203.0.113.7 "$DESKTOP"; visitor 203.0.113.7 "$IOS"
+  visitor 20010db8000100020000000000000000/64 "$DESKTOP"; } | LC_ALL=C sort | tr -d '\n')"
+click_uniques() { # key: its sparse u lines of today merged (the union: clicks flush every 50 ms), "s <visitors>"
+  redis-cli -p "$rport" --raw XRANGE su:1:clicks - + 2>/dev/null |
+    awk -v k="$1" -v d="$today" '$1 == "u" && $2 == k && $3 == d && NF == 5 && $4 == "s" {
+      for (i = 1; i < length($5); i += 16) print substr($5, i, 16) }' | LC_ALL=C sort -u | tr -d '\n' | sed 's/^/s /'
+}
+got=""
+for _ in $(seq 1 50); do got="$(click_uniques uniq01)"; [ "$got" = "$want_u" ] && break; sleep 0.1; done
+if [ "$got" = "$want_u" ]; then echo "  ok   uniques: the u lines' visitors (3: IPv6 by /64, bots in none)"; else
+  echo "  FAIL uniques: u lines' visitors '$got', want '$want_u'"; failed=1; fi
+# (dims01: two browsers from 127.0.0.1, the peer, a trusted proxy without X-Forwarded-For.)
+want_u="s $( { visitor 127.0.0.1 "$DESKTOP"; visitor 127.0.0.1 "$IOS"; } | LC_ALL=C sort | tr -d '\n')"
+got="$(click_uniques dims01)"
+[ "$got" = "$want_u" ] && echo "  ok   uniques: the peer's visitors" ||
+  { echo "  FAIL uniques: dims01 u lines' visitors '$got', want '$want_u'"; failed=1; }
+# Each u line's sketch well formed: sparse, 1-256 ascending distinct visitors.
+bad="$(redis-cli -p "$rport" --raw XRANGE su:1:clicks - + 2>/dev/null | awk '$1 == "u" {
+  ok = NF == 5 && $4 == "s" && $5 ~ /^([0-9a-f]{16})+$/ && length($5) / 16 <= 256
+  for (i = 17; ok && i < length($5); i += 16) ok = substr($5, i - 16, 16) < substr($5, i, 16)
+  if (!ok) print }')"
+[ -z "$bad" ] && echo "  ok   uniques: every u line's sketch sparse, ascending" ||
+  { echo "  FAIL uniques: u lines $bad"; failed=1; }
+# u lines after every other line of their batch (a stream entry starts with its id).
+order="$(redis-cli -p "$rport" --raw XRANGE su:1:clicks - + 2>/dev/null | awk '
+  /^[0-9]+-[0-9]+$/ { seen = 0 }
+  $1 == "u" && NF == 5 { seen = 1; u++ }
+  $1 ~ /^[hrdtx]$/ && NF == 5 && seen { bad++ }
+  END { print u + 0, bad + 0 }')"
+case "$order" in
+  "0 "*) echo "  FAIL uniques: no u line in the stream"; failed=1 ;;
+  *" 0") echo "  ok   uniques: u lines after the others in each batch ($order)" ;;
+  *) echo "  FAIL uniques: lines after a u line (u lines, misplaced: $order)"; failed=1 ;;
+esac
+st="$(curl -sS -H 'Host: s.test' "http://127.0.0.1:$eport/shorturl_status" || true)"
+case "$st" in
+  *'"unsalted":0,'*) echo "  ok   status: no unsalted click" ;;
+  *) echo "  FAIL status: unsalted in $st"; failed=1 ;;
+esac
 
 # The guidance page through an origin (protocol 4.6): one that records
 # what it is asked and answers every request 200 with the request's path

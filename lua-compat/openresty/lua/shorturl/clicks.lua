@@ -9,7 +9,12 @@
 --
 -- With `clicks.dimensions` (protocol 3.7, the default) a human click is
 -- also counted by its dimensions (clicks_dims.lua: country, browser, OS,
--- language, source, UTM), the batches' `x` lines; a bot is in none.
+-- language, source, UTM), the batches' `x` lines; a bot is in none. And
+-- its visitor (clicks_uniq.lua: an HMAC of its client key and user agent
+-- under the day's fleet-wide salt) goes into its link-day's sketch of
+-- unique visitors, the `u` lines; the salts are fetched by the flush
+-- timer, never on a request (a click with an address whose day's salt the
+-- worker does not have is in no sketch: counted, `unsalted`).
 --
 -- Node-wide figures (status, metrics) are added to the shared dict by each
 -- worker at flush time, not per request.
@@ -17,6 +22,7 @@ local clicks_ua = require("shorturl.clicks_ua")
 local clicks_ref = require("shorturl.clicks_ref")
 local clicks_dims = require("shorturl.clicks_dims")
 local clicks_batch = require("shorturl.clicks_batch")
+local clicks_uniq = require("shorturl.clicks_uniq")
 local proto = require("shorturl.proto")
 local redis = require("shorturl.redis")
 
@@ -44,13 +50,18 @@ local device_class, ref_host = clicks_ua.device_class, clicks_ref.host
 local families, lang_of, has_qr, utm_of = clicks_dims.families, clicks_dims.lang, clicks_dims.has_qr,
     clicks_dims.utm
 local click_key = proto.click_key
+local uniq_salt, uniq_new, uniq_add = clicks_uniq.salt, clicks_uniq.new, clicks_uniq.add
 
 -- Per worker.
-local ua_cache, ref_cache    -- resty.lrucache: user agent -> { class, browser, os }, referer -> host
+-- resty.lrucache: user agent -> { class, browser, os, ua = the user agent, and the memo of its last
+-- visitor: mk = client key, ms = salt, mv = visitor }, referer -> host
+local ua_cache, ref_cache
 -- link key -> { h = {[hour] = {human, bot}}, d = {[day] = {r = {[host] = n}, t = {[dest] = n}, routed,
--- 5 classes, x = nil or {[dim index] = {[value] = n}} (clicks_dims.DIMS order, defaults not kept)}} }
+-- 5 classes, x = nil or {[dim index] = {[value] = n}} (clicks_dims.DIMS order, defaults not kept),
+-- u = nil or the sketch of its visitors (clicks_uniq)}} }
 local links = {}
 local human_new, bot_new = 0, 0 -- counted since the last flush (reported then)
+local unsalted_new = 0       -- human clicks with an address in no sketch for want of their day's salt
 local queue, q_first, q_last = {}, 1, 0 -- unsent batches, oldest first
 local buffered = 0           -- clicks in `queue`
 local max_buffered           -- this worker's share of clicks.max_buffered_clicks
@@ -63,9 +74,11 @@ local flushing = false
 -- What a missing user agent is: a bot.
 local NO_UA = { BOT }
 
--- The facts of user agent `v` (a header value, a table when repeated, or
--- nil: a bot): { class, browser, os } (browser and OS families nil for
--- `other`, and for a bot or with dimensions off), cached per worker.
+-- The facts of user agent `v` (a header value, a table when repeated: its
+-- first, or nil: a bot): { class, browser, os, ua = the value } (browser
+-- and OS families nil for `other`, and for a bot or with dimensions off),
+-- cached per worker; the entry also keeps the user agent's last visitor
+-- (count_visitor).
 local function classify(v)
     if type(v) == "table" then
         v = v[1]
@@ -78,7 +91,7 @@ local function classify(v)
         return c
     end
     local class = device_class(v)
-    c = { class }
+    c = { class, ua = v }
     if class ~= BOT and M.dimensions then
         c[2], c[3] = families(v)
     end
@@ -164,6 +177,40 @@ local function count_dims(dc, facts, location, pq, headers, country)
     end
 end
 
+-- Adds the visitor of one human click to its link-day counts `dc` at
+-- `day`, `facts` its user agent's (classify), `client` its client key
+-- (link_rules.split_key) or a function answering it (nil: no address,
+-- no visitor). A click with an address whose day's salt the worker does
+-- not know is counted `unsalted` (as record.rs counts it). The visitor is
+-- memoised in the user agent's cache entry: the same browser again (same
+-- client key, same salt) costs no HMAC.
+local function count_visitor(dc, day, facts, client)
+    if type(client) == "function" then
+        client = client()
+    end
+    if not client then
+        return
+    end
+    local salt = uniq_salt(day)
+    if not salt then
+        unsalted_new = unsalted_new + 1
+        return
+    end
+    local v
+    if facts.mk == client and facts.ms == salt then
+        v = facts.mv
+    else
+        v = clicks_uniq.visitor(salt, client, facts.ua) -- (through the module: the tests count the calls)
+        facts.mk, facts.ms, facts.mv = client, salt, v
+    end
+    local sk = dc.u
+    if not sk then
+        sk = uniq_new()
+        dc.u = sk
+    end
+    uniq_add(sk, v)
+end
+
 -- Counts one redirect answered for `code` on `domain` (the request's
 -- normalised host, which is the link's record domain), under its link key
 -- (protocol 3.6: a custom code is one link per domain): `head` for a HEAD
@@ -178,8 +225,11 @@ end
 -- (ngx.req.get_headers(): Accept-Language) and `country` the client's
 -- (two upper-case letters; nil or false: none), or a function of
 -- `headers` answering it, called only then (geo.lua is not asked for a
--- bot's click).
-function M.count(code, domain, head, ua, referer, dest, location, pq, headers, country)
+-- bot's click). `client`: the client's split key (link_rules.split_key:
+-- the client behind trusted proxies, IPv6 by /64; nil without an
+-- address), or a function answering it, called only for a human click
+-- with dimensions on: its unique visitor.
+function M.count(code, domain, head, ua, referer, dest, location, pq, headers, country, client)
     if not M.enabled then
         return
     end
@@ -219,6 +269,7 @@ function M.count(code, domain, head, ua, referer, dest, location, pq, headers, c
         tc[label] = (tc[label] or 0) + 1
         if M.dimensions then
             count_dims(dc, facts, location, pq, headers, country)
+            count_visitor(dc, day, facts, client)
         end
     end
     dc[class] = dc[class] + 1
@@ -327,7 +378,8 @@ local function publish(empty)
     end
     add("ck:human", human_new)
     add("ck:bot", bot_new)
-    human_new, bot_new = 0, 0
+    add("ck:unsalted", unsalted_new)
+    human_new, bot_new, unsalted_new = 0, 0, 0
     add("ck:sent", report.sent)
     add("ck:batches:sent", report.sent_batches)
     add("ck:batches:retried", report.retried)
@@ -353,6 +405,23 @@ local function flush()
     local empty = send_queue()
     enforce_bound()
     publish(empty)
+end
+
+-- Makes sure the worker knows today's and tomorrow's salts of unique
+-- visitors (clicks_uniq.refresh: asked of Redis only when unknown), with
+-- dimensions on; from a timer only.
+local refreshing = false
+local function refresh_salts()
+    if not M.dimensions or refreshing then
+        return
+    end
+    refreshing = true
+    update_time()
+    local ok, err = pcall(clicks_uniq.refresh, cfg.redis_conn, ngx_time())
+    refreshing = false
+    if not ok then
+        ngx.log(ngx.ERR, "shorturl: unique visitors' salts: ", err)
+    end
 end
 
 -- The last flush of an exiting worker: after the lookups in flight have
@@ -387,6 +456,9 @@ local function tick(premature)
     end
     flushing = true
     local ok, err = pcall(premature and final_flush or flush)
+    if not premature then
+        refresh_salts()
+    end
     flushing = false
     if not ok then
         ngx.log(ngx.ERR, "shorturl: click flush failed: ", err)
@@ -456,6 +528,15 @@ function M.init_worker()
     local ok, err = ngx.timer.every(cfg.clicks.flush_interval_ms / 1000, tick)
     if not ok then
         ngx.log(ngx.ERR, "shorturl: click flush timer: ", err)
+    end
+    -- The salts at once, not at the first flush.
+    ok, err = ngx.timer.at(0, function(premature)
+        if not premature then
+            refresh_salts()
+        end
+    end)
+    if not ok then
+        ngx.log(ngx.ERR, "shorturl: unique visitors' salt timer: ", err)
     end
 end
 

@@ -7,7 +7,9 @@
 -- a link-day counted on a link with options (human clicks only), `x`
 -- lines by day, dimension and value (protocol 3.7: per dimension the 20
 -- values with the most human clicks, ties by value in byte order, the rest
--- summed as `~other`, written in value byte order); a batch holds whole
+-- summed as `~other`, written in value byte order), `u` lines by day
+-- (protocol 3.7: the sketch of a link-day's unique visitors, clicks_uniq,
+-- for a link-day with a visitor); a batch holds whole
 -- links only and stays within the decoder's limits, and is format version
 -- 4 when the worker counts dimensions (with or without `x` lines: its
 -- human clicks were counted by dimension), else 3 when it names a per-domain key, else 2
@@ -15,6 +17,7 @@
 -- of every version read a batch of fleet codes without options).
 local clicks_ua = require("shorturl.clicks_ua")
 local clicks_dims = require("shorturl.clicks_dims")
+local clicks_uniq = require("shorturl.clicks_uniq")
 
 local format, concat, sort, find = string.format, table.concat, table.sort, string.find
 
@@ -27,6 +30,7 @@ local TOP_REFERRERS = 20
 local OTHER_REFERRER = "~other"
 local DEVICES = clicks_ua.DEVICES
 local DIMS, TOP_VALUES, OTHER_VALUE = clicks_dims.DIMS, clicks_dims.TOP_VALUES, clicks_dims.OTHER
+local encode_sketch = clicks_uniq.encode
 
 local function sorted_keys(t)
     local keys = {}
@@ -89,10 +93,11 @@ end
 
 -- The lines of one link, `key` its link key (`link` as clicks.lua counts:
 -- `h[hour] = {human, bot}`, `d[day] = {r = {[host] = n}, t = {[dest] = n},
--- routed, [1..5] = per class, x = dimension counts or nil}`): five arrays,
--- their total byte size, and the link's human and bot clicks.
+-- routed, [1..5] = per class, x = dimension counts or nil, u = sketch or
+-- nil}`): six arrays, their total byte size, and the link's human and bot
+-- clicks.
 local function link_lines(key, link)
-    local hl, rl, dl, tl, xl = {}, {}, {}, {}, {}
+    local hl, rl, dl, tl, xl, ul = {}, {}, {}, {}, {}, {}
     local bytes, human, bot = 0, 0, 0
     for _, hour in ipairs(sorted_keys(link.h)) do
         local c = link.h[hour]
@@ -141,12 +146,17 @@ local function link_lines(key, link)
         if d.x then
             bytes = bytes + dim_lines(xl, key, day, d.x)
         end
+        if d.u then
+            local l = format("u %s %d %s\n", key, day, encode_sketch(d.u))
+            ul[#ul + 1] = l
+            bytes = bytes + #l
+        end
     end
-    return hl, rl, dl, tl, xl, bytes, human, bot
+    return hl, rl, dl, tl, xl, ul, bytes, human, bot
 end
 
 local function new_batch(dims)
-    return { h = {}, r = {}, d = {}, t = {}, x = {}, lines = 0, bytes = 0, human = 0, bot = 0, per_domain = false,
+    return { h = {}, r = {}, d = {}, t = {}, x = {}, u = {}, lines = 0, bytes = 0, human = 0, bot = 0, per_domain = false,
         dims = dims }
 end
 
@@ -157,7 +167,7 @@ local function append(dst, src)
 end
 
 local function version(b)
-    if b.dims or #b.x > 0 then
+    if b.dims or #b.x > 0 or #b.u > 0 then
         return "4"
     elseif b.per_domain then
         return "3"
@@ -166,7 +176,8 @@ local function version(b)
 end
 
 local function finish(b, id)
-    return { id = id, v = version(b), body = concat(b.h) .. concat(b.r) .. concat(b.d) .. concat(b.t) .. concat(b.x),
+    return { id = id, v = version(b),
+        body = concat(b.h) .. concat(b.r) .. concat(b.d) .. concat(b.t) .. concat(b.x) .. concat(b.u),
         human = b.human, bot = b.bot }
 end
 
@@ -177,8 +188,8 @@ function M.build(links, next_id, dims)
     local out = {}
     local cur = new_batch(dims)
     for _, key in ipairs(sorted_keys(links)) do
-        local hl, rl, dl, tl, xl, bytes, human, bot = link_lines(key, links[key])
-        local lines = #hl + #rl + #dl + #tl + #xl
+        local hl, rl, dl, tl, xl, ul, bytes, human, bot = link_lines(key, links[key])
+        local lines = #hl + #rl + #dl + #tl + #xl + #ul
         if cur.lines > 0 and (cur.lines + lines > M.MAX_LINES or cur.bytes + bytes > M.MAX_BODY_BYTES) then
             out[#out + 1] = finish(cur, next_id())
             cur = new_batch(dims)
@@ -188,6 +199,7 @@ function M.build(links, next_id, dims)
         append(cur.d, dl)
         append(cur.t, tl)
         append(cur.x, xl)
+        append(cur.u, ul)
         cur.lines = cur.lines + lines
         cur.bytes = cur.bytes + bytes
         cur.human, cur.bot = cur.human + human, cur.bot + bot

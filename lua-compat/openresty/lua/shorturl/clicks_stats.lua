@@ -27,16 +27,17 @@ end
 local DROP_REASONS = { "buffer_full", "stream_full", "shutdown" }
 
 -- The `clicks` object of /shorturl_status (node-wide, as of the workers'
--- last flushes).
+-- last flushes); `unsalted`: human clicks with an address in no sketch of
+-- unique visitors for want of their day's salt (protocol 3.4).
 function M.status_part()
     local dropped = 0
     for _, r in ipairs(DROP_REASONS) do
         dropped = dropped + metric("ck:drop:" .. r)
     end
     local last = state:get("ck:last_flush")
-    return format('"clicks":{"enabled":%s,"counted":%d,"sent":%d,"buffered":%d,"dropped":%d,'
+    return format('"clicks":{"enabled":%s,"counted":%d,"sent":%d,"buffered":%d,"dropped":%d,"unsalted":%d,'
         .. '"last_flush_unix":%s}', cfg.clicks.enabled and "true" or "false", metric("ck:human") + metric("ck:bot"),
-        metric("ck:sent"), buffered_now(), dropped, last and format("%d", last) or "null")
+        metric("ck:sent"), buffered_now(), dropped, metric("ck:unsalted"), last and format("%d", last) or "null")
 end
 
 -- The click metrics (protocol section 7), appended to `out`.
@@ -59,6 +60,10 @@ function M.metrics(out)
     for _, r in ipairs(DROP_REASONS) do
         add(format('shorturl_edge_clicks_dropped_total{reason="%s"} %d', r, metric("ck:drop:" .. r)))
     end
+    add("# HELP shorturl_edge_clicks_unsalted_total Human clicks in no unique-visitor sketch: the edge did not know "
+        .. "the day's salt (Redis unreachable since before the day).")
+    add("# TYPE shorturl_edge_clicks_unsalted_total counter")
+    add(format("shorturl_edge_clicks_unsalted_total %d", metric("ck:unsalted")))
     add("# HELP shorturl_edge_clicks_buffered Clicks in batches not yet appended to the stream.")
     add("# TYPE shorturl_edge_clicks_buffered gauge")
     add(format("shorturl_edge_clicks_buffered %d", buffered_now()))

@@ -14,11 +14,11 @@
 -- constant time) for the record's domain and version and the requested
 -- code. Any edit moves the version on, so no earlier token opens the link.
 --
--- HMAC through LuaJIT's FFI to the libcrypto nginx is linked with, as
--- seal.lua reaches it (no resty.hmac here).
-local ffi = require("ffi")
+-- HMAC-SHA256: crypto.lua (libcrypto through the FFI, shared with the
+-- unique visitors' hash).
 local bit = require("bit")
 local b64 = require("ngx.base64")
+local hmac_sha256 = require("shorturl.crypto").hmac_sha256
 
 local byte, sub, find, format = string.byte, string.sub, string.find, string.format
 local bor, bxor = bit.bor, bit.bxor
@@ -27,34 +27,6 @@ local type = type
 local M = {}
 
 M.COOKIE = "su_pass"
-
-for _, decl in ipairs({
-    "typedef struct evp_md_st EVP_MD;",
-    "const EVP_MD *EVP_sha256(void);",
-    "unsigned char *HMAC(const EVP_MD *evp_md, const void *key, int key_len, const unsigned char *d, size_t n, "
-        .. "unsigned char *md, unsigned int *md_len);",
-}) do
-    pcall(ffi.cdef, decl)
-end
-
--- nginx's own libcrypto (already loaded), else the library by name.
-local crypto = ffi.C
-if not pcall(function()
-    return crypto.HMAC
-end) then
-    crypto = ffi.load("libcrypto.so.3")
-end
-
-local md = ffi.new("unsigned char[32]")
-local md_len = ffi.new("unsigned int[1]")
-
--- HMAC-SHA256(key, msg), 32 raw bytes.
-local function hmac_sha256(key, msg)
-    if crypto.HMAC(crypto.EVP_sha256(), key, #key, msg, #msg, md, md_len) == nil or md_len[0] ~= 32 then
-        error("HMAC-SHA256 failed", 0)
-    end
-    return ffi.string(md, 32)
-end
 
 -- The MAC of a token (base64url, no padding: 43 characters). `version`
 -- and `exp` as their decimal text.
