@@ -42,7 +42,9 @@ impl Salts {
         let has = |day| known.iter().any(|(d, _)| *d == day);
         !has(today)
             || !has(today + 86_400)
-            || known.iter().any(|(d, _)| now >= d + 86_400 + AFTER_DAY_SECS)
+            || known
+                .iter()
+                .any(|(d, _)| now >= d + 86_400 + AFTER_DAY_SECS)
     }
 
     /// Makes sure today's and tomorrow's salts are known (created in Redis

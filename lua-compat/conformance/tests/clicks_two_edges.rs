@@ -15,6 +15,7 @@
 
 use crate::support;
 
+use shorturl_common::clicks::uniq;
 use shorturl_common::code::link_key;
 use shorturl_common::link_rules::{self as link_rules, LinkOptions};
 use support::clicks::{self, bot_list_user_agents, record, Req, BROWSERS, CHROME_WIN, REFERERS};
@@ -286,7 +287,41 @@ fn the_two_edges_count_dimensions_alike() {
     for b in from_pingora.iter().chain(&from_lua) {
         assert!(b.counted_dims, "every batch is version 4: {}", b.id);
     }
+    // The visitors, by the day's salt both edges fetched from Redis.
+    let day = shorturl_common::clicks::day_start(answers[0][0].1);
+    let salt: String =
+        redis::from_redis_value(support::redis_cmd(&url, &["GET", &uniq::salt_key(day)]).unwrap())
+            .unwrap();
+    assert!(
+        uniq::is_salt(salt.as_bytes()),
+        "the day's salt is 32 hex digits"
+    );
+    for r in &mut reqs {
+        let ua = r.ua.clone().unwrap_or_default();
+        if !shorturl_common::clicks::is_bot(&ua) {
+            let ip: std::net::IpAddr = r.xff.as_deref().unwrap_or("127.0.0.1").parse().unwrap();
+            r.visitor = Some(uniq::visitor(
+                salt.as_bytes(),
+                &link_rules::split_key(ip),
+                ua.as_bytes(),
+            ));
+        }
+    }
     let want = clicks::lines_of(&clicks::expected(&reqs, &answers[0]));
+    let want_uniques = clicks::uniques_of(&clicks::expected(&reqs, &answers[0]));
+    let (pu, lu) = (
+        clicks::uniques_of(&from_pingora),
+        clicks::uniques_of(&from_lua),
+    );
+    assert_eq!(pu, lu, "the two edges' visitors");
+    assert_eq!(
+        pu, want_uniques,
+        "the visitors against common::clicks::uniq"
+    );
+    assert!(
+        pu.values().all(|s| s.estimate() >= 5),
+        "several visitors per link: {pu:?}"
+    );
     let p = clicks::lines_of(&from_pingora);
     let l = clicks::lines_of(&from_lua);
     for (k, v) in &p {

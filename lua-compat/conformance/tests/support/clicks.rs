@@ -5,6 +5,7 @@
 
 use super::http::Conn;
 use shorturl_common::clicks::ua::BOTS_TXT;
+use shorturl_common::clicks::uniq::Sketch;
 use shorturl_common::clicks::{Accumulator, Batch, BatchIds, Click, STREAM_KEY};
 use shorturl_common::link_rules::{self, Destination, LinkOptions, Visitor};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -31,6 +32,8 @@ pub struct Req {
     pub xff: Option<String>,
     pub country: Option<[u8; 2]>,
     pub location: Option<String>,
+    /// The unique visitor the click is counted as (`uniq::visitor`).
+    pub visitor: Option<u64>,
 }
 
 impl Req {
@@ -48,6 +51,7 @@ impl Req {
             xff: None,
             country: None,
             location: None,
+            visitor: None,
         }
     }
 
@@ -127,6 +131,20 @@ pub fn add_batch(lines: &mut Lines, b: &Batch) {
     }
 }
 
+/// The unique visitors of `batches` per (link key, day), their sketches
+/// merged (batch boundaries vanish, as in [`Lines`]).
+pub fn uniques_of(batches: &[Batch]) -> BTreeMap<(String, u64), Sketch> {
+    let mut out: BTreeMap<(String, u64), Sketch> = BTreeMap::new();
+    for b in batches {
+        for u in &b.uniques {
+            out.entry((u.code.clone(), u.day))
+                .or_default()
+                .merge(&u.sketch);
+        }
+    }
+    out
+}
+
 /// The lines of `batches`.
 pub fn lines_of(batches: &[Batch]) -> Lines {
     let mut lines = Lines::new();
@@ -192,6 +210,7 @@ pub fn expected(reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
                 country: r.country,
                 query: r.query.as_deref(),
                 location: r.location.as_deref(),
+                visitor: r.visitor,
                 ..Click::new(&key, *at)
             }));
         }
