@@ -148,8 +148,12 @@ impl BackgroundService for ClickFlusher {
             let now = shorturl_common::time::now_unix();
             if self.clicks.dimensions() && self.clicks.salts.stale(now) && now >= salts_retry {
                 if let Some(c) = conn.as_mut() {
-                    if let Err(e) = self.clicks.salts.refresh(c, now).await {
-                        tracing::debug!(error = %e, "visitor salts not fetched");
+                    // Bounded as an append is: a frozen Redis must not
+                    // stop the draining.
+                    let fetched =
+                        tokio::time::timeout(SEND_TIMEOUT, self.clicks.salts.refresh(c, now)).await;
+                    if !matches!(fetched, Ok(Ok(()))) {
+                        tracing::debug!("visitor salts not fetched");
                         salts_retry = now + 1;
                     }
                 }

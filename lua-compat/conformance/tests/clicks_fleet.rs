@@ -35,6 +35,28 @@ const BOT: [&str; 2] = [
     "curl/8.5.0",
 ];
 
+/// Visitors' addresses (trusted `X-Forwarded-For`) and languages.
+const ADDRS: [&str; 7] = [
+    "8.8.8.8",
+    "46.4.0.1",
+    "81.2.69.160",
+    "1.1.1.1",
+    "2001:4860:4860::8888",
+    "192.0.2.1",
+    "46.4.0.2",
+];
+const LANGS: [Option<&str>; 4] = [Some("de-DE,de;q=0.9"), Some("zh-CN"), None, Some("en")];
+
+/// What a human click of request `i` is counted as, per dimension:
+/// (address, language header, QR).
+fn visit(i: u64) -> (&'static str, Option<&'static str>, bool) {
+    (
+        ADDRS[(i / 10 % 7) as usize],
+        LANGS[(i / 3 % 4) as usize],
+        i % 7 == 3,
+    )
+}
+
 /// Request `i`: its method, user agent, and whether it is a bot click.
 fn kind(i: u64) -> (&'static str, &'static str, bool) {
     match i % 10 {
@@ -114,8 +136,12 @@ fn a_mixed_fleet_counts_100k_redirects_exactly_through_an_origin_crash_and_a_red
     let codes: Vec<String> = (0..LINKS).map(|i| create_link(a.port, i)).collect();
 
     let origins = format!("127.0.0.1:{}\", \"127.0.0.1:{b_port}", a.port);
+    let mmdb = testkit::country_mmdb();
     let clicks = |name: &str| {
-        format!("  clicks: {{ enabled: true, flush_interval_ms: 200, edge_name: {name} }}\n")
+        format!(
+            "  clicks: {{ enabled: true, flush_interval_ms: 200, edge_name: {name} }}\n  trusted_proxies: [\"127.0.0.1/32\"]\n  geo: {{ mmdb_path: \"{}\" }}\n",
+            mmdb.display()
+        )
     };
     let p1 = Edge::pingora_with(&redis.url(), &origins, &clicks("fleet-p1"));
     let p2 = Edge::pingora_with(&redis.url(), &origins, &clicks("fleet-p2"));
@@ -125,6 +151,8 @@ fn a_mixed_fleet_counts_100k_redirects_exactly_through_an_origin_crash_and_a_red
         &[
             ("SU_CLICKS_EDGE_NAME", "fleet-or".into()),
             ("SU_CLICKS_FLUSH_INTERVAL_MS", "200".into()),
+            ("SU_TRUSTED_PROXIES", "127.0.0.1/32".into()),
+            ("SU_GEO_MMDB_PATH", mmdb.display().to_string()),
         ],
     );
     let ports = [p1.port, p2.port, lua.port];
@@ -141,28 +169,37 @@ fn a_mixed_fleet_counts_100k_redirects_exactly_through_an_origin_crash_and_a_red
             std::thread::spawn(move || {
                 let mut conn = Conn::open(port).unwrap();
                 let (mut human, mut bot, mut other) = (0u64, 0u64, 0u64);
+                let mut seen = Vec::new();
                 let mut i = c;
                 while i < TOTAL {
                     let (method, ua, is_bot) = kind(i);
-                    let code = &codes[(i % codes.len() as u64) as usize];
+                    let link = (i % codes.len() as u64) as usize;
+                    let code = &codes[link];
+                    let (addr, lang, qr) = visit(i);
+                    let mut headers = vec![("User-Agent", ua), ("X-Forwarded-For", addr)];
+                    if let Some(l) = lang {
+                        headers.push(("Accept-Language", l));
+                    }
+                    let path = if qr {
+                        format!("/{code}?qr=1")
+                    } else {
+                        format!("/{code}")
+                    };
                     let r = conn
-                        .send(
-                            method,
-                            &format!("/{code}"),
-                            Some("localhost"),
-                            &[("User-Agent", ua)],
-                            b"",
-                        )
+                        .send(method, &path, Some("localhost"), &headers, b"")
                         .unwrap_or_else(|e| panic!("request {i} to port {port}: {e}"));
                     match (r.status, is_bot) {
                         (302, true) => bot += 1,
-                        (302, false) => human += 1,
+                        (302, false) => {
+                            human += 1;
+                            seen.push((link, i));
+                        }
                         _ => other += 1,
                     }
                     sent.fetch_add(1, Ordering::Relaxed);
                     i += clients;
                 }
-                (human, bot, other)
+                (human, bot, other, seen)
             })
         })
         .collect();
@@ -186,11 +223,13 @@ fn a_mixed_fleet_counts_100k_redirects_exactly_through_an_origin_crash_and_a_red
     wait_sent(TOTAL * 3 / 5);
     redis.restart(); // SIGKILL, then the same data from its append-only file
     let (mut human, mut bot, mut other) = (0, 0, 0);
+    let mut humans = Vec::new();
     for h in handles {
-        let (hu, bo, ot) = h.join().unwrap();
+        let (hu, bo, ot, seen) = h.join().unwrap();
         human += hu;
         bot += bo;
         other += ot;
+        humans.extend(seen);
     }
     assert_eq!(human + bot + other, TOTAL);
     assert!(
@@ -223,5 +262,95 @@ fn a_mixed_fleet_counts_100k_redirects_exactly_through_an_origin_crash_and_a_red
         let s = e.status();
         assert_eq!(s["clicks"]["dropped"], 0, "{}: {s}", e.name);
     }
+    check_dimensions(b_port, &codes, &humans, &mmdb);
     eprintln!("fleet: {human} human + {bot} bot redirects counted exactly; {other} other answers");
+}
+
+/// GET `path` on the origin at `port` with the admin key: its JSON.
+fn api(port: u16, path: &str) -> serde_json::Value {
+    let auth = format!("Bearer {API_KEY}");
+    let r = Conn::open(port)
+        .unwrap()
+        .send(
+            "GET",
+            path,
+            Some("localhost"),
+            &[("Authorization", &auth)],
+            b"",
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{path}: {}", r.text());
+    r.json()
+}
+
+/// The tenant's human clicks per country, language, source, browser and
+/// OS are the clients' tally of the human redirects they received
+/// (`humans`: (link, request)), and each link's unique visitors the
+/// distinct (address, user agent) pairs among them.
+fn check_dimensions(port: u16, codes: &[String], humans: &[(usize, u64)], mmdb: &std::path::Path) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let db = maxminddb::Reader::open_readfile(mmdb).expect("the country database");
+    let country = |ip: &str| -> String {
+        let found = db.lookup(ip.parse().unwrap()).ok();
+        let rec: Option<serde_json::Value> = found.and_then(|f| f.decode().ok().flatten());
+        rec.and_then(|r| r["country_code"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| "unknown".to_owned())
+    };
+    let mut want: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut pairs: Vec<BTreeSet<(&str, &str)>> = vec![BTreeSet::new(); codes.len()];
+    for &(link, i) in humans {
+        let (addr, lang, qr) = visit(i);
+        let (_, ua, _) = kind(i);
+        let lang = lang.map_or("-", |l| &l[..2]);
+        // BROWSER: Chrome on Windows, an iPhone's and an iPad's WebKit
+        // without `Safari/` (browser `other`).
+        let (browser, os) = if ua.contains("Chrome/") {
+            ("chrome", "windows")
+        } else {
+            ("other", "ios")
+        };
+        for (dim, value) in [
+            ("country", country(addr)),
+            ("language", lang.to_owned()),
+            ("source", if qr { "qr" } else { "link" }.to_owned()),
+            ("browser", browser.to_owned()),
+            ("os", os.to_owned()),
+        ] {
+            *want.entry(dim).or_default().entry(value).or_default() += 1;
+        }
+        pairs[link].insert((addr, ua));
+    }
+    assert!(want["country"].len() >= 4, "{want:?}");
+    let now = shorturl_common::time::now_unix();
+    let range = format!(
+        "from={}&to={}",
+        shorturl_common::time::rfc3339(now - 86_400),
+        shorturl_common::time::rfc3339(now + 86_400)
+    );
+    for (dim, values) in &want {
+        let v = api(
+            port,
+            &format!("/api/v1/stats?app=demo&{range}&group_by={dim}"),
+        );
+        let got: BTreeMap<String, u64> = v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["value"].as_str().unwrap().to_owned(),
+                    g["human"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(&got, values, "{dim}");
+    }
+    for (link, code) in codes.iter().enumerate().take(3) {
+        let v = api(port, &format!("/api/v1/links/{code}/stats?{range}"));
+        assert_eq!(
+            v["uniques"].as_u64(),
+            Some(pairs[link].len() as u64),
+            "{code}"
+        );
+    }
 }
