@@ -781,7 +781,7 @@ async fn unique_visitors_merge_across_edges_days_and_redeliveries() {
     // Past 256: dense, within 2%.
     let many = batch("edge-c", &mut (1000..3000).map(|i| (i, at + 2000)));
     xadd(&s, &many).await;
-    wait_totals(o, &code, (2310, 0)).await;
+    wait_totals(o, code, (2310, 0)).await;
     let e = uniques(d1, d2).await as f64;
     assert!((e - 2150.0).abs() / 2150.0 < 0.02, "{e}");
 }

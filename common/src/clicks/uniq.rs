@@ -176,7 +176,7 @@ impl Sketch {
         let b = data.as_bytes();
         match kind {
             "s" => {
-                if b.is_empty() || b.len() % 16 != 0 || b.len() / 16 > SPARSE_MAX {
+                if b.is_empty() || !b.len().is_multiple_of(16) || b.len() / 16 > SPARSE_MAX {
                     return None;
                 }
                 let mut out: Vec<u64> = Vec::with_capacity(b.len() / 16);
