@@ -18,6 +18,7 @@ pub mod config;
 pub mod conn;
 pub mod cursor;
 pub mod db;
+pub mod download;
 pub mod error;
 pub mod form;
 pub mod health;

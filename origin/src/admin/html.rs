@@ -182,19 +182,9 @@ pub fn continue_to(to: &str, set_cookie: Option<String>) -> Response {
     r
 }
 
-/// A CSV download.
+/// A CSV download (`crate::download`).
 pub fn csv(name: &str, body: String) -> Response {
-    let mut r = (StatusCode::OK, body).into_response();
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/csv; charset=utf-8"),
-    );
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.csv\"")) {
-        h.insert(header::CONTENT_DISPOSITION, v);
-    }
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
+    crate::download::csv(name, body)
 }
 
 /// Each tag as a link to the search for it.

@@ -13,7 +13,7 @@ use crate::clicks::GroupCount;
 use crate::error::ApiError;
 use axum::extract::State;
 use axum::response::Response;
-use http::{header, HeaderValue, StatusCode};
+use http::StatusCode;
 use shorturl_common::time::now_unix;
 
 /// `GET /api/v1/links/{code}/stats`.
@@ -48,22 +48,7 @@ pub async fn tenant(
 
 /// The groups of a `group_by` as a CSV file (`format=csv`): `value,human`.
 fn csv(name: &str, groups: &[GroupCount]) -> Response {
-    let mut r = Response::new(axum::body::Body::from(groups_csv(groups)));
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/csv; charset=utf-8"),
-    );
-    // The name is a code (or `clicks`) and a grouping: no quote to escape.
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{name}.csv\"")) {
-        h.insert(header::CONTENT_DISPOSITION, v);
-    }
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    r
+    crate::download::csv(name, groups_csv(groups))
 }
 
 /// `GET /api/v1/links/{code}/live`.
