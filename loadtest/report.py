@@ -16,7 +16,8 @@ import shutil
 import statistics
 import sys
 
-ORDER = ["nginx-static", "edge-hot", "edge-hot-browser", "edge-hot-inval", "edge-hot-rules", "edge-hot-slowpath", "edge-hot-analytics", "openresty-hot", "edge-redis", "openresty-redis",
+ORDER = ["nginx-static", "edge-hot", "edge-hot-browser", "edge-hot-inval", "edge-hot-rules", "edge-hot-slowpath", "edge-hot-analytics",
+         "edge-hot-analytics-browser", "edge-hot-analytics-nodims", "openresty-hot", "edge-redis", "openresty-redis",
          "edge-redis-cluster", "edge-origin", "miss-storm", "mix", "create", "raw-claims", "create-origin", "create-redis", "create-zookeeper", "create-cluster",
          "nginx-static-tls", "edge-hot-tls", "nginx-tls-handshake", "edge-tls-handshake",
          "nginx-h2", "edge-h2", "nginx-h2-conn", "edge-h2-conn",
@@ -30,6 +31,8 @@ WHAT = {
     "edge-hot-rules": "edge-hot on links with five rules (the last, country, answers), a browser's headers behind a trusted proxy",
     "edge-hot-slowpath": "edge-hot with the fast path off (every request through a Pingora proxy session)",
     "edge-hot-analytics": "edge-hot with click counting on (the cost of counting)",
+    "edge-hot-analytics-browser": "edge-hot-browser with click counting on: human clicks with their dimensions and unique visitors",
+    "edge-hot-analytics-nodims": "edge-hot-analytics-browser with clicks.dimensions off",
     "openresty-hot": "OpenResty edge, LRU/shared dict hit",
     "edge-redis": "edge, Redis GET per request",
     "edge-redis-cluster": "edge-redis on a Redis Cluster (3 masters + 3 replicas, --redis cluster)",
@@ -187,7 +190,7 @@ def load_scenario(d):
                          f"{delta(sb, sa, 'fast_path', 'handover')}")
             if s["name"] == "edge-hot-slowpath" and fast:
                 problems.append(f"the fast path is off but answered {fast} requests")
-        if s["name"] == "edge-hot-analytics":
+        if s["name"].startswith("edge-hot-analytics"):
             counted = delta(sb, sa, "clicks", "counted")
             dropped = delta(sb, sa, "clicks", "dropped")
             notes.append(f"clicks counted {counted} for {req} requests (the count lags by one 100 ms "
@@ -343,6 +346,14 @@ def targets(scenarios, cfg):
             f"{an['p99_ms']:.3f} vs {hot['p99_ms']:.3f} ms")
     else:
         add("edge-hot-analytics ≥ 0.97× edge-hot req/s", "edge-hot-analytics", "–", "≥ 0.97×", None, "not run")
+    hb = ran("edge-hot-browser")
+    for name, what in (("edge-hot-analytics-browser", "counting with dimensions"),
+                       ("edge-hot-analytics-nodims", "counting without dimensions")):
+        x = ran(name)
+        if hb and x:
+            r = x["rps"] / hb["rps"]
+            add(f"{name} vs edge-hot-browser ({what})", name, f"{r:.3f}×", "–", None,
+                f"{x['rps']:,.0f} vs {hb['rps']:,.0f} req/s, p99 {x['p99_ms']:.3f} vs {hb['p99_ms']:.3f} ms")
     er, orr = ran("edge-redis"), ran("openresty-redis")
     if er and orr:
         r = er["rps"] / orr["rps"]

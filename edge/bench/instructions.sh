@@ -27,7 +27,9 @@
 # with KEEP= and callgrind_annotate). Click counting is the edge's default
 # (on, flushed every 5 s to the bench Redis); CLICKS=0 turns it off,
 # CLICKS=1 flushes every second: the flusher's work is in the count, so
-# CLICKS=0/1 give counting's cost per click. Needs valgrind, redis-server, wrk, curl, scripts/deps.sh's
+# CLICKS=0/1 give counting's cost per click; CLICKS=2 is CLICKS=1 without
+# the dimensions and unique visitors (`dimensions: false`), so CLICKS=2/1
+# give theirs. Needs valgrind, redis-server, wrk, curl, scripts/deps.sh's
 # country database.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,25p' "$0"; exit 2; }
@@ -53,6 +55,7 @@ CLICKS_LINE=""
 case "${CLICKS:-}" in
   0) CLICKS_LINE="clicks: { enabled: false }" ;;
   1) CLICKS_LINE="clicks: { enabled: true, edge_name: bench, flush_interval_ms: 1000 }" ;;
+  2) CLICKS_LINE="clicks: { enabled: true, edge_name: bench, flush_interval_ms: 1000, dimensions: false }" ;;
 esac
 GEO_LINES=""
 if [ -e /usr/local/share/shorturl/country.mmdb ] && [ "${GEO:-1}" = 1 ]; then
