@@ -307,7 +307,9 @@ pub struct Dims {
     pub lang: Option<LangTag>,
     /// Reached through a QR code.
     pub qr: bool,
-    pub utm: Option<Box<Utm>>,
+    /// Shared: an edge hands every click to one link the same values
+    /// (`edge/src/clicks/record.rs` remembers the last `Location`'s).
+    pub utm: Option<std::sync::Arc<Utm>>,
     /// The visitor (`uniq::visitor`), for the day's unique visitors; `None`
     /// without an address or the day's salt.
     pub visitor: Option<u64>,
@@ -338,7 +340,7 @@ impl Dims {
             os: os_family(ua),
             lang: lang_of(i.accept_language),
             qr: has_qr_marker(i.query),
-            utm: i.location.and_then(utm_of),
+            utm: i.location.and_then(utm_of).map(std::sync::Arc::from),
             visitor: i.visitor,
         }
     }

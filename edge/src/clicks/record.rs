@@ -18,7 +18,9 @@ use crossbeam_queue::ArrayQueue;
 use http::Method;
 use pingora::http::RequestHeader;
 use pingora_prometheus::prometheus::IntCounter;
-use shorturl_common::clicks::dims::{browser_family, has_qr_marker, lang_of, os_family, utm_of};
+use shorturl_common::clicks::dims::{
+    browser_family, has_qr_marker, lang_of, os_family, utm_of, Utm,
+};
 use shorturl_common::clicks::uniq::{self, SALT_LEN};
 use shorturl_common::clicks::{device_class_bytes, referrer_host_buf, Device, Dims, HostBuf};
 use shorturl_common::code::is_fleet_code;
@@ -270,8 +272,28 @@ pub struct DimsCtx<'a> {
 }
 
 thread_local! {
+    /// The last `Location` with `utm_` in it and its UTM values.
+    static LAST_UTM: RefCell<(String, Option<Arc<Utm>>)> = const { RefCell::new((String::new(), None)) };
     /// The last (salt, address, user agent) and its visitor.
     static LAST_VISITOR: RefCell<Last<u64>> = const { RefCell::new(Last::new()) };
+}
+
+/// The UTM values of a redirect's `Location`, remembered per thread for
+/// the last one: a link's clicks share its URL, so a repeat costs a compare
+/// and a reference count instead of parsing and allocating the values.
+fn utm_remembered(location: &str) -> Option<Arc<Utm>> {
+    memchr::memmem::find(location.as_bytes(), b"utm_")?;
+    LAST_UTM.with(|last| {
+        let Ok(mut last) = last.try_borrow_mut() else {
+            return utm_of(location).map(Arc::from);
+        };
+        if last.0 != location {
+            last.1 = utm_of(location).map(Arc::from);
+            last.0.clear();
+            last.0.push_str(location);
+        }
+        last.1.clone()
+    })
 }
 
 /// The unique visitor of a click (`uniq::visitor`), remembered per thread:
@@ -337,7 +359,7 @@ pub fn record_parts(
             os: class.os,
             lang: lang_of(parts.accept_language),
             qr: has_qr_marker(parts.query),
-            utm: parts.location.and_then(utm_of),
+            utm: parts.location.and_then(utm_remembered),
             visitor: match (parts.client, ctx.salt) {
                 (Some(ip), Some(salt)) => {
                     Some(visitor_of(&salt, ip, parts.user_agent.unwrap_or_default()))
