@@ -601,7 +601,7 @@ mod tests {
                 day.count(&Dims {
                     country: Some(*b"CN"),
                     qr: i % 2 == 0,
-                    utm: utm_of(&url),
+                    utm: utm_of(&url).map(std::sync::Arc::from),
                     ..Dims::default()
                 });
             }

@@ -434,6 +434,21 @@ mod tests {
             .sum()
     }
 
+    #[test]
+    fn a_locations_utm_values_are_remembered_and_shared() {
+        let a = "https://d.example/p?utm_source=mail&utm_campaign=x";
+        let first = utm_remembered(a);
+        let again = utm_remembered(a);
+        assert!(matches!((&first, &again), (Some(x), Some(y)) if Arc::ptr_eq(x, y)));
+        let other = utm_remembered("https://d.example/p?utm_source=news");
+        assert_eq!(
+            other.map(|u| u.0.clone()),
+            Some([Some("news".into()), None, None])
+        );
+        assert!(utm_remembered("https://d.example/p?x=1").is_none());
+        assert_eq!(utm_remembered(a), first);
+    }
+
     const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
 
     #[test]
