@@ -940,6 +940,11 @@ fn fmix32(mut h: u32) -> u32 {
     h ^ (h >> 16)
 }
 
+/// The QR marker (protocol 3.7, 4.1): a query parameter the QR codes
+/// carry, counted as the click's `source` `qr` (`clicks::dims`) and never
+/// forwarded ([`forward_query`]).
+pub const QR_MARKER: &str = "qr=1";
+
 /// `target` with the request's query `q` merged in: the pairs of `q`
 /// whose name the target's own query does not have, in order, appended
 /// to the target's query (before its fragment). Bytes a `Location` must
@@ -960,10 +965,7 @@ pub fn forward_query<'a>(target: &'a str, q: &str) -> Cow<'a, str> {
     let mut out: Option<String> = None;
     for p in q.split('&') {
         // The QR marker (protocol 3.7) is the edge's, never the destination's.
-        if p.is_empty()
-            || p == crate::clicks::dims::QR_MARKER
-            || is_own(p.split_once('=').map_or(p, |(k, _)| k))
-        {
+        if p.is_empty() || p == QR_MARKER || is_own(p.split_once('=').map_or(p, |(k, _)| k)) {
             continue;
         }
         match out.as_mut() {

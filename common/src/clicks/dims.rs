@@ -248,9 +248,9 @@ pub fn lang_of(accept_language: Option<&[u8]>) -> Option<LangTag> {
     })
 }
 
-/// The QR marker (protocol 4.1): a query parameter the QR codes carry,
-/// counted as the `source` `qr` and never forwarded.
-pub const QR_MARKER: &str = "qr=1";
+/// The QR marker (protocol 4.1), kept with the query forwarding that
+/// drops it (the link rules need nothing of the click counting).
+pub use crate::link_rules::QR_MARKER;
 
 /// Whether the request's query carries [`QR_MARKER`] as one of its
 /// `&`-separated parameters.
