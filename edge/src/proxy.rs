@@ -21,7 +21,7 @@
 
 use crate::access_log::LogLine;
 use crate::cache::{AnswerRef, Entry, Key, RecordRef};
-use crate::clicks::record::ClickParts;
+use crate::clicks::record::{ClickParts, Client};
 use crate::decide::{self, decide, Facts, Source, Verdict};
 use crate::limits::Refusal;
 use crate::lookup::Resolved;
@@ -113,6 +113,15 @@ struct ProxyFacts<'a> {
     edge: &'a Edge,
     req: &'a RequestHeader,
     ctx: &'a Ctx,
+}
+
+impl Client for ProxyFacts<'_> {
+    fn country(&self) -> Option<[u8; 2]> {
+        Visitor::country(self)
+    }
+    fn address(&self) -> Option<IpAddr> {
+        self.ctx.client
+    }
 }
 
 impl Visitor for ProxyFacts<'_> {
@@ -324,11 +333,11 @@ impl Edge {
         now: u64,
     ) {
         let clicks = &self.state.clicks;
+        let facts = self.facts(req, ctx);
         let mut parts = ClickParts::of_request(req, destination);
         if clicks.dimensions() {
-            parts.country = self.facts(req, ctx).country();
             parts.location = Some(location);
-            parts.client = ctx.client;
+            parts.client = Some(&facts);
         }
         clicks.record_parts(parts, link, now);
     }

@@ -65,17 +65,10 @@ fn clicks(
         let at = DAY + (i * 7919) % (2 * 86_400);
         let r = refs[(i % 3) as usize];
         assert!(acc.add(&Click {
-            code,
-            at_unix: at,
             head,
             user_agent: Some(ua),
             referer: (!r.is_empty()).then_some(r),
-            destination: None,
-            accept_language: None,
-            country: None,
-            query: None,
-            location: None,
-            visitor: None,
+            ..Click::new(code, at)
         }));
         if (i + 1) % flush_every == 0 {
             out.extend(acc.take_batches(&ids, 1000));
@@ -325,17 +318,9 @@ async fn rotating_referrer_hosts_keep_a_link_day_bounded() {
         for flush in 0..4 {
             let mut click = |referer: Option<&str>, i: u64| {
                 assert!(acc.add(&Click {
-                    code: &code,
-                    at_unix: DAY + 3600 + i,
-                    head: false,
                     user_agent: Some(UAS[0]),
                     referer,
-                    destination: None,
-                    accept_language: None,
-                    country: None,
-                    query: None,
-                    location: None,
-                    visitor: None,
+                    ..Click::new(&code, DAY + 3600 + i)
                 }));
             };
             for (r, n) in real {
@@ -435,17 +420,10 @@ async fn clicks_per_destination_are_the_ab_result() {
     let mut add = |dest: Destination, head: bool, n: u64| {
         for i in 0..n {
             assert!(acc.add(&Click {
-                code: &code,
-                at_unix: DAY + 3600 + i,
                 head,
                 user_agent: Some(ua),
-                referer: None,
                 destination: Some(dest),
-                accept_language: None,
-                country: None,
-                query: None,
-                location: None,
-                visitor: None,
+                ..Click::new(&code, DAY + 3600 + i)
             }));
         }
     };

@@ -175,7 +175,7 @@ impl Clicks {
     }
 
     /// Whether a click's dimensions are read: the caller then fills
-    /// [`record::ClickParts`]' country (a geo lookup) and `Location`.
+    /// [`record::ClickParts`]' dimension inputs (the client asked lazily).
     #[inline]
     pub fn dimensions(&self) -> bool {
         self.enabled && self.dimensions
@@ -186,8 +186,8 @@ impl Clicks {
     #[inline]
     pub fn record_parts(&self, parts: record::ClickParts<'_>, link: (&str, &str), at_unix: u64) {
         if self.enabled {
-            let dims = self.dimensions.then(|| record::DimsCtx {
-                salt: self.salts.get(shorturl_common::clicks::day_start(at_unix)),
+            let dims = self.dimensions.then_some(record::DimsCtx {
+                salts: &self.salts,
                 unsalted: &self.metrics.unsalted,
             });
             self.queued(record::record_parts(
@@ -492,6 +492,18 @@ mod tests {
         }
     }
 
+    /// A client in Germany without an address (no unique visitor).
+    struct German;
+
+    impl super::record::Client for German {
+        fn country(&self) -> Option<[u8; 2]> {
+            Some(*b"DE")
+        }
+        fn address(&self) -> Option<std::net::IpAddr> {
+            None
+        }
+    }
+
     #[test]
     fn a_human_clicks_dimensions_are_counted_and_a_bots_are_not() {
         let now = 86_400 * 20_000 + 7200;
@@ -503,7 +515,7 @@ mod tests {
             });
             let human = ClickParts {
                 accept_language: Some(b"de-DE,de;q=0.9"),
-                country: Some(*b"DE"),
+                client: Some(&German),
                 query: Some(b"x=1&qr=1"),
                 location: Some("https://shop.example/p?utm_source=mail&utm_campaign=x%20y"),
                 ..parts()

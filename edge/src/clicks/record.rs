@@ -13,7 +13,7 @@
 //! queues itself, so a saturated edge answers a little slower instead of
 //! losing clicks.
 
-use super::salts::Salt;
+use super::salts::{Salt, Salts};
 use crossbeam_queue::ArrayQueue;
 use http::Method;
 use pingora::http::RequestHeader;
@@ -241,8 +241,17 @@ pub fn classify_parts(head: bool, user_agent: Option<&[u8]>) -> UaClass {
     }
 }
 
+/// What a click's dimensions read of the client: asked only for a human
+/// click, so a bot's click costs no address parsing, geo lookup or salt.
+pub trait Client {
+    /// The client's country (ISO alpha-2, upper case).
+    fn country(&self) -> Option<[u8; 2]>;
+    /// The client's address (behind trusted proxies): the unique visitor's.
+    fn address(&self) -> Option<std::net::IpAddr>;
+}
+
 /// The parts of a request a click is classified by (see [`record_parts`]).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct ClickParts<'a> {
     /// A `HEAD` request (always a bot).
     pub head: bool,
@@ -253,21 +262,19 @@ pub struct ClickParts<'a> {
     /// For a link with options: the destination that answered.
     pub destination: Option<Destination>,
     /// The dimensions' inputs (read only with dimensions on): the first
-    /// `Accept-Language` value, the client's country, the raw query and
-    /// the redirect's `Location`.
+    /// `Accept-Language` value, the raw query, the redirect's `Location`
+    /// and the client.
     pub accept_language: Option<&'a [u8]>,
-    pub country: Option<[u8; 2]>,
     pub query: Option<&'a [u8]>,
     pub location: Option<&'a str>,
-    /// The client (behind trusted proxies): the unique visitor's address.
-    pub client: Option<std::net::IpAddr>,
+    pub client: Option<&'a dyn Client>,
 }
 
 /// What counting a click's dimensions needs besides the request: the
-/// day's salt of unique visitors (`None`: not known) and the counter of
-/// human clicks left out for the want of it.
+/// days' salts of unique visitors and the counter of human clicks left out
+/// for the want of one.
 pub struct DimsCtx<'a> {
-    pub salt: Option<Salt>,
+    pub salts: &'a Salts,
     pub unsalted: &'a IntCounter,
 }
 
@@ -351,26 +358,27 @@ pub fn record_parts(
 ) -> Result<(), Box<Event>> {
     let class = classify_parts(parts.head, parts.user_agent);
     let host = referrer_host_buf(parts.referer);
-    let dims = dims
-        .filter(|_| class.device != Device::Bot)
-        .map(|ctx| Dims {
-            country: parts.country,
+    let dims = dims.filter(|_| class.device != Device::Bot).map(|ctx| {
+        let ua = parts.user_agent.unwrap_or_default();
+        let visitor = parts.client.and_then(|c| c.address()).and_then(|ip| {
+            match ctx.salts.get(shorturl_common::clicks::day_start(at_unix)) {
+                Some(salt) => Some(visitor_of(&salt, ip, ua)),
+                None => {
+                    ctx.unsalted.inc();
+                    None
+                }
+            }
+        });
+        Dims {
+            country: parts.client.and_then(|c| c.country()),
             browser: class.browser,
             os: class.os,
             lang: lang_of(parts.accept_language),
             qr: has_qr_marker(parts.query),
             utm: parts.location.and_then(utm_remembered),
-            visitor: match (parts.client, ctx.salt) {
-                (Some(ip), Some(salt)) => {
-                    Some(visitor_of(&salt, ip, parts.user_agent.unwrap_or_default()))
-                }
-                (Some(_), None) => {
-                    ctx.unsalted.inc();
-                    None
-                }
-                (None, _) => None,
-            },
-        });
+            visitor,
+        }
+    });
     let Some(event) = Event::new(
         code,
         domain,

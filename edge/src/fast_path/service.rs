@@ -5,7 +5,7 @@ use super::answer::{Answers, End};
 use super::parse::{parse, Parsed, Request};
 use crate::access_log::LogLine;
 use crate::cache::{AnswerRef, Frame, Key, RecordRef};
-use crate::clicks::record::ClickParts;
+use crate::clicks::record::{ClickParts, Client};
 use crate::decide::{self, decide, Facts, Source, Target, Verdict};
 use crate::net::{client_of_values_repeated, ClientKey};
 use crate::outcome::Outcome;
@@ -394,10 +394,9 @@ impl FastPath {
         };
         if clicks.dimensions() {
             parts.accept_language = req.accept_language;
-            parts.country = facts.country();
             parts.query = req.query.map(str::as_bytes);
             parts.location = Some(location);
-            parts.client = facts.client_ip();
+            parts.client = Some(facts);
         }
         // Counted before the answer is written (see `proxy.rs`).
         clicks.record_parts(parts, link, now);
@@ -466,6 +465,15 @@ impl FastFacts<'_> {
         *self
             .client
             .get_or_init(|| self.fp.client(self.req, self.conn))
+    }
+}
+
+impl Client for FastFacts<'_> {
+    fn country(&self) -> Option<[u8; 2]> {
+        Visitor::country(self)
+    }
+    fn address(&self) -> Option<IpAddr> {
+        self.client_ip()
     }
 }
 
