@@ -346,9 +346,15 @@ impl Accumulator {
 
     /// Moves the counts out, leaving this accumulator empty with its
     /// settings (whether it reads dimensions).
+    ///
+    /// The empty map is sized for as many links as were taken: a busy
+    /// edge's next flush interval sees about as many, and growing a map of
+    /// 100,000 links doubling by doubling rehashes them all in one go, a
+    /// stall of milliseconds on the flusher (issue 27).
     pub fn take(&mut self) -> Accumulator {
         let empty = Accumulator {
             dimensions: self.dimensions,
+            links: FastMap::with_capacity_and_hasher(self.links.len(), Default::default()),
             ..Accumulator::default()
         };
         std::mem::replace(self, empty)
@@ -536,26 +542,110 @@ impl Accumulator {
     /// to link (no line structs, no owned code per line): the flusher's
     /// work per link on a busy edge.
     pub fn take_encoded(&mut self, ids: &BatchIds, max_lines: usize) -> Vec<Encoded> {
-        let mut links: Vec<(Key, LinkCounts)> =
-            std::mem::take(&mut self.links).into_iter().collect();
-        links.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        self.take_encoded_paced(ids, max_lines, &mut || {})
+    }
+
+    /// [`Accumulator::take_encoded`] in small steps, calling `pace` between
+    /// them (every [`PACE_LINKS`] links): an edge's flusher gives its core
+    /// back to the request threads there. No step grows with the links
+    /// counted: the code order is made by [`order_paced`], and each group's
+    /// counts are freed once written.
+    pub fn take_encoded_paced(
+        &mut self,
+        ids: &BatchIds,
+        max_lines: usize,
+        pace: &mut dyn FnMut(),
+    ) -> Vec<Encoded> {
+        let mut all = Vec::with_capacity(self.links.len());
+        for (i, link) in std::mem::take(&mut self.links).into_iter().enumerate() {
+            all.push(link);
+            if i % PACE_LINKS == PACE_LINKS - 1 {
+                pace();
+            }
+        }
         self.clicks = 0;
+        let mut groups = Vec::new();
+        order_paced(all, &mut groups, pace);
         let mut out = Vec::new();
         let (mut cur, mut part) = (Writer::default(), Writer::default());
         cur.counted_dims = self.dimensions;
-        let mut refs = Vec::new();
-        for (code, counts) in &links {
-            part.link(code.as_str(), counts, &mut refs);
-            if cur.lines > 0 && cur.lines + part.lines > max_lines {
-                out.push(cur.finish(ids.next_id()));
+        for mut links in groups {
+            let mut refs = Vec::new();
+            for (i, (code, counts)) in links.iter().enumerate() {
+                part.link(code.as_str(), counts, &mut refs);
+                if cur.lines > 0 && cur.lines + part.lines > max_lines {
+                    out.push(cur.finish(ids.next_id()));
+                }
+                cur.append(&part);
+                part.clear();
+                if i % PACE_LINKS == PACE_LINKS - 1 {
+                    pace();
+                }
             }
-            cur.append(&part);
-            part.clear();
+            drop(refs);
+            // Freeing a group's counts is a step of its own.
+            for chunk in links.chunks_mut(PACE_LINKS) {
+                chunk
+                    .iter_mut()
+                    .for_each(|(_, c)| *c = LinkCounts::default());
+                pace();
+            }
         }
         if cur.lines > 0 {
             out.push(cur.finish(ids.next_id()));
         }
         out
+    }
+}
+
+/// Links written between two calls of the pace of
+/// [`Accumulator::take_encoded_paced`] (a few tens of microseconds).
+pub const PACE_LINKS: usize = 64;
+
+/// Most keys [`order_paced`] sorts in one step.
+const SORT_STEP: usize = 2048;
+
+/// Appends `links` to `groups` in key (byte) order, in steps with `pace`
+/// between them: the order one sort of them all gives, but a group of more
+/// than [`SORT_STEP`] keys is first split on the byte after the prefix its
+/// keys share (every code of one custom domain starts `domain/`), so no
+/// single sort is longer. Keys are distinct: a split always makes smaller
+/// groups.
+fn order_paced(
+    mut links: Vec<(Key, LinkCounts)>,
+    groups: &mut Vec<Vec<(Key, LinkCounts)>>,
+    pace: &mut dyn FnMut(),
+) {
+    if links.len() <= SORT_STEP {
+        links.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        pace();
+        groups.push(links);
+        return;
+    }
+    let mut shared = links[0].0.as_str().len();
+    for (i, (k, _)) in links.iter().enumerate().skip(1) {
+        let (a, b) = (links[0].0.as_str().as_bytes(), k.as_str().as_bytes());
+        shared = a[..shared]
+            .iter()
+            .zip(b)
+            .take_while(|(x, y)| x == y)
+            .count();
+        if i % PACE_LINKS == 0 {
+            pace();
+        }
+    }
+    // Part 0: the key that ends where the shared prefix does (it sorts
+    // first); then one part per next byte.
+    let mut parts: Vec<Vec<(Key, LinkCounts)>> = (0..=256).map(|_| Vec::new()).collect();
+    for (i, link) in links.into_iter().enumerate() {
+        let at = link.0.as_str().as_bytes().get(shared);
+        parts[at.map_or(0, |b| usize::from(*b) + 1)].push(link);
+        if i % PACE_LINKS == PACE_LINKS - 1 {
+            pace();
+        }
+    }
+    for part in parts.into_iter().filter(|p| !p.is_empty()) {
+        order_paced(part, groups, pace);
     }
 }
 
@@ -742,6 +832,45 @@ mod tests {
 
     const CHROME_UA: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
     const IPHONE_UA: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1";
+
+    #[test]
+    fn paced_encoding_is_in_steps_and_in_the_whole_sorts_order() {
+        // Keys of every first byte a code or a domain can start with.
+        let alphabet = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        let fill = || {
+            let mut a = Accumulator::with_dimensions();
+            for (i, c) in alphabet.iter().cycle().take(6000).enumerate() {
+                // Many keys of one custom domain: a group split past
+                // their shared prefix.
+                let code = match i % 5 {
+                    0 => format!("{}.example/p{i}", char::from(*c)),
+                    1 | 2 => format!("s.example/q{i}"),
+                    _ => format!("{}{i:05}", char::from(*c)),
+                };
+                a.add(&Click {
+                    user_agent: Some(CHROME_UA),
+                    country: Some(*b"DE"),
+                    ..Click::new(&code, 86_400 * 20_000)
+                });
+            }
+            a
+        };
+        let ids = || BatchIds::new("e", "n").unwrap();
+        let whole: Vec<String> = fill()
+            .take_batches(&ids(), 5000)
+            .iter()
+            .map(|b| b.encode_body())
+            .collect();
+        let mut steps = 0;
+        let paced: Vec<String> = fill()
+            .take_encoded_paced(&ids(), 5000, &mut || steps += 1)
+            .into_iter()
+            .map(|e| e.body)
+            .collect();
+        assert_eq!(paced, whole);
+        // Bucketing, writing and freeing, each in steps of PACE_LINKS.
+        assert!(steps >= 3 * 6000 / PACE_LINKS, "{steps} steps");
+    }
 
     #[test]
     fn encoded_batches_are_the_batches_encoded_byte_for_byte() {

@@ -14,6 +14,7 @@
 //! answered — on a thread of its own (the runtime is going away), within
 //! [`last_flush_budget`].
 
+use super::pace::Pace;
 use super::{Clicks, SendError, SEND_TIMEOUT};
 use crate::config::redis::RedisConfig;
 use crate::redis_store::connect;
@@ -65,7 +66,7 @@ impl ClickFlusher {
 
 /// Sends every unsent batch, oldest first; stops at the first failure
 /// (logged; the batch stays for the next flush).
-async fn send_all<C>(clicks: &Clicks, conn: &mut C, failures: &mut u64)
+async fn send_all<C>(clicks: &Clicks, conn: &mut C, failures: &mut u64, pace: &mut Pace)
 where
     C: redis::aio::ConnectionLike + Send,
 {
@@ -87,7 +88,7 @@ where
             }
         }
         // A long backlog must not stop the draining.
-        clicks.drain();
+        clicks.drain_paced(&mut || pace.step());
     }
 }
 
@@ -130,6 +131,7 @@ impl BackgroundService for ClickFlusher {
         let mut shutting_down = false;
         let mut failures = 0u64;
         let mut salts_retry = 0u64;
+        let mut pace = Pace::default();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -158,13 +160,13 @@ impl BackgroundService for ClickFlusher {
                     }
                 }
             }
-            self.clicks.drain();
+            self.clicks.drain_paced(&mut || pace.step());
             let early = self.clicks.take_early_cut();
             if shutting_down || early || Instant::now() >= next_flush {
                 next_flush = Instant::now() + self.flush_interval;
-                self.clicks.cut();
+                self.clicks.cut_paced(&mut || pace.step());
                 if let Some(c) = conn.as_mut() {
-                    send_all(&self.clicks, c, &mut failures).await;
+                    send_all(&self.clicks, c, &mut failures, &mut pace).await;
                 }
             }
         }

@@ -16,6 +16,7 @@
 pub mod config;
 pub mod flush;
 pub mod metrics;
+pub mod pace;
 pub mod pending;
 pub mod record;
 pub mod salts;
@@ -39,8 +40,9 @@ pub const MAX_BATCH_LINES: usize = 20_000;
 pub const QUEUE_FULL_STEP: usize = 256;
 /// How long a request thread pauses per click while the edge is behind.
 pub const BACKPRESSURE_PAUSE: Duration = Duration::from_micros(200);
-/// Clicks the flusher moves per hold of the lock.
-pub const DRAIN_CHUNK: usize = 1024;
+/// Clicks the flusher moves per hold of the lock (and per step of its
+/// [`pace`]).
+pub const DRAIN_CHUNK: usize = 256;
 /// Budget of one `XADD` (connection included).
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -293,6 +295,12 @@ impl Clicks {
     /// The lock is taken per [`DRAIN_CHUNK`] clicks, not for the whole
     /// backlog: a request whose queue is full waits for a chunk at most.
     pub fn drain(&self) -> u64 {
+        self.drain_paced(&mut || {})
+    }
+
+    /// [`Clicks::drain`], calling `pace` after every chunk (the flusher
+    /// gives its core back there, [`pace`]).
+    pub fn drain_paced(&self, pace: &mut dyn FnMut()) -> u64 {
         let mut n = 0;
         for q in self.registry.queues() {
             // At most what is there now: a busy thread cannot keep us here.
@@ -301,6 +309,7 @@ impl Clicks {
                 let step = left.min(DRAIN_CHUNK);
                 let got = self.absorb(|add| record::pop_up_to(&q, step, add));
                 n += got;
+                pace();
                 if got < step as u64 {
                     break;
                 }
@@ -357,6 +366,11 @@ impl Clicks {
     /// grows with the links counted, and a request whose queue is full
     /// must not wait for it.
     pub fn cut(&self) {
+        self.cut_paced(&mut || {})
+    }
+
+    /// [`Clicks::cut`], encoding in steps with `pace` between them.
+    pub fn cut_paced(&self, pace: &mut dyn FnMut()) {
         let (counts, clicks) = {
             let mut st = self.state();
             let acc = st.acc.take();
@@ -370,7 +384,7 @@ impl Clicks {
         };
         let mut unsent = Vec::new();
         for mut acc in counts {
-            for b in acc.take_encoded(&self.ids, MAX_BATCH_LINES) {
+            for b in acc.take_encoded_paced(&self.ids, MAX_BATCH_LINES, pace) {
                 unsent.push(Unsent {
                     version: b.version,
                     body: b.body.into(),
