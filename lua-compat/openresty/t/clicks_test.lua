@@ -8,6 +8,8 @@
 -- version 4; the first part runs with it off, the old bodies. And then
 -- (protocol 3.7) the unique visitors (clicks_uniq.lua): the visitor hash,
 -- registers, sketches, the salts in a stub Redis, and the `u` lines.
+-- And the paced flush: a build with a pace gives the same batches byte for
+-- byte, and clicks counted while the flush is paused go to the next one.
 -- The counts go through clicks.lua's own flush (its timer, every 50 ms)
 -- with redis.run replaced by a stub keeping each XADD: no Redis needed.
 -- Run by t/run.sh (content_by_lua_file).
@@ -708,6 +710,234 @@ do -- no salt for the day (Redis unreachable since before it): no visitor; a hum
     b = flushed()
     ok(b[1] and b[1].body:find("\nu aB3xYz " .. d .. " s " .. clicks_uniq.visitor(kv["su:1:uniq_salt:" .. d],
         "203.0.113.7", VEC_UA) .. "\n", 1, true), "unsalted: visitors again once the salt is known")
+end
+
+---------------------------------------------------------------- a paced flush (the Pingora edge's pace.rs)
+-- clicks_batch.build with a `pace`: called every PACE_LINKS links and
+-- between sorts, the code order made by bucketing on the first byte (and
+-- splitting a bucket beyond MAX_SORT on its next bytes), the batches the
+-- same byte for byte as one sort of all keys gives.
+do
+    local h, d = hour_day()
+    -- A few hundred links: fleet codes of many first bytes, keys that are
+    -- prefixes of others, bytes above 0x7f, per-domain keys on two domains
+    -- (sharing their names' bytes), with t, x and u lines here and there.
+    local ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    local function make_links()
+        local links, seed = {}, 7
+        local function rnd(n)
+            seed = (seed * 1103515245 + 12345) % 2147483648
+            return seed % n + 1
+        end
+        local function counts(i)
+            local day = { r = { ["-"] = 1, ["r" .. (i % 30) .. ".example"] = i % 7 + 1 }, t = { link = 1 },
+                routed = i % 5 == 0, 0, 1, 0, i % 3, 0 }
+            if day.routed then
+                day.t["r" .. (i % 4)] = i % 9 + 1
+            end
+            if i % 4 == 0 then
+                day.x = { [1] = { CN = 1 + i % 3, KR = 1 }, [2] = { chrome = 2 }, [6] = { ["s" .. (i % 25)] = 1 } }
+            end
+            if i % 6 == 0 then
+                day.u = clicks_uniq.new()
+                clicks_uniq.add(day.u, clicks_uniq.visitor(SALT, "203.0.113." .. (i % 200), VEC_UA))
+            end
+            return { h = { [h] = { 2 + i % 3, i % 3 }, [h - 3600] = { 1, 0 } }, d = { [d] = day } }
+        end
+        local i = 0
+        local function add(key)
+            i = i + 1
+            links[key] = counts(i)
+        end
+        for _ = 1, 250 do
+            local code = {}
+            for j = 1, 6 do
+                local k = rnd(#ALNUM)
+                code[j] = ALNUM:sub(k, k)
+            end
+            add(table.concat(code))
+        end
+        for _, k in ipairs({ "a", "ab", "abc", "abcd", "Z", "Zz", "~x", "\195\169t\195\169", "\255z", "\128",
+            "0", "00", "000" }) do
+            add(k)
+        end
+        for j = 1, 60 do
+            add(SHOP .. "/sale" .. j)
+            add(GO .. "/p" .. (j * 7))
+        end
+        add(SHOP .. "/s")
+        add("s.shop55.co/x") -- a domain that is a prefix of another's name
+        return links
+    end
+    local function ids()
+        local n = 0
+        return function()
+            n = n + 1
+            return "t:p:" .. n
+        end
+    end
+    local function same(what, want, got)
+        eq(#got, #want, what .. ": as many batches")
+        local diff = nil
+        for i = 1, math.max(#got, #want) do
+            local a, b = want[i] or {}, got[i] or {}
+            if a.id ~= b.id or a.v ~= b.v or a.body ~= b.body or a.human ~= b.human or a.bot ~= b.bot then
+                diff = i
+                break
+            end
+        end
+        eq(diff, nil, what .. ": the same batches byte for byte (first that differs)")
+    end
+    local nlinks = 0
+    for _ in pairs(make_links()) do
+        nlinks = nlinks + 1
+    end
+    ok(nlinks > 300, "paced: a few hundred links (" .. nlinks .. ")")
+    local max_lines = clicks_batch.MAX_LINES
+    for _, lines in ipairs({ max_lines, 97 }) do
+        clicks_batch.MAX_LINES = lines
+        local want = clicks_batch.build(make_links(), ids(), true)
+        local calls = 0
+        local got = clicks_batch.build(make_links(), ids(), true, function()
+            calls = calls + 1
+        end)
+        same("paced (" .. #want .. " batches)", want, got)
+        ok(calls >= math.floor(nlinks / clicks_batch.PACE_LINKS), "paced: pace called every 64 links (" .. calls
+            .. " calls, " .. #want .. " batches)")
+        -- Buckets split again on their next bytes (the domains' shared bytes skipped).
+        local max_sort = clicks_batch.MAX_SORT
+        clicks_batch.MAX_SORT = 3
+        local calls_split = 0
+        got = clicks_batch.build(make_links(), ids(), true, function()
+            calls_split = calls_split + 1
+        end)
+        clicks_batch.MAX_SORT = max_sort
+        same("paced, buckets of 3 at most", want, got)
+        ok(calls_split > calls, "paced, buckets of 3 at most: a pace per sort (" .. calls_split .. ")")
+        -- A pace that yields, as the flush's.
+        got = clicks_batch.build(make_links(), ids(), true, function()
+            ngx.sleep(0.001) -- (the shortest that is no warning without the delayed-events patch)
+        end)
+        same("paced, yielding", want, got)
+    end
+    clicks_batch.MAX_LINES = max_lines
+    local want = clicks_batch.build(make_links(), ids(), true)
+    ok(#want == 1 and want[1].body:find("\nh 000 ", 1, true) and want[1].body:find("^h 0 "),
+        "paced: one batch, byte order ('0' before '00')")
+    -- A few links: the pace is still called between the sorts, not at every link.
+    local calls = 0
+    clicks_batch.build({ b = make_links()["a"], a = make_links()["ab"] }, ids(), true, function()
+        calls = calls + 1
+    end)
+    ok(calls > 0 and calls < 16, "paced, two links: a few calls (" .. calls .. ")")
+end
+
+-- The flush passes a pace; clicks counted while it is paused (counted
+-- here inside the pace, the flush then sleeping across ticks of its
+-- timer) go to the next flush: none lost, none twice, and no tick starts
+-- a second flush meanwhile (single flight).
+do
+    local real_build = clicks_batch.build
+    local builds, inside, overlap, paced, paces, late_at = 0, false, false, true, 0, nil
+    local flush_of = {} -- batch id -> the flush (1, 2) that built it
+    clicks_batch.build = function(links, next_id, dims, pace)
+        builds = builds + 1
+        if inside then
+            overlap = true
+        end
+        inside = true
+        paced = paced and pace ~= nil
+        local first = true
+        local ok_, out = pcall(real_build, links, next_id, dims, pace and function()
+            paces = paces + 1
+            if first and builds == 1 then
+                first = false
+                late_at = paces
+                for i = 1, 5 do
+                    clicks.count("late" .. i, SHOP, false, DESKTOP, nil)
+                    clicks.count("p001", SHOP, false, DESKTOP, nil)
+                end
+                ngx.sleep(0.16) -- three ticks of the 50 ms timer
+            end
+            pace()
+        end)
+        inside = false
+        if not ok_ then
+            error(out)
+        end
+        for _, b in ipairs(out) do
+            flush_of[b.id] = builds
+        end
+        return out
+    end
+    local N = 300
+    for i = 1, N do
+        clicks.count(string.format("p%03d", i), SHOP, false, DESKTOP, nil)
+    end
+    clicks.count("p001", SHOP, false, DESKTOP, nil)
+    -- The human clicks of each key in batches `bs`.
+    local function humans(bs)
+        local m = {}
+        for _, b in ipairs(bs) do
+            for key, n in b.body:gmatch("\nh (%S+) %d+ (%d+) %d+") do
+                m[key] = (m[key] or 0) + tonumber(n)
+            end
+            local key, n = b.body:match("^h (%S+) %d+ (%d+) %d+")
+            if key then
+                m[key] = (m[key] or 0) + tonumber(n)
+            end
+        end
+        return m
+    end
+    -- The batches of the first two flushes, told apart by their ids (the
+    -- second may follow the first within one poll of flushed()).
+    local got = {}
+    for _ = 1, 5 do
+        for _, b in ipairs(flushed()) do
+            got[#got + 1] = b
+        end
+        local seconds = false
+        for _, b in ipairs(got) do
+            seconds = seconds or flush_of[b.id] == 2
+        end
+        if seconds then
+            break
+        end
+    end
+    local bs = { {}, {} }
+    for _, b in ipairs(got) do
+        local f = flush_of[b.id]
+        if bs[f] then
+            table.insert(bs[f], b)
+        end
+    end
+    eq(#bs[1] + #bs[2], #got, "paced flush: every batch of the two flushes")
+    local first, second = humans(bs[1]), humans(bs[2])
+    local function key(code) -- (custom codes: under <domain>/<code>)
+        return SHOP .. "/" .. code
+    end
+    ngx.sleep(0.12) -- (no third flush: nothing left)
+    clicks_batch.build = real_build
+    ok(paced, "paced flush: the flush passes a pace")
+    ok(late_at ~= nil and paces >= math.floor(N / clicks_batch.PACE_LINKS),
+        "paced flush: its pace called (" .. paces .. " calls)")
+    local n1, all = 0, true
+    for i = 1, N do
+        local want = i == 1 and 2 or 1
+        all = all and first[key(string.format("p%03d", i))] == want
+        n1 = n1 + (first[key(string.format("p%03d", i))] or 0)
+    end
+    ok(all, "paced flush: every click counted before it in the first flush (" .. n1 .. ")")
+    eq(first[key("late1")], nil, "paced flush: clicks counted meanwhile not in it")
+    eq(second[key("p001")], 5, "paced flush: clicks counted meanwhile in the next flush (a link already in the first)")
+    local late = 0
+    for i = 1, 5 do
+        late = late + (second[key("late" .. i)] or 0)
+    end
+    eq(late, 5, "paced flush: the new links counted meanwhile in the next flush")
+    eq(second[key("p002")], nil, "paced flush: nothing twice")
+    ok(not overlap, "paced flush: no second flush while it sleeps")
+    eq(builds, 2, "paced flush: two flushes (" .. builds .. ")")
 end
 
 ---------------------------------------------------------------- clicks.dimensions = false: the old bodies

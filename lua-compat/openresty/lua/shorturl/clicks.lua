@@ -6,6 +6,8 @@
 -- (the origin applies an id once); while Redis is unreachable unsent
 -- batches wait in a bounded per-worker buffer (oldest dropped and counted
 -- beyond it); a worker that exits (nginx -s quit, reload) flushes first.
+-- A flush encodes in steps, yielding to the requests between them after
+-- 100 µs of work (new_pace), like the Pingora edge's flusher (pace.rs).
 --
 -- With `clicks.dimensions` (protocol 3.7, the default) a human click is
 -- also counted by its dimensions (clicks_dims.lua: country, browser, OS,
@@ -295,13 +297,90 @@ local function next_id()
     return id
 end
 
--- The counts so far as batches at the end of the queue.
-local function take()
+-- How long the flush works at most before it lets the requests in (as the
+-- Pingora edge's flusher, edge/src/clicks/pace.rs STINT): 100 µs, on
+-- CLOCK_MONOTONIC read through the FFI (ngx.now() counts milliseconds).
+local STINT_NS = 100000
+local YIELD_EVERY = 4 -- without that clock: a yield every 4 calls of the pace (256 links)
+local mono_ns
+do
+    local ffi = require("ffi")
+    pcall(ffi.cdef, "typedef struct { long tv_sec; long tv_nsec; } shorturl_timespec_t;")
+    pcall(ffi.cdef, "int clock_gettime(int clk_id, shorturl_timespec_t *tp);")
+    local ts = ffi.new("shorturl_timespec_t")
+    local CLOCK_MONOTONIC = 1 -- (Linux)
+    local function read()
+        ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
+        return tonumber(ts.tv_sec) * 1e9 + tonumber(ts.tv_nsec)
+    end
+    if pcall(read) then
+        mono_ns = read
+    end
+end
+
+local semaphore = require("ngx.semaphore")
+
+local function wake(_, sema)
+    sema:post(1)
+end
+
+-- Gives the event loop back for one turn, the flush resuming once the
+-- events ready meanwhile (the requests queued) have been handled: a timer
+-- of 0 ms posts to `sema`, this flush's semaphore. (ngx.sleep(0) does the
+-- same, but without OpenResty's delayed-events patch, as with Debian's
+-- libnginx-mod-http-lua, it logs a warning at every call; ngx.sleep(0.001)
+-- would idle a millisecond at every yield.)
+local function yield(sema)
+    -- (The wait's timeout counts from nginx's cached time: brought up to date.)
+    update_time()
+    if ngx.timer.at(0, wake, sema) then
+        sema:wait(10)
+    else
+        ngx.sleep(0.001) -- (no timer: lua_max_pending_timers)
+    end
+end
+
+-- A new pace for one flush (clicks_batch.build calls it between steps of
+-- its work, every 64 links): once the work has lasted STINT_NS since the
+-- last yield, it yields (a sched_yield in the Pingora edge). An exiting
+-- worker does not: its flush ends as soon as it can.
+local function new_pace()
+    local started = mono_ns and mono_ns()
+    local calls = 0
+    local sema
+    return function()
+        if mono_ns then
+            if mono_ns() - started < STINT_NS then
+                return
+            end
+        else
+            calls = calls + 1
+            if calls < YIELD_EVERY then
+                return
+            end
+            calls = 0
+        end
+        if not ngx.worker.exiting() then
+            sema = sema or semaphore.new()
+            yield(sema)
+        end
+        if mono_ns then
+            started = mono_ns()
+        end
+    end
+end
+
+-- The counts so far as batches at the end of the queue. The counts are
+-- detached first: clicks counted while a paced encoding lets requests in
+-- go into a new table, for the next flush (none lost, none twice). `pace`:
+-- new_pace()'s, or nil (the exiting worker's last take).
+local function take(pace)
     if next(links) == nil then
         return
     end
-    local batches = clicks_batch.build(links, next_id, M.dimensions)
+    local counted = links
     links = {}
+    local batches = clicks_batch.build(counted, next_id, M.dimensions, pace)
     for _, b in ipairs(batches) do
         q_last = q_last + 1
         queue[q_last] = b
@@ -400,8 +479,10 @@ local function publish(empty)
 end
 
 -- One flush: take the counts, send what is queued, bound the rest.
-local function flush()
-    take()
+-- `paced`: the counts are encoded in steps, letting the requests in
+-- between them (a tick's flush; the exiting worker's are not).
+local function flush(paced)
+    take(paced and new_pace() or nil)
     local empty = send_queue()
     enforce_bound()
     publish(empty)
@@ -455,7 +536,12 @@ local function tick(premature)
         return
     end
     flushing = true
-    local ok, err = pcall(premature and final_flush or flush)
+    local ok, err
+    if premature then
+        ok, err = pcall(final_flush)
+    else
+        ok, err = pcall(flush, true)
+    end
     if not premature then
         refresh_salts()
     end

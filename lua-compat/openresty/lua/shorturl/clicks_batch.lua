@@ -19,7 +19,8 @@ local clicks_ua = require("shorturl.clicks_ua")
 local clicks_dims = require("shorturl.clicks_dims")
 local clicks_uniq = require("shorturl.clicks_uniq")
 
-local format, concat, sort, find = string.format, table.concat, table.sort, string.find
+local format, concat, sort, find, byte = string.format, table.concat, table.sort, string.find, string.byte
+local min = math.min
 
 local M = {}
 
@@ -31,6 +32,15 @@ local OTHER_REFERRER = "~other"
 local DEVICES = clicks_ua.DEVICES
 local DIMS, TOP_VALUES, OTHER_VALUE = clicks_dims.DIMS, clicks_dims.TOP_VALUES, clicks_dims.OTHER
 local encode_sketch = clicks_uniq.encode
+
+-- Links written between two calls of a paced build's `pace` (as
+-- accum.rs PACE_LINKS).
+M.PACE_LINKS = 64
+-- Keys sorted in one step of a paced build at most: a larger bucket is
+-- split again on its next byte (a field: the tests lower it).
+M.MAX_SORT = 1024
+-- Lines joined in one step of a paced build's batch bodies.
+local CONCAT_LINES = 4096
 
 local function sorted_keys(t)
     local keys = {}
@@ -175,23 +185,150 @@ local function version(b)
     return #b.t > 0 and "2" or "1"
 end
 
-local function finish(b, id)
-    return { id = id, v = version(b),
-        body = concat(b.h) .. concat(b.r) .. concat(b.d) .. concat(b.t) .. concat(b.x) .. concat(b.u),
-        human = b.human, bot = b.bot }
+local function finish(b, id, pace)
+    local body
+    if pace then
+        -- Up to 100,000 lines, 8 MiB: joined CONCAT_LINES lines at a time,
+        -- a step each (the last join, of the whole body, is one step).
+        local parts = {}
+        for _, lines in ipairs({ b.h, b.r, b.d, b.t, b.x, b.u }) do
+            local n = #lines
+            for i = 1, n, CONCAT_LINES do
+                parts[#parts + 1] = concat(lines, "", i, min(i + CONCAT_LINES - 1, n))
+                pace()
+            end
+        end
+        body = concat(parts)
+        pace()
+    else
+        body = concat(b.h) .. concat(b.r) .. concat(b.d) .. concat(b.t) .. concat(b.x) .. concat(b.u)
+    end
+    return { id = id, v = version(b), body = body, human = b.human, bot = b.bot }
+end
+
+-- Calls `each(key)` for the keys of the array `keys` in byte order, in
+-- steps (`pace()` between them) none of which grows with the number of
+-- keys: at most MAX_SORT keys are sorted at once, a larger bucket is split
+-- on its byte at `depth` (the bytes before it are the same in all its
+-- keys; those they all share from `depth` on are skipped first: a domain's
+-- keys share its name). A key that ends before `depth` + 1 comes first
+-- (at most one: the keys are distinct), then the buckets in byte order:
+-- the order one sort of all keys gives.
+local function walk(keys, depth, pace, each)
+    local n = #keys
+    if n <= M.MAX_SORT then
+        sort(keys)
+        pace()
+        for i = 1, n do
+            each(keys[i])
+        end
+        return
+    end
+    local step = M.PACE_LINKS
+    while true do
+        local b0, same = byte(keys[1], depth), true
+        for i = 2, n do
+            if byte(keys[i], depth) ~= b0 then
+                same = false
+                break
+            end
+            if i % step == 0 then
+                pace()
+            end
+        end
+        -- (All alike and none ended: n > 1 distinct keys go on.)
+        if not same or b0 == nil then
+            break
+        end
+        depth = depth + 1
+    end
+    local ended, buckets = nil, {}
+    for i = 1, n do
+        local k = keys[i]
+        local b = byte(k, depth)
+        if b == nil then
+            ended = k
+        else
+            local bk = buckets[b]
+            if not bk then
+                bk = {}
+                buckets[b] = bk
+            end
+            bk[#bk + 1] = k
+        end
+        if i % step == 0 then
+            pace()
+        end
+    end
+    pace()
+    if ended then
+        each(ended)
+    end
+    for b = 0, 255 do
+        local bk = buckets[b]
+        if bk then
+            buckets[b] = nil
+            walk(bk, depth + 1, pace, each)
+        end
+    end
+end
+
+-- The keys of `links` in byte order as `walk` gives them: bucketed on
+-- their first byte (pace() every PACE_LINKS keys), each bucket then walked
+-- (sorted, or split again).
+local function paced_order(links, pace, each)
+    local step = M.PACE_LINKS
+    local empty, buckets, i = false, {}, 0
+    for k in pairs(links) do
+        local b = byte(k, 1)
+        if b == nil then
+            empty = true
+        else
+            local bk = buckets[b]
+            if not bk then
+                bk = {}
+                buckets[b] = bk
+            end
+            bk[#bk + 1] = k
+        end
+        i = i + 1
+        if i % step == 0 then
+            pace()
+        end
+    end
+    pace()
+    if empty then
+        each("")
+    end
+    for b = 0, 255 do
+        local bk = buckets[b]
+        if bk then
+            buckets[b] = nil
+            walk(bk, 2, pace, each)
+        end
+    end
 end
 
 -- Turns `links` (link key -> counts) into batches `{id, v, body, human,
 -- bot}`, ids from `next_id()`, links in key order (byte order, as the Rust
 -- accumulator sorts its keys); `dims`: the worker counts dimensions.
-function M.build(links, next_id, dims)
+--
+-- `pace` (optional): called between steps of the work, every PACE_LINKS
+-- links and between sorts (as accum.rs `take_encoded_paced` calls its
+-- pace); the flush's yields to the requests there (clicks.lua). With it
+-- the code order is made by bucketing on the first byte and sorting bucket
+-- by bucket (`paced_order`: no step grows with the links); without it, by
+-- one sort of all keys. The batches are the same byte for byte. `links`
+-- must not change meanwhile (clicks.lua hands over a detached table).
+function M.build(links, next_id, dims, pace)
     local out = {}
     local cur = new_batch(dims)
-    for _, key in ipairs(sorted_keys(links)) do
+    local step, n = M.PACE_LINKS, 0
+    local function add(key)
         local hl, rl, dl, tl, xl, ul, bytes, human, bot = link_lines(key, links[key])
         local lines = #hl + #rl + #dl + #tl + #xl + #ul
         if cur.lines > 0 and (cur.lines + lines > M.MAX_LINES or cur.bytes + bytes > M.MAX_BODY_BYTES) then
-            out[#out + 1] = finish(cur, next_id())
+            out[#out + 1] = finish(cur, next_id(), pace)
             cur = new_batch(dims)
         end
         append(cur.h, hl)
@@ -207,9 +344,22 @@ function M.build(links, next_id, dims)
         if find(key, "/", 1, true) then
             cur.per_domain = true
         end
+        if pace then
+            n = n + 1
+            if n % step == 0 then
+                pace()
+            end
+        end
+    end
+    if pace then
+        paced_order(links, pace, add)
+    else
+        for _, key in ipairs(sorted_keys(links)) do
+            add(key)
+        end
     end
     if cur.lines > 0 then
-        out[#out + 1] = finish(cur, next_id())
+        out[#out + 1] = finish(cur, next_id(), pace)
     end
     return out
 end
