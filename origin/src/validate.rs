@@ -16,7 +16,9 @@ pub use search::{
     parse_export, parse_search, ExportFormat, ExportRequest, SearchRequest, DEFAULT_LIMIT,
     MAX_LIMIT,
 };
-pub use stats::{parse_link_stats, parse_live_link, parse_live_tenant, parse_tenant_stats};
+pub use stats::{
+    parse_link_stats, parse_live_link, parse_live_tenant, parse_tenant_stats, DEFAULT_TOP,
+};
 pub use webhooks::{parse_deliveries, parse_webhooks_list, DeliveriesQuery};
 
 use crate::config::LinksConfig;

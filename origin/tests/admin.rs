@@ -5,8 +5,8 @@
 //! sign-out, the sign-in limits (budget per user and address taken before
 //! the check, concurrent checks bounded, the real user never locked out
 //! from another address), security headers, assets, CSV, merchant-bound
-//! users, bad input answered with 4xx pages, and the edges' heartbeat
-//! endpoint.
+//! users, the merchant and app pages, bad input answered with 4xx pages,
+//! and the edges' heartbeat endpoint.
 
 use crate::support;
 
@@ -1386,8 +1386,9 @@ async fn the_live_view_shows_the_last_hour() {
 }
 
 /// The link page's tables per dimension (protocol 3.7): the human clicks
-/// of its 90 days per value, most first, escaped, `-` and `~other` named
-/// for people, a dimension without rows saying so; each with its CSV.
+/// of its 90 days per value, most first, each with its share as a bar,
+/// escaped, `-` and `~other` named for people, countries by name, a
+/// dimension without rows saying so; each with its CSV.
 #[tokio::test]
 async fn link_dimensions_are_tables_with_csv_in_the_console() {
     let c = start();
@@ -1420,18 +1421,28 @@ async fn link_dimensions_are_tables_with_csv_in_the_console() {
     };
     // Days before the link was created (a recycled code's earlier
     // clicks) are left out, as everywhere.
+    // Each value with its share of the table as a bar, a country with
+    // its name (the tables of the tenant pages).
+    let row = |label: &str, n: u64, total: u64, share: &str| {
+        format!(
+            "<tr><td>{label}</td><td class=\"n\">{n}</td><td class=\"share\">\
+             <meter min=\"0\" max=\"{total}\" value=\"{n}\"></meter> {share}%</td></tr>"
+        )
+    };
     assert!(
-        table("country").ends_with(
-            "<tbody><tr><td>unknown</td><td class=\"n\">5</td></tr>\
-             <tr><td>DE</td><td class=\"n\">3</td></tr></tbody>"
-        ),
+        table("country").ends_with(&format!(
+            "<tbody>{}{}</tbody>",
+            row("unknown", 5, 8, "62.5"),
+            row("<code>DE</code> Germany", 3, 8, "37.5")
+        )),
         "{}",
         table("country")
     );
-    assert!(table("language").ends_with(
-        "<tbody><tr><td>(none)</td><td class=\"n\">2</td></tr>\
-         <tr><td>(others)</td><td class=\"n\">1</td></tr></tbody>"
-    ));
+    assert!(table("language").ends_with(&format!(
+        "<tbody>{}{}</tbody>",
+        row("(none)", 2, 3, "66.7"),
+        row("(others)", 1, 3, "33.3")
+    )));
     assert!(table("utm_source").contains("<td>a&lt;b&gt;</td><td class=\"n\">6</td>"));
     assert!(!page.contains("a<b>"));
     for id in ["browser", "os", "source", "utm_medium", "utm_campaign"] {
@@ -1465,4 +1476,247 @@ async fn link_dimensions_are_tables_with_csv_in_the_console() {
         .get(&format!("/admin/links/{code}?dim=city&format=csv"), &root)
         .await;
     assert_eq!(r.status().as_u16(), 400);
+}
+
+/// A merchant's page and an app's (issue 27): the tenant's human and bot
+/// clicks with a chart per day, a table per dimension (exact counts, shares
+/// as bars, countries named), each with the API's CSV, and its top links,
+/// linked from the lists; a merchant-bound user sees its own merchant's
+/// page only and no app page; bad input is a 4xx page.
+#[tokio::test]
+async fn tenant_pages_show_clicks_per_dimension_with_csv() {
+    let c = start_with(|o| o.links_yaml = "  merchant_domains: {'55': [s.shop55.com]}\n".into());
+    let create = |kdt: u64, path: &'static str| {
+        let s = &c.s;
+        async move {
+            s.origin
+                .create_ok(
+                    serde_json::json!({"url": format!("https://a.example/{path}"), "kdt_id": kdt}),
+                )
+                .await
+        }
+    };
+    let (a55, b55, m77) = (
+        create(55, "a").await,
+        create(55, "b").await,
+        create(77, "c").await,
+    );
+    // Merchant 55: 4 human clicks on a55 (3 from Germany, 1 from nowhere
+    // known) and a bot's, 2 on b55 from France in Firefox; merchant 77: 4
+    // from Germany. Every link is the app demo's.
+    let chrome = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
+    let firefox =
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:121.0) Gecko/20100101 Firefox/121.0";
+    let now = shorturl_common::time::now_unix();
+    let mut acc = shorturl_common::clicks::Accumulator::with_dimensions();
+    let clicks = [
+        (&a55, chrome, Some(*b"DE"), 3),
+        (&a55, chrome, None, 1),
+        (&a55, "curl/8.5.0", None, 1),
+        (&b55, firefox, Some(*b"FR"), 2),
+        (&m77, chrome, Some(*b"DE"), 4),
+    ];
+    for (code, ua, country, n) in clicks {
+        for _ in 0..n {
+            assert!(acc.add(&shorturl_common::clicks::Click {
+                user_agent: Some(ua),
+                country,
+                ..shorturl_common::clicks::Click::new(code, now)
+            }));
+        }
+    }
+    let ids = shorturl_common::clicks::BatchIds::new("console-tenants", "boot1").unwrap();
+    for b in acc.take_batches(&ids, 1000) {
+        support::clicks::xadd(&c.s, &b).await;
+    }
+    let root = c.session("root", "root-pw").await;
+    let page = |path: &'static str, cookie: &str| {
+        let cookie = cookie.to_owned();
+        let c = &c;
+        async move {
+            let r = c.get(path, &cookie).await;
+            assert_eq!(r.status().as_u16(), 200, "{path}");
+            r.text().await.unwrap()
+        }
+    };
+    // Once the consumer has applied the batch.
+    let totals = "Human <strong>6</strong> · bot 1 clicks over the last 30 days";
+    support::eventually(
+        "merchant 55's clicks",
+        std::time::Duration::from_secs(30),
+        || async { page("/admin/merchants/55", &root).await.contains(totals) },
+    )
+    .await;
+    let html = page("/admin/merchants/55", &root).await;
+    let table = |html: &str, id: &str| -> String {
+        html.split(&format!("<table id=\"{id}\">"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no table {id}: {html}"))
+            .split("</table>")
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let row = |label: &str, n: u64, total: u64, share: &str| {
+        format!(
+            "<tr><td>{label}</td><td class=\"n\">{n}</td><td class=\"share\">\
+             <meter min=\"0\" max=\"{total}\" value=\"{n}\"></meter> {share}%</td></tr>"
+        )
+    };
+    assert_eq!(
+        table(&html, "dim-country"),
+        format!(
+            "<thead><tr><th>Value</th><th class=\"n\">Clicks</th><th>Share</th></tr></thead><tbody>{}{}{}</tbody>",
+            row("<code>DE</code> Germany", 3, 6, "50.0"),
+            row("<code>FR</code> France", 2, 6, "33.3"),
+            row("unknown", 1, 6, "16.7"),
+        )
+    );
+    assert!(table(&html, "dim-browser").ends_with(&format!(
+        "<tbody>{}{}</tbody>",
+        row("chrome", 4, 6, "66.7"),
+        row("firefox", 2, 6, "33.3")
+    )));
+    assert!(table(&html, "dim-os")
+        .ends_with(&format!("<tbody>{}</tbody>", row("windows", 6, 6, "100.0"))));
+    assert!(table(&html, "dim-language")
+        .ends_with(&format!("<tbody>{}</tbody>", row("(none)", 6, 6, "100.0"))));
+    // Its top links, busiest first; not merchant 77's.
+    let top = table(&html, "top-links");
+    let (at_a, at_b) = (top.find(&a55).unwrap(), top.find(&b55).unwrap());
+    assert!(at_a < at_b, "{top}");
+    assert!(top.contains(&format!(
+        "<a href=\"/admin/links/{a55}\">{a55}</a></td><td>sho.rt</td><td class=\"n\">4</td><td class=\"n\">1</td>"
+    )), "{top}");
+    assert!(!html.contains(&m77), "{html}");
+    assert!(html.contains("<svg class=\"chart\""), "{html}");
+
+    // Each table's CSV is the API's, byte for byte; the chart's: 30 days.
+    for dim in ["country", "browser"] {
+        let href = format!("/admin/merchants/55?days=30&amp;dim={dim}&amp;format=csv");
+        assert!(html.contains(&href), "{html}");
+        let r = c.get(&href.replace("&amp;", "&"), &root).await;
+        assert_eq!(r.headers()["content-type"], "text/csv; charset=utf-8");
+        assert_eq!(
+            r.headers()["content-disposition"],
+            format!("attachment; filename=\"merchant-55-{dim}.csv\"").as_str()
+        );
+        let csv = r.text().await.unwrap();
+        let api = c
+            .http
+            .get(c.url(&format!(
+                "/api/v1/stats?kdt_id=55&group_by={dim}&format=csv"
+            )))
+            .bearer_auth(support::ADMIN_KEY)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(csv, api, "{dim}");
+        let want = match dim {
+            "country" => "value,human\r\nDE,3\r\nFR,2\r\nunknown,1\r\n",
+            _ => "value,human\r\nchrome,4\r\nfirefox,2\r\n",
+        };
+        assert_eq!(csv, want);
+    }
+    let csv = c
+        .get("/admin/merchants/55?chart=day&format=csv", &root)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 31, "{csv}");
+    assert_eq!(
+        lines[30],
+        format!("{},6,1", &shorturl_common::time::rfc3339(now)[..10])
+    );
+    // Another range: the same clicks (today's) in a 7-day chart.
+    let html = page("/admin/merchants/55?days=7", &root).await;
+    assert!(html.contains("Human <strong>6</strong> · bot 1 clicks over the last 7 days"));
+    assert!(html.contains("href=\"/admin/merchants/55?days=7\" aria-current=\"page\""));
+
+    // The app's page: every link of demo's, both merchants'.
+    let html = page("/admin/apps/demo", &root).await;
+    assert!(html.contains("Human <strong>10</strong> · bot 1"), "{html}");
+    assert!(table(&html, "dim-country").contains(&row("<code>DE</code> Germany", 7, 10, "70.0")));
+    assert!(html.contains(&m77));
+    let r = c
+        .get("/admin/apps/demo?dim=country&format=csv", &root)
+        .await;
+    assert_eq!(
+        r.text().await.unwrap(),
+        "value,human\r\nDE,7\r\nFR,2\r\nunknown,1\r\n"
+    );
+    // The lists link to the pages; the link page names the merchant and
+    // has the same tables (shares, country names).
+    assert!(page("/admin/merchants", &root)
+        .await
+        .contains("<a href=\"/admin/merchants/55\">55</a>"));
+    assert!(page("/admin/apps", &root)
+        .await
+        .contains("<a href=\"/admin/apps/demo\">demo</a>"));
+    let r = c.get(&format!("/admin/links/{a55}"), &root).await;
+    let html = r.text().await.unwrap();
+    assert!(html.contains("<a href=\"/admin/merchants/55\" id=\"merchant\">55</a>"));
+    assert!(table(&html, "dim-country").ends_with(&format!(
+        "<tbody>{}{}</tbody>",
+        row("<code>DE</code> Germany", 3, 4, "75.0"),
+        row("unknown", 1, 4, "25.0")
+    )));
+
+    // Bad input: 4xx pages, never a 500.
+    for (p, want) in [
+        ("/admin/merchants/abc", 400),
+        ("/admin/merchants/-1", 400),
+        ("/admin/merchants/55?days=0", 400),
+        ("/admin/merchants/55?days=x", 400),
+        ("/admin/merchants/55?days=367", 400),
+        ("/admin/merchants/55?dim=city&format=csv", 400),
+        ("/admin/merchants/55?dim=destination&format=csv", 400),
+        ("/admin/merchants/55?format=csv", 400),
+        ("/admin/apps/nope", 404),
+        ("/admin/apps/demo?dim=lang&format=csv", 400),
+        ("/admin/apps/%FF", 400),
+    ] {
+        let r = c.get(p, &root).await;
+        assert_eq!(r.status().as_u16(), want, "{p}");
+        assert!(
+            r.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html"),
+            "{p}"
+        );
+    }
+
+    // Merchant 55's support user: its merchant's page, as root sees it;
+    // another merchant's is "no such merchant" (page and CSV alike); no
+    // app page, known or not.
+    let m55 = c.session("m55", "m55-pw").await;
+    let html = page("/admin/merchants/55", &m55).await;
+    assert!(html.contains(totals), "{html}");
+    for p in [
+        "/admin/merchants/77",
+        "/admin/merchants/77?dim=country&format=csv",
+        "/admin/merchants/56?days=7",
+    ] {
+        let r = c.get(p, &m55).await;
+        assert_eq!(r.status().as_u16(), 404, "{p}");
+        assert!(r.text().await.unwrap().contains("no such merchant"), "{p}");
+    }
+    for p in [
+        "/admin/apps/demo",
+        "/admin/apps/demo?dim=country&format=csv",
+        "/admin/apps/nope",
+        "/admin/apps",
+    ] {
+        assert_eq!(c.get(p, &m55).await.status().as_u16(), 403, "{p}");
+    }
+    // Not signed in: the sign-in page, as everywhere.
+    let r = c.get("/admin/merchants/55", "").await;
+    assert_eq!(r.status().as_u16(), 303);
+    assert_eq!(r.headers()["location"], "/admin/login");
 }

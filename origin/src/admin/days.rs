@@ -7,7 +7,12 @@
 //! origin starts, every [`REFRESH`], and just after each midnight, so a
 //! page load counts only today; a load finds nothing kept only while that
 //! first read runs (it then counts for itself).
+//!
+//! The same days are the default range of the tenant pages, which take
+//! another as `?days=N` ([`param`], [`range`]).
 
+use super::Req;
+use crate::clicks::{Interval, StatsRange};
 use crate::store::console::DayRows;
 use crate::store::{DbError, Store};
 use shorturl_common::clicks::day_start;
@@ -24,8 +29,38 @@ const AFTER_MIDNIGHT_SECS: u64 = 30;
 
 /// The overview's window at `now`: `(from, today)`, both day starts.
 pub fn window(now: u64) -> (u64, u64) {
+    window_of(now, DAYS)
+}
+
+/// The `days` whole UTC days ending with today: `(from, today)`, both day
+/// starts.
+fn window_of(now: u64, days: u64) -> (u64, u64) {
     let today = day_start(now);
-    (today - (DAYS - 1) * 86_400, today)
+    (today.saturating_sub(days.saturating_sub(1) * 86_400), today)
+}
+
+/// The range of the clicks a console page shows: the `days` whole UTC
+/// days ending with today (the API's tenant ranges are whole days too).
+pub fn range(now: u64, days: u64) -> StatsRange {
+    let (from, today) = window_of(now, days);
+    StatsRange {
+        from,
+        to: today + 86_400,
+        interval: Interval::Day,
+    }
+}
+
+/// A page's `?days=` (default [`DAYS`]): a whole number from 1 to `max`
+/// (the API's `clicks.max_day_points`, so a page never reads more than
+/// the API would); else the message of a 400 page.
+pub fn param(req: &Req, max: u64) -> Result<u64, String> {
+    let Some(v) = req.param("days") else {
+        return Ok(DAYS.min(max));
+    };
+    v.parse::<u64>()
+        .ok()
+        .filter(|d| (1..=max).contains(d) && v.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| format!("days must be a whole number from 1 to {max}"))
 }
 
 struct Cached {
@@ -99,5 +134,39 @@ impl PastDays {
             let to_midnight = (today + 86_400 + AFTER_MIDNIGHT_SECS).saturating_sub(now_unix());
             tokio::time::sleep(REFRESH.min(Duration::from_secs(to_midnight.max(1)))).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(query: &str) -> Req {
+        Req {
+            method: http::Method::GET,
+            path: "/admin/merchants/1".into(),
+            query: Some(query.into()),
+            headers: http::HeaderMap::new(),
+            peer: None,
+        }
+    }
+
+    #[test]
+    fn days_and_their_range() {
+        assert_eq!(param(&req(""), 366), Ok(DAYS));
+        assert_eq!(param(&req("days=7"), 366), Ok(7));
+        assert_eq!(param(&req("days=366"), 366), Ok(366));
+        for bad in [
+            "days=0", "days=367", "days=x", "days=+7", "days=", "days=-1",
+        ] {
+            assert!(param(&req(bad), 366).is_err(), "{bad}");
+        }
+        let now = 1_700_000_000;
+        let r = range(now, 30);
+        assert_eq!((r.to - r.from) / 86_400, 30);
+        assert!(r.from <= now && now < r.to);
+        assert_eq!(r.from % 86_400, 0);
+        assert_eq!(window(now), window_of(now, DAYS));
+        assert_eq!(range(now, 1).from, day_start(now));
     }
 }

@@ -7,12 +7,14 @@
 //! limits sign-ins (per user and address, per address, and concurrent
 //! checks), [`client`] finds the address they count under, [`csrf`] guards
 //! every form, [`views`] renders the pages, [`charts`] draws their SVG
-//! charts, [`edges`] keeps the edges' heartbeats, [`assets`] serves the
+//! charts, [`countries`] names the country codes of their tables,
+//! [`edges`] keeps the edges' heartbeats, [`assets`] serves the
 //! stylesheet and script, [`routes`] maps paths to pages.
 
 mod assets;
 pub mod charts;
 pub mod client;
+mod countries;
 pub mod csrf;
 pub mod days;
 pub mod edges;

@@ -10,7 +10,8 @@ use crate::error::{ApiError, DATABASE_UNAVAILABLE};
 use crate::form::Form;
 use crate::links::Links;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request, State};
 use axum::response::Response;
 use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
@@ -66,6 +67,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(console: Console) -> Router<S> {
         .route("/admin/export", signed_in(get(export)))
         .route("/admin/merchants", signed_in(get(merchants)))
         .route("/admin/apps", signed_in(get(apps)))
+        .route("/admin/merchants/{kdt_id}", signed_in(get(merchant)))
+        .route("/admin/apps/{app}", signed_in(get(app)))
         .route("/admin/screening", signed_in(get(screening).post(screen)))
         .route("/admin/links/{*code}", signed_in(get(link).post(edit)))
         .route("/admin/live", signed_in(get(live)))
@@ -242,6 +245,44 @@ async fn apps(State(c): State<Console>, Signed(s): Signed) -> Response {
         return r;
     }
     views::apps::page(&c.links, &s, now_unix()).await
+}
+
+/// A tenant page whose path segment does not percent-decode to UTF-8.
+fn not_a_tenant(s: &Session) -> Response {
+    html::error(
+        Some(s),
+        StatusCode::BAD_REQUEST,
+        "the path is not a tenant's name",
+    )
+}
+
+async fn merchant(
+    State(c): State<Console>,
+    req: Req,
+    Signed(s): Signed,
+    p: Result<Path<String>, PathRejection>,
+) -> Response {
+    match p {
+        Ok(Path(k)) => views::tenant::merchant(&c.links, &req, &s, &k, now_unix()).await,
+        Err(_) => not_a_tenant(&s),
+    }
+}
+
+/// An app's page: apps are internal tenants, so a user bound to merchants
+/// is refused as on `/admin/apps`.
+async fn app(
+    State(c): State<Console>,
+    req: Req,
+    Signed(s): Signed,
+    p: Result<Path<String>, PathRejection>,
+) -> Response {
+    if let Some(r) = all_tenants(&s) {
+        return r;
+    }
+    match p {
+        Ok(Path(name)) => views::tenant::app(&c.links, &req, &s, &name, now_unix()).await,
+        Err(_) => not_a_tenant(&s),
+    }
 }
 
 async fn screening(State(c): State<Console>, Signed(s): Signed) -> Response {

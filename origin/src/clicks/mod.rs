@@ -24,8 +24,8 @@ pub mod stream;
 pub use consumer::Consumer;
 pub use live_query::{LinkLiveView, LiveQuery, TenantLiveView};
 pub use stats::{
-    GroupBy, GroupCount, Interval, LinkQuery, LinkStats, StatsRange, TenantFilter, TenantQuery,
-    TenantStats,
+    GroupBy, GroupCount, Interval, LinkQuery, LinkStats, StatsRange, TenantDetails, TenantFilter,
+    TenantQuery, TenantStats,
 };
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};

@@ -232,6 +232,16 @@ pub struct TenantStats {
     pub groups: Option<Vec<GroupCount>>,
 }
 
+/// A tenant's clicks per day and its human clicks per value of every
+/// dimension (the console's merchant and app pages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantDetails {
+    /// Every day of the range, in order (zero where nothing was counted).
+    pub series: Vec<Point>,
+    /// In the order of [`Dim::ALL`], each as [`groups`] answers it.
+    pub dims: Vec<(GroupBy, Vec<GroupCount>)>,
+}
+
 /// The answer to a `group_by` from `(value, human)` sums (a value may
 /// repeat: they add up): most human clicks first, ties by value, at most
 /// [`MAX_GROUPS`] values, then `~other` with the rest (and what the
@@ -378,9 +388,28 @@ fn uniques(sketches: &[String]) -> u64 {
 /// for.
 type TenantRows = (Option<(u64, u64)>, Vec<TopRow>, Vec<(String, u64)>);
 
+/// A tenant's `(day, human, bot)` rows and `(dim, value, human)` sums.
+type DetailRows = (Vec<(u64, u64, u64)>, Vec<(String, String, u64)>);
+
 /// One of a tenant's top links: its name in the rollups, code, domain,
 /// human and bot clicks.
 type TopRow = (String, String, Option<String>, u64, u64);
+
+/// `(dim, value, human)` sums (a pair may repeat: shards add up) as the
+/// groups of every dimension, in the order of [`Dim::ALL`].
+fn per_dimension(rows: Vec<(String, String, u64)>) -> Vec<(GroupBy, Vec<GroupCount>)> {
+    let mut per: HashMap<String, Vec<(String, u64)>> = HashMap::new();
+    for (dim, value, n) in rows {
+        per.entry(dim).or_default().push((value, n));
+    }
+    Dim::ALL
+        .into_iter()
+        .map(|d| {
+            let rows = per.remove(d.as_str()).unwrap_or_default();
+            (GroupBy::Dim(d), groups(rows))
+        })
+        .collect()
+}
 
 /// Human clicks of `click_day_device` rows aliased `h` (every class but `bot`).
 const DAY_HUMAN: &str = "CAST(COALESCE(SUM(IF(h.class = 'bot', 0, h.n)), 0) AS UNSIGNED)";
@@ -389,6 +418,57 @@ const DAY_HUMAN: &str = "CAST(COALESCE(SUM(IF(h.class = 'bot', 0, h.n)), 0) AS U
 const SINCE_CREATION: &str = "h.day >= s.created_at - MOD(s.created_at, 86400)";
 /// Bot clicks of `click_day_device` rows aliased `h`.
 const DAY_BOT: &str = "CAST(COALESCE(SUM(IF(h.class = 'bot', h.n, 0)), 0) AS UNSIGNED)";
+
+/// The `WHERE` conditions (over the rollup `h` joined to its link `s`)
+/// and their parameters that pick the tenant's links and the range's days
+/// of `q`, narrowed to what `caller` may see; `None`: it may see none of
+/// them. One place, so the tenant's totals, top links, series and
+/// dimensions always count the same clicks.
+fn tenant_where(caller: &Caller, q: &TenantQuery) -> Option<(Vec<String>, Vec<Value>)> {
+    let (kdt, app) = match &q.filter {
+        TenantFilter::KdtId(k) => (Some(*k), None),
+        TenantFilter::App(a) => (None, Some(a.as_str())),
+        TenantFilter::Domain(_) => (None, None),
+    };
+    let t = tenant(caller, kdt, app)?;
+    // Whole UTC days from the daily rows (kept for ever; hourly rows
+    // are pruned after the retention).
+    let mut w = vec![
+        "h.day >= ? AND h.day < ?".to_owned(),
+        SINCE_CREATION.to_owned(),
+        "s.state IN (?, ?, ?)".to_owned(),
+    ];
+    let mut p: Vec<Value> = vec![
+        day_start(q.range.from).into(),
+        q.range.to.into(),
+        RowState::Active.into(),
+        RowState::Disabled.into(),
+        RowState::Deleted.into(),
+    ];
+    let (cond, value): (&str, Value) = match &q.filter {
+        TenantFilter::App(a) => ("s.app = ?", a.as_str().into()),
+        TenantFilter::KdtId(k) => ("s.kdt_id = ?", (*k).into()),
+        TenantFilter::Domain(d) => ("s.domain = ?", d.as_str().into()),
+    };
+    w.push(cond.to_owned());
+    p.push(value);
+    if let Some(tag) = &q.tag {
+        w.push("FIND_IN_SET(?, s.tags) > 0".into());
+        p.push(tag.as_str().into());
+    }
+    match &t {
+        Tenant::All => {}
+        Tenant::App(a) => {
+            w.push("s.app = ?".into());
+            p.push(a.as_str().into());
+        }
+        Tenant::Merchants(m) => {
+            w.push(format!("s.kdt_id IN ({})", vec!["?"; m.len()].join(", ")));
+            p.extend(m.iter().map(|k| Value::from(*k)));
+        }
+    }
+    Some((w, p))
+}
 
 impl Links {
     /// A link the caller may see (`stats:read`), its row, the first day
@@ -539,17 +619,7 @@ impl Links {
                 )
             })
             .await?;
-        let mut per: HashMap<String, Vec<(String, u64)>> = HashMap::new();
-        for (dim, value, n) in rows {
-            per.entry(dim).or_default().push((value, n));
-        }
-        Ok(Dim::ALL
-            .into_iter()
-            .map(|d| {
-                let rows = per.remove(d.as_str()).unwrap_or_default();
-                (GroupBy::Dim(d), groups(rows))
-            })
-            .collect())
+        Ok(per_dimension(rows))
     }
 
     /// A tenant's totals and its `limit` links with the most human clicks
@@ -559,7 +629,7 @@ impl Links {
         caller: &Caller,
         q: &TenantQuery,
     ) -> Result<TenantStats, LinkError> {
-        let (filter, range, limit) = (&q.filter, &q.range, q.limit);
+        let (range, limit) = (&q.range, q.limit);
         caller.require(Scope::StatsRead)?;
         let mut out = TenantStats {
             from: rfc3339(range.from),
@@ -569,50 +639,9 @@ impl Links {
             group_by: q.group_by.map(GroupBy::as_str),
             groups: q.group_by.map(|_| Vec::new()),
         };
-        let (kdt, app) = match filter {
-            TenantFilter::KdtId(k) => (Some(*k), None),
-            TenantFilter::App(a) => (None, Some(a.as_str())),
-            TenantFilter::Domain(_) => (None, None),
-        };
-        let Some(t) = tenant(caller, kdt, app) else {
+        let Some((w, p)) = tenant_where(caller, q) else {
             return Ok(out);
         };
-        // Whole UTC days from the daily rows (kept for ever; hourly rows
-        // are pruned after the retention).
-        let mut w = vec![
-            "h.day >= ? AND h.day < ?".to_owned(),
-            SINCE_CREATION.to_owned(),
-            "s.state IN (?, ?, ?)".to_owned(),
-        ];
-        let mut p: Vec<Value> = vec![
-            day_start(range.from).into(),
-            range.to.into(),
-            RowState::Active.into(),
-            RowState::Disabled.into(),
-            RowState::Deleted.into(),
-        ];
-        let (cond, value): (&str, Value) = match filter {
-            TenantFilter::App(a) => ("s.app = ?", a.as_str().into()),
-            TenantFilter::KdtId(k) => ("s.kdt_id = ?", (*k).into()),
-            TenantFilter::Domain(d) => ("s.domain = ?", d.as_str().into()),
-        };
-        w.push(cond.to_owned());
-        p.push(value);
-        if let Some(tag) = &q.tag {
-            w.push("FIND_IN_SET(?, s.tags) > 0".into());
-            p.push(tag.as_str().into());
-        }
-        match &t {
-            Tenant::All => {}
-            Tenant::App(a) => {
-                w.push("s.app = ?".into());
-                p.push(a.as_str().into());
-            }
-            Tenant::Merchants(m) => {
-                w.push(format!("s.kdt_id IN ({})", vec!["?"; m.len()].join(", ")));
-                p.extend(m.iter().map(|k| Value::from(*k)));
-            }
-        }
         let from = format!(
             "FROM click_day_device h JOIN short_code s ON {JOIN_BY_NAME} WHERE {}",
             w.join(" AND ")
@@ -680,6 +709,56 @@ impl Links {
             })
             .collect();
         Ok(out)
+    }
+
+    /// A tenant's clicks per day over the days of `q.range` and its human
+    /// clicks per value of every dimension (`stats:read`; narrowed to what
+    /// the caller may see, as [`Links::tenant_stats`]: the same links and
+    /// days). `q`'s limit, grouping and format play no part.
+    pub async fn tenant_details(
+        &self,
+        caller: &Caller,
+        q: &TenantQuery,
+    ) -> Result<TenantDetails, LinkError> {
+        caller.require(Scope::StatsRead)?;
+        let range = StatsRange {
+            from: day_start(q.range.from),
+            interval: Interval::Day,
+            ..q.range
+        };
+        let Some((w, p)) = tenant_where(caller, q) else {
+            return Ok(TenantDetails {
+                series: series(&range, &[]),
+                dims: per_dimension(Vec::new()),
+            });
+        };
+        let w = w.join(" AND ");
+        let days_sql = format!(
+            "SELECT h.day, {DAY_HUMAN}, {DAY_BOT} \
+             FROM click_day_device h JOIN short_code s ON {JOIN_BY_NAME} WHERE {w} GROUP BY h.day"
+        );
+        let dims_sql = format!(
+            "SELECT h.dim, h.value, CAST(COALESCE(SUM(h.n), 0) AS UNSIGNED) \
+             FROM click_day_dim h JOIN short_code s ON {JOIN_BY_NAME} WHERE {w} GROUP BY h.dim, h.value"
+        );
+        // Every shard's rows (the rollups are next to their links) add up.
+        let (mut days, mut dims) = (Vec::new(), Vec::new());
+        for shard in self.store.every_shard() {
+            let (d, by): DetailRows = shard
+                .bounded(async {
+                    let mut c = shard.pool.get_conn().await?;
+                    let d = c.exec(days_sql.as_str(), p.clone()).await?;
+                    let by = c.exec(dims_sql.as_str(), p.clone()).await?;
+                    Ok::<_, DbError>((d, by))
+                })
+                .await?;
+            days.extend(d);
+            dims.extend(by);
+        }
+        Ok(TenantDetails {
+            series: series(&range, &days),
+            dims: per_dimension(dims),
+        })
     }
 
     /// Total human clicks of each of `codes` (absent: none counted).

@@ -1,5 +1,6 @@
 //! Apps: each API app (key) with its scopes, merchant binding, rate limit
-//! and its creations over the last hour and day.
+//! and its creations over the last hour and day, each linked to its page
+//! (`tenant`).
 
 use super::super::api_error;
 use super::super::html::{self, esc, num, Nav};
@@ -36,7 +37,8 @@ pub async fn page(links: &Links, s: &Session, now: u64) -> Response {
         let merchants: Vec<String> = a.merchants.iter().map(u64::to_string).collect();
         let _ = write!(
             rows,
-            "<tr><td><a href=\"/admin/links?app={q}\">{name}</a> <small><a href=\"/admin/live?app={q}\">live</a></small></td><td>{}</td><td>{}</td>\
+            "<tr><td><a href=\"{page}\">{name}</a> <small><a href=\"/admin/links?app={q}\">links</a> · \
+             <a href=\"/admin/live?app={q}\">live</a></small></td><td>{}</td><td>{}</td>\
              <td class=\"n\">{}/s (burst {})</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
             esc(&scopes.join(", ")),
             if merchants.is_empty() { "—".into() } else { esc(&merchants.join(", ")) },
@@ -45,6 +47,7 @@ pub async fn page(links: &Links, s: &Session, now: u64) -> Response {
             num(hour),
             num(day),
             name = esc(&a.name),
+            page = esc(&super::tenant::app_path(&a.name)),
             q = esc(&url::form_urlencoded::byte_serialize(a.name.as_bytes()).collect::<String>()),
         );
     }

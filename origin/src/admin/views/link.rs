@@ -1,6 +1,7 @@
 //! One link: every field, its QR code, its click charts (hourly for 48 h,
 //! daily for 90 days), referrers, devices, its human clicks per value of
-//! each dimension (country, browser, ...; each with its CSV) and history; for operators and
+//! each dimension (country, browser, ...; the tables of [`super::dims`],
+//! shared with the tenant pages) and history; for operators and
 //! admins the forms that edit, disable, enable (and, for admins, delete)
 //! it, with when the change was published to the edges.
 
@@ -9,7 +10,7 @@ use super::super::html::{self, csrf_field, esc, num, Nav};
 use super::super::session::Session;
 use super::super::{api_error, caller, Req};
 use crate::clicks::stats::groups_csv;
-use crate::clicks::{GroupBy, GroupCount, Interval, LinkStats, StatsRange};
+use crate::clicks::{Interval, LinkStats, StatsRange};
 use crate::config::Role;
 use crate::error::ApiError;
 use crate::form::Form;
@@ -128,7 +129,9 @@ fn fields(l: &LinkView) -> String {
         ),
         (
             "Merchant (kdt_id)",
-            l.kdt_id.map(|k| k.to_string()).unwrap_or_default(),
+            l.kdt_id
+                .map(|k| format!("<a href=\"/admin/merchants/{k}\" id=\"merchant\">{k}</a>"))
+                .unwrap_or_default(),
         ),
         ("Created", esc(&l.created_at)),
         ("Updated", esc(&l.updated_at)),
@@ -351,62 +354,6 @@ fn breakdown(st: &LinkStats) -> String {
         }
         s.push_str("</tbody></table>");
     }
-    s
-}
-
-/// The heading of a dimension's table.
-fn dimension_title(g: GroupBy) -> &'static str {
-    match g.as_str() {
-        "country" => "Countries",
-        "browser" => "Browsers",
-        "os" => "Operating systems",
-        "language" => "Languages",
-        "source" => "Sources (link or QR code)",
-        "utm_source" => "UTM source",
-        "utm_medium" => "UTM medium",
-        "utm_campaign" => "UTM campaign",
-        _ => "Destinations",
-    }
-}
-
-/// A table per dimension of the human clicks (90 days; protocol 3.7),
-/// each with its CSV. `code` is the page's path name.
-fn dimensions(code: &str, dims: &[(GroupBy, Vec<GroupCount>)]) -> String {
-    let mut s = String::from(
-        "<h2>Human clicks by dimension (90 days)</h2><div class=\"grid dims\" id=\"dimensions\">",
-    );
-    for (g, groups) in dims {
-        let name = g.as_str();
-        let _ = write!(
-            s,
-            "<div><h3>{}</h3><table id=\"dim-{name}\"><thead><tr><th>Value</th>\
-             <th class=\"n\">Clicks</th></tr></thead><tbody>",
-            dimension_title(*g)
-        );
-        for c in groups {
-            let value = match c.value.as_str() {
-                "-" => "(none)",
-                "~other" => "(others)",
-                v => v,
-            };
-            let _ = write!(
-                s,
-                "<tr><td>{}</td><td class=\"n\">{}</td></tr>",
-                esc(value),
-                num(c.human)
-            );
-        }
-        if groups.is_empty() {
-            s.push_str("<tr><td colspan=\"2\">No clicks counted.</td></tr>");
-        }
-        let _ = write!(
-            s,
-            "</tbody></table><a class=\"csv\" id=\"dim-{name}-csv\" \
-             href=\"/admin/links/{}?dim={name}&amp;format=csv\">Download CSV</a></div>",
-            esc(code)
-        );
-    }
-    s.push_str("</div>");
     s
 }
 
@@ -692,7 +639,11 @@ pub async fn page(links: &Links, req: &Req, s: &Session, code: &str, now: u64) -
         hc = hc.html(),
         dc = dc.html(),
         breakdown = breakdown(&daily),
-        dimensions = dimensions(code, &dims),
+        dimensions = super::dims::tables(
+            "Human clicks by dimension (90 days)",
+            &format!("/admin/links/{code}?"),
+            &dims
+        ),
         history = history(&hist),
     );
     html::respond(

@@ -1,15 +1,16 @@
 //! Merchants: every merchant domain (static configuration and Apollo, with
-//! the source), and each merchant's links and clicks (30 days).
+//! the source), and each merchant's links and clicks (30 days), each
+//! linked to its page (`tenant`).
 
+use super::super::days;
 use super::super::html::{self, esc, num, Nav};
 use super::super::session::Session;
 use super::super::{api_error, caller};
-use crate::clicks::{Interval, StatsRange, TenantFilter, TenantQuery};
+use crate::clicks::{TenantFilter, TenantQuery};
 use crate::error::ApiError;
 use crate::links::Links;
 use axum::response::Response;
 use http::StatusCode;
-use shorturl_common::clicks::day_start;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -38,11 +39,7 @@ pub async fn page(links: &Links, s: &Session, now: u64) -> Response {
         }
     }
     let c = caller(&s.user);
-    let range = StatsRange {
-        from: day_start(now) - 29 * 86_400,
-        to: day_start(now) + 86_400,
-        interval: Interval::Day,
-    };
+    let range = days::range(now, days::DAYS);
     let mut rows = String::new();
     for (k, domains) in by_kdt.iter().take(MAX_MERCHANTS) {
         let counted = async {
@@ -76,7 +73,8 @@ pub async fn page(links: &Links, s: &Session, now: u64) -> Response {
             .collect();
         let _ = write!(
             rows,
-            "<tr><td><a href=\"/admin/links?kdt_id={k}\">{k}</a> <small><a href=\"/admin/live?kdt_id={k}\">live</a></small></td><td>{}</td><td class=\"n\">{}</td>\
+            "<tr><td><a href=\"/admin/merchants/{k}\">{k}</a> <small><a href=\"/admin/links?kdt_id={k}\">links</a> · \
+             <a href=\"/admin/live?kdt_id={k}\">live</a></small></td><td>{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
             list.join("<br>"),
             num(n),

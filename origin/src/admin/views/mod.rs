@@ -1,6 +1,7 @@
 //! The console's pages, one file each.
 
 pub mod apps;
+pub mod dims;
 pub mod link;
 pub mod live;
 pub mod login;
@@ -9,6 +10,7 @@ pub mod overview;
 pub mod screening;
 pub mod search;
 pub mod sso;
+pub mod tenant;
 pub mod webhooks;
 
 use shorturl_common::time::rfc3339;
