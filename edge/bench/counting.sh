@@ -139,3 +139,38 @@ if [ "${PERF:-0}" = 1 ]; then
   perf report -i "$WORK/perf.data" --stdio --no-children --sort comm,sym -g none --percent-limit 0.5 2>/dev/null \
     | grep -E '^ +[0-9]' | head -60
 fi
+
+# SCHED=1: one more run of the edge with dimensions under `perf sched
+# record` of CPU 0: what ran there, in stints of how long, and how long the
+# request thread waited to run (where a p99 comes from).
+if [ "${SCHED:-0}" = 1 ]; then
+  idle
+  taskset -c 1 wrk -t1 -c64 -d"$((DUR + 2))s" -s "$WORK/random.lua" "http://127.0.0.1:${PORT[dims]}/" >/dev/null &
+  w=$!
+  sleep 1
+  perf sched record -C 0 -o "$WORK/sched.data" -- sleep "$DUR" >/dev/null 2>&1 || true
+  wait "$w" || true
+  cat >"$WORK/sched.py" <<'PY'
+import collections, sys
+run, wait = collections.defaultdict(list), collections.defaultdict(list)
+for line in sys.stdin:
+    f = line.split()
+    if len(f) < 6 or not f[0][0].isdigit():
+        continue
+    try:
+        d, r = float(f[-2]), float(f[-1])
+    except ValueError:
+        continue
+    name = " ".join(f[2:-3]).rsplit("[", 1)[0]
+    run[name].append(r)
+    wait[name].append(d)
+def q(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p * len(v)))]
+print("%-28s %7s %9s %9s %7s %15s %7s" % ("task on CPU 0 (ms)", "stints", "run", "stint p99", "max", "sched delay p99", "max"))
+for n, v in sorted(run.items(), key=lambda kv: -sum(kv[1]))[:10]:
+    print("%-28s %7d %9.1f %9.3f %7.3f %15.3f %7.3f" % (n[:28], len(v), sum(v), q(v, .99), max(v), q(wait[n], .99), max(wait[n])))
+PY
+  perf sched timehist -i "$WORK/sched.data" 2>/dev/null | python3 "$WORK/sched.py"
+fi
+

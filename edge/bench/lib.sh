@@ -5,7 +5,8 @@
 # wait_tcp PORT: up to WAIT_TCP_SECS (default 30) for a listener.
 wait_tcp() { for _ in $(seq 1 $(( ${WAIT_TCP_SECS:-30} * 20 ))); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "no listener on $1" >&2; exit 1; }
 
-# bench_redis PORT N: Redis on PORT with N records, valid for a day, under
+# bench_redis PORT N: Redis on PORT (pinned to REDIS_CPU when set) with N
+# records, valid for a day, under
 # both key forms (protocol 3.5 `{domain}/{code}` and the code-only form of
 # earlier versions), so a build from before 3.5 can be the baseline.
 # RULES=1: each record carries five link rules (protocol 3.1.1) that a
@@ -14,7 +15,8 @@ wait_tcp() { for _ in $(seq 1 $(( ${WAIT_TCP_SECS:-30} * 20 ))); do (echo >/dev/
 RULES_JSON='{"r":[{"c":{"app":["wechat"]},"u":"https://example.com/wechat"},{"c":{"dev":["ios"]},"u":"https://example.com/ios"},{"c":{"lang":["ja"]},"u":"https://example.com/ja"},{"c":{"q":["ref","x"]},"u":"https://example.com/ref"},{"c":{"cc":["US"]},"u":"https://example.com/us"}]}'
 bench_redis() {
   if (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null; then echo "port $1 is taken: another Redis still runs there" >&2; exit 1; fi
-  redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" --daemonize no >"$WORK/redis.log" 2>&1 &
+  local pin=(); [ -n "${REDIS_CPU:-}" ] && pin=(taskset -c "$REDIS_CPU")
+  "${pin[@]}" redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" --daemonize no >"$WORK/redis.log" 2>&1 &
   PIDS+=($!); wait_tcp "$1"
   local exp=$(( $(date +%s) + 86400 ))
   if [ "${RULES:-0}" = 1 ]; then

@@ -548,53 +548,72 @@ impl Accumulator {
     /// [`Accumulator::take_encoded`] in small steps, calling `pace` between
     /// them (every [`PACE_LINKS`] links): an edge's flusher gives its core
     /// back to the request threads there. No step grows with the links
-    /// counted: the code order is made by [`order_paced`], and each group's
-    /// counts are freed once written.
+    /// counted: the code order is made by [`order_paced`] over references
+    /// (a few bytes a link, not the counts moved), and the counts are
+    /// emptied in place afterwards, the map keeping its capacity: an
+    /// accumulator encoded so can count the next interval's links without
+    /// allocating them again ([`Accumulator::take_into`]).
     pub fn take_encoded_paced(
         &mut self,
         ids: &BatchIds,
         max_lines: usize,
         pace: &mut dyn FnMut(),
     ) -> Vec<Encoded> {
-        let mut all = Vec::with_capacity(self.links.len());
-        for (i, link) in std::mem::take(&mut self.links).into_iter().enumerate() {
-            all.push(link);
+        let mut out = Vec::new();
+        {
+            let mut all: Vec<(&str, &LinkCounts)> = Vec::with_capacity(self.links.len());
+            for (i, (code, counts)) in self.links.iter().enumerate() {
+                all.push((code.as_str(), counts));
+                if i % PACE_LINKS == PACE_LINKS - 1 {
+                    pace();
+                }
+            }
+            let mut groups = Vec::new();
+            order_paced(all, &mut groups, pace);
+            let (mut cur, mut part) = (Writer::default(), Writer::default());
+            cur.counted_dims = self.dimensions;
+            let mut refs = Vec::new();
+            for links in &groups {
+                for (i, (code, counts)) in links.iter().enumerate() {
+                    part.link(code, counts, &mut refs);
+                    if cur.lines > 0 && cur.lines + part.lines > max_lines {
+                        out.push(cur.finish(ids.next_id()));
+                    }
+                    cur.append(&part);
+                    part.clear();
+                    if i % PACE_LINKS == PACE_LINKS - 1 {
+                        pace();
+                    }
+                }
+            }
+            if cur.lines > 0 {
+                out.push(cur.finish(ids.next_id()));
+            }
+        }
+        // Freed in steps too, the map's capacity kept.
+        for (i, _) in self.links.drain().enumerate() {
             if i % PACE_LINKS == PACE_LINKS - 1 {
                 pace();
             }
         }
         self.clicks = 0;
-        let mut groups = Vec::new();
-        order_paced(all, &mut groups, pace);
-        let mut out = Vec::new();
-        let (mut cur, mut part) = (Writer::default(), Writer::default());
-        cur.counted_dims = self.dimensions;
-        for mut links in groups {
-            let mut refs = Vec::new();
-            for (i, (code, counts)) in links.iter().enumerate() {
-                part.link(code.as_str(), counts, &mut refs);
-                if cur.lines > 0 && cur.lines + part.lines > max_lines {
-                    out.push(cur.finish(ids.next_id()));
-                }
-                cur.append(&part);
-                part.clear();
-                if i % PACE_LINKS == PACE_LINKS - 1 {
-                    pace();
-                }
-            }
-            drop(refs);
-            // Freeing a group's counts is a step of its own.
-            for chunk in links.chunks_mut(PACE_LINKS) {
-                chunk
-                    .iter_mut()
-                    .for_each(|(_, c)| *c = LinkCounts::default());
-                pace();
-            }
-        }
-        if cur.lines > 0 {
-            out.push(cur.finish(ids.next_id()));
-        }
         out
+    }
+
+    /// Moves the counts out like [`Accumulator::take`], leaving `spare` in
+    /// their place: an accumulator already encoded (empty, with the
+    /// capacity of the links it counted), so a busy edge reuses its maps
+    /// instead of allocating and freeing megabytes every interval (each
+    /// free of which the allocator returns to the system in one long
+    /// call). A `spare` that is not empty, or counts otherwise, is not
+    /// used.
+    pub fn take_into(&mut self, spare: Option<Accumulator>) -> Accumulator {
+        match spare {
+            Some(s) if s.is_empty() && s.dimensions == self.dimensions => {
+                std::mem::replace(self, s)
+            }
+            _ => self.take(),
+        }
     }
 }
 
@@ -611,23 +630,23 @@ const SORT_STEP: usize = 2048;
 /// keys share (every code of one custom domain starts `domain/`), so no
 /// single sort is longer. Keys are distinct: a split always makes smaller
 /// groups.
-fn order_paced(
-    mut links: Vec<(Key, LinkCounts)>,
-    groups: &mut Vec<Vec<(Key, LinkCounts)>>,
+fn order_paced<'a>(
+    mut links: Vec<(&'a str, &'a LinkCounts)>,
+    groups: &mut Vec<Vec<(&'a str, &'a LinkCounts)>>,
     pace: &mut dyn FnMut(),
 ) {
     if links.len() <= SORT_STEP {
-        links.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        links.sort_unstable_by(|a, b| a.0.cmp(b.0));
         pace();
         groups.push(links);
         return;
     }
-    let mut shared = links[0].0.as_str().len();
+    let first = links[0].0.as_bytes();
+    let mut shared = first.len();
     for (i, (k, _)) in links.iter().enumerate().skip(1) {
-        let (a, b) = (links[0].0.as_str().as_bytes(), k.as_str().as_bytes());
-        shared = a[..shared]
+        shared = first[..shared]
             .iter()
-            .zip(b)
+            .zip(k.as_bytes())
             .take_while(|(x, y)| x == y)
             .count();
         if i % PACE_LINKS == 0 {
@@ -636,9 +655,9 @@ fn order_paced(
     }
     // Part 0: the key that ends where the shared prefix does (it sorts
     // first); then one part per next byte.
-    let mut parts: Vec<Vec<(Key, LinkCounts)>> = (0..=256).map(|_| Vec::new()).collect();
+    let mut parts: Vec<Vec<(&str, &LinkCounts)>> = (0..=256).map(|_| Vec::new()).collect();
     for (i, link) in links.into_iter().enumerate() {
-        let at = link.0.as_str().as_bytes().get(shared);
+        let at = link.0.as_bytes().get(shared);
         parts[at.map_or(0, |b| usize::from(*b) + 1)].push(link);
         if i % PACE_LINKS == PACE_LINKS - 1 {
             pace();

@@ -454,8 +454,15 @@ impl DayDims {
                     .filter(|(v, _)| v.dim() == dim)
                     .map(|(v, n)| (v.value(), *n)),
             );
-            if ranked.is_empty() {
-                continue;
+            // One value (a link's day mostly sees one country, browser...):
+            // nothing to fold or order.
+            match ranked[..] {
+                [] => continue,
+                [(v, n)] => {
+                    f(dim, v, n);
+                    continue;
+                }
+                _ => {}
             }
             let other = fold_top(ranked);
             if other > 0 {

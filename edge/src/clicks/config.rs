@@ -38,7 +38,7 @@ impl Default for ClicksFile {
             flush_interval_ms: 5000,
             edge_name: None,
             max_buffered_clicks: 1_000_000,
-            queue_per_thread: 65_536,
+            queue_per_thread: 1_024,
             max_links: 20_000,
             backpressure: true,
             dimensions: true,

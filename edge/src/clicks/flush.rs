@@ -92,22 +92,6 @@ where
     }
 }
 
-/// Lowers the calling thread's scheduling priority to nice 10 (Linux; a
-/// no-op elsewhere or when refused). Aggregating and encoding a busy
-/// edge's clicks is real CPU work, done in bursts: on a core shared with
-/// request threads it must yield to them, or every flush shows up in the
-/// redirects' p99. It never starves: the delay is bounded by the queues.
-fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: gettid and setpriority take plain integers and only affect
-    // the calling thread's scheduling; failure is reported by the return
-    // value, which is ignored (the default priority is still correct).
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
-    }
-}
-
 #[async_trait]
 impl BackgroundService for ClickFlusher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
@@ -141,9 +125,6 @@ impl BackgroundService for ClickFlusher {
                     shutting_down = true;
                 }
             }
-            // Again at every tick: the task may have moved to another
-            // thread of this background runtime.
-            lower_priority();
             // The visitor salts: at once at start (clicks before are in no
             // sketch), then whenever a day is missing, at most every second
             // while Redis fails (the batches' own retries say so).

@@ -33,11 +33,18 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Lines per batch: far under the decoder's 100,000 lines and, at ~320
-/// bytes for the longest line, under its 8 MiB.
-pub const MAX_BATCH_LINES: usize = 20_000;
-/// Clicks a request whose queue is full moves from its queue into the
-/// counts (besides its own): small enough to cost one answer microseconds.
-pub const QUEUE_FULL_STEP: usize = 256;
+/// bytes for the longest line, under its 8 MiB. Some hundreds of KiB: a
+/// batch is copied and written to Redis in one piece, work the flusher
+/// cannot cut into steps ([`pace`]), so its size bounds how long the
+/// flusher holds a core shared with requests (20,000 lines, ~1.6 MiB with
+/// dimensions, held it for milliseconds).
+pub const MAX_BATCH_LINES: usize = 5_000;
+/// Clicks a request thread lets its queue hold before it counts them
+/// itself, in the same step: they are still in its cache, where counting
+/// them costs a fraction of what the flusher pays for them later, cold,
+/// and the flusher is left to encode and send (issue 27's "aggregate on
+/// the request thread").
+pub const LOCAL_STEP: usize = 64;
 /// How long a request thread pauses per click while the edge is behind.
 pub const BACKPRESSURE_PAUSE: Duration = Duration::from_micros(200);
 /// Clicks the flusher moves per hold of the lock (and per step of its
@@ -60,6 +67,9 @@ struct State {
     /// Counts cut (at `max_links`) and not encoded yet: a drain only moves
     /// them here; [`Clicks::cut`] encodes them outside the lock.
     cut: Vec<Accumulator>,
+    /// The last counts [`Clicks::cut`] encoded, emptied with their map's
+    /// capacity: the next counts' (`Accumulator::take_into`).
+    spare: Option<Accumulator>,
     pending: Pending,
 }
 
@@ -157,6 +167,7 @@ impl Clicks {
                     Accumulator::new()
                 },
                 cut: Vec::new(),
+                spare: None,
                 pending: Pending::new(cfg.max_buffered_clicks),
             }),
             sent: AtomicU64::new(0),
@@ -205,9 +216,11 @@ impl Clicks {
     /// After a click was queued (or handed back by a full queue): what the
     /// request owes the counting, usually nothing but one atomic load.
     #[inline]
-    fn queued(&self, pushed: Result<(), Box<record::Event>>) {
-        if let Err(e) = pushed {
-            self.queue_full(&e);
+    fn queued(&self, pushed: Result<usize, Box<record::Event>>) {
+        match pushed {
+            Ok(n) if n >= LOCAL_STEP => self.count_local(),
+            Ok(_) => {}
+            Err(e) => self.queue_full(&e),
         }
         let behind = self.behind.load(Ordering::Relaxed);
         if behind > 0 {
@@ -216,7 +229,7 @@ impl Clicks {
     }
 
     /// The edge holds half of `max_buffered_clicks` unsent while Redis takes
-    /// batches: the flusher (at a lower priority, on cores the requests
+    /// batches: the flusher (in short stints, on cores the requests
     /// saturate) cannot keep up. The request thread pauses
     /// [`BACKPRESSURE_PAUSE`] at every `2^(behind - 1)`th click of its own
     /// ([`pause_level`]: the nearer the bound, the more often), giving the
@@ -240,19 +253,23 @@ impl Clicks {
         }
     }
 
-    /// The calling thread's queue is full (the flusher fell behind: a
-    /// saturated core): the request counts its click and the oldest
-    /// [`QUEUE_FULL_STEP`] of its own queue itself. A slightly slower
-    /// answer for one request in that many, never a lost click (issue 27);
-    /// not the whole queue at once, which made that one answer wait for
-    /// tens of milliseconds.
+    /// Counts the calling thread's queued clicks ([`LOCAL_STEP`]).
+    #[inline(never)]
+    fn count_local(&self) {
+        self.absorb(|add| record::drain_local(&self.registry, LOCAL_STEP, add));
+    }
+
+    /// The calling thread's queue is full (only a `queue_per_thread` under
+    /// [`LOCAL_STEP`] lets it fill): the request counts its click and its
+    /// queue itself. Never a lost click (issue 27).
+
     #[cold]
     #[inline(never)]
     fn queue_full(&self, e: &record::Event) {
         self.metrics.queue_full.inc();
         self.absorb(|add| {
             add(e);
-            1 + record::drain_local(&self.registry, QUEUE_FULL_STEP, add)
+            1 + record::drain_local(&self.registry, LOCAL_STEP, add)
         });
     }
 
@@ -341,7 +358,8 @@ impl Clicks {
                 }
             }
             if st.acc.links() >= self.max_links {
-                let full = st.acc.take();
+                let spare = st.spare.take();
+                let full = st.acc.take_into(spare);
                 st.cut.push(full);
                 self.metrics.early_cuts.inc();
                 self.cut_early.store(true, Ordering::Relaxed);
@@ -373,7 +391,8 @@ impl Clicks {
     pub fn cut_paced(&self, pace: &mut dyn FnMut()) {
         let (counts, clicks) = {
             let mut st = self.state();
-            let acc = st.acc.take();
+            let spare = st.spare.take();
+            let acc = st.acc.take_into(spare);
             if !acc.is_empty() {
                 st.cut.push(acc);
             }
@@ -383,6 +402,7 @@ impl Clicks {
             (counts, clicks)
         };
         let mut unsent = Vec::new();
+        let mut spare = None;
         for mut acc in counts {
             for b in acc.take_encoded_paced(&self.ids, MAX_BATCH_LINES, pace) {
                 unsent.push(Unsent {
@@ -392,9 +412,13 @@ impl Clicks {
                     clicks: b.human + b.bot,
                 });
             }
+            spare = Some(acc);
         }
         let mut st = self.state();
         self.encoding.fetch_sub(clicks, Ordering::Relaxed);
+        if st.spare.is_none() {
+            st.spare = spare;
+        }
         for u in unsent {
             let dropped = st.pending.push(u);
             if dropped > 0 {
@@ -428,7 +452,7 @@ impl Clicks {
             .arg("v")
             .arg(b.version)
             .arg("b")
-            .arg(&*b.body)
+            .arg(&b.body[..])
             .cmd("XLEN")
             .arg(STREAM_KEY);
         let res = match tokio::time::timeout(SEND_TIMEOUT, pipe.query_async::<(String, u64)>(conn))
@@ -543,7 +567,10 @@ mod tests {
             assert_eq!(c.drain(), 2);
             c.cut();
             let st = c.state();
-            let b = st.pending.front().map(|u| (u.version, u.body.to_string()));
+            let b = st
+                .pending
+                .front()
+                .map(|u| (u.version, String::from_utf8_lossy(&u.body).into_owned()));
             b.unwrap_or_else(|| panic!("no batch"))
         };
         let x = |l: &str| format!("x abcdef {day} {l} 1\n");
@@ -579,7 +606,8 @@ mod tests {
             c.record_parts(parts(), (&format!("lnk{i:04}"), "s.example"), now);
         }
         c.record_parts(parts(), ("lnk0000", "s.example"), now);
-        assert_eq!(c.drain(), 251);
+        // The requests counted three steps of their own, the drain the rest.
+        assert_eq!(c.drain(), 251 - 3 * LOCAL_STEP as u64);
         // Cut at 100 and at 200 links; 50 left in the counts, and the
         // first link again (its first click went out with the first cut).
         assert_eq!(c.metrics.early_cuts.get(), 2);
@@ -614,7 +642,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_queue_costs_its_request_one_step_not_the_whole_queue() {
+    fn a_request_thread_counts_its_own_clicks_every_local_step() {
         let c = clicks_with(config::ClicksFile {
             queue_per_thread: 1000,
             ..Default::default()
@@ -623,10 +651,11 @@ mod tests {
         for _ in 0..1001 {
             c.record_parts(parts(), ("lnk0001", "s.example"), now);
         }
-        // The 1,001st click and the oldest QUEUE_FULL_STEP of the queue.
-        assert_eq!(c.metrics.queue_full.get(), 1);
-        assert_eq!(c.metrics.human.get(), 1 + QUEUE_FULL_STEP as u64);
-        assert_eq!(c.drain(), 1000 - QUEUE_FULL_STEP as u64);
+        // No flusher: the requests counted 15 steps of LOCAL_STEP; the
+        // queue never filled and holds the rest.
+        assert_eq!(c.metrics.queue_full.get(), 0);
+        assert_eq!(c.metrics.human.get(), 15 * LOCAL_STEP as u64);
+        assert_eq!(c.drain(), 1001 - 15 * LOCAL_STEP as u64);
         assert_eq!(c.metrics.human.get(), 1001);
     }
 

@@ -12,8 +12,9 @@ pub struct Unsent {
     pub id: String,
     /// The format version (`v`): [`shorturl_common::clicks::Batch::version`].
     pub version: &'static str,
-    /// Shared: the sender clones the oldest batch under the lock.
-    pub body: std::sync::Arc<str>,
+    /// Shared: the sender clones the oldest batch under the lock (and the
+    /// encoded `String` becomes one without a copy).
+    pub body: bytes::Bytes,
     /// Human plus bot clicks in it.
     pub clicks: u64,
 }
@@ -88,7 +89,7 @@ mod tests {
         Unsent {
             id: id.into(),
             version: "1",
-            body: "".into(),
+            body: bytes::Bytes::new(),
             clicks,
         }
     }

@@ -347,15 +347,15 @@ impl<'a> ClickParts<'a> {
 }
 
 /// Queues one redirect answered for `code` on `domain` at `at_unix`
-/// (`dims`: read a human click's dimensions and visitor); `Err` hands back
-/// the event when the thread's queue is full.
+/// (`dims`: read a human click's dimensions and visitor). `Ok`: the clicks
+/// now in the thread's queue; `Err` hands back the event when it is full.
 pub fn record_parts(
     registry: &Registry,
     parts: ClickParts<'_>,
     (code, domain): (&str, &str),
     at_unix: u64,
     dims: Option<DimsCtx<'_>>,
-) -> Result<(), Box<Event>> {
+) -> Result<usize, Box<Event>> {
     let class = classify_parts(parts.head, parts.user_agent);
     let host = referrer_host_buf(parts.referer);
     let dims = dims.filter(|_| class.device != Device::Bot).map(|ctx| {
@@ -388,7 +388,7 @@ pub fn record_parts(
         parts.destination,
         dims,
     ) else {
-        return Ok(());
+        return Ok(0);
     };
     LOCAL.with(|l| {
         let Ok(mut l) = l.try_borrow_mut() else {
@@ -400,7 +400,7 @@ pub fn record_parts(
         }
         // Boxed only when full (the cold path): a small `Result` here.
         match &l.queue {
-            Some(q) => q.push(event).map_err(Box::new),
+            Some(q) => q.push(event).map(|()| q.len()).map_err(Box::new),
             None => Err(Box::new(event)),
         }
     })
@@ -416,7 +416,7 @@ mod tests {
         link: (&str, &str),
         destination: Option<Destination>,
         at: u64,
-    ) -> Result<(), Box<Event>> {
+    ) -> Result<usize, Box<Event>> {
         record_parts(reg, ClickParts::of_request(r, destination), link, at, None)
     }
 
