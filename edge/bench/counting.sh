@@ -77,16 +77,7 @@ YAML
   PID[$n]=$!; PIDS+=($!); wait_tcp "${PORT[$n]}"
 done
 
-warm() { # port name
-  local hits=0
-  for _ in $(seq 1 20); do
-    taskset -c 1 wrk -t1 -c64 -d3s -s "$WORK/sequential.lua" "http://127.0.0.1:$1/" -- "$hits" >/dev/null
-    hits=$(curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$1/shorturl_status" | sed -n 's/.*"redis":{[^}]*"hit":\([0-9]*\).*/\1/p')
-    [ "${hits:-0}" -ge "$CODES" ] && break
-  done
-  echo "warm $2: $hits codes in memory"
-}
-for n in "${NAMES[@]}"; do warm "${PORT[$n]}" "$n"; done
+for n in "${NAMES[@]}"; do bench_warm "${PORT[$n]}" "$n" "$CODES"; done
 
 # Waits (at most 30 s) until no edge used more than 1% of a core in 500 ms.
 idle() { python3 "$ROOT/loadtest/idle.py" 30 "${PID[@]}" >/dev/null 2>&1 || true; }

@@ -56,3 +56,16 @@ request = function()
 end
 LUA
 }
+
+# bench_warm PORT NAME N: every code through Redis into an edge's memory
+# (sequential passes, wrk on CPU 1), until its status shows all N were
+# looked up once.
+bench_warm() {
+  local hits=0
+  for _ in $(seq 1 20); do
+    taskset -c 1 wrk -t1 -c64 -d3s -s "$WORK/sequential.lua" "http://127.0.0.1:$1/" -- "$hits" >/dev/null
+    hits=$(curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$1/shorturl_status" | sed -n 's/.*"redis":{[^}]*"hit":\([0-9]*\).*/\1/p')
+    [ "${hits:-0}" -ge "$3" ] && break
+  done
+  echo "warm $2: $hits codes read from Redis into its memory"
+}

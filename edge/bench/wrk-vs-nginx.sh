@@ -90,19 +90,8 @@ PIDS+=($!); wait_tcp "$NGINX_PORT"
 curl -s -o /dev/null -w "edge  %{http_code} %{redirect_url}\n" -H "Host: s.shop55.com" "http://127.0.0.1:$EDGE_PORT/c00001"
 curl -s -o /dev/null -w "nginx %{http_code} %{redirect_url}\n" "http://127.0.0.1:$NGINX_PORT/c00001"
 
-# Warm an edge: every code through Redis into memory, until its status
-# shows all 100k codes were looked up once.
-warm() { # port name
-  local hits=0
-  for _ in $(seq 1 20); do
-    taskset -c 1 wrk -t1 -c64 -d3s -s "$WORK/sequential.lua" "http://127.0.0.1:$1/" -- "$hits" >/dev/null
-    hits=$(curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$1/shorturl_status" | sed -n 's/.*"redis":{[^}]*"hit":\([0-9]*\).*/\1/p')
-    [ "${hits:-0}" -ge "$CODES" ] && break
-  done
-  echo "warm $2: $hits codes read from Redis into its memory"
-}
-warm "$EDGE_PORT" edge
-[ -n "$BASELINE_BIN" ] && warm "$BASE_PORT" baseline
+bench_warm "$EDGE_PORT" edge "$CODES"
+[ -n "$BASELINE_BIN" ] && bench_warm "$BASE_PORT" baseline "$CODES"
 
 run() { # name port
   echo "== $1"

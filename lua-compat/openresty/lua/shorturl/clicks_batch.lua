@@ -206,6 +206,22 @@ local function finish(b, id, pace)
     return { id = id, v = version(b), body = body, human = b.human, bot = b.bot }
 end
 
+-- Adds `k` to the bucket of its byte at `depth` in `buckets`; true when
+-- `k` ends before that byte (it then goes in no bucket).
+local function bucket(buckets, k, depth)
+    local b = byte(k, depth)
+    if b == nil then
+        return true
+    end
+    local bk = buckets[b]
+    if not bk then
+        bk = {}
+        buckets[b] = bk
+    end
+    bk[#bk + 1] = k
+    return false
+end
+
 -- Calls `each(key)` for the keys of the array `keys` in byte order, in
 -- steps (`pace()` between them) none of which grows with the number of
 -- keys: at most MAX_SORT keys are sorted at once, a larger bucket is split
@@ -245,16 +261,8 @@ local function walk(keys, depth, pace, each)
     local ended, buckets = nil, {}
     for i = 1, n do
         local k = keys[i]
-        local b = byte(k, depth)
-        if b == nil then
+        if bucket(buckets, k, depth) then
             ended = k
-        else
-            local bk = buckets[b]
-            if not bk then
-                bk = {}
-                buckets[b] = bk
-            end
-            bk[#bk + 1] = k
         end
         if i % step == 0 then
             pace()
@@ -280,16 +288,8 @@ local function paced_order(links, pace, each)
     local step = M.PACE_LINKS
     local empty, buckets, i = false, {}, 0
     for k in pairs(links) do
-        local b = byte(k, 1)
-        if b == nil then
+        if bucket(buckets, k, 1) then
             empty = true
-        else
-            local bk = buckets[b]
-            if not bk then
-                bk = {}
-                buckets[b] = bk
-            end
-            bk[#bk + 1] = k
         end
         i = i + 1
         if i % step == 0 then
