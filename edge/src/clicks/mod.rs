@@ -262,7 +262,6 @@ impl Clicks {
     /// The calling thread's queue is full (only a `queue_per_thread` under
     /// [`LOCAL_STEP`] lets it fill): the request counts its click and its
     /// queue itself. Never a lost click (issue 27).
-
     #[cold]
     #[inline(never)]
     fn queue_full(&self, e: &record::Event) {
