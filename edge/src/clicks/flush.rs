@@ -87,7 +87,9 @@ where
                 return;
             }
         }
-        // A long backlog must not stop the draining.
+        // A long backlog must not stop the draining (the wait for Redis
+        // was no work: a new stint).
+        pace.begin();
         clicks.drain_paced(&mut || pace.step());
     }
 }
@@ -125,6 +127,7 @@ impl BackgroundService for ClickFlusher {
                     shutting_down = true;
                 }
             }
+            pace.begin();
             // The visitor salts: at once at start (clicks before are in no
             // sketch), then whenever a day is missing, at most every second
             // while Redis fails (the batches' own retries say so).

@@ -4,14 +4,16 @@
 //! `su:1:clicks` that the origins apply exactly once.
 //!
 //! * [`record`]: the redirect path classifies the click and pushes a
-//!   fixed-size event into its thread's lock-free queue (no allocation,
-//!   lock or I/O).
-//! * [`Clicks`]: what the flusher does with them: drain every queue into an
-//!   `Accumulator` ([`Clicks::drain`]), cut batches every flush interval
+//!   fixed-size event into its thread's lock-free queue (no allocation or
+//!   I/O); every [`LOCAL_STEP`]th click the thread moves its queue into the
+//!   counts itself (one lock, [`Clicks::record_parts`]).
+//! * [`Clicks`]: what the flusher does with them: drain what the queues
+//!   still hold into an `Accumulator` ([`Clicks::drain`]), cut batches every flush interval
 //!   into the bounded [`pending`] buffer ([`Clicks::cut`]), send the oldest
 //!   first ([`Clicks::send_next`]).
-//! * [`flush`]: the background service running those, and the last flush
-//!   when the process ends (graceful shutdown and upgrade).
+//! * [`flush`]: the background service running those in short stints
+//!   ([`pace`]), and the last flush when the process ends (graceful
+//!   shutdown and upgrade).
 
 pub mod config;
 pub mod flush;

@@ -49,6 +49,13 @@ impl Pace {
         }
     }
 
+    /// Starts a stint: called when the flusher wakes for its next round of
+    /// work, so the time it slept is not counted as work.
+    #[inline]
+    pub fn begin(&mut self) {
+        self.started = Instant::now();
+    }
+
     /// Called between steps of work: gives the core away for [`PAUSE`]
     /// once the stint has lasted [`STINT`], and starts the next one.
     #[inline]

@@ -1,17 +1,18 @@
 //! The redirect path's side of counting: classify the click and push a
 //! fixed-size [`Event`] into the calling thread's bounded lock-free queue.
 //!
-//! No allocation, lock or syscall per click on a fleet code (protocol 3.6):
+//! No allocation or syscall per click on a fleet code (protocol 3.6):
 //! the code and the referrer host are copied inline (a per-domain custom
 //! code also boxes its domain, the one allocation: inline it would double
 //! every queue slot), the user agent is classified through a one-entry
 //! per-thread cache (a repeated user agent costs a byte compare instead of
 //! the bot list's automaton), and the queue is a `crossbeam` `ArrayQueue`
 //! allocated once per thread, at its first click, and registered then (the
-//! only lock, once per thread) where the flusher finds it. A full queue
-//! hands the event back: the caller ([`super::Clicks`]) then drains the
-//! queues itself, so a saturated edge answers a little slower instead of
-//! losing clicks.
+//! only lock of the push, once per thread) where the flusher finds it.
+//! [`record_parts`] returns the queue's length: every
+//! [`super::LOCAL_STEP`]th click the caller ([`super::Clicks`]) counts the
+//! thread's queue itself, under the counts' lock; a full queue hands the
+//! event back to be counted the same way, never lost.
 
 use super::salts::{Salt, Salts};
 use crossbeam_queue::ArrayQueue;
