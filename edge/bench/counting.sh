@@ -16,6 +16,9 @@
 # edge, the median of its per-round ratios to the edge without counting
 # (req/s and p99) with their spread.
 #
+# CLICKS_EXTRA adds settings to both counting edges' `clicks:` (e.g.
+# CLICKS_EXTRA="max_links: 120000").
+#
 # PERF=1 adds one more run of the edge with dimensions under
 # `perf record -g` and prints the CPU per thread and the top symbols of
 # the request thread and of the flusher. Needs: redis-server, wrk, curl,
@@ -48,8 +51,8 @@ NAMES=(off nodims dims)
 declare -A PORT=([off]=28180 [nodims]=28181 [dims]=28182) MPORT=([off]=28190 [nodims]=28191 [dims]=28192) PID
 declare -A CLICKS=(
   [off]="{ enabled: false }"
-  [nodims]="{ enabled: true, edge_name: nodims, dimensions: false }"
-  [dims]="{ enabled: true, edge_name: dims, dimensions: true }"
+  [nodims]="{ enabled: true, edge_name: nodims, dimensions: false${CLICKS_EXTRA:+, $CLICKS_EXTRA} }"
+  [dims]="{ enabled: true, edge_name: dims, dimensions: true${CLICKS_EXTRA:+, $CLICKS_EXTRA} }"
 )
 for n in "${NAMES[@]}"; do
   cat >"$WORK/$n.yaml" <<YAML

@@ -80,14 +80,15 @@ struct DayCounts {
     /// Every other host (allocated at the first such click).
     referrers: FastMap<String, u64>,
     devices: [u64; 5],
-    /// Every human click's destination (a plain link's click is `link`),
-    /// sent only when `routed`: some click that day was on a link with
-    /// options, so the lines sum to the day's human clicks across an edit.
+    /// Every human click's destination, sent only when `routed`: some
+    /// click that day was on a link with options, so the lines sum to the
+    /// day's human clicks across an edit. `link` (every plain link's click)
+    /// is a counter: a link counted once allocates nothing for it.
+    to_link: u64,
     destinations: Vec<(Destination, u64)>,
     routed: bool,
-    /// The human clicks' dimensions (version 4), allocated at the first
-    /// click with a value other than every default.
-    dims: Option<Box<DayDims>>,
+    /// The human clicks' dimensions (version 4).
+    dims: DayDims,
     /// The human clicks' distinct visitors (version 4).
     visitors: Option<Sketch>,
 }
@@ -196,13 +197,15 @@ impl LinkCounts {
                     day.visitors.get_or_insert_with(Sketch::default).insert(v);
                 }
                 if d.has_values() {
-                    day.dims.get_or_insert_with(Box::default).count(d);
+                    day.dims.count(d);
                 }
             }
-            let dest = destination.unwrap_or(Destination::Link);
-            match day.destinations.iter_mut().find(|(d, _)| *d == dest) {
-                Some((_, n)) => *n += 1,
-                None => day.destinations.push((dest, 1)),
+            match destination.filter(|d| *d != Destination::Link) {
+                None => day.to_link += 1,
+                Some(dest) => match day.destinations.iter_mut().find(|(d, _)| *d == dest) {
+                    Some((_, n)) => *n += 1,
+                    None => day.destinations.push((dest, 1)),
+                },
             }
         }
     }
@@ -415,6 +418,34 @@ pub struct Encoded {
     pub bot: u64,
 }
 
+/// The decimal text of the last time written (a day's lines share it).
+#[derive(Default)]
+struct TimeText {
+    time: Option<u64>,
+    buf: itoa::Buffer,
+    text: String,
+}
+
+impl TimeText {
+    fn of(&mut self, time: u64) -> &str {
+        if self.time != Some(time) {
+            self.text.clear();
+            self.text.push_str(self.buf.format(time));
+            self.time = Some(time);
+        }
+        &self.text
+    }
+}
+
+/// A [`Writer`]'s size at one point.
+struct Mark {
+    ends: [usize; 6],
+    lines: usize,
+    human: u64,
+    bot: u64,
+    keys: bool,
+}
+
 /// One batch being written: its lines by kind (the body's order), in
 /// buffers reused from link to link.
 #[derive(Default)]
@@ -426,6 +457,7 @@ struct Writer {
     keys: bool,
     /// The accumulator counts dimensions: every batch is version 4.
     counted_dims: bool,
+    time_text: TimeText,
 }
 
 impl Writer {
@@ -446,7 +478,9 @@ impl Writer {
         self.keys |= code.contains('/');
         let [hours, referrers, devices, destinations, dims, uniques] = &mut self.kinds;
         let (lines, human_sum, bot_sum) = (&mut self.lines, &mut self.human, &mut self.bot);
+        let time_text = &mut self.time_text;
         let mut num = itoa::Buffer::new();
+        // A day's lines share its start: written once, copied after.
         each_line(counts, ranked, |l| {
             *lines += 1;
             let (out, kind, time) = match &l {
@@ -460,7 +494,7 @@ impl Writer {
             out.push_str(kind);
             out.push_str(code);
             out.push(' ');
-            out.push_str(num.format(time));
+            out.push_str(time_text.of(time));
             out.push(' ');
             match l {
                 Line::Hour(_, human, bot) => {
@@ -507,6 +541,40 @@ impl Writer {
         self.human += other.human;
         self.bot += other.bot;
         self.keys |= other.keys;
+    }
+
+    /// Where the batch ends now: [`Writer::split_off`] moves what is
+    /// written after it to a batch of its own.
+    fn mark(&self) -> Mark {
+        Mark {
+            ends: std::array::from_fn(|i| self.kinds[i].len()),
+            lines: self.lines,
+            human: self.human,
+            bot: self.bot,
+            keys: self.keys,
+        }
+    }
+
+    /// The lines written after `m`, moved out (a link's lines that would
+    /// take this batch past its size: written in place, since a batch is
+    /// full only once in thousands of links).
+    fn split_off(&mut self, m: &Mark) -> Writer {
+        let mut next = Writer {
+            lines: self.lines - m.lines,
+            human: self.human - m.human,
+            bot: self.bot - m.bot,
+            keys: self.keys,
+            ..Writer::default()
+        };
+        for ((k, n), end) in self.kinds.iter_mut().zip(&mut next.kinds).zip(m.ends) {
+            n.push_str(&k[end..]);
+            k.truncate(end);
+        }
+        self.lines = m.lines;
+        self.human = m.human;
+        self.bot = m.bot;
+        self.keys = m.keys;
+        next
     }
 
     fn finish(&mut self, id: String) -> Encoded {
@@ -570,17 +638,22 @@ impl Accumulator {
             }
             let mut groups = Vec::new();
             order_paced(all, &mut groups, pace);
-            let (mut cur, mut part) = (Writer::default(), Writer::default());
-            cur.counted_dims = self.dimensions;
+            let mut cur = Writer {
+                counted_dims: self.dimensions,
+                ..Writer::default()
+            };
             let mut refs = Vec::new();
             for links in &groups {
                 for (i, (code, counts)) in links.iter().enumerate() {
-                    part.link(code, counts, &mut refs);
-                    if cur.lines > 0 && cur.lines + part.lines > max_lines {
+                    let before = cur.mark();
+                    cur.link(code, counts, &mut refs);
+                    if before.lines > 0 && cur.lines > max_lines {
+                        // The link's lines start the next batch, in the
+                        // buffers (and capacity) of this one.
+                        let tail = cur.split_off(&before);
                         out.push(cur.finish(ids.next_id()));
+                        cur.append(&tail);
                     }
-                    cur.append(&part);
-                    part.clear();
                     if i % PACE_LINKS == PACE_LINKS - 1 {
                         pace();
                     }
@@ -721,9 +794,10 @@ fn each_line<'a>(
             }
         }
         if d.routed {
-            let mut dests: Vec<(String, Destination, u64)> = d
-                .destinations
+            let link = (d.to_link > 0).then_some((Destination::Link, d.to_link));
+            let mut dests: Vec<(String, Destination, u64)> = link
                 .iter()
+                .chain(&d.destinations)
                 .map(|(dest, n)| (dest.label(), *dest, *n))
                 .collect();
             dests.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -731,9 +805,8 @@ fn each_line<'a>(
                 f(Line::Destination(day, destination, n));
             }
         }
-        if let Some(dims) = &d.dims {
-            dims.each_line(ranked, |dim, value, n| f(Line::Dim(day, dim, value, n)));
-        }
+        d.dims
+            .each_line(ranked, |dim, value, n| f(Line::Dim(day, dim, value, n)));
         if let Some(v) = d.visitors.as_ref().filter(|v| !v.is_empty()) {
             f(Line::Uniq(day, v));
         }

@@ -262,36 +262,94 @@ pub fn has_qr_marker(query: Option<&[u8]>) -> bool {
 }
 
 /// The UTM values of a redirect, in [`UTM_NAMES`] order (`None`: the
-/// default `-`); a value the batch cannot carry is `~other`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Utm(pub [Option<Box<str>>; 3]);
+/// default `-`); a value the batch cannot carry is `~other`. Held inline
+/// (one allocation for the shared `Arc` a click carries, not one per
+/// value: a busy edge reads them on every click of a link it has not just
+/// seen).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Utm {
+    buf: [u8; 3 * MAX_UTM_VALUE],
+    /// (start, length) of each value in `buf`; length 0: none.
+    spans: [(u8, u8); 3],
+}
+
+impl Default for Utm {
+    fn default() -> Self {
+        Utm {
+            buf: [0; 3 * MAX_UTM_VALUE],
+            spans: [(0, 0); 3],
+        }
+    }
+}
+
+impl Utm {
+    /// The value of [`UTM_NAMES`]`[i]`.
+    pub fn get(&self, i: usize) -> Option<&str> {
+        let (start, len) = *self.spans.get(i)?;
+        let (start, len) = (usize::from(start), usize::from(len));
+        // Only ASCII of `is_utm_value` or `~other` is stored.
+        (len > 0).then(|| std::str::from_utf8(&self.buf[start..start + len]).unwrap_or_default())
+    }
+
+    /// The three values.
+    pub fn values(&self) -> [Option<&str>; 3] {
+        [self.get(0), self.get(1), self.get(2)]
+    }
+
+    fn set(&mut self, i: usize, value: &[u8]) {
+        let start = i * MAX_UTM_VALUE;
+        self.buf[start..start + value.len()].copy_from_slice(value);
+        self.spans[i] = (start as u8, value.len() as u8);
+    }
+}
+
+/// Whether `url` may carry UTM parameters (it has `utm_`): one search
+/// with a searcher built once (building one costs more than the search).
+pub fn may_have_utm(url: &[u8]) -> bool {
+    static UTM: OnceLock<memchr::memmem::Finder<'static>> = OnceLock::new();
+    UTM.get_or_init(|| memchr::memmem::Finder::new(b"utm_"))
+        .find(url)
+        .is_some()
+}
 
 /// The UTM parameters of the `Location` `url` (its query: after the first
-/// `?`, before any `#`); `None` when it has none, which costs one `memmem`
-/// for the common URL without `utm_`.
-pub fn utm_of(url: &str) -> Option<Box<Utm>> {
-    memchr::memmem::find(url.as_bytes(), b"utm_")?;
-    let (_, q) = url.split_once('?')?;
-    let q = q.split('#').next().unwrap_or("");
-    let mut utm = Utm::default();
+/// `?`, before any `#`); `None` when it has none, which costs one search
+/// for the common URL without `utm_`. Built in the `Arc` that clicks share.
+pub fn utm_of(url: &str) -> Option<std::sync::Arc<Utm>> {
+    let url = url.as_bytes();
+    if !may_have_utm(url) {
+        return None;
+    }
+    let q = &url[memchr::memchr(b'?', url)? + 1..];
+    let q = &q[..memchr::memchr(b'#', q).unwrap_or(q.len())];
+    let mut shared = std::sync::Arc::new(Utm::default());
+    let utm = std::sync::Arc::make_mut(&mut shared);
     let mut seen = [false; 3];
-    for p in q.split('&') {
-        let (name, value) = p.split_once('=').unwrap_or((p, ""));
-        let Some(i) = UTM_NAMES.iter().position(|n| *n == name) else {
+    for p in q.split(|b| *b == b'&') {
+        // Every name starts `utm_`: anything else is skipped at a compare.
+        let Some(rest) = p.strip_prefix(b"utm_") else {
             continue;
         };
+        let eq = memchr::memchr(b'=', rest).unwrap_or(rest.len());
+        let i = match &rest[..eq] {
+            b"source" => 0,
+            b"medium" => 1,
+            b"campaign" => 2,
+            _ => continue,
+        };
+        let value = rest.get(eq + 1..).unwrap_or_default();
         // The first parameter of a name decides; empty or `-` is the
         // default, as if absent.
-        if std::mem::replace(&mut seen[i], true) || value.is_empty() || value == "-" {
+        if std::mem::replace(&mut seen[i], true) || value.is_empty() || value == b"-" {
             continue;
         }
-        utm.0[i] = Some(if is_utm_value(value.as_bytes()) {
-            value.into()
+        if is_utm_value(value) {
+            utm.set(i, value);
         } else {
-            super::OTHER_REFERRER.into()
-        });
+            utm.set(i, super::OTHER_REFERRER.as_bytes());
+        }
     }
-    utm.0.iter().any(Option::is_some).then(|| Box::new(utm))
+    utm.spans.iter().any(|s| s.1 > 0).then_some(shared)
 }
 
 /// What an edge reads off one human click for its dimensions: fixed size,
@@ -340,7 +398,7 @@ impl Dims {
             os: os_family(ua),
             lang: lang_of(i.accept_language),
             qr: has_qr_marker(i.query),
-            utm: i.location.and_then(utm_of).map(std::sync::Arc::from),
+            utm: i.location.and_then(utm_of),
             visitor: i.visitor,
         }
     }
@@ -354,17 +412,67 @@ impl Dims {
             || self.qr
             || self.utm.is_some()
     }
+
+    /// Whether `other` has the same values (the visitor aside).
+    fn same_values(&self, other: &Dims) -> bool {
+        self.country == other.country
+            && self.browser == other.browser
+            && self.os == other.os
+            && self.lang == other.lang
+            && self.qr == other.qr
+            && match (&self.utm, &other.utm) {
+                (None, None) => true,
+                (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b) || a == b,
+                _ => false,
+            }
+    }
+
+    /// The value of `dim` (`None`: the default).
+    fn value(&self, dim: Dim) -> Option<&str> {
+        match dim {
+            Dim::Country => self
+                .country
+                .as_ref()
+                .and_then(|c| std::str::from_utf8(c).ok()),
+            Dim::Browser => (self.browser != 0).then(|| browser_name(self.browser)),
+            Dim::Os => (self.os != 0).then(|| os_name(self.os)),
+            Dim::Lang => self.lang.as_ref().map(LangTag::as_str),
+            Dim::Source => self.qr.then_some("qr"),
+            Dim::UtmSource => self.utm_value(0),
+            Dim::UtmMedium => self.utm_value(1),
+            Dim::UtmCampaign => self.utm_value(2),
+        }
+    }
+
+    fn utm_value(&self, i: usize) -> Option<&str> {
+        self.utm.as_ref().and_then(|u| u.get(i))
+    }
 }
 
-/// One counted value of a link-day: what [`DayDims`] keeps per click.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One counted value of a link-day: what [`DayDims`] keeps per value of
+/// the clicks unlike the day's first.
+#[derive(Debug, Clone)]
 enum Val {
     Country([u8; 2]),
     Browser(u8),
     Os(u8),
     Lang(LangTag),
     Qr,
-    Utm(u8, Box<str>),
+    /// The value at this index of the (shared) UTM values.
+    Utm(u8, std::sync::Arc<Utm>),
+}
+
+impl PartialEq for Val {
+    fn eq(&self, other: &Val) -> bool {
+        match (self, other) {
+            (Val::Country(a), Val::Country(b)) => a == b,
+            (Val::Browser(a), Val::Browser(b)) | (Val::Os(a), Val::Os(b)) => a == b,
+            (Val::Lang(a), Val::Lang(b)) => a == b,
+            (Val::Qr, Val::Qr) => true,
+            (Val::Utm(i, _), Val::Utm(j, _)) => i == j && self.value() == other.value(),
+            _ => false,
+        }
+    }
 }
 
 impl Val {
@@ -386,28 +494,49 @@ impl Val {
             Val::Os(i) => os_name(*i),
             Val::Lang(l) => l.as_str(),
             Val::Qr => "qr",
-            Val::Utm(_, v) => v,
+            Val::Utm(i, u) => u.get(usize::from(*i)).unwrap_or_default(),
         }
     }
 }
 
-/// A link-day's dimension counts (human clicks; defaults not kept): a
-/// short list searched linearly, as a day of one link sees few values.
+/// A link-day's dimension counts (human clicks; defaults not kept). Held
+/// inline in the link's counts: the first click's values with how many
+/// clicks had exactly them (between two flushes most link-days see one
+/// kind of visitor, and a link clicked once costs no allocation), and a
+/// short list, searched linearly, of every value of the other clicks.
 #[derive(Debug, Default)]
 pub(crate) struct DayDims {
-    vals: smallvec::SmallVec<[(Val, u64); 4]>,
+    first: Option<(Dims, u64)>,
+    rest: Vec<(Val, u64)>,
 }
 
 impl DayDims {
     fn bump(&mut self, v: Val) {
-        match self.vals.iter_mut().find(|(x, _)| *x == v) {
+        match self.rest.iter_mut().find(|(x, _)| *x == v) {
             Some((_, n)) => *n += 1,
-            None => self.vals.push((v, 1)),
+            None => self.rest.push((v, 1)),
         }
     }
 
     /// Counts one human click's dimensions.
     pub(crate) fn count(&mut self, d: &Dims) {
+        match &mut self.first {
+            None => {
+                self.first = Some((
+                    Dims {
+                        visitor: None,
+                        ..d.clone()
+                    },
+                    1,
+                ));
+                return;
+            }
+            Some((f, n)) if f.same_values(d) => {
+                *n += 1;
+                return;
+            }
+            Some(_) => {}
+        }
         if let Some(c) = d.country {
             self.bump(Val::Country(c));
         }
@@ -424,14 +553,9 @@ impl DayDims {
             self.bump(Val::Qr);
         }
         if let Some(u) = &d.utm {
-            for (i, v) in u.0.iter().enumerate() {
-                let Some(v) = v else { continue };
-                let hit = self.vals.iter_mut().find(
-                    |(x, _)| matches!(x, Val::Utm(j, s) if usize::from(*j) == i && **s == **v),
-                );
-                match hit {
-                    Some((_, n)) => *n += 1,
-                    None => self.vals.push((Val::Utm(i as u8, v.clone()), 1)),
+            for i in 0..UTM_NAMES.len() {
+                if u.get(i).is_some() {
+                    self.bump(Val::Utm(i as u8, std::sync::Arc::clone(u)));
                 }
             }
         }
@@ -449,11 +573,19 @@ impl DayDims {
         for dim in Dim::ALL {
             ranked.clear();
             ranked.extend(
-                self.vals
+                self.rest
                     .iter()
                     .filter(|(v, _)| v.dim() == dim)
                     .map(|(v, n)| (v.value(), *n)),
             );
+            if let Some((first, n)) = &self.first {
+                if let Some(v) = first.value(dim) {
+                    match ranked.iter_mut().find(|(x, _)| *x == v) {
+                        Some((_, m)) => *m += n,
+                        None => ranked.push((v, *n)),
+                    }
+                }
+            }
             // One value (a link's day mostly sees one country, browser...):
             // nothing to fold or order.
             match ranked[..] {
@@ -562,7 +694,7 @@ mod tests {
 
     #[test]
     fn utm_values_come_from_the_locations_query() {
-        let u = |s: &str| utm_of(s).map(|u| u.0.map(|v| v.map(String::from)));
+        let u = |s: &str| utm_of(s).map(|u| u.values().map(|v| v.map(String::from)));
         assert_eq!(u("https://a.example/x"), None);
         assert_eq!(u("https://a.example/utm_x"), None);
         let got = u("https://a/p?utm_source=mail&utm_medium=&utm_campaign=spring%2024&utm_source=x&utm_medium=late#utm_medium=y");
@@ -600,6 +732,38 @@ mod tests {
     }
 
     #[test]
+    fn the_first_clicks_values_add_to_the_others() {
+        let mut day = DayDims::default();
+        let url = "https://a/?utm_source=x";
+        let a = Dims {
+            country: Some(*b"CN"),
+            browser: 1,
+            utm: utm_of(url),
+            ..Dims::default()
+        };
+        let b = Dims {
+            browser: 2,
+            visitor: Some(7),
+            utm: utm_of(url),
+            ..a.clone()
+        };
+        for d in [&a, &a, &b, &a, &b] {
+            day.count(d);
+        }
+        let mut lines = Vec::new();
+        day.each_line(&mut Vec::new(), |d, v, n| lines.push((d, v.to_owned(), n)));
+        let mut browsers = vec![
+            (Dim::Browser, browser_name(1).to_owned(), 3),
+            (Dim::Browser, browser_name(2).to_owned(), 2),
+        ];
+        browsers.sort_by(|x, y| x.1.cmp(&y.1));
+        let mut want = vec![(Dim::Country, "CN".to_owned(), 5)];
+        want.extend(browsers);
+        want.push((Dim::UtmSource, "x".to_owned(), 5));
+        assert_eq!(lines, want);
+    }
+
+    #[test]
     fn a_day_keeps_the_top_20_of_each_dimension() {
         let mut day = DayDims::default();
         for i in 0..25u64 {
@@ -608,7 +772,7 @@ mod tests {
                 day.count(&Dims {
                     country: Some(*b"CN"),
                     qr: i % 2 == 0,
-                    utm: utm_of(&url).map(std::sync::Arc::from),
+                    utm: utm_of(&url),
                     ..Dims::default()
                 });
             }

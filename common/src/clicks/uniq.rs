@@ -60,14 +60,16 @@ pub fn register(v: u64) -> (usize, u8) {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sketch {
     /// At most [`SPARSE_MAX`] visitors, ascending, distinct: exact.
-    Sparse(Vec<u64>),
+    /// Inline up to two (a link's day between two flushes mostly sees one
+    /// visitor: no allocation per counted link).
+    Sparse(smallvec::SmallVec<[u64; 2]>),
     /// Registers.
     Dense(Box<[u8]>),
 }
 
 impl Default for Sketch {
     fn default() -> Self {
-        Sketch::Sparse(Vec::new())
+        Sketch::Sparse(smallvec::SmallVec::new())
     }
 }
 
@@ -160,11 +162,12 @@ impl Sketch {
                 // the rest of a link's lines.
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 for v in s {
-                    out.extend(
-                        (0..16)
-                            .rev()
-                            .map(|i| char::from(HEX[((v >> (4 * i)) & 15) as usize])),
-                    );
+                    let mut hex = [0u8; 16];
+                    for (i, h) in hex.iter_mut().enumerate() {
+                        *h = HEX[((v >> (4 * (15 - i))) & 15) as usize];
+                    }
+                    // Hex digits are ASCII.
+                    out.push_str(std::str::from_utf8(&hex).unwrap_or_default());
                 }
             }
             Sketch::Dense(r) => {
@@ -196,7 +199,7 @@ impl Sketch {
                     }
                     out.push(v);
                 }
-                Some(Sketch::Sparse(out))
+                Some(Sketch::Sparse(smallvec::SmallVec::from_vec(out)))
             }
             "d" => {
                 if b.len() != REGISTERS {

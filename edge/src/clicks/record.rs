@@ -20,7 +20,7 @@ use http::Method;
 use pingora::http::RequestHeader;
 use pingora_prometheus::prometheus::IntCounter;
 use shorturl_common::clicks::dims::{
-    browser_family, has_qr_marker, lang_of, os_family, utm_of, Utm,
+    browser_family, has_qr_marker, lang_of, may_have_utm, os_family, utm_of, Utm,
 };
 use shorturl_common::clicks::uniq::{self, SALT_LEN};
 use shorturl_common::clicks::{device_class_bytes, referrer_host_buf, Device, Dims, HostBuf};
@@ -290,13 +290,15 @@ thread_local! {
 /// the last one: a link's clicks share its URL, so a repeat costs a compare
 /// and a reference count instead of parsing and allocating the values.
 fn utm_remembered(location: &str) -> Option<Arc<Utm>> {
-    memchr::memmem::find(location.as_bytes(), b"utm_")?;
+    if !may_have_utm(location.as_bytes()) {
+        return None;
+    }
     LAST_UTM.with(|last| {
         let Ok(mut last) = last.try_borrow_mut() else {
-            return utm_of(location).map(Arc::from);
+            return utm_of(location);
         };
         if last.0 != location {
-            last.1 = utm_of(location).map(Arc::from);
+            last.1 = utm_of(location);
             last.0.clear();
             last.0.push_str(location);
         }
@@ -451,8 +453,8 @@ mod tests {
         assert!(matches!((&first, &again), (Some(x), Some(y)) if Arc::ptr_eq(x, y)));
         let other = utm_remembered("https://d.example/p?utm_source=news");
         assert_eq!(
-            other.map(|u| u.0.clone()),
-            Some([Some("news".into()), None, None])
+            other.as_deref().map(Utm::values),
+            Some([Some("news"), None, None])
         );
         assert!(utm_remembered("https://d.example/p?x=1").is_none());
         assert_eq!(utm_remembered(a), first);
