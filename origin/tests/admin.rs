@@ -1698,6 +1698,14 @@ async fn tenant_pages_show_clicks_per_dimension_with_csv() {
     let m55 = c.session("m55", "m55-pw").await;
     let html = page("/admin/merchants/55", &m55).await;
     assert!(html.contains(totals), "{html}");
+    // Its bar links only what it may open: Search and its merchant's page.
+    let nav = &html[html.find("<nav>").unwrap()..html.find("</nav>").unwrap()];
+    assert_eq!(
+        nav,
+        "<nav><a href=\"/admin/links\">Search</a>\
+         <a href=\"/admin/merchants/55\" aria-current=\"page\">Merchant 55</a>\
+         <a href=\"/api/docs\">API</a>"
+    );
     for p in [
         "/admin/merchants/77",
         "/admin/merchants/77?dim=country&format=csv",

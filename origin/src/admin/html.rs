@@ -58,15 +58,32 @@ fn frame(session: Option<&Session>, nav: Nav, title: &str, main: &str, head: &st
                 };
                 format!("<a href=\"{href}\"{cur}>{text}</a>")
             };
+            // A user bound to merchants is refused the pages over every
+            // tenant: the bar links Search and each of its merchants' pages.
+            let links = if s.user.merchants.is_empty() {
+                [
+                    link(Nav::Overview, "/admin/", "Overview"),
+                    link(Nav::Search, "/admin/links", "Search"),
+                    link(Nav::Merchants, "/admin/merchants", "Merchants"),
+                    link(Nav::Apps, "/admin/apps", "Apps"),
+                    link(Nav::Screening, "/admin/screening", "Screening"),
+                    link(Nav::Webhooks, "/admin/webhooks", "Webhooks"),
+                ]
+                .concat()
+            } else {
+                let mut l = link(Nav::Search, "/admin/links", "Search");
+                for k in &s.user.merchants {
+                    l.push_str(&link(
+                        Nav::Merchants,
+                        &format!("/admin/merchants/{k}"),
+                        &format!("Merchant {k}"),
+                    ));
+                }
+                l
+            };
             format!(
-                "<header><nav>{}{}{}{}{}{}<a href=\"/api/docs\">API</a></nav><div class=\"who\"><span id=\"who\">{} · {}</span>\
+                "<header><nav>{links}<a href=\"/api/docs\">API</a></nav><div class=\"who\"><span id=\"who\">{} · {}</span>\
                  <form method=\"post\" action=\"/admin/logout\">{}<button type=\"submit\">Sign out</button></form></div></header>",
-                link(Nav::Overview, "/admin/", "Overview"),
-                link(Nav::Search, "/admin/links", "Search"),
-                link(Nav::Merchants, "/admin/merchants", "Merchants"),
-                link(Nav::Apps, "/admin/apps", "Apps"),
-                link(Nav::Screening, "/admin/screening", "Screening"),
-                link(Nav::Webhooks, "/admin/webhooks", "Webhooks"),
                 esc(&s.user.name),
                 s.user.role.as_str(),
                 csrf_field(s),
