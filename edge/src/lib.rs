@@ -12,6 +12,7 @@
 //! `docs/architecture.md`.
 
 pub mod access_log;
+pub mod alloc;
 pub mod cache;
 pub mod clicks;
 pub mod config;

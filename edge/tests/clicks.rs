@@ -310,10 +310,18 @@ fn the_buffer_bound_drops_oldest_batches_and_says_how_many() {
         edge.metric("shorturl_edge_clicks_dropped_total{reason=\"buffer_full\"}"),
         d.dropped as f64
     );
+    // The kept clicks (at least 2) are in batches at the next cut: their
+    // bytes show.
+    wait_for("the kept batches' bytes", TIMEOUT, || {
+        edge.metric("shorturl_edge_clicks_buffered_bytes") > 0.0
+    });
     redis.restart();
     // What was kept arrives; with what was dropped it is every click.
     let s = wait_stream_total(&redis, d.buffered);
     assert_eq!(s.total() + d.dropped, 10);
+    wait_for("no bytes held", TIMEOUT, || {
+        edge.metric("shorturl_edge_clicks_buffered_bytes") == 0.0
+    });
 }
 
 /// An append to a stream at its `MAXLEN` trims an older entry: the edge

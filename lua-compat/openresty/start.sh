@@ -37,6 +37,7 @@
 #     keys in Redis, as the Pingora edge's tls.store_key) SU_TLS_STORE_OLD_KEYS=<key,...> (rotation)
 #   Clicks (protocol 3.4): SU_CLICKS_ENABLED=1|0 (1)  SU_CLICKS_FLUSH_INTERVAL_MS=5000 (50..5000)
 #     SU_CLICKS_EDGE_NAME=<batch-id prefix> (default the host name)  SU_CLICKS_MAX_BUFFERED_CLICKS=1000000
+#     SU_CLICKS_MAX_BUFFERED_BYTES=67108864 (>= 4194304: the unsent batches' bytes, node-wide)
 #     SU_BOTS_FILE=<bot list> (default common/data/bots.txt of this checkout)
 #     SU_CLICKS_DIMENSIONS=1|0 (1: protocol 3.7's x lines, batch version 4; 0 for origins older than 3.7)
 #     SU_FAMILIES_FILE=<browser/OS families> (default common/data/ua_families.txt of this checkout)
@@ -112,6 +113,7 @@ internal_token="${SU_ORIGIN_INTERNAL_TOKEN:-}"
 case "$internal_token" in *[!A-Za-z0-9._~+/=-]*) echo "start.sh: SU_ORIGIN_INTERNAL_TOKEN must be of [A-Za-z0-9._~+/=-] (use SU_CONF for others)" >&2; exit 2 ;; esac
 flush_ms="$(int SU_CLICKS_FLUSH_INTERVAL_MS "${SU_CLICKS_FLUSH_INTERVAL_MS:-5000}")"
 max_buffered="$(int SU_CLICKS_MAX_BUFFERED_CLICKS "${SU_CLICKS_MAX_BUFFERED_CLICKS:-1000000}")"
+max_buffered_bytes="$(int SU_CLICKS_MAX_BUFFERED_BYTES "${SU_CLICKS_MAX_BUFFERED_BYTES:-67108864}")"
 case "${SU_CLICKS_ENABLED:-1}" in
   1|true) clicks_enabled=true ;;
   0|false) clicks_enabled=false ;;
@@ -222,6 +224,7 @@ return {
     flush_interval_ms = $flush_ms,
     edge_name = "$edge_name",
     max_buffered_clicks = $max_buffered,
+    max_buffered_bytes = $max_buffered_bytes,
     dimensions = $clicks_dimensions,
   },
   geo = {

@@ -673,6 +673,21 @@ impl Accumulator {
         out
     }
 
+    /// Bytes of the counts' hash table (its slots, whatever they hold now):
+    /// what an emptied map kept for reuse still occupies. Not what the
+    /// entries point to (referrer maps, dimension lists: freed at the cut).
+    pub fn table_bytes(&self) -> usize {
+        let cap = self.links.capacity();
+        if cap == 0 {
+            return 0;
+        }
+        // hashbrown: a power of two of slots, at most 7/8 of them used
+        // (every slot but one below 8), one control byte per slot plus a
+        // group's width.
+        let slots = if cap < 8 { cap + 1 } else { cap * 8 / 7 }.next_power_of_two();
+        slots * (size_of::<(Key, LinkCounts)>() + 1) + 16
+    }
+
     /// Moves the counts out like [`Accumulator::take`], leaving `spare` in
     /// their place: an accumulator already encoded (empty, with the
     /// capacity of the links it counted), so a busy edge reuses its maps

@@ -316,10 +316,16 @@ pub fn may_have_utm(url: &[u8]) -> bool {
 /// `?`, before any `#`); `None` when it has none, which costs one search
 /// for the common URL without `utm_`. Built in the `Arc` that clicks share.
 pub fn utm_of(url: &str) -> Option<std::sync::Arc<Utm>> {
-    let url = url.as_bytes();
-    if !may_have_utm(url) {
+    if !may_have_utm(url.as_bytes()) {
         return None;
     }
+    utm_parse(url)
+}
+
+/// [`utm_of`] for a caller that has already seen [`may_have_utm`] say yes
+/// (the search is the costly part for a URL without UTM).
+pub fn utm_parse(url: &str) -> Option<std::sync::Arc<Utm>> {
+    let url = url.as_bytes();
     let q = &url[memchr::memchr(b'?', url)? + 1..];
     let q = &q[..memchr::memchr(b'#', q).unwrap_or(q.len())];
     let mut shared = std::sync::Arc::new(Utm::default());

@@ -15,6 +15,10 @@ pub const MAX_QUEUE_PER_THREAD: usize = 1 << 20;
 /// could take a gigabyte.
 pub const MIN_MAX_LINKS: usize = 100;
 pub const MAX_MAX_LINKS: usize = 1_000_000;
+/// Least `max_buffered_bytes`: a few whole batches (one is at most
+/// `MAX_BATCH_LINES` lines of ~320 bytes, ~1.6 MiB), so a bound this small
+/// never drops a batch before it could be sent.
+pub const MIN_MAX_BUFFERED_BYTES: u64 = 4 << 20;
 
 /// `edge.clicks` as written.
 #[derive(Debug, Deserialize)]
@@ -25,6 +29,7 @@ pub struct ClicksFile {
     /// First part of every batch id; default the host name.
     pub edge_name: Option<String>,
     pub max_buffered_clicks: u64,
+    pub max_buffered_bytes: u64,
     pub queue_per_thread: usize,
     pub max_links: usize,
     pub backpressure: bool,
@@ -38,6 +43,7 @@ impl Default for ClicksFile {
             flush_interval_ms: 5000,
             edge_name: None,
             max_buffered_clicks: 1_000_000,
+            max_buffered_bytes: 64 << 20,
             queue_per_thread: 1_024,
             max_links: 20_000,
             backpressure: true,
@@ -58,13 +64,17 @@ pub struct ClicksConfig {
     /// Clicks kept unsent (Redis unreachable) before whole oldest batches
     /// are dropped.
     pub max_buffered_clicks: u64,
+    /// Bytes of unsent batches kept before whole oldest batches are
+    /// dropped: the memory bound of an outage (a click on a link of its own
+    /// is up to ~400 bytes of lines).
+    pub max_buffered_bytes: u64,
     /// Clicks each request thread can hold between two drains.
     pub queue_per_thread: usize,
     /// Distinct links counted before a batch is cut early: what bounds the
     /// counts' memory (about a kilobyte a link) when many distinct links
     /// are clicked within one flush interval (a scan, an import).
     pub max_links: usize,
-    /// While half of `max_buffered_clicks` is unsent and Redis takes
+    /// While half of `max_buffered_clicks` (or of the bytes) is unsent and Redis takes
     /// batches, request threads pause so the flusher catches up (slower
     /// answers, no click dropped); off: the bound drops the oldest instead.
     pub backpressure: bool,
@@ -124,6 +134,12 @@ pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, FieldError> {
     if f.max_buffered_clicks == 0 {
         return bad("edge.clicks.max_buffered_clicks", "must be at least 1");
     }
+    if f.max_buffered_bytes < MIN_MAX_BUFFERED_BYTES {
+        return bad(
+            "edge.clicks.max_buffered_bytes",
+            format!("must be at least {MIN_MAX_BUFFERED_BYTES} (4 MiB)"),
+        );
+    }
     if !(1..=MAX_QUEUE_PER_THREAD).contains(&f.queue_per_thread) {
         return bad(
             "edge.clicks.queue_per_thread",
@@ -142,6 +158,7 @@ pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, FieldError> {
         flush_interval: Duration::from_millis(f.flush_interval_ms),
         edge_name,
         max_buffered_clicks: f.max_buffered_clicks,
+        max_buffered_bytes: f.max_buffered_bytes,
         queue_per_thread: f.queue_per_thread,
         backpressure: f.backpressure,
         dimensions: f.dimensions,
@@ -168,7 +185,7 @@ mod tests {
 
     #[test]
     fn rejects_mistakes() {
-        let cases: [(ClicksFile, &str); 7] = [
+        let cases: [(ClicksFile, &str); 8] = [
             (
                 ClicksFile {
                     flush_interval_ms: 5001,
@@ -196,6 +213,13 @@ mod tests {
                     ..Default::default()
                 },
                 "max_buffered_clicks",
+            ),
+            (
+                ClicksFile {
+                    max_buffered_bytes: MIN_MAX_BUFFERED_BYTES - 1,
+                    ..Default::default()
+                },
+                "max_buffered_bytes",
             ),
             (
                 ClicksFile {

@@ -37,6 +37,12 @@ pub struct ClicksMetrics {
     /// Batches cut before the flush interval because the counts reached
     /// `clicks.max_links` (`click_early_cuts_total`).
     pub early_cuts: IntCounter,
+    /// Bytes of unsent batches (`clicks_buffered_bytes`; bounded by
+    /// `clicks.max_buffered_bytes`).
+    pub buffered_bytes: IntGauge,
+    /// Bytes of the counts' hash tables, the current counts' and those kept
+    /// for reuse (`clicks_table_bytes`; bounded by `clicks.max_links`).
+    pub table_bytes: IntGauge,
 }
 
 impl ClicksMetrics {
@@ -87,6 +93,14 @@ impl ClicksMetrics {
             "shorturl_edge_clicks_links_held",
             "Distinct links in the click counts since the last cut (at most clicks.max_links).",
         )?;
+        let buffered_bytes = IntGauge::new(
+            "shorturl_edge_clicks_buffered_bytes",
+            "Bytes of click batches not yet appended to the stream (at most clicks.max_buffered_bytes).",
+        )?;
+        let table_bytes = IntGauge::new(
+            "shorturl_edge_clicks_table_bytes",
+            "Bytes of the click counts' hash tables, in use and kept for reuse (bounded by clicks.max_links).",
+        )?;
         let early_cuts = IntCounter::new(
             "shorturl_edge_click_early_cuts_total",
             "Cuts made before the flush interval because the counts reached clicks.max_links.",
@@ -101,7 +115,7 @@ impl ClicksMetrics {
         )?;
         let backpressure = IntCounter::new(
             "shorturl_edge_click_backpressure_total",
-            "Request-thread pauses while half of max_buffered_clicks was unsent and Redis was taking batches (the flusher catching up; no click dropped).",
+            "Request-thread pauses while half of max_buffered_clicks (or of max_buffered_bytes) was unsent and Redis was taking batches (the flusher catching up; no click dropped).",
         )?;
         let m = ClicksMetrics {
             human: clicks.with_label_values(&["human"]),
@@ -116,6 +130,8 @@ impl ClicksMetrics {
             buffered: buffered.clone(),
             links_held: links_held.clone(),
             early_cuts: early_cuts.clone(),
+            buffered_bytes: buffered_bytes.clone(),
+            table_bytes: table_bytes.clone(),
         };
         Ok((
             m,
@@ -126,6 +142,8 @@ impl ClicksMetrics {
                 Box::new(buffered),
                 Box::new(links_held),
                 Box::new(early_cuts),
+                Box::new(buffered_bytes),
+                Box::new(table_bytes),
                 Box::new(queue_full),
                 Box::new(unsalted),
                 Box::new(backpressure),

@@ -107,6 +107,8 @@ pub struct Clicks {
     encoding: AtomicU64,
     /// `clicks.max_buffered_clicks`.
     max_buffered: u64,
+    /// `clicks.max_buffered_bytes`.
+    max_buffered_bytes: u64,
     /// `clicks.backpressure`.
     backpressure: bool,
     /// The last attempt to append a batch succeeded (Redis is taking them).
@@ -118,8 +120,8 @@ pub struct Clicks {
 }
 
 /// How often request threads pause for the flusher with `unsent` of
-/// `max` clicks unsent: 0 (never) under half; then a pause every 64th
-/// click (level 7), 16th (5), 4th (3), and at every click (1) past 7/8.
+/// `max` clicks (or bytes) unsent: 0 (never) under half; then a pause every
+/// 64th click (level 7), 16th (5), 4th (3), and at every click (1) past 7/8.
 pub fn pause_level(unsent: u64, max: u64) -> u8 {
     let eighths = unsent.saturating_mul(8) / max.max(1);
     match eighths {
@@ -170,7 +172,7 @@ impl Clicks {
                 },
                 cut: Vec::new(),
                 spare: None,
-                pending: Pending::new(cfg.max_buffered_clicks),
+                pending: Pending::new(cfg.max_buffered_clicks, cfg.max_buffered_bytes),
             }),
             sent: AtomicU64::new(0),
             last_flush: AtomicU64::new(0),
@@ -178,6 +180,7 @@ impl Clicks {
             cut_early: AtomicBool::new(false),
             encoding: AtomicU64::new(0),
             max_buffered: cfg.max_buffered_clicks,
+            max_buffered_bytes: cfg.max_buffered_bytes,
             backpressure: cfg.backpressure,
             sending: AtomicBool::new(false),
             behind: AtomicU8::new(0),
@@ -288,8 +291,14 @@ impl Clicks {
 
     fn update_gauge(&self, st: &State) {
         let n = self.unsent(st);
+        let bytes = st.pending.bytes();
         let behind = if self.backpressure && self.sending.load(Ordering::Relaxed) {
-            pause_level(n, self.max_buffered)
+            // The nearer bound decides (the lower level pauses more often).
+            let levels = [
+                pause_level(n, self.max_buffered),
+                pause_level(bytes, self.max_buffered_bytes),
+            ];
+            levels.into_iter().filter(|l| *l > 0).min().unwrap_or(0)
         } else {
             0
         };
@@ -302,6 +311,15 @@ impl Clicks {
         self.metrics
             .links_held
             .set(i64::try_from(st.acc.links()).unwrap_or(i64::MAX));
+        self.metrics
+            .buffered_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        let tables = st.acc.table_bytes()
+            + st.spare.as_ref().map_or(0, Accumulator::table_bytes)
+            + st.cut.iter().map(Accumulator::table_bytes).sum::<usize>();
+        self.metrics
+            .table_bytes
+            .set(i64::try_from(tables).unwrap_or(i64::MAX));
     }
 
     /// Moves every queued click into the accumulator. Returns how many.
@@ -390,18 +408,29 @@ impl Clicks {
 
     /// [`Clicks::cut`], encoding in steps with `pace` between them.
     pub fn cut_paced(&self, pace: &mut dyn FnMut()) {
+        let mut idle_tables = None;
         let (counts, clicks) = {
             let mut st = self.state();
             let spare = st.spare.take();
             let acc = st.acc.take_into(spare);
             if !acc.is_empty() {
                 st.cut.push(acc);
+            } else if st.cut.is_empty() && acc.table_bytes() + st.acc.table_bytes() > 0 {
+                // Nothing counted for a whole interval: an idle edge gives
+                // the tables back (freed below, outside the lock); a busy
+                // one grows them again in its first interval.
+                let kept = st.acc.take();
+                idle_tables = Some((acc, kept));
             }
             let counts = std::mem::take(&mut st.cut);
             let clicks: u64 = counts.iter().map(Accumulator::clicks).sum();
             self.encoding.fetch_add(clicks, Ordering::Relaxed);
             (counts, clicks)
         };
+        if let Some(tables) = idle_tables {
+            drop(tables);
+            crate::alloc::give_back_freed();
+        }
         let mut unsent = Vec::new();
         let mut spare = None;
         for mut acc in counts {
@@ -621,6 +650,68 @@ mod tests {
         let st = c.state();
         assert_eq!(st.pending.clicks(), 251);
         assert_eq!(c.metrics.human.get(), 251);
+    }
+
+    #[test]
+    fn unsent_batches_are_bounded_in_bytes_and_the_gauges_show_the_memory() {
+        let max = config::MIN_MAX_BUFFERED_BYTES;
+        let c = clicks_with(config::ClicksFile {
+            max_buffered_bytes: max,
+            max_links: 1_000,
+            ..Default::default()
+        });
+        let now = shorturl_common::time::now_unix();
+        // Redis down (nothing sent): links of their own, each click a few
+        // lines, cut every 1,000 links, until well past 4 MiB of batches.
+        let mut n = 0u64;
+        while c.metrics.dropped_buffer_full.get() == 0 {
+            let link = format!("by{n:06}");
+            c.record_parts(parts(), (&link, "s.example"), now);
+            n += 1;
+            if n.is_multiple_of(1_000) {
+                c.drain();
+                c.cut();
+            }
+            assert!(n < 1_000_000, "4 MiB of batches never reached");
+        }
+        // The loop ends at a cut: every click is in a batch.
+        let st = c.state();
+        let (clicks, bytes) = (st.pending.clicks(), st.pending.bytes());
+        drop(st);
+        assert!(bytes <= max && bytes > max / 2, "{bytes} bytes held");
+        // Nothing lost uncounted: held plus dropped is every click.
+        assert_eq!(clicks + c.metrics.dropped(), n);
+        assert_eq!(c.metrics.buffered.get(), clicks as i64);
+        assert_eq!(c.metrics.buffered_bytes.get(), bytes as i64);
+        // The counts' tables: the current one and the one kept for reuse,
+        // each sized for max_links (2,048 slots of a few hundred bytes).
+        let tables = c.metrics.table_bytes.get();
+        assert!((400_000..4_000_000).contains(&tables), "{tables}");
+    }
+
+    #[test]
+    fn an_idle_interval_gives_the_counts_tables_back() {
+        let c = clicks_with(config::ClicksFile::default());
+        let now = shorturl_common::time::now_unix();
+        let busy = |c: &Clicks| {
+            for i in 0..300 {
+                c.record_parts(parts(), (&format!("idl{i:04}"), "s.example"), now);
+            }
+            c.drain();
+            c.cut();
+        };
+        busy(&c);
+        // Busy: the next counts' table and the one kept for reuse.
+        let tables = c.metrics.table_bytes.get();
+        assert!(tables > 2 * 300 * 300, "{tables}");
+        // A whole interval without a click: both given back.
+        c.cut();
+        assert_eq!(c.metrics.table_bytes.get(), 0);
+        assert_eq!(c.state().pending.clicks(), 300);
+        // Busy again: counted as before.
+        busy(&c);
+        assert!(c.metrics.table_bytes.get() > 0);
+        assert_eq!(c.state().pending.clicks(), 600);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Batches cut and not yet accepted by the stream, oldest first, bounded in
-//! clicks: while Redis is unreachable they wait here; past the bound whole
-//! oldest batches are dropped (and their clicks reported as dropped). A
+//! clicks and in bytes: while Redis is unreachable they wait here; past
+//! either bound whole oldest batches are dropped (and their clicks reported
+//! as dropped). The bytes bound is the memory bound: a click on a link of
+//! its own costs up to ~400 bytes of lines with dimensions, so a million
+//! clicks alone could hold hundreds of megabytes. A
 //! batch keeps its id across retries, so one whose `XADD` succeeded but
 //! whose reply was lost counts once at the origin.
 
@@ -24,35 +27,46 @@ pub struct Unsent {
 pub struct Pending {
     queue: VecDeque<Unsent>,
     clicks: u64,
+    bytes: u64,
     max_clicks: u64,
+    max_bytes: u64,
 }
 
 impl Pending {
-    /// An empty buffer holding at most `max_clicks` clicks.
-    pub fn new(max_clicks: u64) -> Pending {
+    /// An empty buffer holding at most `max_clicks` clicks in at most
+    /// `max_bytes` bytes of bodies.
+    pub fn new(max_clicks: u64, max_bytes: u64) -> Pending {
         Pending {
             queue: VecDeque::new(),
             clicks: 0,
+            bytes: 0,
             max_clicks,
+            max_bytes,
         }
     }
 
     /// Appends `b`, then drops whole oldest batches (`b` too, if it alone is
-    /// over the bound) until the bound holds. Returns the clicks dropped.
+    /// over a bound) until both bounds hold. Returns the clicks dropped.
     pub fn push(&mut self, b: Unsent) -> u64 {
         self.clicks += b.clicks;
+        self.bytes += b.body.len() as u64;
         self.queue.push_back(b);
         let mut dropped = 0;
-        while self.clicks > self.max_clicks {
+        while self.clicks > self.max_clicks || self.bytes > self.max_bytes {
             match self.queue.pop_front() {
                 Some(old) => {
-                    self.clicks -= old.clicks;
+                    self.forget(&old);
                     dropped += old.clicks;
                 }
                 None => break,
             }
         }
         dropped
+    }
+
+    fn forget(&mut self, b: &Unsent) {
+        self.clicks -= b.clicks;
+        self.bytes -= b.body.len() as u64;
     }
 
     /// The oldest batch: the next to send.
@@ -64,7 +78,7 @@ impl Pending {
     pub fn pop_sent(&mut self, id: &str) -> Option<Unsent> {
         if self.queue.front().is_some_and(|b| b.id == id) {
             let b = self.queue.pop_front()?;
-            self.clicks -= b.clicks;
+            self.forget(&b);
             return Some(b);
         }
         None
@@ -73,6 +87,11 @@ impl Pending {
     /// Clicks held.
     pub fn clicks(&self) -> u64 {
         self.clicks
+    }
+
+    /// Bytes of the bodies held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Nothing is waiting.
@@ -86,17 +105,21 @@ mod tests {
     use super::*;
 
     fn b(id: &str, clicks: u64) -> Unsent {
+        sized(id, clicks, 0)
+    }
+
+    fn sized(id: &str, clicks: u64, len: usize) -> Unsent {
         Unsent {
             id: id.into(),
             version: "1",
-            body: bytes::Bytes::new(),
+            body: bytes::Bytes::from(vec![b'h'; len]),
             clicks,
         }
     }
 
     #[test]
     fn bounded_oldest_first() {
-        let mut p = Pending::new(10);
+        let mut p = Pending::new(10, u64::MAX);
         assert_eq!(p.push(b("a", 4)), 0);
         assert_eq!(p.push(b("b", 5)), 0);
         assert_eq!(p.clicks(), 9);
@@ -111,5 +134,21 @@ mod tests {
         // A batch over the bound by itself is dropped whole.
         assert_eq!(p.push(b("d", 11)), 3 + 11);
         assert!(p.is_empty() && p.clicks() == 0);
+    }
+
+    #[test]
+    fn the_bytes_bound_drops_oldest_batches_too() {
+        let mut p = Pending::new(1_000, 100);
+        assert_eq!(p.push(sized("a", 1, 60)), 0);
+        assert_eq!(p.push(sized("b", 2, 30)), 0);
+        assert_eq!((p.clicks(), p.bytes()), (3, 90));
+        // 90 + 20 bytes > 100: the oldest batch goes, with its click.
+        assert_eq!(p.push(sized("c", 4, 20)), 1);
+        assert_eq!((p.clicks(), p.bytes()), (6, 50));
+        assert_eq!(p.pop_sent("b").map(|x| x.clicks), Some(2));
+        assert_eq!((p.clicks(), p.bytes()), (4, 20));
+        // A batch over the bytes bound by itself is dropped whole.
+        assert_eq!(p.push(sized("d", 5, 101)), 4 + 5);
+        assert!(p.is_empty() && (p.clicks(), p.bytes()) == (0, 0));
     }
 }

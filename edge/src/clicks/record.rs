@@ -20,7 +20,7 @@ use http::Method;
 use pingora::http::RequestHeader;
 use pingora_prometheus::prometheus::IntCounter;
 use shorturl_common::clicks::dims::{
-    browser_family, has_qr_marker, lang_of, may_have_utm, os_family, utm_of, Utm,
+    browser_family, has_qr_marker, lang_of, may_have_utm, os_family, utm_parse, Utm,
 };
 use shorturl_common::clicks::uniq::{self, SALT_LEN};
 use shorturl_common::clicks::{device_class_bytes, referrer_host_buf, Device, Dims, HostBuf};
@@ -295,10 +295,10 @@ fn utm_remembered(location: &str) -> Option<Arc<Utm>> {
     }
     LAST_UTM.with(|last| {
         let Ok(mut last) = last.try_borrow_mut() else {
-            return utm_of(location);
+            return utm_parse(location);
         };
         if last.0 != location {
-            last.1 = utm_of(location);
+            last.1 = utm_parse(location);
             last.0.clear();
             last.0.push_str(location);
         }

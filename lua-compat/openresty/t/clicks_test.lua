@@ -37,10 +37,14 @@ end
 -- `set_at` the time of the SET; `salt_down`: those fail as an unreachable
 -- Redis does).
 local kv, ttl, set_at, salt_down = {}, {}, {}, false
+-- `xadd_down`: the click pipelines fail as an unreachable Redis's do.
+local xadd_down = false
 redis.run = function(_, key, cmds)
     local replies = {}
     for i, c in ipairs(cmds) do
-        if c[1] == "XADD" then
+        if (c[1] == "XADD" or c[1] == "XLEN") and xadd_down then
+            return nil, "connect: refused (stub)"
+        elseif c[1] == "XADD" then
             sent[#sent + 1] = { id = c[8], v = c[10], body = c[12] }
             replies[i] = "1-0"
         elseif c[1] == "XLEN" then
@@ -66,9 +70,10 @@ local repo = ngx.var.su_repo
 -- The link rules' in-app patterns (edge.lua loads them at start): the
 -- browser dimension looks for them first.
 assert(link_rules.load_inapp(repo .. "/common/data/inapp.txt") > 0)
-local function init(dimensions)
+local function init(dimensions, max_bytes)
     clicks.init({ clicks = { enabled = true, bots_file = repo .. "/common/data/bots.txt", edge_name = "t",
-        flush_interval_ms = 50, max_buffered_clicks = 100000, dimensions = dimensions,
+        flush_interval_ms = 50, max_buffered_clicks = 100000, max_buffered_bytes = max_bytes or 67108864,
+        dimensions = dimensions,
         families_file = repo .. "/common/data/ua_families.txt" }, redis_conn = {} })
 end
 -- The clicks of protocol 3.6 first, dimensions off: the bodies of before.
@@ -940,6 +945,52 @@ do
     eq(builds, 2, "paced flush: two flushes (" .. builds .. ")")
 end
 
+---------------------------------------------------------------- unsent batches bounded in bytes
+-- Redis down: each flush adds a batch of one click (three lines); the
+-- bound holds two, so the third flush drops the oldest, counted; back up,
+-- the two kept arrive.
+do
+    local h, d = hour_day()
+    local len = #one_click("bndAA1", h, d)
+    init(false, 2 * len)
+    local wid = ngx.worker.id() or 0
+    local function n(k)
+        return state:get(k) or 0
+    end
+    local function wait(what, cond)
+        for _ = 1, 500 do
+            if cond() then
+                return
+            end
+            ngx.sleep(0.01)
+        end
+        ok(false, "bytes bound: timed out waiting for " .. what)
+    end
+    local dropped0 = n("ck:drop:buffer_full")
+    xadd_down = true
+    for i = 1, 3 do
+        clicks.count("bndAA" .. i, SHOP, false, DESKTOP, nil)
+        wait(i .. " clicks held or dropped", function()
+            return n("ck:buffered:" .. wid) + n("ck:drop:buffer_full") - dropped0 == i
+        end)
+    end
+    eq(n("ck:drop:buffer_full") - dropped0, 1, "bytes bound: the oldest batch dropped, counted")
+    eq(n("ck:buffered_bytes:" .. wid), 2 * len, "bytes bound: two batches' bytes held")
+    local m = {}
+    require("shorturl.clicks_stats").metrics(m)
+    ok((table.concat(m, "\n") .. "\n"):find("\nshorturl_edge_clicks_buffered_bytes " .. 2 * len .. "\n", 1, true),
+        "bytes bound: the metric")
+    xadd_down = false
+    wait("the kept batches sent", function()
+        return n("ck:buffered:" .. wid) == 0
+    end)
+    local got = flushed()
+    eq(#got, 2, "bytes bound: two batches sent")
+    eq(got[1] and got[1].body, one_click("bndAA2", h, d), "bytes bound: the second click first")
+    eq(got[2] and got[2].body, one_click("bndAA3", h, d), "bytes bound: then the third")
+    eq(n("ck:buffered_bytes:" .. wid), 0, "bytes bound: nothing held")
+end
+
 ---------------------------------------------------------------- clicks.dimensions = false: the old bodies
 init(false)
 do
@@ -974,6 +1025,10 @@ do
     local good, c = load("{}")
     ok(good and c.clicks.dimensions == true, "config: dimensions on by default: " .. tostring(c))
     eq(good and c.clicks.families_file, nginx.families_file, "config: the family file start.sh rendered")
+    eq(good and c.clicks.max_buffered_bytes, 67108864, "config: 64 MiB of unsent batches by default")
+    good, c = load("{ clicks = { max_buffered_bytes = 4194303 } }")
+    ok(not good and tostring(c):find("clicks.max_buffered_bytes must be a whole number >= 4194304", 1, true),
+        "config: under 4 MiB of unsent batches refused: " .. tostring(c))
     good, c = load("{ clicks = { dimensions = false } }")
     ok(good and c.clicks.dimensions == false, "config: dimensions off: " .. tostring(c))
     good, c = load("{ clicks = { dimensions = 1 } }")

@@ -66,7 +66,7 @@ local human_new, bot_new = 0, 0 -- counted since the last flush (reported then)
 local unsalted_new = 0       -- human clicks with an address in no sketch for want of their day's salt
 local queue, q_first, q_last = {}, 1, 0 -- unsent batches, oldest first
 local buffered = 0           -- clicks in `queue`
-local max_buffered           -- this worker's share of clicks.max_buffered_clicks
+local buffered_bytes = 0     -- bytes of the bodies in `queue`
 local id_prefix, seq = nil, 0
 local lookups = 0            -- redirect lookups in flight (they count when they end)
 local flushing = false
@@ -385,6 +385,7 @@ local function take(pace)
         q_last = q_last + 1
         queue[q_last] = b
         buffered = buffered + b.human + b.bot
+        buffered_bytes = buffered_bytes + #b.body
     end
 end
 
@@ -428,6 +429,7 @@ local function send_queue()
         queue[q_first] = nil
         q_first = q_first + 1
         buffered = buffered - n
+        buffered_bytes = buffered_bytes - #b.body
         report.sent = report.sent + n
         report.sent_batches = report.sent_batches + 1
     end
@@ -436,12 +438,18 @@ end
 
 -- Beyond the bound, the oldest batches go (counted).
 local function enforce_bound()
-    while buffered > max_buffered and q_first <= q_last do
+    -- This worker's shares of clicks.max_buffered_clicks and _bytes (the
+    -- memory bound of an outage: a click is up to ~400 bytes of lines).
+    local workers = ngx.worker.count()
+    local max_clicks = math.max(1, math.ceil(cfg.clicks.max_buffered_clicks / workers))
+    local max_bytes = math.max(1, math.ceil(cfg.clicks.max_buffered_bytes / workers))
+    while (buffered > max_clicks or buffered_bytes > max_bytes) and q_first <= q_last do
         local b = queue[q_first]
         queue[q_first] = nil
         q_first = q_first + 1
         local n = b.human + b.bot
         buffered = buffered - n
+        buffered_bytes = buffered_bytes - #b.body
         report.drop_buffer = report.drop_buffer + n
         ngx.log(ngx.ERR, "shorturl: click buffer full: dropped batch ", b.id, " (", n, " clicks)")
     end
@@ -469,6 +477,7 @@ local function publish(empty)
         report[k] = 0
     end
     state:set("ck:buffered:" .. wid, buffered)
+    state:set("ck:buffered_bytes:" .. wid, buffered_bytes)
     if empty then
         update_time()
         local t = ngx_time()
@@ -519,7 +528,7 @@ local function final_flush()
     if q_first <= q_last then
         report.drop_exit = buffered
         ngx.log(ngx.ERR, "shorturl: exiting with ", buffered, " clicks not sent")
-        queue, q_first, q_last, buffered = {}, 1, 0, 0
+        queue, q_first, q_last, buffered, buffered_bytes = {}, 1, 0, 0, 0
     end
     publish(false)
 end
@@ -603,6 +612,7 @@ end
 -- In each worker: its caches, batch ids and flush timer.
 function M.init_worker()
     state:set("ck:buffered:" .. (ngx.worker.id() or 0), 0)
+    state:set("ck:buffered_bytes:" .. (ngx.worker.id() or 0), 0)
     if not M.enabled then
         return
     end
@@ -610,7 +620,6 @@ function M.init_worker()
     ua_cache = lrucache.new(UA_CACHE_ITEMS)
     ref_cache = lrucache.new(REF_CACHE_ITEMS)
     id_prefix = cfg.clicks.edge_name .. ":" .. nonce() .. ":"
-    max_buffered = math.max(1, math.ceil(cfg.clicks.max_buffered_clicks / ngx.worker.count()))
     local ok, err = ngx.timer.every(cfg.clicks.flush_interval_ms / 1000, tick)
     if not ok then
         ngx.log(ngx.ERR, "shorturl: click flush timer: ", err)

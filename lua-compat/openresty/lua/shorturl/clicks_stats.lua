@@ -16,10 +16,12 @@ local function metric(key)
     return state:get(key) or 0
 end
 
-local function buffered_now()
+-- The workers' `ck:buffered:<id>` (or `ck:buffered_bytes:<id>`), summed.
+local function buffered_now(what)
+    local prefix = "ck:" .. (what or "buffered") .. ":"
     local n = 0
     for i = 0, ngx.worker.count() - 1 do
-        n = n + (state:get("ck:buffered:" .. i) or 0)
+        n = n + (state:get(prefix .. i) or 0)
     end
     return n
 end
@@ -67,6 +69,10 @@ function M.metrics(out)
     add("# HELP shorturl_edge_clicks_buffered Clicks in batches not yet appended to the stream.")
     add("# TYPE shorturl_edge_clicks_buffered gauge")
     add(format("shorturl_edge_clicks_buffered %d", buffered_now()))
+    add("# HELP shorturl_edge_clicks_buffered_bytes Bytes of click batches not yet appended to the stream "
+        .. "(at most clicks.max_buffered_bytes).")
+    add("# TYPE shorturl_edge_clicks_buffered_bytes gauge")
+    add(format("shorturl_edge_clicks_buffered_bytes %d", buffered_now("buffered_bytes")))
 end
 
 return M

@@ -97,6 +97,9 @@ local function defaults()
             -- Unsent clicks kept while Redis is unreachable (node-wide,
             -- split evenly over the workers); beyond, the oldest are dropped.
             max_buffered_clicks = 1000000,
+            -- Bytes of unsent batches kept (node-wide, split over the
+            -- workers), at least 4 MiB; beyond, the oldest are dropped.
+            max_buffered_bytes = 67108864,
             -- common/data/bots.txt; "" = the path start.sh rendered.
             bots_file = "",
             -- Protocol 3.7: human clicks also counted by country, browser,
@@ -285,6 +288,9 @@ local function check_clicks(c, nginx)
     end
     if k.max_buffered_clicks % 1 ~= 0 or k.max_buffered_clicks < 1 then
         error("clicks.max_buffered_clicks must be a whole number >= 1", 0)
+    end
+    if k.max_buffered_bytes % 1 ~= 0 or k.max_buffered_bytes < 4194304 then
+        error("clicks.max_buffered_bytes must be a whole number >= 4194304 (4 MiB)", 0)
     end
     if k.edge_name == "" then
         k.edge_name = default_edge_name()
