@@ -52,6 +52,8 @@ pub const BACKPRESSURE_PAUSE: Duration = Duration::from_micros(200);
 /// Clicks the flusher moves per hold of the lock (and per step of its
 /// [`pace`]).
 pub const DRAIN_CHUNK: usize = 256;
+/// Tables freed by an idle interval worth asking the allocator to purge.
+pub const GIVE_BACK_BYTES: usize = 1 << 20;
 /// Budget of one `XADD` (connection included).
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -420,16 +422,21 @@ impl Clicks {
                 // the tables back (freed below, outside the lock); a busy
                 // one grows them again in its first interval.
                 let kept = st.acc.take();
-                idle_tables = Some((acc, kept));
+                let bytes = acc.table_bytes() + kept.table_bytes();
+                idle_tables = Some((acc, kept, bytes));
             }
             let counts = std::mem::take(&mut st.cut);
             let clicks: u64 = counts.iter().map(Accumulator::clicks).sum();
             self.encoding.fetch_add(clicks, Ordering::Relaxed);
             (counts, clicks)
         };
-        if let Some(tables) = idle_tables {
-            drop(tables);
-            crate::alloc::give_back_freed();
+        if let Some((a, b, bytes)) = idle_tables {
+            drop((a, b));
+            // Worth a purge (a walk of the allocator's free pages) only
+            // after a burst, not for the few slots of a quiet edge's links.
+            if bytes >= GIVE_BACK_BYTES {
+                crate::alloc::give_back_freed();
+            }
         }
         let mut unsent = Vec::new();
         let mut spare = None;
