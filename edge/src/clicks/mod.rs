@@ -460,7 +460,12 @@ impl Clicks {
             let dropped = st.pending.push(u);
             if dropped > 0 {
                 self.metrics.dropped_buffer_full.inc_by(dropped);
-                tracing::warn!(dropped, "click buffer full: oldest unsent batches dropped");
+                tracing::warn!(
+                    dropped,
+                    clicks = st.pending.clicks(),
+                    bytes = st.pending.bytes(),
+                    "click buffer full: oldest unsent batches dropped"
+                );
             }
         }
         self.update_gauge(&st);
