@@ -410,27 +410,26 @@ impl Clicks {
 
     /// [`Clicks::cut`], encoding in steps with `pace` between them.
     pub fn cut_paced(&self, pace: &mut dyn FnMut()) {
-        let mut idle_tables = None;
+        let mut idle = None;
         let (counts, clicks) = {
             let mut st = self.state();
             let spare = st.spare.take();
             let acc = st.acc.take_into(spare);
             if !acc.is_empty() {
                 st.cut.push(acc);
-            } else if st.cut.is_empty() && acc.table_bytes() + st.acc.table_bytes() > 0 {
+            } else if st.cut.is_empty() {
                 // Nothing counted for a whole interval: an idle edge gives
                 // the tables back (freed below, outside the lock); a busy
                 // one grows them again in its first interval.
-                let kept = st.acc.take();
-                let bytes = acc.table_bytes() + kept.table_bytes();
-                idle_tables = Some((acc, kept, bytes));
+                idle = Some((acc, st.acc.take()));
             }
             let counts = std::mem::take(&mut st.cut);
             let clicks: u64 = counts.iter().map(Accumulator::clicks).sum();
             self.encoding.fetch_add(clicks, Ordering::Relaxed);
             (counts, clicks)
         };
-        if let Some((a, b, bytes)) = idle_tables {
+        if let Some((a, b)) = idle {
+            let bytes = a.table_bytes() + b.table_bytes();
             drop((a, b));
             // Worth a purge (a walk of the allocator's free pages) only
             // after a burst, not for the few slots of a quiet edge's links.

@@ -389,6 +389,18 @@ local function take(pace)
     end
 end
 
+-- Removes the oldest unsent batch (sent or dropped) from the queue and its
+-- figures; returns it and its clicks.
+local function pop_oldest()
+    local b = queue[q_first]
+    queue[q_first] = nil
+    q_first = q_first + 1
+    local n = b.human + b.bot
+    buffered = buffered - n
+    buffered_bytes = buffered_bytes - #b.body
+    return b, n
+end
+
 -- XLEN and the XADD of batch `b` in one pipeline (on the node serving the
 -- stream's key in a cluster); returns whether the batch was appended and
 -- the stream's length before it, or nil, err.
@@ -426,10 +438,7 @@ local function send_queue()
             -- At its bound the stream trims old entries, possibly unread.
             report.drop_stream = report.drop_stream + n
         end
-        queue[q_first] = nil
-        q_first = q_first + 1
-        buffered = buffered - n
-        buffered_bytes = buffered_bytes - #b.body
+        pop_oldest()
         report.sent = report.sent + n
         report.sent_batches = report.sent_batches + 1
     end
@@ -444,12 +453,7 @@ local function enforce_bound()
     local max_clicks = math.max(1, math.ceil(cfg.clicks.max_buffered_clicks / workers))
     local max_bytes = math.max(1, math.ceil(cfg.clicks.max_buffered_bytes / workers))
     while (buffered > max_clicks or buffered_bytes > max_bytes) and q_first <= q_last do
-        local b = queue[q_first]
-        queue[q_first] = nil
-        q_first = q_first + 1
-        local n = b.human + b.bot
-        buffered = buffered - n
-        buffered_bytes = buffered_bytes - #b.body
+        local b, n = pop_oldest()
         report.drop_buffer = report.drop_buffer + n
         ngx.log(ngx.ERR, "shorturl: click buffer full: dropped batch ", b.id, " (", n, " clicks)")
     end
