@@ -1,7 +1,11 @@
 //! Batches cut and not yet accepted by the stream, oldest first, bounded in
 //! clicks and in bytes: while Redis is unreachable they wait here; past
 //! either bound whole oldest batches are dropped (and their clicks reported
-//! as dropped). The bytes bound is the memory bound: a click on a link of
+//! as dropped), never the newest: a cut made while the flusher waited on a
+//! dead Redis can alone hold more clicks than the bound (a line carries a
+//! count), and dropping it would lose the newest clicks and keep nothing.
+//! Memory stays bounded: a batch is at most `MAX_BATCH_LINES` lines, far
+//! under the smallest bytes bound. The bytes bound is the memory bound: a click on a link of
 //! its own costs up to ~400 bytes of lines with dimensions, so a million
 //! clicks alone could hold hundreds of megabytes. A
 //! batch keeps its id across retries, so one whose `XADD` succeeded but
@@ -45,21 +49,21 @@ impl Pending {
         }
     }
 
-    /// Appends `b`, then drops whole oldest batches (`b` too, if it alone is
-    /// over a bound) until both bounds hold. Returns the clicks dropped.
+    /// Appends `b`, then drops whole oldest batches until both bounds hold
+    /// or only `b` is left (kept even when it alone is over a bound).
+    /// Returns the clicks dropped.
     pub fn push(&mut self, b: Unsent) -> u64 {
         self.clicks += b.clicks;
         self.bytes += b.body.len() as u64;
         self.queue.push_back(b);
         let mut dropped = 0;
-        while self.clicks > self.max_clicks || self.bytes > self.max_bytes {
-            match self.queue.pop_front() {
-                Some(old) => {
-                    self.forget(&old);
-                    dropped += old.clicks;
-                }
-                None => break,
-            }
+        while (self.clicks > self.max_clicks || self.bytes > self.max_bytes) && self.queue.len() > 1
+        {
+            let Some(old) = self.queue.pop_front() else {
+                break;
+            };
+            self.forget(&old);
+            dropped += old.clicks;
         }
         dropped
     }
@@ -131,9 +135,18 @@ mod tests {
         );
         assert!(p.pop_sent("c").is_none());
         assert_eq!(p.pop_sent("b").map(|x| x.clicks), Some(5));
-        // A batch over the bound by itself is dropped whole.
-        assert_eq!(p.push(b("d", 11)), 3 + 11);
-        assert!(p.is_empty() && p.clicks() == 0);
+        // A batch over the bound by itself is kept (the newest clicks),
+        // the older ones go; the next batch drops it.
+        assert_eq!(p.push(b("d", 11)), 3);
+        assert_eq!(
+            (p.clicks(), p.front().map(|f| f.id.as_str())),
+            (11, Some("d"))
+        );
+        assert_eq!(p.push(b("e", 1)), 11);
+        assert_eq!(
+            (p.clicks(), p.front().map(|f| f.id.as_str())),
+            (1, Some("e"))
+        );
     }
 
     #[test]
@@ -147,8 +160,8 @@ mod tests {
         assert_eq!((p.clicks(), p.bytes()), (6, 50));
         assert_eq!(p.pop_sent("b").map(|x| x.clicks), Some(2));
         assert_eq!((p.clicks(), p.bytes()), (4, 20));
-        // A batch over the bytes bound by itself is dropped whole.
-        assert_eq!(p.push(sized("d", 5, 101)), 4 + 5);
-        assert!(p.is_empty() && (p.clicks(), p.bytes()) == (0, 0));
+        // A batch over the bytes bound by itself is kept, the older go.
+        assert_eq!(p.push(sized("d", 5, 101)), 4);
+        assert_eq!((p.clicks(), p.bytes()), (5, 101));
     }
 }

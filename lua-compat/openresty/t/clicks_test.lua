@@ -70,9 +70,10 @@ local repo = ngx.var.su_repo
 -- The link rules' in-app patterns (edge.lua loads them at start): the
 -- browser dimension looks for them first.
 assert(link_rules.load_inapp(repo .. "/common/data/inapp.txt") > 0)
-local function init(dimensions, max_bytes)
+local function init(dimensions, max_bytes, max_clicks)
     clicks.init({ clicks = { enabled = true, bots_file = repo .. "/common/data/bots.txt", edge_name = "t",
-        flush_interval_ms = 50, max_buffered_clicks = 100000, max_buffered_bytes = max_bytes or 67108864,
+        flush_interval_ms = 50, max_buffered_clicks = max_clicks or 100000,
+        max_buffered_bytes = max_bytes or 67108864,
         dimensions = dimensions,
         families_file = repo .. "/common/data/ua_families.txt" }, redis_conn = {} })
 end
@@ -989,6 +990,49 @@ do
     eq(got[1] and got[1].body, one_click("bndAA2", h, d), "bytes bound: the second click first")
     eq(got[2] and got[2].body, one_click("bndAA3", h, d), "bytes bound: then the third")
     eq(n("ck:buffered_bytes:" .. wid), 0, "bytes bound: nothing held")
+end
+
+---------------------------------------------------------------- the newest batch is kept over the bound
+-- Redis down, a bound of 2 clicks: one flush takes three clicks of one link
+-- (one batch, over the bound by itself): kept, not dropped; the next
+-- flush's batch drops it (the oldest) and is sent once Redis is back.
+do
+    local h, d = hour_day()
+    init(false, nil, 2 * ngx.worker.count())
+    local wid = ngx.worker.id() or 0
+    local function n(k)
+        return state:get(k) or 0
+    end
+    local function wait(what, cond)
+        for _ = 1, 500 do
+            if cond() then
+                return
+            end
+            ngx.sleep(0.01)
+        end
+        ok(false, "newest kept: timed out waiting for " .. what)
+    end
+    local dropped0 = n("ck:drop:buffer_full")
+    xadd_down = true
+    for _ = 1, 3 do
+        clicks.count("bndBB1", SHOP, false, DESKTOP, nil)
+    end
+    wait("three clicks held", function()
+        return n("ck:buffered:" .. wid) == 3
+    end)
+    eq(n("ck:drop:buffer_full") - dropped0, 0, "newest kept: a batch over the bound by itself is not dropped")
+    clicks.count("bndBB2", SHOP, false, DESKTOP, nil)
+    wait("the older batch dropped", function()
+        return n("ck:drop:buffer_full") - dropped0 == 3
+    end)
+    eq(n("ck:buffered:" .. wid), 1, "newest kept: the newer batch held")
+    xadd_down = false
+    wait("the kept batch sent", function()
+        return n("ck:buffered:" .. wid) == 0
+    end)
+    local got = flushed()
+    eq(#got, 1, "newest kept: one batch sent")
+    eq(got[1] and got[1].body, one_click("bndBB2", h, d), "newest kept: the newest click")
 end
 
 ---------------------------------------------------------------- clicks.dimensions = false: the old bodies

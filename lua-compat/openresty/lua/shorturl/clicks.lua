@@ -445,14 +445,17 @@ local function send_queue()
     return true
 end
 
--- Beyond the bound, the oldest batches go (counted).
+-- Beyond the bound, the oldest batches go (counted), never the newest: a
+-- take while Redis was down can alone hold more clicks than the bound (a
+-- line carries a count), and dropping it would keep nothing and lose the
+-- newest clicks (its bytes are at most one batch's, under the bytes bound).
 local function enforce_bound()
     -- This worker's shares of clicks.max_buffered_clicks and _bytes (the
     -- memory bound of an outage: a click is up to ~400 bytes of lines).
     local workers = ngx.worker.count()
     local max_clicks = math.max(1, math.ceil(cfg.clicks.max_buffered_clicks / workers))
     local max_bytes = math.max(1, math.ceil(cfg.clicks.max_buffered_bytes / workers))
-    while (buffered > max_clicks or buffered_bytes > max_bytes) and q_first <= q_last do
+    while (buffered > max_clicks or buffered_bytes > max_bytes) and q_first < q_last do
         local b, n = pop_oldest()
         report.drop_buffer = report.drop_buffer + n
         ngx.log(ngx.ERR, "shorturl: click buffer full: dropped batch ", b.id, " (", n, " clicks)")
