@@ -39,7 +39,7 @@
 #     SU_CLICKS_EDGE_NAME=<batch-id prefix> (default the host name)  SU_CLICKS_MAX_BUFFERED_CLICKS=1000000
 #     SU_CLICKS_MAX_BUFFERED_BYTES=67108864 (>= 4194304: the unsent batches' bytes, node-wide)
 #     SU_BOTS_FILE=<bot list> (default common/data/bots.txt of this checkout)
-#     SU_CLICKS_DIMENSIONS=1|0 (1: protocol 3.7's x lines, batch version 4; 0 for origins older than 3.7)
+#     SU_CLICKS_DIMENSIONS=1|0 (1: protocol 3.7's x lines, batch version 5 of 3.8; 0 for origins older than 3.8)
 #     SU_FAMILIES_FILE=<browser/OS families> (default common/data/ua_families.txt of this checkout)
 #   Link rules (protocol 3.1.1): SU_INAPP_FILE=<in-app browser patterns> (default
 #     common/data/inapp.txt of this checkout)  SU_GEO_COUNTRY_HEADER=<header> (e.g. CF-IPCountry,

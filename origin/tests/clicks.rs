@@ -504,7 +504,8 @@ fn dim_rows(s: &support::Setup, code: &str) -> String {
     .to_owned()
 }
 
-/// Dimension lines (batch format 4, protocol 3.7) from an accumulator
+/// Dimension lines (batch format 4, protocol 3.7; written as format 5,
+/// protocol 3.8, without the implied lines) from an accumulator
 /// counting dimensions as an edge does: the named values and every
 /// dimension's default (the day's human clicks the lines leave out) are
 /// stored, per day, exactly once however often the batch is delivered;
@@ -554,11 +555,32 @@ async fn dimension_lines_are_stored_with_their_defaults_exactly_once() {
     let taken = acc.take_batches(&ids, 1000);
     assert_eq!(taken.len(), 1);
     let b = &taken[0];
-    assert_eq!(b.version(), "4");
+    // Written as version 5: no `r ... -` or `d ... bot` line in the body;
+    // the origin derives them and stores every kind as before.
+    assert_eq!(b.version(), "5");
     assert!(b.counted_dims && !b.dims.is_empty());
+    let body = b.encode_body();
+    assert!(!body.contains(" - ") && !body.contains(" bot "), "{body}");
     xadd(&s, b).await;
     wait_totals(o, &code, (6, 2)).await;
     let d1 = DAY + 86_400;
+    let sorted = |sql: String| {
+        let mut rows: Vec<String> = s.sql(&sql).trim().lines().map(str::to_owned).collect();
+        rows.sort();
+        rows.join("\n")
+    };
+    assert_eq!(
+        sorted(format!(
+            "SELECT day, host, n FROM click_day_referrer WHERE code = '{code}'"
+        )),
+        format!("{DAY}\t-\t7\n{d1}\t-\t1")
+    );
+    assert_eq!(
+        sorted(format!(
+            "SELECT day, class, n FROM click_day_device WHERE code = '{code}'"
+        )),
+        format!("{DAY}\tbot\t2\n{DAY}\tdesktop\t3\n{DAY}\tmobile\t2\n{d1}\tother\t1")
+    );
     let want: Vec<String> = [
         (DAY, "browser", "chrome", 3),
         (DAY, "browser", "safari", 2),
@@ -605,7 +627,7 @@ async fn dimension_lines_are_stored_with_their_defaults_exactly_once() {
         ..Click::new(&old, at)
     }));
     let older = acc.take_batches(&ids, 1000);
-    assert!(older.iter().all(|b| b.version() != "4" && !b.counted_dims));
+    assert!(older.iter().all(|b| b.version() < "4" && !b.counted_dims));
     for b in &older {
         xadd(&s, b).await;
     }

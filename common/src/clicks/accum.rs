@@ -14,7 +14,7 @@ use super::batch::{
 use super::dims::{DayDims, Dim, Dims, DimsInput};
 use super::uniq::Sketch;
 use super::{day_start, device_class, hour_start, referrer_host, Device};
-use super::{BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_DIMS, BATCH_VERSION_KEYS};
+use super::{BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_IMPLIED, BATCH_VERSION_KEYS};
 use super::{NO_REFERRER, OTHER_REFERRER, TOP_REFERRERS};
 use crate::code::{is_valid_code, split_link_key};
 use crate::link_rules::Destination;
@@ -393,8 +393,8 @@ impl Accumulator {
         };
         let mut cur = new_batch(ids);
         for (code, counts) in links {
-            let part = link_lines(code.as_str(), &counts);
-            if cur.lines() > 0 && cur.lines() + part.lines() > max_lines {
+            let part = link_lines(code.as_str(), &counts, self.dimensions);
+            if cur.lines() > 0 && cur.wire_lines() + part.wire_lines() > max_lines {
                 let next = new_batch(ids);
                 out.push(std::mem::replace(&mut cur, next));
             }
@@ -481,7 +481,11 @@ impl Writer {
         let time_text = &mut self.time_text;
         let mut num = itoa::Buffer::new();
         // A day's lines share its start: written once, copied after.
-        each_line(counts, ranked, |l| {
+        let implied = self.counted_dims;
+        each_line(counts, ranked, implied, |l| {
+            if implied && l.is_implied() {
+                return;
+            }
             *lines += 1;
             let (out, kind, time) = match &l {
                 Line::Hour(hour, ..) => (&mut *hours, "h ", *hour),
@@ -578,9 +582,8 @@ impl Writer {
     }
 
     fn finish(&mut self, id: String) -> Encoded {
-        let version = if self.counted_dims || !self.kinds[4].is_empty() || !self.kinds[5].is_empty()
-        {
-            BATCH_VERSION_DIMS
+        let version = if self.counted_dims {
+            BATCH_VERSION_IMPLIED
         } else if self.keys {
             BATCH_VERSION_KEYS
         } else if self.kinds[3].is_empty() {
@@ -770,14 +773,29 @@ enum Line<'a> {
     Uniq(u64, &'a Sketch),
 }
 
+impl Line<'_> {
+    /// Not written in a version 5 body: the `-` referrer and the `bot`
+    /// device, which the day's other lines imply.
+    fn is_implied(&self) -> bool {
+        matches!(
+            self,
+            Line::Referrer(_, NO_REFERRER, _) | Line::Device(_, Device::Bot, _)
+        )
+    }
+}
+
 /// Every line of a link's counts, each kind in the order the body lists
 /// it: hours by time; per day the top referrers by clicks then host (the
 /// rest summed as `~other`: every edge, the Lua one too, keeps the same 20
 /// for the same counts), the devices, and for a routed day the
 /// destinations by label. `ranked`: a buffer reused from call to call.
+/// `implied`: the lines of a version 5 batch, whose `-` referrer is not in
+/// the ranking (the 20 named are hosts) and comes after the named ones;
+/// the caller writing a body leaves out what [`Line::is_implied`].
 fn each_line<'a>(
     counts: &'a LinkCounts,
     ranked: &mut Vec<(&'a str, u64)>,
+    implied: bool,
     mut f: impl FnMut(Line<'a>),
 ) {
     for &(hour, (human, bot)) in &counts.hours {
@@ -786,7 +804,7 @@ fn each_line<'a>(
     for (day, d) in &counts.days {
         let day = *day;
         ranked.clear();
-        if d.no_referrer > 0 {
+        if d.no_referrer > 0 && !implied {
             ranked.push((NO_REFERRER, d.no_referrer));
         }
         ranked.extend(d.referrers.iter().map(|(h, n)| (h.as_str(), *n)));
@@ -801,6 +819,9 @@ fn each_line<'a>(
         }
         if other > 0 {
             f(Line::Referrer(day, OTHER_REFERRER, other));
+        }
+        if implied && d.no_referrer > 0 {
+            f(Line::Referrer(day, NO_REFERRER, d.no_referrer));
         }
         for device in Device::ALL {
             let n = d.devices[device.index()];
@@ -829,9 +850,12 @@ fn each_line<'a>(
 }
 
 /// The lines of one link as a batch's line structs.
-fn link_lines(code: &str, counts: &LinkCounts) -> Batch {
-    let mut b = Batch::default();
-    each_line(counts, &mut Vec::new(), |l| match l {
+fn link_lines(code: &str, counts: &LinkCounts, implied: bool) -> Batch {
+    let mut b = Batch {
+        counted_dims: implied,
+        ..Batch::default()
+    };
+    each_line(counts, &mut Vec::new(), implied, |l| match l {
         Line::Hour(hour, human, bot) => b.hours.push(HourLine {
             code: code.to_owned(),
             hour,
@@ -1007,7 +1031,7 @@ mod tests {
             assert_eq!(got, want, "max_lines {max_lines}");
             let versions: Vec<&str> = got.iter().map(|e| e.version).collect();
             let want_version = if dims {
-                BATCH_VERSION_DIMS
+                BATCH_VERSION_IMPLIED
             } else {
                 BATCH_VERSION_KEYS
             };

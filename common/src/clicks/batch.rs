@@ -10,11 +10,12 @@ use super::dims::{Dim, TOP_VALUES};
 use super::referrer::is_valid_host_field;
 use super::uniq::Sketch;
 use super::{
-    Device, BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_DIMS, BATCH_VERSION_KEYS,
-    OTHER_REFERRER, TOP_REFERRERS,
+    Device, BATCH_VERSION, BATCH_VERSION_DESTINATIONS, BATCH_VERSION_DIMS, BATCH_VERSION_IMPLIED,
+    BATCH_VERSION_KEYS, NO_REFERRER, OTHER_REFERRER, TOP_REFERRERS,
 };
 use crate::code::{is_valid_code, split_link_key};
 use crate::link_rules::Destination;
+use std::collections::BTreeMap;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
@@ -104,7 +105,9 @@ pub struct Batch {
     pub uniques: Vec<UniqLine>,
     /// Its human clicks were counted by dimension (version 4, with or
     /// without `x` lines): a link-day's clicks on no line of a dimension
-    /// have its default.
+    /// have its default. Such a batch is written as version 5, without
+    /// its implied lines ([`Batch::is_implied`]); it holds them all the
+    /// same (the decoder derives them), so the origin applies every kind.
     pub counted_dims: bool,
 }
 
@@ -194,12 +197,34 @@ impl Batch {
             + self.uniques.len()
     }
 
-    /// The format version of the entry (`v`): `3` when a line names a
-    /// per-domain link key, else `2` when the batch has destination lines,
-    /// else `1`, which origins of every version read (an edge counting only
-    /// plain links of fleet codes needs no upgraded origin).
+    /// Lines its body has: [`Batch::lines`] but the implied ones.
+    pub fn wire_lines(&self) -> usize {
+        if !self.counted_dims {
+            return self.lines();
+        }
+        self.lines()
+            - self
+                .referrers
+                .iter()
+                .filter(|r| r.host == NO_REFERRER)
+                .count()
+            - self
+                .devices
+                .iter()
+                .filter(|d| d.device == Device::Bot)
+                .count()
+    }
+
+    /// The format version of the entry (`v`): `5` when its human clicks
+    /// were counted by dimension, else `4` when it has dimension or
+    /// visitor lines, `3` when a line names a per-domain link key, `2`
+    /// when the batch has destination lines, else `1`, which origins of
+    /// every version read (an edge counting only plain links of fleet codes
+    /// needs no upgraded origin).
     pub fn version(&self) -> &'static str {
-        if self.counted_dims || !self.dims.is_empty() || !self.uniques.is_empty() {
+        if self.counted_dims {
+            BATCH_VERSION_IMPLIED
+        } else if !self.dims.is_empty() || !self.uniques.is_empty() {
             BATCH_VERSION_DIMS
         } else if self.codes().any(|c| c.contains('/')) {
             BATCH_VERSION_KEYS
@@ -243,16 +268,26 @@ impl Batch {
             .fold((0, 0), |(h, b), l| (h + l.human, b + l.bot))
     }
 
-    /// The body (`b` field): one line per count, each ending in `\n`.
+    /// The body (`b` field): one line per count, each ending in `\n`; of
+    /// a version 5 batch, without its implied lines.
     pub fn encode_body(&self) -> String {
         let mut out = String::with_capacity(self.lines() * 40);
+        let implied = self.counted_dims;
         for l in &self.hours {
             let _ = writeln!(out, "h {} {} {} {}", l.code, l.hour, l.human, l.bot);
         }
-        for l in &self.referrers {
+        for l in self
+            .referrers
+            .iter()
+            .filter(|l| !(implied && l.host == NO_REFERRER))
+        {
             let _ = writeln!(out, "r {} {} {} {}", l.code, l.day, l.host, l.n);
         }
-        for l in &self.devices {
+        for l in self
+            .devices
+            .iter()
+            .filter(|l| !(implied && l.device == Device::Bot))
+        {
             let _ = writeln!(out, "d {} {} {} {}", l.code, l.day, l.device.as_str(), l.n);
         }
         for l in &self.destinations {
@@ -282,11 +317,12 @@ impl Batch {
     /// batch, a zero count, a time not on its hour or day, a link-day with
     /// more than [`TOP_REFERRERS`] named hosts are defects.
     pub fn decode(id: &str, version: &str, body: &str) -> Result<Batch, BatchError> {
-        let (destinations_allowed, keys_allowed, dims_allowed) = match version {
-            BATCH_VERSION => (false, false, false),
-            BATCH_VERSION_DESTINATIONS => (true, false, false),
-            BATCH_VERSION_KEYS => (true, true, false),
-            BATCH_VERSION_DIMS => (true, true, true),
+        let (destinations_allowed, keys_allowed, dims_allowed, implied) = match version {
+            BATCH_VERSION => (false, false, false, false),
+            BATCH_VERSION_DESTINATIONS => (true, false, false, false),
+            BATCH_VERSION_KEYS => (true, true, false, false),
+            BATCH_VERSION_DIMS => (true, true, true, false),
+            BATCH_VERSION_IMPLIED => (true, true, true, true),
             _ => return Err(BatchError::Version(version.chars().take(16).collect())),
         };
         if !is_valid_batch_id(id) {
@@ -355,6 +391,9 @@ impl Batch {
                     if !is_valid_host_field(f[3]) {
                         return Err(bad("invalid referrer host"));
                     }
+                    if implied && f[3] == NO_REFERRER {
+                        return Err(bad("an implied line (version 5)"));
+                    }
                     let n = count(f[4])
                         .filter(|n| *n > 0)
                         .ok_or_else(|| bad("invalid count"))?;
@@ -378,6 +417,9 @@ impl Batch {
                 "d" => {
                     let day = time(f[2], 86_400).ok_or_else(|| bad("invalid day start"))?;
                     let device = Device::parse(f[3]).ok_or_else(|| bad("invalid device class"))?;
+                    if implied && device == Device::Bot {
+                        return Err(bad("an implied line (version 5)"));
+                    }
                     let n = count(f[4])
                         .filter(|n| *n > 0)
                         .ok_or_else(|| bad("invalid count"))?;
@@ -453,8 +495,59 @@ impl Batch {
                 _ => return Err(bad("unknown line kind")),
             }
         }
+        if implied {
+            b.add_implied()?;
+        }
         b.check_sums()?;
         Ok(b)
+    }
+
+    /// A version 5 batch's implied lines, derived: per link-day of its
+    /// hours, the clicks on no referrer line are `-`, the bot clicks
+    /// `bot` (appended, link-days in key order). A link-day whose referrer
+    /// lines name more clicks than its hours have is inconsistent.
+    fn add_implied(&mut self) -> Result<(), BatchError> {
+        // (code, day) → [clicks, bots, named referrer clicks]
+        let mut days: BTreeMap<(&str, u64), [u64; 3]> = BTreeMap::new();
+        for h in &self.hours {
+            let s = days.entry((&h.code, super::day_start(h.hour))).or_default();
+            s[0] += h.human + h.bot;
+            s[1] += h.bot;
+        }
+        for r in &self.referrers {
+            if let Some(s) = days.get_mut(&(r.code.as_str(), r.day)) {
+                s[2] += r.n;
+            }
+        }
+        let mut referrers = Vec::new();
+        let mut devices = Vec::new();
+        for ((code, day), [clicks, bots, named]) in days {
+            let none = clicks
+                .checked_sub(named)
+                .ok_or_else(|| BatchError::Inconsistent {
+                    code: code.to_owned(),
+                    day,
+                })?;
+            if none > 0 {
+                referrers.push(ReferrerLine {
+                    code: code.to_owned(),
+                    day,
+                    host: NO_REFERRER.to_owned(),
+                    n: none,
+                });
+            }
+            if bots > 0 {
+                devices.push(DeviceLine {
+                    code: code.to_owned(),
+                    day,
+                    device: Device::Bot,
+                    n: bots,
+                });
+            }
+        }
+        self.referrers.extend(referrers);
+        self.devices.extend(devices);
+        Ok(())
     }
 
     /// Per link-day: Σ h (human + bot) = Σ r = Σ d, and d `bot` = Σ h bot;
@@ -600,6 +693,56 @@ mod tests {
     }
 
     #[test]
+    fn version_5_implies_the_no_referrer_and_bot_lines() {
+        let id = "e:n:1";
+        // Two hours of one day, a named referrer, a link-day of bots only.
+        let body = "h abcdef 3600 3 1\nh abcdef 7200 1 2\nh k1mnop 3600 0 2\n\
+                    r abcdef 0 news.example 2\nd abcdef 0 desktop 4\n\
+                    x abcdef 0 browser:chrome 4\n";
+        let b = Batch::decode(id, "5", body).unwrap_or_else(|e| panic!("{e}"));
+        let refs: Vec<(&str, &str, u64)> = b
+            .referrers
+            .iter()
+            .map(|r| (r.code.as_str(), r.host.as_str(), r.n))
+            .collect();
+        assert_eq!(
+            refs,
+            [
+                ("abcdef", "news.example", 2),
+                ("abcdef", "-", 5),
+                ("k1mnop", "-", 2)
+            ]
+        );
+        let devs: Vec<(&str, Device, u64)> = b
+            .devices
+            .iter()
+            .map(|d| (d.code.as_str(), d.device, d.n))
+            .collect();
+        assert_eq!(
+            devs,
+            [
+                ("abcdef", Device::Desktop, 4),
+                ("abcdef", Device::Bot, 3),
+                ("k1mnop", Device::Bot, 2)
+            ]
+        );
+        assert_eq!((b.lines(), b.wire_lines()), (10, 6));
+        assert_eq!(b.encode_body(), body);
+        // The implied lines are never written; referrers naming more
+        // clicks than the day has do not add up.
+        let h = "h abcdef 3600 1 1\n";
+        for x in ["r abcdef 0 - 2", "d abcdef 0 bot 1"] {
+            let r = Batch::decode(id, "5", &format!("{h}{x}\n"));
+            assert!(matches!(r, Err(BatchError::Line { .. })), "{x}: {r:?}");
+        }
+        let r = Batch::decode(id, "5", &format!("{h}r abcdef 0 a.example 3\n"));
+        assert!(matches!(r, Err(BatchError::Inconsistent { .. })), "{r:?}");
+        // The non-bot devices must still add up to the day's humans.
+        let r = Batch::decode(id, "5", &format!("{h}d abcdef 0 mobile 2\n"));
+        assert!(matches!(r, Err(BatchError::Inconsistent { .. })), "{r:?}");
+    }
+
+    #[test]
     fn version_4_carries_dimension_lines() {
         let id = "e:n:1";
         let h = "h abcdef 3600 3 1\nr abcdef 0 - 4\nd abcdef 0 desktop 3\nd abcdef 0 bot 1\n";
@@ -610,12 +753,17 @@ mod tests {
         assert!(b.counted_dims);
         assert_eq!(b.dims.len(), 4);
         assert_eq!(b.dims[0].dim, Dim::Country);
-        assert_eq!(b.version(), "4");
-        assert_eq!(b.encode_body(), body);
+        // Written again, it is version 5: the same lines but the implied.
+        assert_eq!(b.version(), "5");
+        let v5 = body
+            .replace("r abcdef 0 - 4\n", "")
+            .replace("d abcdef 0 bot 1\n", "");
+        assert_eq!(b.encode_body(), v5);
+        assert_eq!(Batch::decode(id, "5", &v5), Ok(b.clone()));
         // Version 4 without any x line: counted by dimension all the same.
         let plain = Batch::decode(id, "4", h).unwrap_or_else(|e| panic!("{e}"));
         assert!(plain.counted_dims && plain.dims.is_empty());
-        assert_eq!(plain.version(), "4");
+        assert_eq!(plain.version(), "5");
         // x lines only from version 4.
         assert!(Batch::decode(id, "3", &body).is_err());
         let bad = |x: &str| Batch::decode(id, "4", &format!("{h}{x}\n"));
@@ -689,7 +837,7 @@ mod tests {
         let ok = "h abcdef 3600 1 0\nr abcdef 0 - 1\nd abcdef 0 desktop 1\n";
         assert!(Batch::decode(id, "1", ok).is_ok());
         assert!(matches!(
-            Batch::decode(id, "5", ok),
+            Batch::decode(id, "6", ok),
             Err(BatchError::Version(_))
         ));
         // Version 3 names links by key: a per-domain code with its domain,

@@ -54,6 +54,14 @@ pub const BATCH_VERSION_KEYS: &str = "3";
 /// version 3 plus those; an origin of 3.6 or older rejects it whole.
 pub const BATCH_VERSION_DIMS: &str = "4";
 
+/// The version an edge counting dimensions writes (protocol 3.8): version
+/// 4 without the lines the rest of the batch implies — a link-day's
+/// `r ... -` (its clicks on no named referrer line) and `d ... bot` (its
+/// hours' bot clicks). On a spread of links most link-days have one click,
+/// and those two of its three lines were most of what the flusher wrote
+/// and Redis stored. An origin older than 3.8 rejects it whole.
+pub const BATCH_VERSION_IMPLIED: &str = "5";
+
 /// Referrer hosts kept per link-day in one batch; the rest are summed under
 /// [`OTHER_REFERRER`], so a link shared on many sites cannot blow up a batch.
 pub const TOP_REFERRERS: usize = 20;

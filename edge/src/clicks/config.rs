@@ -79,7 +79,7 @@ pub struct ClicksConfig {
     /// answers, no click dropped); off: the bound drops the oldest instead.
     pub backpressure: bool,
     /// Count each human click's dimensions (country, browser, OS,
-    /// language, QR, UTM) and write batch version 4 (protocol 3.7); off
+    /// language, QR, UTM) and write batch version 5 (protocol 3.8); off
     /// for a fleet whose origins are older.
     pub dimensions: bool,
 }

@@ -616,7 +616,7 @@ mod tests {
         };
         let x = |l: &str| format!("x abcdef {day} {l} 1\n");
         let (v, body) = with_dims(true);
-        assert_eq!(v, "4");
+        assert_eq!(v, "5");
         let want: String = [
             "country:DE",
             "browser:chrome",

@@ -330,16 +330,14 @@ do
     eq(asked, 2, "country: asked for the human clicks only")
     local b = flushed()
     eq(#b, 1, "dimensions: one batch")
-    eq(b[1] and b[1].v, "4", "dimensions: version 4 (a fleet code without options)")
+    eq(b[1] and b[1].v, "5", "dimensions: version 5 (a fleet code without options)")
     local function x(what, n)
         return string.format("x %s %d %s %d", k, d, what, n)
     end
     local want = table.concat({
         string.format("h %s %d 5 3", k, h),
-        string.format("r %s %d - 8", k, d),
         string.format("d %s %d mobile 2", k, d),
         string.format("d %s %d desktop 3", k, d),
-        string.format("d %s %d bot 3", k, d),
         x("country:CN", 1), x("country:US", 1),
         x("browser:chrome", 1), x("browser:edge", 1), x("browser:firefox", 1), x("browser:safari", 1),
         x("browser:wechat", 1),
@@ -353,26 +351,26 @@ do
     eq(b[1] and b[1].body, want, "dimensions: the x lines after the others, by dimension then value")
 end
 
-do -- x lines follow t lines; a per-domain key's batch with x lines is version 4
+do -- x lines follow t lines; a per-domain key's batch with x lines is version 5
     local _, d = hour_day()
     clicks.count("sale", SHOP, false, FIREFOX_WIN, nil, "r1", "https://d.example/?utm_medium=cpc", "/sale")
     local b = flushed()
-    eq(b[1] and b[1].v, "4", "per-domain key with dimensions: version 4")
+    eq(b[1] and b[1].v, "5", "per-domain key with dimensions: version 5")
     local k = "s.shop55.com/sale"
     ok(b[1] and b[1].body:find(string.format("\nt %s %d r1 1\nx %s %d browser:firefox 1\nx %s %d os:windows 1\n"
         .. "x %s %d utm_medium:cpc 1\n$", k, d, k, d, k, d, k, d)), "t lines, then x lines: "
         .. t.show(b[1] and b[1].body))
 end
 
-do -- every dimension at its default: no x line, still version 4 (counted by dimension)
+do -- every dimension at its default: no x line, still version 5 (counted by dimension), no implied line
     local h, d = hour_day()
     clicks.count("aB3xYz", SHOP, false, PLAIN_UA, nil, nil, "https://d.example/", "/aB3xYz?q=1",
         { ["accept-language"] = "*" }, nil)
     clicks.count("aB3xYz", SHOP, false, "curl/8", nil, nil, "https://d.example/?utm_source=x", "/aB3xYz?qr=1")
     local b = flushed()
-    eq(b[1] and b[1].v, "4", "only defaults and bots: version 4")
-    eq(b[1] and b[1].body, string.format("h aB3xYz %d 1 1\nr aB3xYz %d - 2\nd aB3xYz %d bot 1\n"
-        .. "d aB3xYz %d other 1\n", h, d, d, d), "only defaults and bots: no x line")
+    eq(b[1] and b[1].v, "5", "only defaults and bots: version 5")
+    eq(b[1] and b[1].body, string.format("h aB3xYz %d 1 1\nd aB3xYz %d other 1\n", h, d),
+        "only defaults and bots: no x line, no r - and d bot line")
 end
 
 do -- per link-day and dimension the top 20 by clicks (ties by value), the rest as ~other
@@ -618,16 +616,12 @@ do -- clicks: a u line per link-day with a visitor, after every x line; the visi
     eq(asked, 3, "visitor: the client key asked for human clicks only")
     local b = flushed()
     eq(#b, 1, "uniques: one batch")
-    eq(b[1] and b[1].v, "4", "uniques: version 4")
+    eq(b[1] and b[1].v, "5", "uniques: version 5")
     local want = table.concat({
         string.format("h aB3xYz %d 3 3", h),
         string.format("h abcdef %d 3 0", h),
         string.format("h zzzzzz %d 1 0", h),
-        string.format("r aB3xYz %d - 6", d),
-        string.format("r abcdef %d - 3", d),
-        string.format("r zzzzzz %d - 1", d),
         string.format("d aB3xYz %d desktop 3", d),
-        string.format("d aB3xYz %d bot 3", d),
         string.format("d abcdef %d desktop 3", d),
         string.format("d zzzzzz %d desktop 1", d),
         string.format("x aB3xYz %d browser:firefox 3", d),
@@ -677,7 +671,7 @@ do -- a dense line counts in the batch's bytes: two links, 20,000 bytes a batch,
     eq(#b, 2, "dense lines: one link a batch")
     ok(b[1] and #b[1].body < 20000 and b[1].body:find("\nu aB3xYz " .. d .. " d ", 1, true),
         "dense lines: the first link's, within the bytes")
-    eq(b[2] and b[2].v, "4", "dense lines: version 4")
+    eq(b[2] and b[2].v, "5", "dense lines: version 5")
 end
 
 do -- no salt for the day (Redis unreachable since before it): no visitor; a human click with an address

@@ -428,8 +428,8 @@ check_clicks() { # name key want-versions (a glob)
 check_clicks "clicks: a fleet code under the code" plain1 "?*"
 check_clicks "clicks: a fleet code on two domains under the code" sale01 "?*"
 # (Version 4 with dimensions on, the default: it names keys as 3 does.)
-check_clicks "clicks: a custom code under <domain>/<code> (v 4)" s.test/sale "4 "
-check_clicks "clicks: the same custom code on the other domain apart (v 4)" go.test/sale "4 "
+check_clicks "clicks: a custom code under <domain>/<code> (v 5)" s.test/sale "5 "
+check_clicks "clicks: the same custom code on the other domain apart (v 5)" go.test/sale "5 "
 check_clicks "clicks: no fleet code under a domain" s.test/plain1 ""
 check_clicks "clicks: nor on the other domain" go.test/sale01 ""
 check_clicks "clicks: no custom code alone" sale ""
@@ -463,7 +463,7 @@ check_dims "dims: a plain link's x lines (bots in none)" dims01 \
   "browser:chrome 1,country:CN 1,${kr1}lang:zh 1,os:ios 1,os:windows 1,source:qr 1,utm_campaign:launch 2,"
 check_dims "dims: the forwarded query's UTM parameters, qr=1 counted" dimsf1 \
   "browser:chrome 4,${kr4}os:windows 4,source:qr 3,utm_medium:~other 1,utm_source:news 1,"
-check_clicks "dims: batches with x lines are version 4" dims01 "4 "
+check_clicks "dims: batches with x lines are version 5" dims01 "5 "
 
 # Unique visitors (protocol 3.7): the day's salt in Redis (32 hex digits,
 # gone an hour after the day), the `u` line of a link-day: the visitors

@@ -11,8 +11,10 @@
 -- (protocol 3.7: the sketch of a link-day's unique visitors, clicks_uniq,
 -- for a link-day with a visitor); a batch holds whole
 -- links only and stays within the decoder's limits, and is format version
--- 4 when the worker counts dimensions (with or without `x` lines: its
--- human clicks were counted by dimension), else 3 when it names a per-domain key, else 2
+-- 5 when the worker counts dimensions (with or without `x` lines: its
+-- human clicks were counted by dimension; protocol 3.8: without the lines
+-- the others imply, a link-day's `r ... -` and `d ... bot`, the `-` not in
+-- the referrers' ranking either), else 3 when it names a per-domain key, else 2
 -- when it has `t` lines, else 1 (the oldest version that reads it: origins
 -- of every version read a batch of fleet codes without options).
 local clicks_ua = require("shorturl.clicks_ua")
@@ -29,6 +31,7 @@ M.MAX_LINES = 100000
 M.MAX_BODY_BYTES = 8 * 1024 * 1024
 local TOP_REFERRERS = 20
 local OTHER_REFERRER = "~other"
+local NO_REFERRER = "-"
 local DEVICES = clicks_ua.DEVICES
 local DIMS, TOP_VALUES, OTHER_VALUE = clicks_dims.DIMS, clicks_dims.TOP_VALUES, clicks_dims.OTHER
 local encode_sketch = clicks_uniq.encode
@@ -105,8 +108,9 @@ end
 -- `h[hour] = {human, bot}`, `d[day] = {r = {[host] = n}, t = {[dest] = n},
 -- routed, [1..5] = per class, x = dimension counts or nil, u = sketch or
 -- nil}`): six arrays, their total byte size, and the link's human and bot
--- clicks.
-local function link_lines(key, link)
+-- clicks. `implied`: a version 5 batch's lines (no `-` referrer, no `bot`
+-- device line).
+local function link_lines(key, link, implied)
     local hl, rl, dl, tl, xl, ul = {}, {}, {}, {}, {}, {}
     local bytes, human, bot = 0, 0, 0
     for _, hour in ipairs(sorted_keys(link.h)) do
@@ -120,7 +124,9 @@ local function link_lines(key, link)
         local d = link.d[day]
         local refs = {}
         for host, n in pairs(d.r) do
-            refs[#refs + 1] = { host, n }
+            if not (implied and host == NO_REFERRER) then
+                refs[#refs + 1] = { host, n }
+            end
         end
         sort(refs, by_count_then_host)
         local other = 0
@@ -140,7 +146,7 @@ local function link_lines(key, link)
         end
         for i = 1, #DEVICES do
             local n = d[i]
-            if n > 0 then
+            if n > 0 and not (implied and DEVICES[i] == "bot") then
                 local l = format("d %s %d %s %d\n", key, day, DEVICES[i], n)
                 dl[#dl + 1] = l
                 bytes = bytes + #l
@@ -177,7 +183,9 @@ local function append(dst, src)
 end
 
 local function version(b)
-    if b.dims or #b.x > 0 or #b.u > 0 then
+    if b.dims then
+        return "5"
+    elseif #b.x > 0 or #b.u > 0 then
         return "4"
     elseif b.per_domain then
         return "3"
@@ -325,7 +333,7 @@ function M.build(links, next_id, dims, pace)
     local cur = new_batch(dims)
     local step, n = M.PACE_LINKS, 0
     local function add(key)
-        local hl, rl, dl, tl, xl, ul, bytes, human, bot = link_lines(key, links[key])
+        local hl, rl, dl, tl, xl, ul, bytes, human, bot = link_lines(key, links[key], dims)
         local lines = #hl + #rl + #dl + #tl + #xl + #ul
         if cur.lines > 0 and (cur.lines + lines > M.MAX_LINES or cur.bytes + bytes > M.MAX_BODY_BYTES) then
             out[#out + 1] = finish(cur, next_id(), pace)

@@ -103,8 +103,8 @@ local function defaults()
             -- common/data/bots.txt; "" = the path start.sh rendered.
             bots_file = "",
             -- Protocol 3.7: human clicks also counted by country, browser,
-            -- OS, language, source and UTM (batch version 4, `x` lines);
-            -- false for a fleet whose origins are older than 3.7.
+            -- OS, language, source and UTM (batch version 5 of 3.8, `x` lines);
+            -- false for a fleet whose origins are older than 3.8.
             dimensions = true,
             -- common/data/ua_families.txt (the browser and OS families);
             -- "" = the path start.sh rendered.
