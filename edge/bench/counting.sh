@@ -19,6 +19,12 @@
 # CLICKS_EXTRA adds settings to both counting edges' `clicks:` (e.g.
 # CLICKS_EXTRA="max_links: 120000").
 #
+# BENCH_HEADERS=0: wrk's bare requests instead (no User-Agent: every click
+# a bot's, as the kit's edge-hot-analytics). BASELINE_BIN=<binary>: a
+# fourth edge, `dimsbase`, counting with dimensions on that binary, in the
+# same rotation; the summary adds the per-round ratio dims / dimsbase (two
+# builds' counting compared in one run).
+#
 # PERF=1 adds one more run of the edge with dimensions under
 # `perf record -g` and prints the CPU per thread and the top symbols of
 # the request thread and of the flusher. Needs: redis-server, wrk, curl,
@@ -42,17 +48,24 @@ trap cleanup EXIT
 [ -x "$BIN" ] || { echo "build first: cargo build --release -p shorturl-edge ($BIN)" >&2; exit 1; }
 [ -f "$MMDB" ] || { echo "no country database at $MMDB: run scripts/deps.sh" >&2; exit 1; }
 
-export BENCH_HEADERS=1
+export BENCH_HEADERS=${BENCH_HEADERS:-1}
 bench_redis "$REDIS_PORT" "$CODES"
 bench_wrk_scripts "$CODES"
 
 # name port clicks-line
 NAMES=(off nodims dims)
-declare -A PORT=([off]=28180 [nodims]=28181 [dims]=28182) MPORT=([off]=28190 [nodims]=28191 [dims]=28192) PID
+declare -A PORT=([off]=28180 [nodims]=28181 [dims]=28182 [dimsbase]=28183) PID
+declare -A MPORT=([off]=28190 [nodims]=28191 [dims]=28192 [dimsbase]=28193)
+declare -A EBIN=([off]=$BIN [nodims]=$BIN [dims]=$BIN)
+if [ -n "${BASELINE_BIN:-}" ]; then
+  [ -x "$BASELINE_BIN" ] || { echo "BASELINE_BIN $BASELINE_BIN is not an executable" >&2; exit 1; }
+  NAMES+=(dimsbase); EBIN[dimsbase]=$BASELINE_BIN
+fi
 declare -A CLICKS=(
   [off]="{ enabled: false }"
   [nodims]="{ enabled: true, edge_name: nodims, dimensions: false${CLICKS_EXTRA:+, $CLICKS_EXTRA} }"
   [dims]="{ enabled: true, edge_name: dims, dimensions: true${CLICKS_EXTRA:+, $CLICKS_EXTRA} }"
+  [dimsbase]="{ enabled: true, edge_name: dimsbase, dimensions: true${CLICKS_EXTRA:+, $CLICKS_EXTRA} }"
 )
 for n in "${NAMES[@]}"; do
   cat >"$WORK/$n.yaml" <<YAML
@@ -76,7 +89,7 @@ edge:
   trusted_proxies: ["127.0.0.1/32"]
   geo: { mmdb_path: $MMDB }
 YAML
-  RUST_LOG=error taskset -c 0 "$BIN" -c "$WORK/$n.yaml" >"$WORK/$n.log" 2>&1 &
+  RUST_LOG=error taskset -c 0 "${EBIN[$n]}" -c "$WORK/$n.yaml" >"$WORK/$n.log" 2>&1 &
   PID[$n]=$!; PIDS+=($!); wait_tcp "${PORT[$n]}"
 done
 
@@ -99,7 +112,7 @@ run() { # round name
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $ROUNDS rounds of ${DUR}s"
 echo "round edge req/s p99_ms"
 for r in $(seq 1 "$ROUNDS"); do
-  k=$(( (r - 1) % 3 ))
+  k=$(( (r - 1) % ${#NAMES[@]} ))
   order=("${NAMES[@]:$k}" "${NAMES[@]:0:$k}")
   for n in "${order[@]}"; do run "$r" "$n"; done
 done
@@ -109,10 +122,13 @@ rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r, n, rps, p99 in rows:
     by.setdefault(int(r), {})[n] = (float(rps), float(p99))
-for n, what in (("nodims", "counting without dimensions"), ("dims", "counting with dimensions and visitors")):
-    rr = [v[n][0] / v["off"][0] for v in by.values()]
-    pp = [v[n][1] / v["off"][1] for v in by.values()]
-    print(f"{n:7s} vs off ({what}): req/s {statistics.median(rr):.3f}x ({min(rr):.3f}-{max(rr):.3f}), "
+pairs = [("nodims", "off", "counting without dimensions"), ("dims", "off", "counting with dimensions and visitors")]
+if all("dimsbase" in v for v in by.values()):
+    pairs += [("dimsbase", "off", "the baseline build's, with dimensions"), ("dims", "dimsbase", "this build against the baseline's")]
+for n, a, what in pairs:
+    rr = [v[n][0] / v[a][0] for v in by.values()]
+    pp = [v[n][1] / v[a][1] for v in by.values()]
+    print(f"{n:8s} vs {a} ({what}): req/s {statistics.median(rr):.3f}x ({min(rr):.3f}-{max(rr):.3f}), "
           f"p99 {statistics.median(pp):.3f}x ({min(pp):.3f}-{max(pp):.3f})")
 PY
 for n in nodims dims; do
