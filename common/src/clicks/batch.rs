@@ -56,6 +56,20 @@ pub struct DeviceLine {
     pub n: u64,
 }
 
+impl ReferrerLine {
+    /// The clicks without a referrer: not written in a version 5 body.
+    pub fn is_implied(&self) -> bool {
+        self.host == NO_REFERRER
+    }
+}
+
+impl DeviceLine {
+    /// The bot clicks: not written in a version 5 body.
+    pub fn is_implied(&self) -> bool {
+        self.device == Device::Bot
+    }
+}
+
 /// `t <code> <day_start_unix> <destination> <n>`: human clicks on a link
 /// with options (rules or an expiry fallback) that one destination
 /// answered (`link`, `r<rule>`, `r<rule>v<variant>`, `expired`): the A/B
@@ -203,16 +217,16 @@ impl Batch {
             return self.lines();
         }
         self.lines()
-            - self
-                .referrers
-                .iter()
-                .filter(|r| r.host == NO_REFERRER)
-                .count()
-            - self
-                .devices
-                .iter()
-                .filter(|d| d.device == Device::Bot)
-                .count()
+            - self.referrers.iter().filter(|r| r.is_implied()).count()
+            - self.devices.iter().filter(|d| d.is_implied()).count()
+    }
+
+    /// Per hour line: its link-day, its clicks (human + bot), its bots.
+    fn hour_days(&self) -> impl Iterator<Item = ((&str, u64), u64, u64)> {
+        self.hours.iter().map(|h| {
+            let day = (h.code.as_str(), super::day_start(h.hour));
+            (day, h.human + h.bot, h.bot)
+        })
     }
 
     /// The format version of the entry (`v`): `5` when its human clicks
@@ -279,15 +293,11 @@ impl Batch {
         for l in self
             .referrers
             .iter()
-            .filter(|l| !(implied && l.host == NO_REFERRER))
+            .filter(|l| !(implied && l.is_implied()))
         {
             let _ = writeln!(out, "r {} {} {} {}", l.code, l.day, l.host, l.n);
         }
-        for l in self
-            .devices
-            .iter()
-            .filter(|l| !(implied && l.device == Device::Bot))
-        {
+        for l in self.devices.iter().filter(|l| !(implied && l.is_implied())) {
             let _ = writeln!(out, "d {} {} {} {}", l.code, l.day, l.device.as_str(), l.n);
         }
         for l in &self.destinations {
@@ -509,10 +519,10 @@ impl Batch {
     fn add_implied(&mut self) -> Result<(), BatchError> {
         // (code, day) → [clicks, bots, named referrer clicks]
         let mut days: BTreeMap<(&str, u64), [u64; 3]> = BTreeMap::new();
-        for h in &self.hours {
-            let s = days.entry((&h.code, super::day_start(h.hour))).or_default();
-            s[0] += h.human + h.bot;
-            s[1] += h.bot;
+        for (day, clicks, bots) in self.hour_days() {
+            let s = days.entry(day).or_default();
+            s[0] += clicks;
+            s[1] += bots;
         }
         for r in &self.referrers {
             if let Some(s) = days.get_mut(&(r.code.as_str(), r.day)) {
@@ -558,10 +568,10 @@ impl Batch {
         // (code, day) → [hour clicks, hour bots, referrer clicks, device
         // clicks, device bots, destination clicks, destination lines]
         let mut sums: HashMap<(&str, u64), [u64; 7]> = HashMap::new();
-        for h in &self.hours {
-            let s = sums.entry((&h.code, super::day_start(h.hour))).or_default();
-            s[0] += h.human + h.bot;
-            s[1] += h.bot;
+        for (day, clicks, bots) in self.hour_days() {
+            let s = sums.entry(day).or_default();
+            s[0] += clicks;
+            s[1] += bots;
         }
         for r in &self.referrers {
             sums.entry((&r.code, r.day)).or_default()[2] += r.n;

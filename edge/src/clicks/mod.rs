@@ -107,10 +107,6 @@ pub struct Clicks {
     cut_early: AtomicBool,
     /// Clicks [`Clicks::cut`] is encoding (outside the lock): still buffered.
     encoding: AtomicU64,
-    /// `clicks.max_buffered_clicks`.
-    max_buffered: u64,
-    /// `clicks.max_buffered_bytes`.
-    max_buffered_bytes: u64,
     /// `clicks.backpressure`.
     backpressure: bool,
     /// The last attempt to append a batch succeeded (Redis is taking them).
@@ -181,8 +177,6 @@ impl Clicks {
             max_links: cfg.max_links.max(1),
             cut_early: AtomicBool::new(false),
             encoding: AtomicU64::new(0),
-            max_buffered: cfg.max_buffered_clicks,
-            max_buffered_bytes: cfg.max_buffered_bytes,
             backpressure: cfg.backpressure,
             sending: AtomicBool::new(false),
             behind: AtomicU8::new(0),
@@ -295,12 +289,7 @@ impl Clicks {
         let n = self.unsent(st);
         let bytes = st.pending.bytes();
         let behind = if self.backpressure && self.sending.load(Ordering::Relaxed) {
-            // The nearer bound decides (the lower level pauses more often).
-            let levels = [
-                pause_level(n, self.max_buffered),
-                pause_level(bytes, self.max_buffered_bytes),
-            ];
-            levels.into_iter().filter(|l| *l > 0).min().unwrap_or(0)
+            st.pending.pause_level(n)
         } else {
             0
         };

@@ -88,6 +88,21 @@ impl Pending {
         None
     }
 
+    /// How often request threads pause for the flusher
+    /// ([`super::pause_level`]) with `unsent` clicks counted and not sent
+    /// (these batches' and the counts not cut yet) and this buffer's bytes:
+    /// the nearer bound decides (the lower level pauses more often).
+    pub fn pause_level(&self, unsent: u64) -> u8 {
+        [
+            super::pause_level(unsent, self.max_clicks),
+            super::pause_level(self.bytes, self.max_bytes),
+        ]
+        .into_iter()
+        .filter(|l| *l > 0)
+        .min()
+        .unwrap_or(0)
+    }
+
     /// Clicks held.
     pub fn clicks(&self) -> u64 {
         self.clicks

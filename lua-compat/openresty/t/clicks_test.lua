@@ -940,6 +940,23 @@ do
     eq(builds, 2, "paced flush: two flushes (" .. builds .. ")")
 end
 
+-- A figure of the node's shared state (0 when unset), and a wait of up
+-- to 5 s for a condition, failing with `prefix` when it never holds.
+local function shared_count(k)
+    return state:get(k) or 0
+end
+local function waiter(prefix)
+    return function(what, cond)
+        for _ = 1, 500 do
+            if cond() then
+                return
+            end
+            ngx.sleep(0.01)
+        end
+        ok(false, prefix .. ": timed out waiting for " .. what)
+    end
+end
+
 ---------------------------------------------------------------- unsent batches bounded in bytes
 -- Redis down: each flush adds a batch of one click (three lines); the
 -- bound holds two, so the third flush drops the oldest, counted; back up,
@@ -948,19 +965,8 @@ do
     local h, d = hour_day()
     local len = #one_click("bndAA1", h, d)
     init(false, 2 * len)
-    local wid = ngx.worker.id() or 0
-    local function n(k)
-        return state:get(k) or 0
-    end
-    local function wait(what, cond)
-        for _ = 1, 500 do
-            if cond() then
-                return
-            end
-            ngx.sleep(0.01)
-        end
-        ok(false, "bytes bound: timed out waiting for " .. what)
-    end
+    local n, wid = shared_count, ngx.worker.id() or 0
+    local wait = waiter("bytes bound")
     local dropped0 = n("ck:drop:buffer_full")
     xadd_down = true
     for i = 1, 3 do
@@ -993,19 +999,8 @@ end
 do
     local h, d = hour_day()
     init(false, nil, 2 * ngx.worker.count())
-    local wid = ngx.worker.id() or 0
-    local function n(k)
-        return state:get(k) or 0
-    end
-    local function wait(what, cond)
-        for _ = 1, 500 do
-            if cond() then
-                return
-            end
-            ngx.sleep(0.01)
-        end
-        ok(false, "newest kept: timed out waiting for " .. what)
-    end
+    local n, wid = shared_count, ngx.worker.id() or 0
+    local wait = waiter("newest kept")
     local dropped0 = n("ck:drop:buffer_full")
     xadd_down = true
     for _ = 1, 3 do
