@@ -107,7 +107,8 @@ async fn a_patch_publishes_exactly_one_message_with_the_new_version() {
     assert_eq!(sub.next(WAIT).await.unwrap(), format!("3 {code} sho.rt"));
     assert_eq!(s.redis_record(&code).await.as_deref(), Some("- 3"));
     assert_eq!(o.follow("sho.rt", &code).await.0, 404);
-    // Each request applied and deleted its own row before answering...
+    // Each request answered only once its row was applied and deleted (by
+    // itself, or by the drainer it waited for)...
     assert_eq!(s.sql("SELECT COUNT(*) FROM outbox").trim(), "0");
     // ...but `pending` is the drainer's last look (every 200 ms), which may
     // have fallen between the last patch's commit and its apply: wait for
