@@ -560,7 +560,8 @@ def markdown(res):
            f"pinning: {m['pinning']}; wrk {m['wrk']}, nginx {m['nginx']}, Redis {m['redis']}, "
            f"MariaDB {m['mariadb']}; commit {m['git']}, {cfg['profile']} build.",
            f"Load: wrk -t{cfg['wrk_threads']} -c{cfg['connections']}, {cfg['duration_s']} s per scenario, "
-           f"{cfg['server_workers']} server worker(s), {cfg['links']} links (random codes, same file for every system).",
+           f"{cfg['server_workers']} server worker(s), {cfg['links']} links (random codes, same file for every system; "
+           f"{'each request picks one by a Zipf law of exponent ' + cfg['zipf'] if cfg.get('zipf') else 'each request picks one uniformly'}).",
            "",
            "Mode: *sequential* figures are one run; *interleaved ×N* figures are the median of N rounds run "
            "back to back with the scenario's anchor, the order alternating, and the ratio is the median of "
@@ -621,7 +622,7 @@ def markdown(res):
 
 def final(run, out_dir, ts):
     m = read_kv(os.path.join(run, "machine.env"))
-    cfg_keys = ("command", "duration_s", "links", "connections", "wrk_threads", "server_workers", "profile",
+    cfg_keys = ("command", "duration_s", "links", "zipf", "connections", "wrk_threads", "server_workers", "profile",
                 "quick", "setup_create_s")
     cfg = {k: m.pop(k) for k in cfg_keys if k in m}
     started = m.pop("started", ts)

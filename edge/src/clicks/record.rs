@@ -90,7 +90,14 @@ impl Event {
 
     /// The link's code.
     pub fn code(&self) -> &str {
-        std::str::from_utf8(&self.code[..usize::from(self.code_len)]).unwrap_or("")
+        let bytes = self
+            .code
+            .get(..usize::from(self.code_len))
+            .unwrap_or_default();
+        // SAFETY: `Event::new` copied these bytes whole from a `str` and
+        // nothing changes them after. Checked again, this was a tenth of
+        // what counting a click cost its request thread (issue 27).
+        unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 
     /// What the click is counted under: the link key (`code::link_key`),
