@@ -209,12 +209,41 @@ def load_scenario(d):
             notes.append(f"origin MySQL SELECTs {sel} for {req} requests; edge memory hits {g('local.hit')}")
             if sel is not None and sel < 0.9 * req:
                 notes.append("WARNING: fewer MySQL SELECTs than requests: not every request reached MySQL")
+    cpu = read_json(os.path.join(d, "cpu.json"))
+    if isinstance(cpu, dict) and cpu.get("procs") is not None:
+        s["cpu"] = cpu
+        s["server_cpu_s"] = server_cpu_s(cpu, s["system"])
+        notes.append(cpu_note(cpu))
     s.update(ok=not problems, problems=problems, notes=notes)
     if s["name"] == "miss-storm":
         s["distinct_codes"] = int(meta.get("distinct_codes", 0))
         s["neg_ttl_s"] = int(meta.get("neg_ttl_s", 5))
         s["origin_negative_ttl_s"] = int(meta.get("origin_negative_ttl_s", 60))
     return s
+
+
+SERVER_COMMS = {"edge": ("shorturl-edge",), "nginx": ("nginx",), "openresty": ("nginx", "openresty")}
+
+
+def server_cpu_s(cpu, system):
+    """CPU seconds the measured system's processes used during the run (None
+    when the system is not a server the kit knows by name)."""
+    comms = SERVER_COMMS.get(system)
+    if not comms:
+        return None
+    return round(sum(p["s"] for p in cpu["procs"] if p["comm"] in comms), 3) or None
+
+
+def cpu_note(cpu):
+    """One line of loadtest/cpu.py's figures: each core's busy share, then
+    the processes that used CPU during the run with their busiest threads
+    (wrk itself has exited before the second look: its core's share shows it)."""
+    cores = ", ".join(f"{c} {100 * v:.0f}%" for c, v in sorted(cpu.get("cores_busy", {}).items()))
+    procs = []
+    for p in cpu["procs"][:6]:
+        threads = ", ".join(f"{t} {v:.2f}" for t, v in list(p["threads"].items())[:3])
+        procs.append(f"{p['comm']} {p['s']:.2f}" + (f" ({threads})" if len(p["threads"]) > 1 else ""))
+    return f"CPU over {cpu['wall_s']:.1f} s: cores busy {cores}; CPU seconds: {'; '.join(procs) or 'none'}"
 
 
 def fmt_num(v, nd=0):
@@ -398,7 +427,7 @@ def targets(scenarios, cfg):
 
 
 ROUND_FILES = ("wrk.json", "wrk.txt", "wrk.err", "status-before.json", "status-after.json",
-               "origin-before.json", "origin-after.json", "notes")
+               "origin-before.json", "origin-after.json", "notes", "cpu.json")
 
 
 def adopt(src, dst, extra):
@@ -427,9 +456,13 @@ def pair(sdir, t, a, n):
         ra = load_scenario(os.path.join(sdir, t, "rounds", str(i), a))
         ok = rt.get("rps") and ra.get("rps")
         rows.append({"round": i, "first": a if i % 2 else t,
-                     t: {k: rt.get(k) for k in ("rps", "p50_ms", "p99_ms", "p999_ms", "errors", "idle_wait_s")},
-                     a: {k: ra.get(k) for k in ("rps", "p50_ms", "p99_ms", "p999_ms", "errors", "idle_wait_s")},
+                     t: {k: rt.get(k) for k in ("rps", "p50_ms", "p99_ms", "p999_ms", "errors", "idle_wait_s", "server_cpu_s")},
+                     a: {k: ra.get(k) for k in ("rps", "p50_ms", "p99_ms", "p999_ms", "errors", "idle_wait_s", "server_cpu_s")},
                      "ratio": round(rt["rps"] / ra["rps"], 4) if ok else None,
+                     # Requests per CPU second of the server: its cost per
+                     # request, whatever starved or fed the load generator.
+                     "cpu_ratio": round((rt["rps"] / rt["server_cpu_s"]) / (ra["rps"] / ra["server_cpu_s"]), 4)
+                     if ok and rt.get("server_cpu_s") and ra.get("server_cpu_s") else None,
                      "p99_ratio": round(rt["p99_ms"] / ra["p99_ms"], 4) if ok and ra["p99_ms"] else None,
                      "ok": bool(rt.get("ok") and ra.get("ok"))})
     good = [r for r in rows if r["ratio"] is not None]
@@ -443,6 +476,10 @@ def pair(sdir, t, a, n):
         by = sorted(good, key=lambda r: r["p99_ratio"] if res.get("median_round_by") else r["ratio"])
         mid = by[(len(by) - 1) // 2]
         p99s = [r["p99_ratio"] for r in good if r["p99_ratio"] is not None]
+        cpus = [r["cpu_ratio"] for r in good if r.get("cpu_ratio") is not None]
+        if cpus:
+            res.update(cpu_ratio_median=round(statistics.median(cpus), 4), cpu_ratio_min=min(cpus),
+                       cpu_ratio_max=max(cpus))
         ratios = [r["ratio"] for r in good]
         res.update(ratio_median=round(statistics.median(ratios), 4),
                    ratio_min=min(ratios), ratio_max=max(ratios), median_round=mid["round"],
@@ -466,7 +503,8 @@ def pair(sdir, t, a, n):
     if good:
         print(f"{t:16} vs {a}: {n} interleaved rounds, req/s ratio median {res['ratio_median']:.3f} "
               f"(min {res['ratio_min']:.3f}, max {res['ratio_max']:.3f}), p99 ratio median "
-              f"{res['p99_ratio_median'] if res['p99_ratio_median'] is not None else '–'}", file=sys.stderr)
+              f"{res['p99_ratio_median'] if res['p99_ratio_median'] is not None else '–'}, per server CPU second "
+              f"{res.get('cpu_ratio_median', '–')}", file=sys.stderr)
     else:
         print(f"{t:16} vs {a}: FAILED in every round", file=sys.stderr)
     return 0
@@ -586,13 +624,16 @@ def markdown(res):
     if pairs:
         out += ["", "Interleaved pairs (per-round figures in the JSON):", "",
                 "| scenario | anchor | rounds | req/s ratio median | spread | p99 ratio median | spread | "
-                "req/s per round (scenario / anchor) |", "|---|---|---:|---:|---|---:|---|---|"]
+                "requests per server CPU second, ratio median (spread) | "
+                "req/s per round (scenario / anchor) |", "|---|---|---:|---:|---|---:|---|---|---|"]
         for p in pairs:
             per = "; ".join(f"{r[p['target']]['rps'] or 0:,.0f} / {r[p['anchor']]['rps'] or 0:,.0f}" for r in p["rounds"])
             p99 = (f"{p['p99_ratio_median']:.3f}×", f"{p['p99_ratio_min']:.3f}–{p['p99_ratio_max']:.3f}") \
                 if p.get("p99_ratio_median") is not None else ("–", "–")
+            cpu = (f"{p['cpu_ratio_median']:.3f}× ({p['cpu_ratio_min']:.3f}–{p['cpu_ratio_max']:.3f})"
+                   if p.get("cpu_ratio_median") is not None else "–")
             out.append(f"| {p['target']} | {p['anchor']} | {p['n']} | {p['ratio_median']:.3f}× | "
-                       f"{p['ratio_min']:.3f}–{p['ratio_max']:.3f} | {p99[0]} | {p99[1]} | {per} |")
+                       f"{p['ratio_min']:.3f}–{p['ratio_max']:.3f} | {p99[0]} | {p99[1]} | {cpu} | {per} |")
     out += ["", "Targets (compared, not asserted):", "", "| target | measured | goal | result |", "|---|---|---|---|"]
     for t in res["targets"]:
         r = {True: "met", False: "**MISSED**", None: "n/a"}[t["met"]]
