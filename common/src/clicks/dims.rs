@@ -506,10 +506,11 @@ impl Val {
 }
 
 /// A link-day's dimension counts (human clicks; defaults not kept). Held
-/// inline in the link's counts: the first click's values with how many
+/// inline in the link-day's counts: the first click's values with how many
 /// clicks had exactly them (between two flushes most link-days see one
-/// kind of visitor, and a link clicked once costs no allocation), and a
-/// short list, searched linearly, of every value of the other clicks.
+/// kind of visitor, and a link clicked once costs no allocation of its
+/// own), and a short list, searched linearly, of every value of the other
+/// clicks.
 #[derive(Debug, Default)]
 pub(crate) struct DayDims {
     first: Option<(Dims, u64)>,
