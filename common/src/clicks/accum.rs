@@ -758,11 +758,11 @@ fn order_paced<'a>(
             l.0 = sort_word(l.1, depth);
         }
         // Equal words: the keys' first eight bytes from `depth` are equal
-        // (or differ only by trailing zero bytes), the rest decides.
-        links.sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0)
-                .then_with(|| a.1.as_bytes()[depth..].cmp(&b.1.as_bytes()[depth..]))
-        });
+        // (or differ only by trailing zero bytes), the rest decides. Every
+        // key is at least `depth` long; `get` only keeps a flusher from
+        // ever panicking on a slice.
+        let rest = |k: &'a str| k.as_bytes().get(depth..).unwrap_or_default();
+        links.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| rest(a.1).cmp(rest(b.1))));
         pace();
         groups.push(links);
         return;
