@@ -28,22 +28,28 @@ def comm(path):
         return "?"
 
 
+def thread_ns(pid):
+    """(tid, CPU nanoseconds) of every thread of process `pid` that can be
+    read now (none when it is gone); loadtest/idle.py sums them."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for t in tids:
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                yield t, int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+
+
 def snap():
     threads = {}
     for p in os.listdir("/proc"):
         if not p.isdigit():
             continue
         name = comm(f"/proc/{p}/comm")
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tids:
-            try:
-                with open(f"/proc/{p}/task/{t}/schedstat") as f:
-                    ns = int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
+        for t, ns in thread_ns(p):
             threads[f"{p}/{t}"] = [name, comm(f"/proc/{p}/task/{t}/comm"), ns]
     cpus = {}
     with open("/proc/stat") as f:

@@ -18,6 +18,8 @@ import os
 import sys
 import time
 
+from cpu import thread_ns
+
 WINDOW_S = 0.5
 STEP_S = 0.1
 IDLE_SHARE = 0.01
@@ -47,19 +49,7 @@ def descendants(roots):
 
 
 def cpu_ns(pids):
-    total = 0
-    for p in pids:
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tids:
-            try:
-                with open(f"/proc/{p}/task/{t}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-    return total
+    return sum(ns for p in pids for _, ns in thread_ns(p))
 
 
 def main(argv):
