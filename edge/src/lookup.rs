@@ -65,7 +65,7 @@ impl Resolved {
 
 /// Resolves codes through the cache, Redis and the origin.
 pub struct Resolver {
-    pub cache: LocalCache,
+    pub cache: Arc<LocalCache>,
     flight: Arc<SingleFlight<String, Resolved>>,
     redis: RedisStore,
     origin: Arc<OriginPool>,
@@ -82,7 +82,7 @@ impl Resolver {
         metrics: Arc<Metrics>,
     ) -> Self {
         Resolver {
-            cache: LocalCache::new(ttl.max_bytes),
+            cache: Arc::new(LocalCache::new(ttl.max_bytes)),
             flight: SingleFlight::new(),
             redis,
             origin,

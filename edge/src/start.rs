@@ -103,6 +103,7 @@ pub fn build(opt: Opt, loaded: Loaded) -> Result<Server, StartError> {
         &boot_nonce(),
         ClicksMetrics::new()?,
     )?);
+    clicks.count_on(&resolver.cache);
     let shutdown_timeout = std::time::Duration::from_secs(
         server
             .configuration

@@ -220,6 +220,22 @@ impl LinkCounts {
     }
 }
 
+impl LinkCounts {
+    /// `n` bot clicks without a referrer at `at_unix`: what `n` calls of
+    /// [`LinkCounts::count`] with `Device::Bot`, `NO_REFERRER`, no
+    /// destination and no dimensions count.
+    fn count_bots(&mut self, at_unix: u64, n: u64) {
+        slot(&mut self.hours, hour_start(at_unix), || (0, 0)).1 += n;
+        let day = slot(
+            &mut self.days,
+            day_start(at_unix),
+            Box::<DayCounts>::default,
+        );
+        day.devices[Device::Bot.index()] += n;
+        day.no_referrer += n;
+    }
+}
+
 /// The entry of `key` in `v` (sorted by key), inserted in place if missing.
 fn slot<T, const N: usize>(
     v: &mut SmallVec<[(u64, T); N]>,
@@ -353,6 +369,26 @@ impl Accumulator {
             }
         }
         self.clicks += 1;
+        true
+    }
+
+    /// Counts `n` bot clicks without a referrer on a plain link at
+    /// `at_unix` (an edge's tally of them, taken whole): the same counts
+    /// as `n` such clicks added one by one. False, counting nothing, for
+    /// a key [`Accumulator::add_classified`] refuses.
+    pub fn add_bots(&mut self, code: &str, at_unix: u64, n: u64) -> bool {
+        if n == 0 || (!is_valid_code(code) && split_link_key(code).is_none()) {
+            return false;
+        }
+        match self.links.get_mut(code) {
+            Some(link) => link.count_bots(at_unix, n),
+            None => {
+                let mut link = LinkCounts::default();
+                link.count_bots(at_unix, n);
+                self.links.insert(Key::new(code), link);
+            }
+        }
+        self.clicks += n;
         true
     }
 
@@ -1002,6 +1038,34 @@ mod tests {
 
     const CHROME_UA: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
     const IPHONE_UA: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1";
+
+    #[test]
+    fn bots_added_whole_are_those_bots_added_one_by_one() {
+        let t = 86_400 * 20_000 + 3600 * 23 + 59;
+        let ids = || BatchIds::new("e", "n").unwrap();
+        for dims in [false, true] {
+            let (mut whole, mut one_by_one) = (filled(dims), filled(dims));
+            for (code, at, n) in [
+                ("c00001", t, 3),
+                ("c00001", t + 1, 2),
+                ("s.example/promo14", t, 5),
+                ("tally1", t + 3600, 4),
+                ("tally1", t, 1),
+            ] {
+                assert!(whole.add_bots(code, at, n), "{code}");
+                for _ in 0..n {
+                    assert!(one_by_one.add_classified(code, at, Device::Bot, NO_REFERRER, None, None));
+                }
+            }
+            assert!(!whole.add_bots("no/such/key", t, 1));
+            assert!(!whole.add_bots("tally2", t, 0));
+            assert_eq!(whole.clicks(), one_by_one.clicks());
+            let bodies = |a: &mut Accumulator| -> Vec<String> {
+                a.take_batches(&ids(), 1000).iter().map(|b| b.encode_body()).collect()
+            };
+            assert_eq!(bodies(&mut whole), bodies(&mut one_by_one));
+        }
+    }
 
     #[test]
     fn paced_encoding_is_in_steps_and_in_the_whole_sorts_order() {

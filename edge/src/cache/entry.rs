@@ -11,6 +11,7 @@
 //! [`allocation_size`]), so the cache's byte count is its memory.
 
 use super::Frame;
+use crate::clicks::tally::Tally;
 use shorturl_common::link_rules::LinkOptions;
 use shorturl_common::record::Record;
 use std::fmt;
@@ -120,6 +121,8 @@ pub struct Entry {
     pub(super) gen: u32,
     /// Hits since insertion or the last pass of the eviction hand (capped).
     freq: AtomicU8,
+    /// Bots' clicks on the link since the last harvest (`clicks::tally`).
+    tally: Tally,
     /// The link's options, shared with the record it was built from
     /// (`None` for nearly every link: one word per entry).
     options: Option<Arc<LinkOptions>>,
@@ -198,6 +201,7 @@ impl Entry {
             gen,
             options,
             freq: AtomicU8::new(0),
+            tally: Tally::new(),
             queue: AtomicU8::new(SMALL),
             prev: AtomicPtr::new(std::ptr::null_mut()),
             next: AtomicPtr::new(std::ptr::null_mut()),
@@ -231,6 +235,11 @@ impl Entry {
             domain: self.domain(),
             code: self.code(),
         }
+    }
+
+    /// The bots' clicks counted on this entry (`clicks::tally`).
+    pub fn tally(&self) -> &Tally {
+        &self.tally
     }
 
     /// What the code resolved to.

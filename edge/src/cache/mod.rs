@@ -45,12 +45,13 @@ pub use generation::Generation;
 pub use key::Key;
 pub use tombstones::MAX_TOMBSTONES;
 
-use crossbeam_epoch as epoch;
+use crate::clicks::tally::TallySink;
+use crossbeam_epoch::{self as epoch, Guard};
 use generation::{Generations, Horizon};
 use pingora_prometheus::prometheus;
 use policy::{Change, State};
 use std::hash::RandomState;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use table::Table;
@@ -70,7 +71,14 @@ const MAX_SHARDS: usize = 256;
 struct Shard {
     table: Table,
     state: Mutex<Locked>,
+    /// Some entry of the shard was tallied since the last harvest: an
+    /// idle shard's entries are not walked (see `harvest_tallies`).
+    tallied: AtomicBool,
 }
+
+/// Where the tallies of entries leaving the cache go: set once, when
+/// counting is on (`LocalCache::set_tally_sink`).
+pub(crate) type SinkSlot = std::sync::OnceLock<Arc<dyn TallySink>>;
 
 /// What a shard's lock guards: its eviction state and its tombstones.
 struct Locked {
@@ -107,6 +115,8 @@ pub struct LocalCache {
     /// The fast path's redirect head: records stored whose URL fits it are
     /// servable ([`Entry::servable`]).
     frame: std::sync::OnceLock<Arc<Frame>>,
+    /// Shared with every shard's writer state.
+    sink: Arc<SinkSlot>,
     /// Tests: every code gets this hash (all collide).
     #[cfg(test)]
     fixed_hash: Option<u64>,
@@ -121,15 +131,17 @@ impl LocalCache {
         }
         let per_shard = (max_bytes - max_bytes / ALLOCATOR_SHARE) / n;
         let tombs_per_shard = MAX_TOMBSTONES.div_ceil(n);
+        let sink = Arc::new(SinkSlot::new());
         let shards = (0..n)
             .map(|_| {
                 let (table, index) = Table::new();
                 Shard {
                     table,
                     state: Mutex::new(Locked {
-                        policy: State::new(index, per_shard),
+                        policy: State::new(index, per_shard, Arc::clone(&sink)),
                         tombs: Tombstones::new(tombs_per_shard),
                     }),
+                    tallied: AtomicBool::new(false),
                 }
             })
             .collect::<Box<[_]>>();
@@ -144,6 +156,7 @@ impl LocalCache {
             totals,
             gens: Generations::default(),
             frame: std::sync::OnceLock::new(),
+            sink,
             #[cfg(test)]
             fixed_hash: None,
         };
@@ -163,6 +176,13 @@ impl LocalCache {
     /// later calls are ignored.
     pub fn set_frame(&self, f: Arc<Frame>) {
         let _ = self.frame.set(f);
+    }
+
+    /// From now on, the tally of an entry leaving the cache goes to
+    /// `sink` (counting is on). Set once, before serving; later calls are
+    /// ignored.
+    pub fn set_tally_sink(&self, sink: Arc<dyn TallySink>) {
+        let _ = self.sink.set(sink);
     }
 
     fn hash(&self, key: Key<'_>) -> u64 {
@@ -203,6 +223,70 @@ impl LocalCache {
         let e = self.peek(key, now)?;
         e.touch();
         Some(e)
+    }
+
+    /// [`LocalCache::get`] for a reader that answers while `guard` stays
+    /// pinned (the fast path): no reference count taken, and the only way
+    /// to [`LocalCache::tally`] on the entry.
+    pub fn get_pinned<'g>(&self, key: Key<'_>, now: Instant, guard: &'g Guard) -> Option<&'g Entry> {
+        let hash = self.hash(key);
+        let h = self.horizon(now);
+        let e = self.shard(hash).table.find(hash, key, guard)?;
+        if !h.admits(e) {
+            return None;
+        }
+        e.touch();
+        Some(e)
+    }
+
+    /// Counts one bot click of `hour` (hours since the epoch) on `e`, an
+    /// entry found by [`LocalCache::get_pinned`] under a guard still
+    /// pinned. False when the entry's tally holds another hour or the
+    /// entry has left the cache meanwhile (count the click the usual way).
+    #[inline]
+    pub fn tally(&self, e: &Entry, hour: u64, _pinned: &Guard) -> bool {
+        if !e.tally().add(hour) {
+            return false;
+        }
+        // Sequentially consistent (free on x86: the tally's swap is a
+        // locked instruction already): a harvest that swaps the flag after
+        // this load saw it set walks the table after this click.
+        let flag = &self.shard(e.hash).tallied;
+        if !flag.load(SeqCst) {
+            flag.store(true, SeqCst);
+        }
+        true
+    }
+
+    /// Takes the tallies of every entry into `f`, as (entry, hour,
+    /// clicks), one call per shard (with `all`, every shard; otherwise
+    /// only those tallied on since the last harvest), calling `pace`
+    /// between shards. `f` runs pinned and holding no shard lock (it may
+    /// take the counts' lock, which a spill takes under a shard lock).
+    pub fn harvest_tallies(
+        &self,
+        all: bool,
+        f: &mut dyn FnMut(&[(&Entry, u64, u64)]),
+        pace: &mut dyn FnMut(),
+    ) {
+        for shard in self.shards.iter() {
+            if !shard.tallied.swap(false, SeqCst) && !all {
+                continue;
+            }
+            let guard = epoch::pin();
+            let mut taken = Vec::new();
+            shard.table.for_each(&guard, |e| {
+                if let Some((hour, n)) = e.tally().take() {
+                    taken.push((e, hour, n));
+                }
+            });
+            if !taken.is_empty() {
+                f(&taken);
+            }
+            drop(taken);
+            drop(guard);
+            pace();
+        }
     }
 
     /// [`LocalCache::get`] without counting a use. (The request whose own

@@ -21,6 +21,7 @@
 use super::entry::{Entry, MAIN, SMALL};
 use super::generation::Horizon;
 use super::table::{Index, Table};
+use super::SinkSlot;
 use crossbeam_epoch::Guard;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
@@ -145,6 +146,9 @@ pub(super) struct State {
     budget: usize,
     /// Entries dropped to make room since the last call to `take_evicted`.
     evicted: u64,
+    /// Where an entry's tally goes when the epoch frees it (see
+    /// `clicks::tally`); empty while counting is off.
+    sink: Arc<SinkSlot>,
 }
 
 /// What an insertion did, for the cache's totals.
@@ -156,7 +160,7 @@ pub(super) struct Change {
 }
 
 impl State {
-    pub(super) fn new(index: Index, budget: usize) -> State {
+    pub(super) fn new(index: Index, budget: usize, sink: Arc<SinkSlot>) -> State {
         State {
             index,
             small: Queue::default(),
@@ -164,6 +168,7 @@ impl State {
             ghost: Ghost::default(),
             budget,
             evicted: 0,
+            sink,
         }
     }
 
@@ -282,6 +287,15 @@ impl State {
         let q = e.queue.load(Relaxed);
         self.queue(q).unlink(e);
         if let Some(arc) = table.remove(&mut self.index, e, guard) {
+            // Its tally closed (a reader still holding the entry queues its
+            // click instead) and what it held counted now, not whenever the
+            // epoch frees the entry. Under the shard lock: the counts'
+            // lock is only ever taken after a shard's, never before.
+            if let Some(sink) = self.sink.get() {
+                if let Some((hour, n)) = arc.tally().close() {
+                    sink.spill(arc.code(), arc.domain(), hour, n);
+                }
+            }
             guard.defer(move || drop(arc));
         }
     }

@@ -108,6 +108,21 @@ impl Table {
         None
     }
 
+    /// Calls `f` with every entry in the table, valid while `guard` is
+    /// pinned (an entry inserted or removed meanwhile may or may not be
+    /// seen; a rebuild meanwhile is not seen).
+    pub(super) fn for_each<'g>(&self, guard: &'g Guard, mut f: impl FnMut(&'g Entry)) {
+        let Some(slots) = self.current(guard) else {
+            return;
+        };
+        for w in slots.words.iter().map(|s| s.load(Acquire)) {
+            if w != EMPTY && w != REMOVED {
+                // SAFETY: as in `find`.
+                f(unsafe { &*entry_ptr(w) });
+            }
+        }
+    }
+
     /// A shared handle to the entry for `key` if `keep` accepts it.
     pub(super) fn get(
         &self,

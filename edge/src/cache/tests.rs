@@ -166,9 +166,11 @@ fn an_entry_is_charged_what_it_occupies() {
     assert_eq!(e.weight(), want);
     assert_eq!(c.bytes() - before, want);
     // The Arc block stays small: counts, fixed fields, two links, the
-    // options pointer (issue 25: one word, `None` for a plain link).
+    // options pointer (issue 25: one word, `None` for a plain link), the
+    // bots' tally (issue 27: 112 bytes with the counts, the size class
+    // the block had at 88 already).
     assert!(
-        std::mem::size_of::<Entry>() <= 88,
+        std::mem::size_of::<Entry>() <= 96,
         "{}",
         std::mem::size_of::<Entry>()
     );

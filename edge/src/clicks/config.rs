@@ -34,6 +34,7 @@ pub struct ClicksFile {
     pub max_links: usize,
     pub backpressure: bool,
     pub dimensions: bool,
+    pub tally_bots: bool,
 }
 
 impl Default for ClicksFile {
@@ -48,6 +49,7 @@ impl Default for ClicksFile {
             max_links: 20_000,
             backpressure: true,
             dimensions: true,
+            tally_bots: true,
         }
     }
 }
@@ -82,6 +84,10 @@ pub struct ClicksConfig {
     /// language, QR, UTM) and write batch version 5 (protocol 3.8); off
     /// for a fleet whose origins are older.
     pub dimensions: bool,
+    /// Count a bot's click without a referrer on a plain cached link on
+    /// its cache entry (`clicks::tally`), harvested every flush interval;
+    /// off: every click is queued (the same counts, sent the same way).
+    pub tally_bots: bool,
 }
 
 /// Whether `s` is an edge name or nonce of a batch id.
@@ -162,6 +168,7 @@ pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, FieldError> {
         queue_per_thread: f.queue_per_thread,
         backpressure: f.backpressure,
         dimensions: f.dimensions,
+        tally_bots: f.tally_bots,
     })
 }
 

@@ -15,7 +15,7 @@
 //! [`last_flush_budget`].
 
 use super::pace::Pace;
-use super::{Clicks, SendError, SEND_TIMEOUT};
+use super::{Clicks, Harvest, SendError, SEND_TIMEOUT};
 use crate::config::redis::RedisConfig;
 use crate::redis_store::connect;
 use async_trait::async_trait;
@@ -114,6 +114,9 @@ impl BackgroundService for ClickFlusher {
         };
         let mut tick = tokio::time::interval(DRAIN_INTERVAL.min(self.flush_interval));
         let mut next_flush = Instant::now() + self.flush_interval;
+        // The tallies' harvest walks the cache: once per interval, not at
+        // every early cut (which moves `next_flush`).
+        let mut next_harvest = next_flush;
         let mut shutting_down = false;
         let mut failures = 0u64;
         let mut salts_retry = 0u64;
@@ -146,9 +149,17 @@ impl BackgroundService for ClickFlusher {
             }
             self.clicks.drain_paced(&mut || pace.step());
             let early = self.clicks.take_early_cut();
-            if shutting_down || early || Instant::now() >= next_flush {
-                next_flush = Instant::now() + self.flush_interval;
-                self.clicks.cut_paced(&mut || pace.step());
+            let now = Instant::now();
+            if shutting_down || early || now >= next_flush || now >= next_harvest {
+                next_flush = now + self.flush_interval;
+                // (The last flush takes every entry's: `Clicks::cut`.)
+                let harvest = if shutting_down || now >= next_harvest {
+                    next_harvest = now + self.flush_interval;
+                    Harvest::Tallied
+                } else {
+                    Harvest::None
+                };
+                self.clicks.cut_paced(harvest, &mut || pace.step());
                 if let Some(c) = conn.as_mut() {
                     send_all(&self.clicks, c, &mut failures, &mut pace).await;
                 }

@@ -43,6 +43,11 @@ pub struct ClicksMetrics {
     /// Bytes of the counts' hash tables, the current counts' and those kept
     /// for reuse (`clicks_table_bytes`; bounded by `clicks.max_links`).
     pub table_bytes: IntGauge,
+    /// Bots' clicks taken from cache entries' tallies at a harvest
+    /// (`click_tallies_total{how="harvested"}`) and from entries leaving
+    /// the cache (`how="spilled"`): `clicks::tally`.
+    pub tallies_harvested: IntCounter,
+    pub tallies_spilled: IntCounter,
 }
 
 impl ClicksMetrics {
@@ -117,6 +122,13 @@ impl ClicksMetrics {
             "shorturl_edge_click_backpressure_total",
             "Request-thread pauses while half of max_buffered_clicks (or of max_buffered_bytes) was unsent and Redis was taking batches (the flusher catching up; no click dropped).",
         )?;
+        let tallies = IntCounterVec::new(
+            Opts::new(
+                "shorturl_edge_click_tallies_total",
+                "Bots' clicks counted on cache entries and taken into the counts, by how (harvested at a flush, spilled by an entry leaving the cache).",
+            ),
+            &["how"],
+        )?;
         let m = ClicksMetrics {
             human: clicks.with_label_values(&["human"]),
             bot: clicks.with_label_values(&["bot"]),
@@ -132,6 +144,8 @@ impl ClicksMetrics {
             early_cuts: early_cuts.clone(),
             buffered_bytes: buffered_bytes.clone(),
             table_bytes: table_bytes.clone(),
+            tallies_harvested: tallies.with_label_values(&["harvested"]),
+            tallies_spilled: tallies.with_label_values(&["spilled"]),
         };
         Ok((
             m,
@@ -147,6 +161,7 @@ impl ClicksMetrics {
                 Box::new(queue_full),
                 Box::new(unsalted),
                 Box::new(backpressure),
+                Box::new(tallies),
             ],
         ))
     }

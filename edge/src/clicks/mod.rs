@@ -22,6 +22,7 @@ pub mod pace;
 pub mod pending;
 pub mod record;
 pub mod salts;
+pub mod tally;
 
 pub use config::ClicksConfig;
 pub use metrics::ClicksMetrics;
@@ -31,7 +32,9 @@ use record::Registry;
 use shorturl_common::clicks::{Accumulator, BatchIds, Device, STREAM_KEY, STREAM_MAXLEN};
 use shorturl_common::status::ClicksDim;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use crate::cache::{Entry, LocalCache};
+use crossbeam_epoch::Guard;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Lines per batch: far under the decoder's 100,000 lines and, at ~320
@@ -115,6 +118,36 @@ pub struct Clicks {
     /// ([`pause_level`]; 0: not behind): the request threads yield to it
     /// ([`Clicks::yield_to_flusher`]).
     behind: AtomicU8,
+    /// The cache whose entries hold [`tally`]s (set when the fast path
+    /// counts on them; weak: the cache's sink refers back to us).
+    tallies: std::sync::OnceLock<std::sync::Weak<LocalCache>>,
+    /// Clicks in tallies, not harvested yet (counted, not sent).
+    tallied: AtomicU64,
+    /// `clicks.tally_bots`.
+    tally_bots: bool,
+}
+
+/// Which tallies a cut takes first ([`Clicks::cut_paced`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Harvest {
+    /// None (a cut early: the counts reached `max_links`; a walk of the
+    /// cache there would be paid at every early cut).
+    None,
+    /// Those of shards tallied on since the last harvest (every flush).
+    Tallied,
+    /// Every entry's (the last flush, tests).
+    All,
+}
+
+/// Where the tally of an entry leaving the cache goes.
+struct Spill(std::sync::Weak<Clicks>);
+
+impl tally::TallySink for Spill {
+    fn spill(&self, code: &str, domain: &str, hour: u64, clicks: u64) {
+        if let Some(c) = self.0.upgrade() {
+            c.absorb_tallies(std::iter::once((code, domain, hour, clicks)), true);
+        }
+    }
 }
 
 /// How often request threads pause for the flusher with `unsent` of
@@ -180,7 +213,48 @@ impl Clicks {
             backpressure: cfg.backpressure,
             sending: AtomicBool::new(false),
             behind: AtomicU8::new(0),
+            tallies: std::sync::OnceLock::new(),
+            tallied: AtomicU64::new(0),
+            tally_bots: cfg.tally_bots,
         })
+    }
+
+    /// Lets the fast path count bots' clicks on `cache`'s entries
+    /// ([`tally`]): harvested at every flush interval, spilled here when
+    /// an entry leaves the cache. Once, before serving, with counting on.
+    pub fn count_on(self: &Arc<Self>, cache: &Arc<LocalCache>) {
+        if self.enabled && self.tally_bots && self.tallies.set(Arc::downgrade(cache)).is_ok() {
+            cache.set_tally_sink(Arc::new(Spill(Arc::downgrade(self))));
+        }
+    }
+
+    /// The fast path's click on `entry`, found by
+    /// [`LocalCache::get_pinned`] under `guard`, still pinned: a bot's
+    /// click without a referrer on a plain link is a [`tally`] on the
+    /// entry; every other click is queued as [`Clicks::record_parts`]
+    /// queues it.
+    #[inline]
+    pub fn record_hit(
+        &self,
+        parts: record::ClickParts<'_>,
+        (cache, entry, guard): (&LocalCache, &Entry, &Guard),
+        at_unix: u64,
+    ) {
+        if !self.enabled {
+            return;
+        }
+        let class = record::classify_parts(parts.head, parts.user_agent);
+        if class.device == Device::Bot
+            && parts.referer.is_none()
+            && parts.destination.is_none()
+            && self.tallies.get().is_some()
+            && cache.tally(entry, at_unix / 3600, guard)
+        {
+            self.tallied.fetch_add(1, Ordering::Relaxed);
+            self.queued(Ok(0));
+            return;
+        }
+        self.record_class(class, parts, (entry.code(), entry.domain()), at_unix);
     }
 
     /// Whether counting is on.
@@ -200,18 +274,32 @@ impl Clicks {
     #[inline]
     pub fn record_parts(&self, parts: record::ClickParts<'_>, link: (&str, &str), at_unix: u64) {
         if self.enabled {
-            let dims = self.dimensions.then_some(record::DimsCtx {
-                salts: &self.salts,
-                unsalted: &self.metrics.unsalted,
-            });
-            self.queued(record::record_parts(
-                &self.registry,
-                parts,
-                link,
-                at_unix,
-                dims,
-            ));
+            let class = record::classify_parts(parts.head, parts.user_agent);
+            self.record_class(class, parts, link, at_unix);
         }
+    }
+
+    /// [`Clicks::record_parts`] with the user agent classified.
+    #[inline]
+    fn record_class(
+        &self,
+        class: record::UaClass,
+        parts: record::ClickParts<'_>,
+        link: (&str, &str),
+        at_unix: u64,
+    ) {
+        let dims = self.dimensions.then_some(record::DimsCtx {
+            salts: &self.salts,
+            unsalted: &self.metrics.unsalted,
+        });
+        self.queued(record::record_class(
+            &self.registry,
+            class,
+            parts,
+            link,
+            at_unix,
+            dims,
+        ));
     }
 
     /// After a click was queued (or handed back by a full queue): what the
@@ -280,19 +368,26 @@ impl Clicks {
         }
     }
 
-    /// Every click counted and not sent yet.
-    fn unsent(&self, st: &State) -> u64 {
+    /// Every click counted and not sent yet, but those in tallies.
+    fn unsent_counts(&self, st: &State) -> u64 {
         st.buffered() + self.encoding.load(Ordering::Relaxed)
     }
 
+    /// Every click counted and not sent yet.
+    fn unsent(&self, st: &State) -> u64 {
+        self.unsent_counts(st) + self.tallied.load(Ordering::Relaxed)
+    }
+
     fn update_gauge(&self, st: &State) {
-        let n = self.unsent(st);
-        let bytes = st.pending.bytes();
+        // Tallies are not behind: they are harvested at the next flush
+        // whatever their number (a flush interval's worth of clicks).
         let behind = if self.backpressure && self.sending.load(Ordering::Relaxed) {
-            st.pending.pause_level(n)
+            st.pending.pause_level(self.unsent_counts(st))
         } else {
             0
         };
+        let n = self.unsent(st);
+        let bytes = st.pending.bytes();
         if behind != self.behind.load(Ordering::Relaxed) {
             self.behind.store(behind, Ordering::Relaxed);
         }
@@ -367,19 +462,73 @@ impl Clicks {
                     human += 1;
                 }
             }
-            if st.acc.links() >= self.max_links {
-                let spare = st.spare.take();
-                let full = st.acc.take_into(spare);
-                st.cut.push(full);
-                self.metrics.early_cuts.inc();
-                self.cut_early.store(true, Ordering::Relaxed);
-            }
+            self.cut_if_full(&mut st);
         };
         let n = source(&mut add);
         self.metrics.human.inc_by(human);
         self.metrics.bot.inc_by(bot);
         self.update_gauge(&st);
         n
+    }
+
+    /// Counts that reach `clicks.max_links` links are cut (encoded by the
+    /// next [`Clicks::cut`], which the flusher runs at once).
+    fn cut_if_full(&self, st: &mut State) {
+        if st.acc.links() >= self.max_links {
+            let spare = st.spare.take();
+            let full = st.acc.take_into(spare);
+            st.cut.push(full);
+            self.metrics.early_cuts.inc();
+            self.cut_early.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts tallies taken whole: `(code, domain, hour, clicks)`;
+    /// `spilled`: from an entry leaving the cache (else a harvest).
+    fn absorb_tallies<'a>(
+        &self,
+        taken: impl Iterator<Item = (&'a str, &'a str, u64, u64)>,
+        spilled: bool,
+    ) {
+        let mut st = self.state();
+        let (mut bots, mut total) = (0, 0);
+        let mut key = String::new();
+        for (code, domain, hour, n) in taken {
+            total += n;
+            let key = record::link_key(code, domain, &mut key);
+            if st.acc.add_bots(key, hour.saturating_mul(3600), n) {
+                bots += n;
+            }
+            self.cut_if_full(&mut st);
+        }
+        self.tallied.fetch_sub(total, Ordering::Relaxed);
+        self.metrics.bot.inc_by(bots);
+        if spilled {
+            self.metrics.tallies_spilled.inc_by(total);
+        } else {
+            self.metrics.tallies_harvested.inc_by(total);
+        }
+        self.update_gauge(&st);
+    }
+
+    /// Takes the cache's tallies into the counts (`all`: every shard's,
+    /// not only those tallied on since the last harvest).
+    fn harvest(&self, all: bool, pace: &mut dyn FnMut()) {
+        let Some(cache) = self.tallies.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        cache.harvest_tallies(
+            all,
+            &mut |taken| {
+                self.absorb_tallies(
+                    taken
+                        .iter()
+                        .map(|(e, hour, n)| (e.code(), e.domain(), *hour, *n)),
+                    false,
+                )
+            },
+            pace,
+        );
     }
 
     /// True once after a drain cut batches early: the flusher sends them
@@ -394,11 +543,17 @@ impl Clicks {
     /// grows with the links counted, and a request whose queue is full
     /// must not wait for it.
     pub fn cut(&self) {
-        self.cut_paced(&mut || {})
+        self.cut_paced(Harvest::All, &mut || {})
     }
 
-    /// [`Clicks::cut`], encoding in steps with `pace` between them.
-    pub fn cut_paced(&self, pace: &mut dyn FnMut()) {
+    /// [`Clicks::cut`], encoding in steps with `pace` between them; the
+    /// tallies taken as `harvest` says.
+    pub fn cut_paced(&self, harvest: Harvest, pace: &mut dyn FnMut()) {
+        match harvest {
+            Harvest::None => {}
+            Harvest::Tallied => self.harvest(false, pace),
+            Harvest::All => self.harvest(true, pace),
+        }
         let mut idle = None;
         let (counts, clicks) = {
             let mut st = self.state();
@@ -529,7 +684,9 @@ impl Clicks {
         let last = self.last_flush.load(Ordering::Relaxed);
         ClicksDim {
             enabled: self.enabled,
-            counted: self.metrics.human.get() + self.metrics.bot.get(),
+            counted: self.metrics.human.get()
+                + self.metrics.bot.get()
+                + self.tallied.load(Ordering::Relaxed),
             sent: self.sent.load(Ordering::Relaxed),
             buffered: self.unsent(&st),
             dropped: self.metrics.dropped(),
@@ -622,6 +779,108 @@ mod tests {
         let (v, body) = with_dims(false);
         assert_eq!(v, "1");
         assert!(!body.contains("\nx "), "{body}");
+    }
+
+    /// Bots' clicks tallied on cache entries: harvested by a cut, spilled
+    /// when an entry leaves the cache, in the same batches as queued
+    /// clicks would be, none lost or counted twice.
+    #[test]
+    fn tallied_clicks_are_harvested_or_spilled_once() {
+        use crate::cache::{Answer, Key};
+        use shorturl_common::record::Record;
+        let c = Arc::new(clicks_with(config::ClicksFile::default()));
+        let cache = Arc::new(LocalCache::new(1 << 20));
+        c.count_on(&cache);
+        let now = 86_400 * 20_000 + 7200 + 5;
+        let put = |code: &str, domain: &str| {
+            let rec = Record {
+                version: 1,
+                expires_at: u64::MAX,
+                domain: domain.into(),
+                url: "https://d.example/".into(),
+                options: None,
+            };
+            cache.put(Key { domain, code }, Answer::Found(Arc::new(rec)), std::time::Duration::from_secs(600));
+        };
+        put("tlly01", "s.example");
+        put("sale", "shop.example");
+        let bot = ClickParts {
+            user_agent: Some(b"curl/8"),
+            ..parts()
+        };
+        let hit = |code: &str, domain: &str, p: ClickParts<'_>, at: u64| {
+            let guard = crossbeam_epoch::pin();
+            let key = Key { domain, code };
+            let e = cache.get_pinned(key, std::time::Instant::now(), &guard);
+            let e = e.unwrap_or_else(|| panic!("{code} not cached"));
+            c.record_hit(p, (&cache, e, &guard), at);
+        };
+        for _ in 0..5 {
+            hit("tlly01", "s.example", bot, now);
+        }
+        hit("sale", "shop.example", ClickParts { head: true, ..parts() }, now);
+        // Another hour while the tally holds this one, a referrer, a
+        // human: queued.
+        hit("tlly01", "s.example", bot, now + 3600);
+        let referred = ClickParts {
+            referer: Some(b"https://news.example/"),
+            ..bot
+        };
+        hit("tlly01", "s.example", referred, now);
+        hit("tlly01", "s.example", parts(), now);
+        assert_eq!(c.tallied.load(Ordering::Relaxed), 6);
+        // (Queued clicks are counted when drained.)
+        let d = c.status();
+        assert_eq!((d.counted, d.buffered), (6, 6));
+        assert_eq!(c.drain(), 3);
+        assert_eq!(c.status().counted, 9);
+        c.cut();
+        assert_eq!(c.tallied.load(Ordering::Relaxed), 0);
+        assert_eq!(c.metrics.bot.get(), 8);
+        assert_eq!(c.metrics.tallies_harvested.get(), 6);
+        let body = |c: &Clicks| {
+            let st = c.state();
+            let b: Vec<String> = st.pending.iter().map(|u| String::from_utf8_lossy(&u.body).into_owned()).collect();
+            b.concat()
+        };
+        let hour = now - 5;
+        let all = body(&c);
+        assert!(all.contains(&format!("h tlly01 {hour} 1 6\n")), "{all}");
+        assert!(all.contains(&format!("h tlly01 {} 0 1\n", hour + 3600)), "{all}");
+        assert!(all.contains(&format!("h shop.example/sale {hour} 0 1\n")), "{all}");
+        assert_eq!(c.status().buffered, 9);
+
+        // Tallied, then the entry leaves the cache: what it held is
+        // spilled at once, and a reader still holding it queues its click.
+        let c2 = Arc::new(clicks_with(config::ClicksFile::default()));
+        let cache2 = Arc::new(LocalCache::new(1 << 20));
+        c2.count_on(&cache2);
+        let rec = Record {
+            version: 1,
+            expires_at: u64::MAX,
+            domain: "s.example".into(),
+            url: "https://d.example/".into(),
+            options: None,
+        };
+        let key = Key { domain: "s.example", code: "gone01" };
+        cache2.put(key, Answer::Found(Arc::new(rec)), std::time::Duration::from_secs(600));
+        {
+            let guard = crossbeam_epoch::pin();
+            let e = cache2.get_pinned(key, std::time::Instant::now(), &guard);
+            let e = e.unwrap_or_else(|| panic!("not cached"));
+            c2.record_hit(bot, (&cache2, e, &guard), now);
+            c2.record_hit(bot, (&cache2, e, &guard), now);
+            assert_eq!(c2.tallied.load(Ordering::Relaxed), 2);
+            assert!(cache2.remove(key));
+            assert_eq!(c2.tallied.load(Ordering::Relaxed), 0);
+            assert_eq!(c2.metrics.tallies_spilled.get(), 2);
+            c2.record_hit(bot, (&cache2, e, &guard), now);
+            assert_eq!(c2.tallied.load(Ordering::Relaxed), 0);
+        }
+        assert_eq!(c2.drain(), 1);
+        c2.cut();
+        assert_eq!(c2.metrics.bot.get(), 3);
+        assert!(body(&c2).contains(&format!("h gone01 {hour} 0 3\n")), "{}", body(&c2));
     }
 
     #[test]

@@ -78,6 +78,11 @@ impl Pending {
         self.queue.front()
     }
 
+    /// Every unsent batch, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Unsent> {
+        self.queue.iter()
+    }
+
     /// Removes the oldest batch if it is `id` (it was sent).
     pub fn pop_sent(&mut self, id: &str) -> Option<Unsent> {
         if self.queue.front().is_some_and(|b| b.id == id) {

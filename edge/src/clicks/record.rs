@@ -105,15 +105,27 @@ impl Event {
     pub fn key<'a>(&'a self, buf: &'a mut String) -> &'a str {
         match &self.domain {
             None => self.code(),
-            Some(d) => {
-                buf.clear();
-                buf.push_str(d);
-                buf.push('/');
-                buf.push_str(self.code());
-                buf
-            }
+            Some(d) => domain_key(d, self.code(), buf),
         }
     }
+}
+
+/// What a click on `code` on `domain` is counted under: the code of a
+/// fleet code, else the link key `<domain>/<code>` (written into `buf`).
+pub fn link_key<'a>(code: &'a str, domain: &str, buf: &'a mut String) -> &'a str {
+    if is_fleet_code(code) {
+        code
+    } else {
+        domain_key(domain, code, buf)
+    }
+}
+
+fn domain_key<'a>(domain: &str, code: &str, buf: &'a mut String) -> &'a str {
+    buf.clear();
+    buf.push_str(domain);
+    buf.push('/');
+    buf.push_str(code);
+    buf
 }
 
 /// Every thread's queue, for the flusher.
@@ -362,11 +374,23 @@ impl<'a> ClickParts<'a> {
 pub fn record_parts(
     registry: &Registry,
     parts: ClickParts<'_>,
-    (code, domain): (&str, &str),
+    link: (&str, &str),
     at_unix: u64,
     dims: Option<DimsCtx<'_>>,
 ) -> Result<usize, Box<Event>> {
     let class = classify_parts(parts.head, parts.user_agent);
+    record_class(registry, class, parts, link, at_unix, dims)
+}
+
+/// [`record_parts`] with the user agent classified (`class`).
+pub fn record_class(
+    registry: &Registry,
+    class: UaClass,
+    parts: ClickParts<'_>,
+    (code, domain): (&str, &str),
+    at_unix: u64,
+    dims: Option<DimsCtx<'_>>,
+) -> Result<usize, Box<Event>> {
     let host = referrer_host_buf(parts.referer);
     let dims = dims.filter(|_| class.device != Device::Bot).map(|ctx| {
         let ua = parts.user_agent.unwrap_or_default();

@@ -253,7 +253,11 @@ impl FastPath {
             domain,
             code: code.as_str(),
         };
-        let Some(entry) = s.resolver.cache.get(key, start) else {
+        // Pinned while the answer is made: the entry is borrowed, not
+        // counted, and a bot's click is tallied on it (`clicks::tally`).
+        let guard = crossbeam_epoch::pin();
+        let cache = &s.resolver.cache;
+        let Some(entry) = cache.get_pinned(key, start, &guard) else {
             return Decision::Miss(code, start);
         };
         let facts = self.facts(req, conn);
@@ -273,9 +277,11 @@ impl FastPath {
                 }
                 s.metrics.local_hit.inc();
                 let dest = Target::Link.destination(&rec);
-                let click = ((code.as_str(), rec.domain), dest, rec.url);
                 let head = self.frame.around(rec.url.as_bytes());
-                self.redirect(req, &facts, click, now, head, out);
+                let parts = self.click_parts(req, &facts, dest, rec.url);
+                s.clicks.record_hit(parts, (cache, entry, &guard), now);
+                self.answers
+                    .redirect_parts(out, head, facts.conn.tls, &self.end(req));
                 s.metrics.fast_path.hit.inc();
                 Decision::Answered(s.cfg.redirect.status, Outcome::Hit, start)
             }
@@ -384,7 +390,22 @@ impl FastPath {
         head: [&[u8]; 3],
         out: &mut Vec<u8>,
     ) {
-        let clicks = &self.s.clicks;
+        let parts = self.click_parts(req, facts, destination, location);
+        // Counted before the answer is written (see `proxy.rs`).
+        self.s.clicks.record_parts(parts, link, now);
+        self.answers
+            .redirect_parts(out, head, facts.conn.tls, &self.end(req));
+    }
+
+    /// What counting reads of a redirect (the dimensions' inputs only
+    /// when it counts them).
+    fn click_parts<'a>(
+        &self,
+        req: &'a Request<'a>,
+        facts: &'a FastFacts<'a>,
+        destination: Option<Destination>,
+        location: &'a str,
+    ) -> ClickParts<'a> {
         let mut parts = ClickParts {
             head: req.head,
             user_agent: req.user_agent,
@@ -392,16 +413,13 @@ impl FastPath {
             destination,
             ..ClickParts::default()
         };
-        if clicks.dimensions() {
+        if self.s.clicks.dimensions() {
             parts.accept_language = req.accept_language;
             parts.query = req.query.map(str::as_bytes);
             parts.location = Some(location);
             parts.client = Some(facts);
         }
-        // Counted before the answer is written (see `proxy.rs`).
-        clicks.record_parts(parts, link, now);
-        self.answers
-            .redirect_parts(out, head, facts.conn.tls, &self.end(req));
+        parts
     }
 
     /// Counts the unknown code against the client and appends the 404.
