@@ -11,6 +11,9 @@
 # (every code is in Redis). Needs: redis-server, nginx, wrk, a release build
 # (`cargo build --release -p shorturl-edge`).
 #
+# Click counting is the edge's default (on; wrk's requests are bots'
+# clicks); CLICKS=false turns it off in every edge (the redirect alone).
+#
 # BASELINE_BIN=/path/to/an/older/shorturl-edge adds that binary as a third
 # server (same records, same config but for BASELINE_LIMITS, the `limits`
 # line an older config format accepts), interleaved with the other two in
@@ -57,6 +60,7 @@ edge:
   cache: { max_bytes: 268435456, positive_ttl_secs: 3600 }
   limits: { unknown_per_ip_per_sec: 0, max_connections_per_ip: 0 }
   access_log: { path: ${ACCESS_LOG:-off} }
+  clicks: { enabled: ${CLICKS:-true} }
 YAML
 RUST_LOG=error taskset -c 0 "$BIN" -c "$WORK/edge.yaml" >"$WORK/edge.log" 2>&1 &
 PIDS+=($!); wait_tcp "$EDGE_PORT"

@@ -1054,14 +1054,24 @@ mod tests {
             ] {
                 assert!(whole.add_bots(code, at, n), "{code}");
                 for _ in 0..n {
-                    assert!(one_by_one.add_classified(code, at, Device::Bot, NO_REFERRER, None, None));
+                    assert!(one_by_one.add_classified(
+                        code,
+                        at,
+                        Device::Bot,
+                        NO_REFERRER,
+                        None,
+                        None
+                    ));
                 }
             }
             assert!(!whole.add_bots("no/such/key", t, 1));
             assert!(!whole.add_bots("tally2", t, 0));
             assert_eq!(whole.clicks(), one_by_one.clicks());
             let bodies = |a: &mut Accumulator| -> Vec<String> {
-                a.take_batches(&ids(), 1000).iter().map(|b| b.encode_body()).collect()
+                a.take_batches(&ids(), 1000)
+                    .iter()
+                    .map(|b| b.encode_body())
+                    .collect()
             };
             assert_eq!(bodies(&mut whole), bodies(&mut one_by_one));
         }

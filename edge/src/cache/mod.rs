@@ -76,6 +76,9 @@ struct Shard {
     tallied: AtomicBool,
 }
 
+/// A tally taken from an entry: (entry, hour, clicks).
+pub type Tallied<'a> = (&'a Entry, u64, u64);
+
 /// Where the tallies of entries leaving the cache go: set once, when
 /// counting is on (`LocalCache::set_tally_sink`).
 pub(crate) type SinkSlot = std::sync::OnceLock<Arc<dyn TallySink>>;
@@ -228,7 +231,12 @@ impl LocalCache {
     /// [`LocalCache::get`] for a reader that answers while `guard` stays
     /// pinned (the fast path): no reference count taken, and the only way
     /// to [`LocalCache::tally`] on the entry.
-    pub fn get_pinned<'g>(&self, key: Key<'_>, now: Instant, guard: &'g Guard) -> Option<&'g Entry> {
+    pub fn get_pinned<'g>(
+        &self,
+        key: Key<'_>,
+        now: Instant,
+        guard: &'g Guard,
+    ) -> Option<&'g Entry> {
         let hash = self.hash(key);
         let h = self.horizon(now);
         let e = self.shard(hash).table.find(hash, key, guard)?;
@@ -266,7 +274,7 @@ impl LocalCache {
     pub fn harvest_tallies(
         &self,
         all: bool,
-        f: &mut dyn FnMut(&[(&Entry, u64, u64)]),
+        f: &mut dyn FnMut(&[Tallied<'_>]),
         pace: &mut dyn FnMut(),
     ) {
         for shard in self.shards.iter() {

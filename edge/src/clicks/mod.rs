@@ -27,13 +27,13 @@ pub mod tally;
 pub use config::ClicksConfig;
 pub use metrics::ClicksMetrics;
 
+use crate::cache::{Entry, LocalCache};
+use crossbeam_epoch::Guard;
 use pending::{Pending, Unsent};
 use record::Registry;
 use shorturl_common::clicks::{Accumulator, BatchIds, Device, STREAM_KEY, STREAM_MAXLEN};
 use shorturl_common::status::ClicksDim;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use crate::cache::{Entry, LocalCache};
-use crossbeam_epoch::Guard;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -121,10 +121,24 @@ pub struct Clicks {
     /// The cache whose entries hold [`tally`]s (set when the fast path
     /// counts on them; weak: the cache's sink refers back to us).
     tallies: std::sync::OnceLock<std::sync::Weak<LocalCache>>,
-    /// Clicks in tallies, not harvested yet (counted, not sent).
-    tallied: AtomicU64,
+    /// Clicks in tallies, not harvested yet (counted, not sent). Written
+    /// at every tallied click: on a line of its own, away from `behind`,
+    /// which every click reads.
+    tallied: OwnLine<AtomicU64>,
     /// `clicks.tally_bots`.
     tally_bots: bool,
+}
+
+/// A value on a cache line of its own.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+struct OwnLine<T>(T);
+
+impl<T> std::ops::Deref for OwnLine<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// Which tallies a cut takes first ([`Clicks::cut_paced`]).
@@ -214,7 +228,7 @@ impl Clicks {
             sending: AtomicBool::new(false),
             behind: AtomicU8::new(0),
             tallies: std::sync::OnceLock::new(),
-            tallied: AtomicU64::new(0),
+            tallied: OwnLine(AtomicU64::new(0)),
             tally_bots: cfg.tally_bots,
         })
     }
@@ -800,7 +814,11 @@ mod tests {
                 url: "https://d.example/".into(),
                 options: None,
             };
-            cache.put(Key { domain, code }, Answer::Found(Arc::new(rec)), std::time::Duration::from_secs(600));
+            cache.put(
+                Key { domain, code },
+                Answer::Found(Arc::new(rec)),
+                std::time::Duration::from_secs(600),
+            );
         };
         put("tlly01", "s.example");
         put("sale", "shop.example");
@@ -818,7 +836,15 @@ mod tests {
         for _ in 0..5 {
             hit("tlly01", "s.example", bot, now);
         }
-        hit("sale", "shop.example", ClickParts { head: true, ..parts() }, now);
+        hit(
+            "sale",
+            "shop.example",
+            ClickParts {
+                head: true,
+                ..parts()
+            },
+            now,
+        );
         // Another hour while the tally holds this one, a referrer, a
         // human: queued.
         hit("tlly01", "s.example", bot, now + 3600);
@@ -840,14 +866,24 @@ mod tests {
         assert_eq!(c.metrics.tallies_harvested.get(), 6);
         let body = |c: &Clicks| {
             let st = c.state();
-            let b: Vec<String> = st.pending.iter().map(|u| String::from_utf8_lossy(&u.body).into_owned()).collect();
+            let b: Vec<String> = st
+                .pending
+                .iter()
+                .map(|u| String::from_utf8_lossy(&u.body).into_owned())
+                .collect();
             b.concat()
         };
         let hour = now - 5;
         let all = body(&c);
         assert!(all.contains(&format!("h tlly01 {hour} 1 6\n")), "{all}");
-        assert!(all.contains(&format!("h tlly01 {} 0 1\n", hour + 3600)), "{all}");
-        assert!(all.contains(&format!("h shop.example/sale {hour} 0 1\n")), "{all}");
+        assert!(
+            all.contains(&format!("h tlly01 {} 0 1\n", hour + 3600)),
+            "{all}"
+        );
+        assert!(
+            all.contains(&format!("h shop.example/sale {hour} 0 1\n")),
+            "{all}"
+        );
         assert_eq!(c.status().buffered, 9);
 
         // Tallied, then the entry leaves the cache: what it held is
@@ -862,8 +898,15 @@ mod tests {
             url: "https://d.example/".into(),
             options: None,
         };
-        let key = Key { domain: "s.example", code: "gone01" };
-        cache2.put(key, Answer::Found(Arc::new(rec)), std::time::Duration::from_secs(600));
+        let key = Key {
+            domain: "s.example",
+            code: "gone01",
+        };
+        cache2.put(
+            key,
+            Answer::Found(Arc::new(rec)),
+            std::time::Duration::from_secs(600),
+        );
         {
             let guard = crossbeam_epoch::pin();
             let e = cache2.get_pinned(key, std::time::Instant::now(), &guard);
@@ -880,7 +923,11 @@ mod tests {
         assert_eq!(c2.drain(), 1);
         c2.cut();
         assert_eq!(c2.metrics.bot.get(), 3);
-        assert!(body(&c2).contains(&format!("h gone01 {hour} 0 3\n")), "{}", body(&c2));
+        assert!(
+            body(&c2).contains(&format!("h gone01 {hour} 0 3\n")),
+            "{}",
+            body(&c2)
+        );
     }
 
     #[test]
