@@ -268,15 +268,10 @@ impl LocalCache {
 
     /// Takes the tallies of every entry into `f`, as (entry, hour,
     /// clicks), one call per shard (with `all`, every shard; otherwise
-    /// only those tallied on since the last harvest), calling `pace`
-    /// between shards. `f` runs pinned and holding no shard lock (it may
-    /// take the counts' lock, which a spill takes under a shard lock).
-    pub fn harvest_tallies(
-        &self,
-        all: bool,
-        f: &mut dyn FnMut(&[Tallied<'_>]),
-        pace: &mut dyn FnMut(),
-    ) {
+    /// only those tallied on since the last harvest). `f` runs pinned and
+    /// holding no shard lock (it may take the counts' lock, which a spill
+    /// takes under a shard lock).
+    pub fn harvest_tallies(&self, all: bool, f: &mut dyn FnMut(&[Tallied<'_>])) {
         for shard in self.shards.iter() {
             if !shard.tallied.swap(false, SeqCst) && !all {
                 continue;
@@ -291,9 +286,6 @@ impl LocalCache {
             if !taken.is_empty() {
                 f(&taken);
             }
-            drop(taken);
-            drop(guard);
-            pace();
         }
     }
 

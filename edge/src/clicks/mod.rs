@@ -55,6 +55,9 @@ pub const BACKPRESSURE_PAUSE: Duration = Duration::from_micros(200);
 /// Clicks the flusher moves per hold of the lock (and per step of its
 /// [`pace`]).
 pub const DRAIN_CHUNK: usize = 256;
+/// Links whose tallies the flusher counts per hold of the lock (and per
+/// step of its [`pace`]).
+pub const HARVEST_CHUNK: usize = 64;
 /// Tables freed by an idle interval worth asking the allocator to purge.
 pub const GIVE_BACK_BYTES: usize = 1 << 20;
 /// Budget of one `XADD` (connection included).
@@ -526,23 +529,23 @@ impl Clicks {
     }
 
     /// Takes the cache's tallies into the counts (`all`: every shard's,
-    /// not only those tallied on since the last harvest).
+    /// not only those tallied on since the last harvest), the counts'
+    /// lock taken per [`HARVEST_CHUNK`] links, `pace` called after each.
     fn harvest(&self, all: bool, pace: &mut dyn FnMut()) {
         let Some(cache) = self.tallies.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };
-        cache.harvest_tallies(
-            all,
-            &mut |taken| {
+        cache.harvest_tallies(all, &mut |taken| {
+            for chunk in taken.chunks(HARVEST_CHUNK) {
                 self.absorb_tallies(
-                    taken
+                    chunk
                         .iter()
                         .map(|(e, hour, n)| (e.code(), e.domain(), *hour, *n)),
                     false,
-                )
-            },
-            pace,
-        );
+                );
+                pace();
+            }
+        });
     }
 
     /// True once after a drain cut batches early: the flusher sends them
