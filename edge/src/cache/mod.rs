@@ -46,7 +46,7 @@ pub use key::Key;
 pub use tombstones::MAX_TOMBSTONES;
 
 use crate::clicks::tally::TallySink;
-use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_epoch as epoch;
 use generation::{Generations, Horizon};
 use pingora_prometheus::prometheus;
 use policy::{Change, State};
@@ -228,31 +228,12 @@ impl LocalCache {
         Some(e)
     }
 
-    /// [`LocalCache::get`] for a reader that answers while `guard` stays
-    /// pinned (the fast path): no reference count taken, and the only way
-    /// to [`LocalCache::tally`] on the entry.
-    pub fn get_pinned<'g>(
-        &self,
-        key: Key<'_>,
-        now: Instant,
-        guard: &'g Guard,
-    ) -> Option<&'g Entry> {
-        let hash = self.hash(key);
-        let h = self.horizon(now);
-        let e = self.shard(hash).table.find(hash, key, guard)?;
-        if !h.admits(e) {
-            return None;
-        }
-        e.touch();
-        Some(e)
-    }
-
     /// Counts one bot click of `hour` (hours since the epoch) on `e`, an
-    /// entry found by [`LocalCache::get_pinned`] under a guard still
-    /// pinned. False when the entry's tally holds another hour or the
-    /// entry has left the cache meanwhile (count the click the usual way).
+    /// entry of this cache ([`LocalCache::get`]). False when the entry's
+    /// tally holds another hour or the entry has left the cache meanwhile
+    /// (count the click the usual way).
     #[inline]
-    pub fn tally(&self, e: &Entry, hour: u64, _pinned: &Guard) -> bool {
+    pub fn tally(&self, e: &Entry, hour: u64) -> bool {
         if !e.tally().add(hour) {
             return false;
         }
@@ -276,10 +257,11 @@ impl LocalCache {
             if !shard.tallied.swap(false, SeqCst) && !all {
                 continue;
             }
+            let now = crate::clicks::tally::hour_of(shorturl_common::time::now_unix());
             let guard = epoch::pin();
             let mut taken = Vec::new();
             shard.table.for_each(&guard, |e| {
-                if let Some((hour, n)) = e.tally().take() {
+                if let Some((hour, n)) = e.tally().take(now) {
                     taken.push((e, hour, n));
                 }
             });

@@ -292,7 +292,8 @@ impl State {
             // epoch frees the entry. Under the shard lock: the counts'
             // lock is only ever taken after a shard's, never before.
             if let Some(sink) = self.sink.get() {
-                if let Some((hour, n)) = arc.tally().close() {
+                let now = crate::clicks::tally::hour_of(shorturl_common::time::now_unix());
+                if let Some((hour, n)) = arc.tally().close(now) {
                     sink.spill(arc.code(), arc.domain(), hour, n);
                 }
             }

@@ -28,7 +28,6 @@ pub use config::ClicksConfig;
 pub use metrics::ClicksMetrics;
 
 use crate::cache::{Entry, LocalCache};
-use crossbeam_epoch::Guard;
 use pending::{Pending, Unsent};
 use record::Registry;
 use shorturl_common::clicks::{Accumulator, BatchIds, Device, STREAM_KEY, STREAM_MAXLEN};
@@ -245,16 +244,14 @@ impl Clicks {
         }
     }
 
-    /// The fast path's click on `entry`, found by
-    /// [`LocalCache::get_pinned`] under `guard`, still pinned: a bot's
-    /// click without a referrer on a plain link is a [`tally`] on the
-    /// entry; every other click is queued as [`Clicks::record_parts`]
-    /// queues it.
+    /// The fast path's click on `entry`, found in `cache`: a bot's click
+    /// without a referrer on a plain link is a [`tally`] on the entry;
+    /// every other click is queued as [`Clicks::record_parts`] queues it.
     #[inline]
     pub fn record_hit(
         &self,
         parts: record::ClickParts<'_>,
-        (cache, entry, guard): (&LocalCache, &Entry, &Guard),
+        (cache, entry): (&LocalCache, &Entry),
         at_unix: u64,
     ) {
         if !self.enabled {
@@ -265,7 +262,7 @@ impl Clicks {
             && parts.referer.is_none()
             && parts.destination.is_none()
             && self.tallies.get().is_some()
-            && cache.tally(entry, at_unix / 3600, guard)
+            && cache.tally(entry, tally::hour_of(at_unix))
         {
             self.tallied.fetch_add(1, Ordering::Relaxed);
             self.queued(Ok(0));
@@ -808,7 +805,8 @@ mod tests {
         let c = Arc::new(clicks_with(config::ClicksFile::default()));
         let cache = Arc::new(LocalCache::new(1 << 20));
         c.count_on(&cache);
-        let now = 86_400 * 20_000 + 7200 + 5;
+        // A tally is read back at the time of its take: clicks of now.
+        let now = shorturl_common::time::now_unix() / 3600 * 3600 + 5;
         let put = |code: &str, domain: &str| {
             let rec = Record {
                 version: 1,
@@ -830,11 +828,10 @@ mod tests {
             ..parts()
         };
         let hit = |code: &str, domain: &str, p: ClickParts<'_>, at: u64| {
-            let guard = crossbeam_epoch::pin();
             let key = Key { domain, code };
-            let e = cache.get_pinned(key, std::time::Instant::now(), &guard);
+            let e = cache.get(key, std::time::Instant::now());
             let e = e.unwrap_or_else(|| panic!("{code} not cached"));
-            c.record_hit(p, (&cache, e, &guard), at);
+            c.record_hit(p, (&cache, &e), at);
         };
         for _ in 0..5 {
             hit("tlly01", "s.example", bot, now);
@@ -911,16 +908,15 @@ mod tests {
             std::time::Duration::from_secs(600),
         );
         {
-            let guard = crossbeam_epoch::pin();
-            let e = cache2.get_pinned(key, std::time::Instant::now(), &guard);
+            let e = cache2.get(key, std::time::Instant::now());
             let e = e.unwrap_or_else(|| panic!("not cached"));
-            c2.record_hit(bot, (&cache2, e, &guard), now);
-            c2.record_hit(bot, (&cache2, e, &guard), now);
+            c2.record_hit(bot, (&cache2, &e), now);
+            c2.record_hit(bot, (&cache2, &e), now);
             assert_eq!(c2.tallied.load(Ordering::Relaxed), 2);
             assert!(cache2.remove(key));
             assert_eq!(c2.tallied.load(Ordering::Relaxed), 0);
             assert_eq!(c2.metrics.tallies_spilled.get(), 2);
-            c2.record_hit(bot, (&cache2, e, &guard), now);
+            c2.record_hit(bot, (&cache2, &e), now);
             assert_eq!(c2.tallied.load(Ordering::Relaxed), 0);
         }
         assert_eq!(c2.drain(), 1);

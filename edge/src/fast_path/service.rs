@@ -253,11 +253,8 @@ impl FastPath {
             domain,
             code: code.as_str(),
         };
-        // Pinned while the answer is made: the entry is borrowed, not
-        // counted, and a bot's click is tallied on it (`clicks::tally`).
-        let guard = crossbeam_epoch::pin();
         let cache = &s.resolver.cache;
-        let Some(entry) = cache.get_pinned(key, start, &guard) else {
+        let Some(entry) = cache.get(key, start) else {
             return Decision::Miss(code, start);
         };
         let facts = self.facts(req, conn);
@@ -279,7 +276,7 @@ impl FastPath {
                 let dest = Target::Link.destination(&rec);
                 let head = self.frame.around(rec.url.as_bytes());
                 let parts = self.click_parts(req, &facts, dest, rec.url);
-                s.clicks.record_hit(parts, (cache, entry, &guard), now);
+                s.clicks.record_hit(parts, (cache, &entry), now);
                 self.answers
                     .redirect_parts(out, head, facts.conn.tls, &self.end(req));
                 s.metrics.fast_path.hit.inc();
