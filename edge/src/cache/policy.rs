@@ -146,7 +146,7 @@ pub(super) struct State {
     budget: usize,
     /// Entries dropped to make room since the last call to `take_evicted`.
     evicted: u64,
-    /// Where an entry's tally goes when the epoch frees it (see
+    /// Where the tally of an entry unlinked here goes (see
     /// `clicks::tally`); empty while counting is off.
     sink: Arc<SinkSlot>,
 }
