@@ -55,6 +55,19 @@ pub fn positive<T: PartialOrd + Default + Copy>(v: T, field: &str) -> Result<T, 
     }
 }
 
+/// `v` when it is at most `max`.
+pub fn at_most<T: PartialOrd + Copy + std::fmt::Display>(
+    v: T,
+    max: T,
+    field: &str,
+) -> Result<T, FieldError> {
+    if v <= max {
+        Ok(v)
+    } else {
+        bad(field, format!("must be at most {max}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,6 +81,11 @@ mod tests {
         assert_eq!(
             positive(0u64, "x.y").unwrap_err().to_string(),
             "x.y: must be greater than zero"
+        );
+        assert_eq!(at_most(3u64, 3, "x"), Ok(3));
+        assert_eq!(
+            at_most(4u64, 3, "x.z").unwrap_err().to_string(),
+            "x.z: must be at most 3"
         );
     }
 }

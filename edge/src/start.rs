@@ -76,7 +76,12 @@ pub fn build(opt: Opt, loaded: Loaded) -> Result<Server, StartError> {
         tracing::warn!(error = %e, "cache metrics not exported");
     }
     let pages = PageCache::leak(&edge_cfg.pages_cache)?;
-    let tls = TlsRuntime::build(&edge_cfg.tls, &edge_cfg.redis, &origin)?;
+    let tls = TlsRuntime::build(
+        &edge_cfg.tls,
+        server.configuration.threads,
+        &edge_cfg.redis,
+        &origin,
+    )?;
     let subscriber = background_service(
         "invalidation subscriber",
         Subscriber::new(

@@ -41,6 +41,16 @@ fn setup_with_env(
     extra: &str,
     env: Vec<(&'static str, String)>,
 ) -> (Setup, Vec<Issued>) {
+    setup_full(names, "", extra, env)
+}
+
+/// [`setup_with_env`] with `tls_extra` added to the `tls:` settings.
+fn setup_full(
+    names: &[&str],
+    tls_extra: &str,
+    extra: &str,
+    env: Vec<(&'static str, String)>,
+) -> (Setup, Vec<Issued>) {
     let redis = Redis::start();
     let ca = Ca::new("edge test ca");
     let certs = TempDir::new("certs");
@@ -54,8 +64,9 @@ fn setup_with_env(
         .collect();
     let tls_port = free_port();
     let text: Box<str> = format!(
-        "  tls_listen: [\"127.0.0.1:{tls_port}\"]\n  tls: {{ cert_dir: \"{}\", default_cert: localhost, reload_interval_ms: 200, handshake_timeout_secs: 2, store_key: \"{STORE_KEY}\" }}\n{}",
+        "  tls_listen: [\"127.0.0.1:{tls_port}\"]\n  tls: {{ cert_dir: \"{}\", default_cert: localhost, reload_interval_ms: 200, handshake_timeout_secs: 2, store_key: \"{STORE_KEY}\"{}{tls_extra} }}\n{}",
         certs.path().display(),
+        if tls_extra.is_empty() { "" } else { ", " },
         extra.replace("{TLS_PORT}", &tls_port.to_string())
     )
     .into();
@@ -532,6 +543,67 @@ fn plain_http_upgrade_per_domain_and_acme_challenges() {
     );
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"], "unavailable");
+}
+
+#[test]
+fn handshake_turns_bound_what_stalled_clients_can_delay() {
+    // Two worker threads, one turn each: two stalled handshakes hold both.
+    let (s, issued) = setup_full(
+        &["localhost"],
+        "handshakes_per_thread: 1, handshake_turn_wait_ms: 100",
+        "",
+        Vec::new(),
+    );
+    let turns = |how: &str| {
+        s.edge.metric(&format!(
+            "shorturl_tls_handshake_turns_total{{how=\"{how}\"}}"
+        ))
+    };
+    let handshakes = || {
+        ["ok", "error", "timeout"]
+            .iter()
+            .map(|r| {
+                s.edge
+                    .metric(&format!("shorturl_tls_handshakes_total{{result=\"{r}\"}}"))
+            })
+            .sum::<f64>()
+    };
+    let ca = s.ca.pem();
+    let opts = ClientOpts {
+        sni: Some("localhost"),
+        roots: Some(&ca),
+        ..Default::default()
+    };
+    let immediate = turns("immediate");
+    assert!(immediate >= 1.0, "the setup's handshakes had free turns");
+    let stall = || {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", s.tls_port)).unwrap();
+        c.write_all(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+            .unwrap();
+        c
+    };
+    let stalled = [stall(), stall()];
+    wait_for("both stalled handshakes to hold a turn", WAIT, || {
+        turns("immediate") == immediate + 2.0
+    });
+    // A client behind them waits at most the turn wait, then is served.
+    let started = std::time::Instant::now();
+    let c = connect(s.tls_port, &opts).unwrap();
+    assert_eq!(c.peer_serial(), issued[0].serial);
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    assert_eq!(turns("overdue"), 1.0);
+    // Once the stalled handshakes time out (2 s), turns are free again.
+    wait_for("the stalled handshakes to time out", WAIT, || {
+        s.edge
+            .metric("shorturl_tls_handshakes_total{result=\"timeout\"}")
+            == 2.0
+    });
+    drop(stalled);
+    connect(s.tls_port, &opts).unwrap();
+    wait_for("every handshake to be counted", WAIT, || {
+        turns("immediate") + turns("waited") + turns("overdue") == handshakes()
+    });
+    assert_eq!(turns("immediate"), immediate + 3.0);
 }
 
 /// Raw bytes on a fresh TCP connection to the TLS port; true when the

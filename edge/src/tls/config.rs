@@ -9,7 +9,7 @@
 use super::https::{HttpsPolicy, Upgrade};
 use http::HeaderValue;
 use serde::Deserialize;
-use shorturl_common::config::{bad, positive, FieldError};
+use shorturl_common::config::{at_most, bad, positive, FieldError};
 use shorturl_common::host::normalize_host;
 use shorturl_common::tls_seal::{StoreKey, StoreKeys};
 use std::net::ToSocketAddrs;
@@ -29,6 +29,12 @@ pub struct TlsFile {
     /// How often the directory and the shared store are checked for changes.
     pub reload_interval_ms: u64,
     pub handshake_timeout_secs: u64,
+    /// Full handshakes in progress at once per worker thread (0: no
+    /// limit); other connections wait for a turn (`tls::turns`).
+    pub handshakes_per_thread: usize,
+    /// The longest a connection waits for a handshake turn before it
+    /// starts without one.
+    pub handshake_turn_wait_ms: u64,
     /// Offer HTTP/2 by ALPN.
     pub http2: bool,
     pub session_cache_size: i64,
@@ -42,6 +48,12 @@ pub struct TlsFile {
     /// [`ENV_STORE_OLD_KEYS`] (comma-separated) overrides them.
     pub store_old_keys: Vec<String>,
 }
+
+/// Most `edge.tls.handshakes_per_thread` (more is as good as no limit).
+pub const MAX_HANDSHAKES_PER_THREAD: usize = 1024;
+/// Most `edge.tls.handshake_turn_wait_ms`: longer lets stalled clients
+/// delay the others' handshakes by as much.
+pub const MAX_TURN_WAIT_MS: u64 = 1000;
 
 /// Environment variable overriding `edge.tls.store_key` (the place for a
 /// secret: an environment file readable by the service only).
@@ -57,6 +69,8 @@ impl Default for TlsFile {
             shared_store: true,
             reload_interval_ms: 2000,
             handshake_timeout_secs: 10,
+            handshakes_per_thread: 0,
+            handshake_turn_wait_ms: 20,
             http2: true,
             session_cache_size: 20_480,
             ticket_key_rotate_secs: 12 * 3600,
@@ -151,6 +165,9 @@ pub struct TlsConfig {
 pub struct AcceptorSettings {
     pub http2: bool,
     pub handshake_timeout: Duration,
+    /// Handshakes in progress at once per worker thread (0: no limit).
+    pub handshakes_per_thread: usize,
+    pub handshake_turn_wait: Duration,
     pub session_cache_size: i64,
     pub ticket_key_rotation: Duration,
 }
@@ -295,6 +312,16 @@ pub fn from_file(
                 handshake_timeout: Duration::from_secs(positive(
                     t.handshake_timeout_secs,
                     "edge.tls.handshake_timeout_secs",
+                )?),
+                handshakes_per_thread: at_most(
+                    t.handshakes_per_thread,
+                    MAX_HANDSHAKES_PER_THREAD,
+                    "edge.tls.handshakes_per_thread",
+                )?,
+                handshake_turn_wait: Duration::from_millis(at_most(
+                    positive(t.handshake_turn_wait_ms, "edge.tls.handshake_turn_wait_ms")?,
+                    MAX_TURN_WAIT_MS,
+                    "edge.tls.handshake_turn_wait_ms",
                 )?),
                 session_cache_size: t.session_cache_size.max(0),
                 ticket_key_rotation: Duration::from_secs(positive(
@@ -481,6 +508,39 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.starts_with("edge.tls.store_key: not base64"), "{e}");
+    }
+
+    #[test]
+    fn handshake_turns_are_bounded() {
+        let file = |per_thread, wait_ms| TlsFile {
+            shared_store: false,
+            cert_dir: Some("/etc/shorturl/tls".into()),
+            handshakes_per_thread: per_thread,
+            handshake_turn_wait_ms: wait_ms,
+            ..TlsFile::default()
+        };
+        let acceptor = |s: TlsSettings| s.tls.map(|t| t.acceptor);
+        let a = tls(file(8, 20), &[]).map(acceptor);
+        assert!(matches!(a, Ok(Some(ref a)) if a.handshakes_per_thread == 8
+            && a.handshake_turn_wait == Duration::from_millis(20)));
+        // Off by default.
+        let d = tls(file(TlsFile::default().handshakes_per_thread, 20), &[]).map(acceptor);
+        assert!(matches!(d, Ok(Some(ref a)) if a.handshakes_per_thread == 0));
+        let e = tls(file(MAX_HANDSHAKES_PER_THREAD + 1, 20), &[]).unwrap_err();
+        assert!(
+            e.starts_with("edge.tls.handshakes_per_thread: must be at most"),
+            "{e}"
+        );
+        let e = tls(file(4, 0), &[]).unwrap_err();
+        assert!(
+            e.starts_with("edge.tls.handshake_turn_wait_ms: must be greater"),
+            "{e}"
+        );
+        let e = tls(file(4, MAX_TURN_WAIT_MS + 1), &[]).unwrap_err();
+        assert!(
+            e.starts_with("edge.tls.handshake_turn_wait_ms: must be at most"),
+            "{e}"
+        );
     }
 
     #[test]

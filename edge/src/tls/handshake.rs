@@ -21,6 +21,7 @@
 use super::config::AcceptorSettings;
 use super::metrics::TlsMetrics;
 use super::store::CertStore;
+use super::turns::HandshakeTurns;
 use crate::conn::Handshake;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
@@ -89,22 +90,32 @@ pub struct Terminator {
     settings: AcceptorSettings,
     callback: SniCallback,
     metrics: Arc<TlsMetrics>,
+    turns: HandshakeTurns,
 }
 
 impl Terminator {
-    /// A terminator selecting certificates from `store`.
+    /// A terminator selecting certificates from `store`, for an edge of
+    /// `threads` worker threads.
     pub fn new(
         settings: AcceptorSettings,
         store: Arc<CertStore>,
         metrics: Arc<TlsMetrics>,
+        threads: usize,
     ) -> Result<Arc<Self>, openssl::error::ErrorStack> {
         let acceptor = build_acceptor(&settings)?;
+        let turns = HandshakeTurns::new(
+            settings
+                .handshakes_per_thread
+                .saturating_mul(threads.max(1)),
+            settings.handshake_turn_wait,
+        );
         Ok(Arc::new(Terminator {
             acceptor: ArcSwap::from_pointee(acceptor),
             built_at: ArcSwap::from_pointee(Instant::now()),
             settings,
             callback: SniCallback { store },
             metrics,
+            turns,
         }))
     }
 
@@ -132,6 +143,8 @@ impl Handshake for Terminator {
             self.metrics.handshakes_error.inc();
             return None;
         };
+        // Held until the handshake ends (`tls::turns`).
+        let _turn = self.turns.take(&self.metrics.turns).await;
         let acceptor = self.acceptor();
         let hs = handshake_with_callback(&acceptor, *l4, &self.callback);
         match tokio::time::timeout(self.settings.handshake_timeout, hs).await {

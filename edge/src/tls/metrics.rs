@@ -8,6 +8,8 @@ pub struct TlsMetrics {
     pub handshakes_ok: IntCounter,
     pub handshakes_error: IntCounter,
     pub handshakes_timeout: IntCounter,
+    /// How handshakes got their turn (`tls::turns`).
+    pub turns: super::turns::TurnMetrics,
     /// `notAfter` per served certificate name (ops alert on days to expiry).
     pub expiry: IntGaugeVec,
     pub orders_issued: IntCounter,
@@ -31,6 +33,13 @@ impl TlsMetrics {
                 "TLS handshakes on the edge's TLS listeners, by result (ok, error, timeout).",
             ),
             &["result"],
+        )?;
+        let turns = IntCounterVec::new(
+            Opts::new(
+                "shorturl_tls_handshake_turns_total",
+                "TLS handshakes by how they got their turn: immediate (a turn was free), waited, overdue (started without one after tls.handshake_turn_wait_ms).",
+            ),
+            &["how"],
         )?;
         let expiry = IntGaugeVec::new(
             Opts::new(
@@ -66,6 +75,7 @@ impl TlsMetrics {
         }
         for c in [
             Box::new(hs.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(turns.clone()),
             Box::new(expiry.clone()),
             Box::new(orders.clone()),
             Box::new(plaintext.clone()),
@@ -78,6 +88,11 @@ impl TlsMetrics {
             handshakes_ok: hs.with_label_values(&["ok"]),
             handshakes_error: hs.with_label_values(&["error"]),
             handshakes_timeout: hs.with_label_values(&["timeout"]),
+            turns: super::turns::TurnMetrics {
+                immediate: turns.with_label_values(&["immediate"]),
+                waited: turns.with_label_values(&["waited"]),
+                overdue: turns.with_label_values(&["overdue"]),
+            },
             expiry,
             orders_issued: orders.with_label_values(&["issued"]),
             orders_failed: orders.with_label_values(&["failed"]),

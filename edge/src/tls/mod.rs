@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod select;
 pub mod shared;
 pub mod store;
+pub mod turns;
 
 use crate::origin::OriginPool;
 use config::TlsSettings;
@@ -66,6 +67,7 @@ impl TlsRuntime {
     /// directory is loaded now, so the first handshakes have it.
     pub fn build(
         cfg: &TlsSettings,
+        threads: usize,
         redis: &crate::config::redis::RedisConfig,
         origin: &Arc<OriginPool>,
     ) -> Result<TlsRuntime, TlsStartError> {
@@ -101,6 +103,7 @@ impl TlsRuntime {
             t.acceptor.clone(),
             Arc::clone(&store),
             Arc::clone(&metrics),
+            threads,
         )
         .map_err(TlsStartError::Acceptor)?;
         if let Some(a) = &cfg.acme {
