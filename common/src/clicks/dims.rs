@@ -326,36 +326,54 @@ pub fn utm_of(url: &str) -> Option<std::sync::Arc<Utm>> {
 /// (the search is the costly part for a URL without UTM).
 pub fn utm_parse(url: &str) -> Option<std::sync::Arc<Utm>> {
     let url = url.as_bytes();
-    let q = &url[memchr::memchr(b'?', url)? + 1..];
-    let q = &q[..memchr::memchr(b'#', q).unwrap_or(q.len())];
-    let mut shared = std::sync::Arc::new(Utm::default());
-    let utm = std::sync::Arc::make_mut(&mut shared);
+    let mut at = memchr::memchr(b'?', url)? + 1;
+    // Built at the first value (a URL whose `utm_` is elsewhere costs no
+    // allocation and no zeroing).
+    let mut utm: Option<Utm> = None;
     let mut seen = [false; 3];
-    for p in q.split(|b| *b == b'&') {
-        // Every name starts `utm_`: anything else is skipped at a compare.
-        let Some(rest) = p.strip_prefix(b"utm_") else {
+    // One parameter per turn, from `at` to the next `&` (the query ends at
+    // `#`). A parameter not starting `utm_` is skipped by one search; a
+    // `utm_` one (short) is read byte by byte, where the searches' setup
+    // cost more than the bytes (callgrind: ~600 instructions a click).
+    while at < url.len() && url[at] != b'#' {
+        let rest = &url[at..];
+        let Some(name_value) = rest.strip_prefix(b"utm_") else {
+            match memchr::memchr2(b'&', b'#', rest) {
+                Some(i) if rest[i] == b'&' => at += i + 1,
+                _ => break,
+            }
             continue;
         };
-        let eq = memchr::memchr(b'=', rest).unwrap_or(rest.len());
-        let i = match &rest[..eq] {
+        let len = name_value
+            .iter()
+            .position(|b| matches!(b, b'&' | b'#'))
+            .unwrap_or(name_value.len());
+        let p = &name_value[..len];
+        at += 4 + len + usize::from(name_value.get(len) == Some(&b'&'));
+        if name_value.get(len) == Some(&b'#') {
+            at = url.len();
+        }
+        let eq = p.iter().position(|b| *b == b'=').unwrap_or(p.len());
+        let i = match &p[..eq] {
             b"source" => 0,
             b"medium" => 1,
             b"campaign" => 2,
             _ => continue,
         };
-        let value = rest.get(eq + 1..).unwrap_or_default();
+        let value = p.get(eq + 1..).unwrap_or_default();
         // The first parameter of a name decides; empty or `-` is the
         // default, as if absent.
         if std::mem::replace(&mut seen[i], true) || value.is_empty() || value == b"-" {
             continue;
         }
+        let utm = utm.get_or_insert_with(Utm::default);
         if is_utm_value(value) {
             utm.set(i, value);
         } else {
             utm.set(i, super::OTHER_REFERRER.as_bytes());
         }
     }
-    utm.spans.iter().any(|s| s.1 > 0).then_some(shared)
+    utm.map(std::sync::Arc::new)
 }
 
 /// What an edge reads off one human click for its dimensions: fixed size,
@@ -717,6 +735,77 @@ mod tests {
             Some([None, Some("~other".into()), Some("~other".into())])
         );
         assert_eq!(u("https://a/?utm_source=-"), None);
+    }
+
+    /// The query read the plain way (split at `&`, then each parameter),
+    /// as `utm_parse` did before it was hand-rolled.
+    fn utm_reference(url: &str) -> Option<[Option<String>; 3]> {
+        let q = &url[url.find('?')? + 1..];
+        let q = &q[..q.find('#').unwrap_or(q.len())];
+        let mut out: [Option<String>; 3] = Default::default();
+        let mut seen = [false; 3];
+        for p in q.split('&') {
+            let Some(rest) = p.strip_prefix("utm_") else {
+                continue;
+            };
+            let (name, value) = rest.split_once('=').unwrap_or((rest, ""));
+            let Some(i) = ["source", "medium", "campaign"]
+                .iter()
+                .position(|n| *n == name)
+            else {
+                continue;
+            };
+            if std::mem::replace(&mut seen[i], true) || value.is_empty() || value == "-" {
+                continue;
+            }
+            out[i] = Some(
+                if is_utm_value(value.as_bytes()) {
+                    value
+                } else {
+                    "~other"
+                }
+                .into(),
+            );
+        }
+        out.iter().any(Option::is_some).then_some(out)
+    }
+
+    #[test]
+    fn the_hand_rolled_utm_reading_is_the_plain_one() {
+        let long = format!("utm_campaign={}", "a".repeat(65));
+        let parts = [
+            "utm_source=a",
+            "utm_medium=",
+            "utm_campaign=x%20y",
+            "utm_source=-",
+            "x=1",
+            "utm_x=2",
+            "utm_source",
+            "",
+            "utm_medium=a b",
+            "#utm_source=frag",
+            &long,
+            "utm_source=b#",
+            "utm_=1",
+            "utm_medium=m&",
+            "a=utm_source=z",
+        ];
+        let mut n = 0;
+        for a in parts {
+            for b in parts {
+                for c in parts {
+                    for sep in ["&", "&&", "#"] {
+                        let url = format!("https://s.example/p?{a}{sep}{b}&{c}");
+                        let got = utm_parse(&url).map(|u| u.values().map(|v| v.map(String::from)));
+                        assert_eq!(got, utm_reference(&url), "{url}");
+                        n += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(n, 15 * 15 * 15 * 3);
+        assert_eq!(utm_parse("https://s.example/p"), None);
+        assert_eq!(utm_parse("https://s.example/p?"), None);
     }
 
     #[test]
