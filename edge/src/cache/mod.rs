@@ -253,11 +253,11 @@ impl LocalCache {
     /// holding no shard lock (it may take the counts' lock, which a spill
     /// takes under a shard lock).
     pub fn harvest_tallies(&self, all: bool, f: &mut dyn FnMut(&[Tallied<'_>])) {
+        let now = crate::clicks::tally::now_hour();
         for shard in self.shards.iter() {
             if !shard.tallied.swap(false, SeqCst) && !all {
                 continue;
             }
-            let now = crate::clicks::tally::hour_of(shorturl_common::time::now_unix());
             let guard = epoch::pin();
             let mut taken = Vec::new();
             shard.table.for_each(&guard, |e| {

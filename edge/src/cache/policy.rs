@@ -292,8 +292,7 @@ impl State {
             // epoch frees the entry. Under the shard lock: the counts'
             // lock is only ever taken after a shard's, never before.
             if let Some(sink) = self.sink.get() {
-                let now = crate::clicks::tally::hour_of(shorturl_common::time::now_unix());
-                if let Some((hour, n)) = arc.tally().close(now) {
+                if let Some((hour, n)) = arc.tally().close(crate::clicks::tally::now_hour()) {
                     sink.spill(arc.code(), arc.domain(), hour, n);
                 }
             }

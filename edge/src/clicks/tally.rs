@@ -110,6 +110,11 @@ pub fn hour_of(unix: u64) -> u64 {
     unix / 3600
 }
 
+/// The hour now: what a take or a close tells a tally's hour by.
+pub fn now_hour() -> u64 {
+    hour_of(shorturl_common::time::now_unix())
+}
+
 /// Where the clicks of an entry leaving the cache go (the edge's
 /// [`super::Clicks`]).
 pub trait TallySink: Send + Sync {
