@@ -1,5 +1,6 @@
 //! The visitor's country for the link rules (protocol 3.1.1): a header a
-//! trusted proxy or CDN sets, else an MMDB country database. The database
+//! trusted proxy or CDN sets, else an MMDB country database; and, from a
+//! city database, the city of a click (protocol 3.9, `clicks.city`). The database
 //! is read whole into memory (a few MB) and swapped atomically when its
 //! file changes ([`GeoReloader`], a background service), so a lookup never
 //! waits and a bad new file keeps the last good one (logged, counted).
@@ -11,6 +12,7 @@ use maxminddb::Reader;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use serde::Deserialize;
+use shorturl_common::clicks::dims::city_value;
 use shorturl_common::status::GeoDim;
 use shorturl_common::time::rfc3339;
 use std::net::IpAddr;
@@ -59,7 +61,24 @@ static GENERATION: AtomicU64 = AtomicU64::new(1);
 /// A lookup's answer: the load's generation, the address, the country.
 type Answered = (u64, IpAddr, Option<[u8; 2]>);
 
+/// A city lookup's answer: the load's generation, the address, the value.
+type CityAnswered = (u64, IpAddr, Option<Arc<str>>);
+
+/// Records whose city a thread remembers before it forgets them all.
+const CITY_MEMO_RECORDS: usize = 4096;
+
+/// A thread's city values by record offset, for one load (its generation).
+type CityMemo = (u64, std::collections::HashMap<usize, Option<Arc<str>>>);
+
 thread_local! {
+    /// The last city lookup of this thread (as [`LAST`]).
+    static LAST_CITY: std::cell::RefCell<Option<CityAnswered>> = const { std::cell::RefCell::new(None) };
+    /// The city value of each record this thread decoded, by offset, for
+    /// one load (its generation): a city database has a record per city,
+    /// too many for [`Db::memo`]'s words, and the visitors of a link come
+    /// from few.
+    static CITY_MEMO: std::cell::RefCell<CityMemo> =
+        std::cell::RefCell::new((0, std::collections::HashMap::new()));
     /// The last lookup of this thread. The requests of a connection come
     /// from one visitor, and behind a proxy from few, so a repeat skips
     /// the tree walk.
@@ -191,6 +210,36 @@ impl Geo {
         answer
     }
 
+    /// The `city` value of a click from `ip` (protocol 3.9): the
+    /// database's city and country ([`city_value`]); the trusted country
+    /// header has no city, so it does not apply.
+    pub fn city(&self, ip: Option<IpAddr>) -> Option<Arc<str>> {
+        let ip = ip?;
+        let db = self.db.load();
+        let db = db.as_ref()?;
+        let last = LAST_CITY.with_borrow(|last| match last {
+            Some((g, a, v)) if *g == db.generation && *a == ip => Some(v.clone()),
+            _ => None,
+        });
+        if let Some(v) = last {
+            return v;
+        }
+        let value = db.reader.lookup(ip).ok().and_then(|found| {
+            let offset = found.offset()?;
+            CITY_MEMO.with_borrow_mut(|(generation, memo)| {
+                if *generation != db.generation || memo.len() >= CITY_MEMO_RECORDS {
+                    *generation = db.generation;
+                    memo.clear();
+                }
+                memo.entry(offset)
+                    .or_insert_with(|| city_of(&found))
+                    .clone()
+            })
+        });
+        LAST_CITY.set(Some((db.generation, ip, value.clone())));
+        value
+    }
+
     /// Loads the file again if it changed since it was read; a file that
     /// does not load keeps the last good database.
     pub fn reload_if_changed(&self) -> Result<bool, GeoError> {
@@ -229,6 +278,18 @@ impl Geo {
             load_failures: self.load_failures.load(Ordering::Relaxed),
         })
     }
+}
+
+/// A record's `city` value: the name of ip-location-db's `city` or
+/// GeoLite2's `city.names.en`, the country of `country_code` or
+/// `country.iso_code`.
+fn city_of<S: AsRef<[u8]>>(found: &maxminddb::LookupResult<'_, S>) -> Option<Arc<str>> {
+    let text = |p: &[maxminddb::PathElement<'_>]| found.decode_path::<&str>(p).ok().flatten();
+    let name = text(&maxminddb::path!["city"])
+        .or_else(|| text(&maxminddb::path!["city", "names", "en"]))?;
+    let country = text(&maxminddb::path!["country_code"])
+        .or_else(|| text(&maxminddb::path!["country", "iso_code"]))?;
+    city_value(country, name)
 }
 
 fn load(path: &Path) -> Result<Db, GeoError> {
@@ -337,6 +398,33 @@ mod tests {
         let us = geo.lookup(IpAddr::from([8, 8, 8, 8]));
         assert_eq!(us, Some(*b"US"));
         assert_eq!(geo.lookup(IpAddr::from([8, 8, 4, 4])), us);
+    }
+
+    #[test]
+    fn a_city_database_answers_each_network_its_value() {
+        let dir = testkit::TempDir::new("geo-city");
+        let path = dir.path().join("city.mmdb");
+        std::fs::write(&path, testkit::mmdb::city_test_db()).unwrap_or_else(|e| panic!("{e}"));
+        let geo = Geo::new(&GeoConfig {
+            mmdb_path: Some(path),
+            ..GeoConfig::default()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        for _ in 0..2 {
+            for (ip, want) in testkit::mmdb::CITY_TEST_NETWORKS {
+                let ip: IpAddr = ip.parse().unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(geo.city(Some(ip)).as_deref(), want, "{ip}");
+            }
+        }
+        // The country of the same records, for the country dimension.
+        assert_eq!(geo.lookup(IpAddr::from([81, 2, 69, 5])), Some(*b"GB"));
+        assert_eq!(geo.lookup(IpAddr::from([2, 125, 160, 1])), Some(*b"BR"));
+        assert_eq!(geo.lookup(IpAddr::from([67, 43, 156, 7])), Some(*b"US"));
+        assert_eq!(geo.city(Some(IpAddr::from([10, 0, 0, 1]))), None);
+        assert_eq!(geo.city(None), None);
+        // No database: no city.
+        let none = Geo::new(&GeoConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(none.city(Some(IpAddr::from([81, 2, 69, 5]))), None);
     }
 
     #[test]

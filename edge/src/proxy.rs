@@ -122,6 +122,9 @@ impl Client for ProxyFacts<'_> {
     fn address(&self) -> Option<IpAddr> {
         self.ctx.client
     }
+    fn city(&self) -> Option<std::sync::Arc<str>> {
+        self.edge.state.geo.city(self.ctx.client)
+    }
 }
 
 impl Visitor for ProxyFacts<'_> {

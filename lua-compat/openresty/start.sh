@@ -41,6 +41,7 @@
 #     SU_BOTS_FILE=<bot list> (default common/data/bots.txt of this checkout)
 #     SU_CLICKS_DIMENSIONS=1|0 (1: protocol 3.7's x lines, batch version 5 of 3.8; 0 for origins older than 3.8)
 #     SU_FAMILIES_FILE=<browser/OS families> (default common/data/ua_families.txt of this checkout)
+#     SU_CLICKS_CITY=1|0 (0)  1: human clicks also counted by city (clicks.city; needs SU_GEO_MMDB_PATH)
 #   Link rules (protocol 3.1.1): SU_INAPP_FILE=<in-app browser patterns> (default
 #     common/data/inapp.txt of this checkout)  SU_GEO_COUNTRY_HEADER=<header> (e.g. CF-IPCountry,
 #     read from SU_TRUSTED_PROXIES only; default none)  SU_GEO_MMDB_PATH=<MaxMind DB> (default none;
@@ -56,7 +57,7 @@
 #   SU_CHECK=1  render and `nginx -t` only
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  sed -n '2,55p' "$0" >&2
+  sed -n '2,57p' "$0" >&2
   exit 2
 fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -123,6 +124,11 @@ case "${SU_CLICKS_DIMENSIONS:-1}" in
   1|true) clicks_dimensions=true ;;
   0|false) clicks_dimensions=false ;;
   *) echo "start.sh: SU_CLICKS_DIMENSIONS must be 1 or 0" >&2; exit 2 ;;
+esac
+case "${SU_CLICKS_CITY:-0}" in
+  1|true) clicks_city=true ;;
+  0|false) clicks_city=false ;;
+  *) echo "start.sh: SU_CLICKS_CITY must be 1 or 0" >&2; exit 2 ;;
 esac
 edge_name="${SU_CLICKS_EDGE_NAME:-}"
 case "$edge_name" in *[!A-Za-z0-9._-]*) echo "start.sh: SU_CLICKS_EDGE_NAME must be of [A-Za-z0-9._-]" >&2; exit 2 ;; esac
@@ -226,6 +232,7 @@ return {
     max_buffered_clicks = $max_buffered,
     max_buffered_bytes = $max_buffered_bytes,
     dimensions = $clicks_dimensions,
+    city = $clicks_city,
   },
   geo = {
     country_header = "$country_header",

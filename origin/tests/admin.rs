@@ -1473,7 +1473,7 @@ async fn link_dimensions_are_tables_with_csv_in_the_console() {
         "value,human\r\na<b>,6\r\n\"'-x\",1\r\n"
     );
     let r = c
-        .get(&format!("/admin/links/{code}?dim=city&format=csv"), &root)
+        .get(&format!("/admin/links/{code}?dim=region&format=csv"), &root)
         .await;
     assert_eq!(r.status().as_u16(), 400);
 }
@@ -1674,7 +1674,7 @@ async fn tenant_pages_show_clicks_per_dimension_with_csv() {
         ("/admin/merchants/55?days=0", 400),
         ("/admin/merchants/55?days=x", 400),
         ("/admin/merchants/55?days=367", 400),
-        ("/admin/merchants/55?dim=city&format=csv", 400),
+        ("/admin/merchants/55?dim=region&format=csv", 400),
         ("/admin/merchants/55?dim=destination&format=csv", 400),
         ("/admin/merchants/55?format=csv", 400),
         ("/admin/apps/nope", 404),

@@ -526,6 +526,7 @@ async fn dimension_lines_are_stored_with_their_defaults_exactly_once() {
             country: Some(*b"DE"),
             query: Some("qr=1"),
             location: Some("https://a.example/?utm_source=mail&utm_campaign=spring"),
+            city: Some(["DE-K%C3%B6ln", "DE-K%C3%B6ln", "DE-Berlin"][i as usize]),
             ..Click::new(&code, at + i)
         }));
     }
@@ -584,6 +585,9 @@ async fn dimension_lines_are_stored_with_their_defaults_exactly_once() {
     let want: Vec<String> = [
         (DAY, "browser", "chrome", 3),
         (DAY, "browser", "safari", 2),
+        (DAY, "city", "DE-Berlin", 1),
+        (DAY, "city", "DE-K%C3%B6ln", 2),
+        (DAY, "city", "unknown", 2),
         (DAY, "country", "DE", 3),
         (DAY, "country", "unknown", 2),
         (DAY, "lang", "-", 2),
@@ -598,6 +602,7 @@ async fn dimension_lines_are_stored_with_their_defaults_exactly_once() {
         (DAY, "utm_source", "-", 2),
         (DAY, "utm_source", "mail", 3),
         (d1, "browser", "other", 1),
+        (d1, "city", "unknown", 1),
         (d1, "country", "unknown", 1),
         (d1, "lang", "-", 1),
         (d1, "os", "other", 1),

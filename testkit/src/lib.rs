@@ -12,6 +12,7 @@ pub mod browser;
 pub mod http;
 pub mod load;
 pub mod metrics;
+pub mod mmdb;
 pub mod oidc;
 pub mod origin;
 pub mod pebble;

@@ -4,7 +4,7 @@
 //! there). It listens on 127.0.0.2, another site than the console's
 //! 127.0.0.1 for the browser, as a real provider is.
 
-use crate::proc::{spawn, Proc};
+use crate::proc::{spawn, workspace_root, Proc};
 use crate::wait::wait_for;
 use crate::{free_port, TempDir};
 use std::path::PathBuf;
@@ -24,8 +24,13 @@ pub struct OidcProvider {
     proc: Option<Proc>,
 }
 
+/// The provider script of the checkout under test, found at run time (see
+/// `proc::workspace_root`): a path compiled into testkit may name another
+/// checkout that shared the target directory.
 fn script() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("oidc/provider.mjs");
+    let root =
+        workspace_root().unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."));
+    let p = root.join("testkit/oidc/provider.mjs");
     let module = p.with_file_name("node_modules/oidc-provider/package.json");
     assert!(
         module.exists(),

@@ -179,7 +179,7 @@ pub fn workspace_bin(name: &str) -> PathBuf {
 /// above the running test's package (cargo sets `CARGO_MANIFEST_DIR` when
 /// it runs a test). Read at run time: testkit's own path, compiled in, may
 /// name another checkout that shared the target directory, since removed.
-fn workspace_root() -> Option<PathBuf> {
+pub(crate) fn workspace_root() -> Option<PathBuf> {
     let package = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
     package
         .ancestors()

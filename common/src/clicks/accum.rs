@@ -49,6 +49,8 @@ pub struct Click<'a> {
     pub query: Option<&'a str>,
     /// The redirect's `Location`.
     pub location: Option<&'a str>,
+    /// The client's `city` value (`dims::city_value`; protocol 3.9).
+    pub city: Option<&'a str>,
     /// The visitor (`uniq::visitor`: the caller holds the day's salt).
     pub visitor: Option<u64>,
 }
@@ -67,6 +69,7 @@ impl<'a> Click<'a> {
             country: None,
             query: None,
             location: None,
+            city: None,
             visitor: None,
         }
     }
@@ -328,6 +331,7 @@ impl Accumulator {
                 country: c.country,
                 query: c.query.map(str::as_bytes),
                 location: c.location,
+                city: c.city,
                 visitor: c.visitor,
             })
         });

@@ -1,6 +1,7 @@
 //! The dimensions of a human click (protocol 3.7, section 3.4 "Version
-//! 4"): country, browser and OS family, language, QR or link, and the UTM
-//! parameters of the redirect's `Location`.
+//! 4"): country, browser and OS family, language, QR or link, the UTM
+//! parameters of the redirect's `Location` and, with a city database
+//! (protocol 3.9, opt-in), the city.
 //!
 //! An edge reads them on the request thread into a fixed-size [`Dims`]
 //! (allocating only for UTM values), the accumulator counts them per
@@ -34,10 +35,12 @@ pub enum Dim {
     UtmSource,
     UtmMedium,
     UtmCampaign,
+    /// Protocol 3.9: sent only by an edge with `clicks.city` on.
+    City,
 }
 
 impl Dim {
-    pub const ALL: [Dim; 8] = [
+    pub const ALL: [Dim; 9] = [
         Dim::Country,
         Dim::Browser,
         Dim::Os,
@@ -46,6 +49,7 @@ impl Dim {
         Dim::UtmSource,
         Dim::UtmMedium,
         Dim::UtmCampaign,
+        Dim::City,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +62,7 @@ impl Dim {
             Dim::UtmSource => "utm_source",
             Dim::UtmMedium => "utm_medium",
             Dim::UtmCampaign => "utm_campaign",
+            Dim::City => "city",
         }
     }
 
@@ -69,7 +74,7 @@ impl Dim {
     /// day's remaining human clicks under it).
     pub fn default_value(self) -> &'static str {
         match self {
-            Dim::Country => "unknown",
+            Dim::Country | Dim::City => "unknown",
             Dim::Browser | Dim::Os => "other",
             Dim::Source => "link",
             Dim::Lang | Dim::UtmSource | Dim::UtmMedium | Dim::UtmCampaign => "-",
@@ -91,8 +96,98 @@ impl Dim {
             Dim::Lang => (2..=3).contains(&b.len()) && b.iter().all(u8::is_ascii_lowercase),
             Dim::Source => v == "qr",
             Dim::UtmSource | Dim::UtmMedium | Dim::UtmCampaign => is_utm_value(b),
+            Dim::City => is_city_value(b),
         }
     }
+}
+
+/// Longest city value sent as it is (longer ones are `~other`).
+pub const MAX_CITY_VALUE: usize = 64;
+
+/// Whether a city name's byte is sent as it is (else `%XX`).
+fn city_byte_kept(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'~' | b'-')
+}
+
+/// The `city` value of a database record (protocol 3.9): the upper-case
+/// country, `-`, the name percent-encoded byte by byte (upper-case hex);
+/// `~other` past [`MAX_CITY_VALUE`] bytes; `None` without a name or a
+/// two-letter country.
+pub fn city_value(country: &str, name: &str) -> Option<std::sync::Arc<str>> {
+    let [a, b] = country.as_bytes() else {
+        return None;
+    };
+    if name.is_empty() || !a.is_ascii_alphabetic() || !b.is_ascii_alphabetic() {
+        return None;
+    }
+    let mut v = String::with_capacity(3 + name.len());
+    v.push(char::from(a.to_ascii_uppercase()));
+    v.push(char::from(b.to_ascii_uppercase()));
+    v.push('-');
+    for &c in name.as_bytes() {
+        if city_byte_kept(c) {
+            v.push(char::from(c));
+        } else {
+            v.push('%');
+            v.push(char::from(b"0123456789ABCDEF"[usize::from(c >> 4)]));
+            v.push(char::from(b"0123456789ABCDEF"[usize::from(c & 15)]));
+        }
+        if v.len() > MAX_CITY_VALUE {
+            return Some(super::OTHER_REFERRER.into());
+        }
+    }
+    Some(v.into())
+}
+
+/// A `city` value as [`city_value`] writes it.
+fn is_city_value(b: &[u8]) -> bool {
+    let Some((country, name)) = b.split_at_checked(3) else {
+        return false;
+    };
+    if b.len() > MAX_CITY_VALUE
+        || name.is_empty()
+        || !matches!(country, [x, y, b'-'] if x.is_ascii_uppercase() && y.is_ascii_uppercase())
+    {
+        return false;
+    }
+    let mut i = 0;
+    while i < name.len() {
+        match name[i] {
+            b'%' => match name.get(i + 1..i + 3) {
+                Some([h, l]) if is_upper_hex(*h) && is_upper_hex(*l) => i += 3,
+                _ => return false,
+            },
+            c if city_byte_kept(c) => i += 1,
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn is_upper_hex(c: u8) -> bool {
+    c.is_ascii_digit() || (b'A'..=b'F').contains(&c)
+}
+
+/// A `city` value for people: `London, GB` (the name decoded; a value not
+/// of the grammar as it is).
+pub fn city_label(v: &str) -> String {
+    let b = v.as_bytes();
+    if !is_city_value(b) {
+        return v.to_owned();
+    }
+    let mut name = Vec::with_capacity(b.len());
+    let mut i = 3;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
+            name.push(hex(b[i + 1]) << 4 | hex(b[i + 2]));
+            i += 3;
+        } else {
+            name.push(b[i]);
+            i += 1;
+        }
+    }
+    format!("{}, {}", String::from_utf8_lossy(&name), &v[..2])
 }
 
 /// The UTM parameters, in [`Dim`] order.
@@ -394,6 +489,8 @@ pub struct Dims {
     /// Shared: an edge hands every click to one link the same values
     /// (`edge/src/clicks/record.rs` remembers the last `Location`'s).
     pub utm: Option<std::sync::Arc<Utm>>,
+    /// [`city_value`] (`None`: `unknown`; always without `clicks.city`).
+    pub city: Option<std::sync::Arc<str>>,
     /// The visitor (`uniq::visitor`), for the day's unique visitors; `None`
     /// without an address or the day's salt.
     pub visitor: Option<u64>,
@@ -409,6 +506,8 @@ pub struct DimsInput<'a> {
     pub query: Option<&'a [u8]>,
     /// The redirect's `Location`.
     pub location: Option<&'a str>,
+    /// The city value, looked up by the caller (it holds the database).
+    pub city: Option<&'a str>,
     /// The visitor, computed by the caller (it holds the day's salt).
     pub visitor: Option<u64>,
 }
@@ -425,6 +524,7 @@ impl Dims {
             lang: lang_of(i.accept_language),
             qr: has_qr_marker(i.query),
             utm: i.location.and_then(utm_of),
+            city: i.city.map(std::sync::Arc::from),
             visitor: i.visitor,
         }
     }
@@ -437,6 +537,7 @@ impl Dims {
             || self.lang.is_some()
             || self.qr
             || self.utm.is_some()
+            || self.city.is_some()
     }
 
     /// Whether `other` has the same values (the visitor aside).
@@ -451,6 +552,7 @@ impl Dims {
                 (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b) || a == b,
                 _ => false,
             }
+            && self.city == other.city
     }
 
     /// The value of `dim` (`None`: the default).
@@ -467,6 +569,7 @@ impl Dims {
             Dim::UtmSource => self.utm_value(0),
             Dim::UtmMedium => self.utm_value(1),
             Dim::UtmCampaign => self.utm_value(2),
+            Dim::City => self.city.as_deref(),
         }
     }
 
@@ -486,6 +589,7 @@ enum Val {
     Qr,
     /// The value at this index of the (shared) UTM values.
     Utm(u8, std::sync::Arc<Utm>),
+    City(std::sync::Arc<str>),
 }
 
 impl PartialEq for Val {
@@ -496,6 +600,7 @@ impl PartialEq for Val {
             (Val::Lang(a), Val::Lang(b)) => a == b,
             (Val::Qr, Val::Qr) => true,
             (Val::Utm(i, _), Val::Utm(j, _)) => i == j && self.value() == other.value(),
+            (Val::City(a), Val::City(b)) => a == b,
             _ => false,
         }
     }
@@ -510,6 +615,7 @@ impl Val {
             Val::Lang(_) => Dim::Lang,
             Val::Qr => Dim::Source,
             Val::Utm(i, _) => [Dim::UtmSource, Dim::UtmMedium, Dim::UtmCampaign][usize::from(*i)],
+            Val::City(_) => Dim::City,
         }
     }
 
@@ -521,6 +627,7 @@ impl Val {
             Val::Lang(l) => l.as_str(),
             Val::Qr => "qr",
             Val::Utm(i, u) => u.get(usize::from(*i)).unwrap_or_default(),
+            Val::City(c) => c,
         }
     }
 }
@@ -585,6 +692,9 @@ impl DayDims {
                     self.bump(Val::Utm(i as u8, std::sync::Arc::clone(u)));
                 }
             }
+        }
+        if let Some(c) = &d.city {
+            self.bump(Val::City(std::sync::Arc::clone(c)));
         }
     }
 
@@ -811,6 +921,30 @@ mod tests {
     }
 
     #[test]
+    fn a_city_is_its_country_and_its_name_percent_encoded() {
+        let v = |c: &str, n: &str| city_value(c, n).map(|v| v.to_string());
+        assert_eq!(v("GB", "London").as_deref(), Some("GB-London"));
+        assert_eq!(v("br", "São Paulo").as_deref(), Some("BR-S%C3%A3o%20Paulo"));
+        assert_eq!(v("US", "St. John's").as_deref(), Some("US-St.%20John%27s"));
+        assert_eq!(v("US", ""), None);
+        assert_eq!(v("USA", "Boston"), None);
+        assert_eq!(v("1A", "Boston"), None);
+        assert_eq!(v("CN", &"X".repeat(61)).map(|v| v.len()), Some(64));
+        assert_eq!(v("CN", &"X".repeat(62)).as_deref(), Some("~other"));
+        assert_eq!(v("JP", &"東".repeat(20)).as_deref(), Some("~other"));
+        for (c, n) in [
+            ("GB", "London"),
+            ("BR", "São Paulo"),
+            ("DE", "Köln/Bonn ~ 1"),
+        ] {
+            let value = v(c, n).unwrap_or_default();
+            assert!(Dim::City.is_valid_value(&value), "{value}");
+            assert_eq!(city_label(&value), format!("{n}, {c}"));
+        }
+        assert_eq!(city_label("~other"), "~other");
+    }
+
+    #[test]
     fn values_are_checked_by_grammar() {
         assert!(Dim::Country.is_valid_value("CN"));
         assert!(!Dim::Country.is_valid_value("unknown"));
@@ -823,6 +957,23 @@ mod tests {
         assert!(Dim::UtmSource.is_valid_value("~other"));
         assert!(!Dim::UtmSource.is_valid_value("-"));
         assert!(!Dim::UtmSource.is_valid_value("a b"));
+        assert!(Dim::City.is_valid_value("GB-London"));
+        assert!(Dim::City.is_valid_value("BR-S%C3%A3o%20Paulo"));
+        assert!(Dim::City.is_valid_value("~other"));
+        for bad in [
+            "gb-London",
+            "GB-",
+            "GB London",
+            "GB-a b",
+            "GB-%c3",
+            "GB-%C",
+            "G-x",
+            "GBR-x",
+        ] {
+            assert!(!Dim::City.is_valid_value(bad), "{bad}");
+        }
+        assert!(!Dim::City.is_valid_value(&format!("GB-{}", "a".repeat(62))));
+        assert!(Dim::City.is_valid_value(&format!("GB-{}", "a".repeat(61))));
         for d in Dim::ALL {
             assert_eq!(Dim::parse(d.as_str()), Some(d));
             assert!(!d.is_valid_value(d.default_value()));

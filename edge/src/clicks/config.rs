@@ -34,6 +34,7 @@ pub struct ClicksFile {
     pub max_links: usize,
     pub backpressure: bool,
     pub dimensions: bool,
+    pub city: bool,
     pub tally_bots: bool,
 }
 
@@ -49,6 +50,7 @@ impl Default for ClicksFile {
             max_links: 20_000,
             backpressure: true,
             dimensions: true,
+            city: false,
             tally_bots: true,
         }
     }
@@ -84,6 +86,10 @@ pub struct ClicksConfig {
     /// language, QR, UTM) and write batch version 5 (protocol 3.8); off
     /// for a fleet whose origins are older.
     pub dimensions: bool,
+    /// Count each human click's city too, from `edge.geo.mmdb_path` (a
+    /// city database; protocol 3.9): off by default, as an origin older
+    /// than 3.9 refuses its lines.
+    pub city: bool,
     /// Count a bot's click without a referrer on a plain cached link on
     /// its cache entry (`clicks::tally`), harvested every flush interval;
     /// off: every click is queued (the same counts, sent the same way).
@@ -158,6 +164,9 @@ pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, FieldError> {
             format!("must be between {MIN_MAX_LINKS} and {MAX_MAX_LINKS}"),
         );
     }
+    if f.city && !f.dimensions {
+        return bad("edge.clicks.city", "needs edge.clicks.dimensions on");
+    }
     Ok(ClicksConfig {
         max_links: f.max_links,
         enabled: f.enabled,
@@ -168,6 +177,7 @@ pub fn from_file(f: ClicksFile) -> Result<ClicksConfig, FieldError> {
         queue_per_thread: f.queue_per_thread,
         backpressure: f.backpressure,
         dimensions: f.dimensions,
+        city: f.city,
         tally_bots: f.tally_bots,
     })
 }

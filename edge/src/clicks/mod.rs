@@ -97,6 +97,8 @@ pub struct Clicks {
     enabled: bool,
     /// Each human click's dimensions are read (protocol 3.7).
     dimensions: bool,
+    /// Each human click's city is read too (protocol 3.9).
+    city: bool,
     /// The days' salts of unique visitors (fetched by the flusher).
     pub salts: salts::Salts,
     registry: Registry,
@@ -207,6 +209,7 @@ impl Clicks {
         Ok(Clicks {
             enabled: cfg.enabled,
             dimensions: cfg.dimensions,
+            city: cfg.city,
             salts: salts::Salts::default(),
             registry: Registry::new(cfg.queue_per_thread),
             metrics,
@@ -305,6 +308,7 @@ impl Clicks {
         let dims = self.dimensions.then_some(record::DimsCtx {
             salts: &self.salts,
             unsalted: &self.metrics.unsalted,
+            city: self.city,
         });
         self.queued(record::record_class(
             &self.registry,

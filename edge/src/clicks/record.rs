@@ -268,6 +268,10 @@ pub trait Client {
     fn country(&self) -> Option<[u8; 2]>;
     /// The client's address (behind trusted proxies): the unique visitor's.
     fn address(&self) -> Option<std::net::IpAddr>;
+    /// The client's `city` value (asked only with `clicks.city` on).
+    fn city(&self) -> Option<Arc<str>> {
+        None
+    }
 }
 
 /// The parts of a request a click is classified by (see [`record_parts`]).
@@ -296,6 +300,8 @@ pub struct ClickParts<'a> {
 pub struct DimsCtx<'a> {
     pub salts: &'a Salts,
     pub unsalted: &'a IntCounter,
+    /// Read the client's city (`clicks.city`).
+    pub city: bool,
 }
 
 thread_local! {
@@ -410,6 +416,7 @@ pub fn record_class(
             lang: lang_of(parts.accept_language),
             qr: has_qr_marker(parts.query),
             utm: parts.location.and_then(utm_remembered),
+            city: parts.client.filter(|_| ctx.city).and_then(|c| c.city()),
             visitor,
         }
     });

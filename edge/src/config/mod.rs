@@ -216,6 +216,12 @@ fn edge_from_file(
     let pages_cache = cache::pages_from_file(&f.pages_cache)?;
     let access_log = access_log::from_file(&f.access_log)?;
     let geo = geo::from_file(&f.geo)?;
+    if clicks.city && geo.mmdb_path.is_none() {
+        return err(
+            "edge.clicks.city",
+            "needs edge.geo.mmdb_path (a city database such as GeoLite2-City)",
+        );
+    }
     let unlock = unlock::from_file(&f.unlock, env)?;
     Ok(EdgeConfig {
         listen: f.listen,
@@ -471,6 +477,14 @@ edge:
                 "edge.clicks.flush_interval_ms",
             ),
             (format!("{GOOD}  clicks: {{ bogus: 1 }}\n"), "unknown field"),
+            (
+                format!("{GOOD}  clicks: {{ city: true }}\n"),
+                "needs edge.geo.mmdb_path",
+            ),
+            (
+                format!("{GOOD}  clicks: {{ city: true, dimensions: false }}\n"),
+                "edge.clicks.city",
+            ),
             (
                 format!("{GOOD}  pages_cache: {{ max_bytes: 100 }}\n"),
                 "edge.pages_cache.max_bytes",

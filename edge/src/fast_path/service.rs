@@ -490,6 +490,9 @@ impl Client for FastFacts<'_> {
     fn address(&self) -> Option<IpAddr> {
         self.client_ip()
     }
+    fn city(&self) -> Option<std::sync::Arc<str>> {
+        self.fp.s.geo.city(self.client_ip())
+    }
 }
 
 impl Visitor for FastFacts<'_> {

@@ -352,3 +352,128 @@ fn the_two_edges_count_dimensions_alike() {
         assert!(x(dim), "no {dim} line: {p:?}");
     }
 }
+
+/// The city of protocol 3.9 (`clicks.city`) alike on both edges and as
+/// `common::clicks::Accumulator` counts the values `testkit::mmdb` lists:
+/// both behind a trusted proxy with the test city database
+/// (`testkit/data/city-test.mmdb`) as their `geo.mmdb_path`; GeoLite2's
+/// records and ip-location-db's, a name sent as `~other`, records without
+/// a city, an address with no record, and a trusted country header (which
+/// has no city: the address's database answer is counted).
+#[test]
+fn the_two_edges_count_cities_alike() {
+    let redis = Redis::start();
+    let url = redis.url();
+    let now = shorturl_common::time::now_unix();
+    let code = "dimCity01";
+    let dest = "https://example.com/c";
+    support::redis_cmd(
+        &url,
+        &[
+            "SET",
+            &format!("su:1:link:localhost/{code}"),
+            &format!("2 1 {} localhost {dest}", now + 86_400),
+        ],
+    )
+    .unwrap();
+    let mmdb = testkit::mmdb::city_test_db_path();
+    let origin = format!("127.0.0.1:{}", free_port());
+    let pingora = Edge::pingora_with(
+        &url,
+        &origin,
+        &format!(
+            "  trusted_proxies: [\"127.0.0.1/32\"]\n  geo: {{ country_header: CF-IPCountry, mmdb_path: \"{}\" }}\n  clicks: {{ enabled: true, flush_interval_ms: 100, edge_name: city-pingora, city: true }}\n",
+            mmdb.display()
+        ),
+    );
+    let lua = Edge::openresty_with(
+        &format!("127.0.0.1:{}", redis.port()),
+        &origin,
+        &[
+            ("SU_CLICKS_EDGE_NAME", "city-lua".into()),
+            ("SU_CLICKS_FLUSH_INTERVAL_MS", "100".into()),
+            ("SU_CLICKS_CITY", "true".into()),
+            ("SU_TRUSTED_PROXIES", "127.0.0.1/32".into()),
+            ("SU_GEO_COUNTRY_HEADER", "CF-IPCountry".into()),
+            ("SU_GEO_MMDB_PATH", mmdb.display().to_string()),
+        ],
+    );
+    let country = |city: &str| -> Option<[u8; 2]> { city.as_bytes()[..2].try_into().ok() };
+    let mut reqs = Vec::new();
+    for (i, (ip, city)) in testkit::mmdb::CITY_TEST_NETWORKS
+        .iter()
+        .chain(&[("10.9.8.7", None)])
+        .enumerate()
+    {
+        // Each address once or twice, from two browsers.
+        for j in 0..=(i % 2) {
+            let mut r = Req::get(code, Some(BROWSERS[j % BROWSERS.len()]), None);
+            r.xff = Some((*ip).to_owned());
+            r.city = city.map(str::to_owned);
+            r.country = match (*ip, city) {
+                ("67.43.156.7" | "216.160.83.4", _) => Some(*b"US"),
+                ("175.16.199.3", _) => Some(*b"CN"),
+                (_, Some(c)) => country(c),
+                _ => None,
+            };
+            r.location = Some(dest.to_owned());
+            reqs.push(r);
+        }
+    }
+    // A trusted header names the country; the city is still the address's.
+    let mut r = Req::get(code, Some(BROWSERS[0]), None);
+    r.xff = Some("81.2.69.77".into());
+    r.cf_country = Some("FR".into());
+    r.country = Some(*b"FR");
+    r.city = Some("GB-London".into());
+    r.location = Some(dest.to_owned());
+    reqs.push(r);
+    // A bot: in no dimension.
+    let mut r = Req::get(code, Some("curl/8.4"), None);
+    r.xff = Some("81.2.69.5".into());
+    r.location = Some(dest.to_owned());
+    reqs.push(r);
+    clicks::away_from_hour_end(120);
+    let mut answers = Vec::new();
+    for edge in [&pingora, &lua] {
+        let mut conns: Vec<Conn> = (0..2).map(|_| Conn::open(edge.port).unwrap()).collect();
+        answers.push(clicks::send(&mut conns, &reqs));
+    }
+    assert!(answers.iter().flatten().all(|a| a.0 == 302), "{answers:?}");
+    let n = reqs.len() as u64;
+    let from_pingora = clicks::await_clicks(&url, "city-pingora:", n);
+    let from_lua = clicks::await_clicks(&url, "city-lua:", n);
+    // The visitors are another test's (the_two_edges_count_dimensions_alike).
+    let day = shorturl_common::clicks::day_start(answers[0][0].1);
+    let salt: String =
+        redis::from_redis_value(support::redis_cmd(&url, &["GET", &uniq::salt_key(day)]).unwrap())
+            .unwrap();
+    for r in &mut reqs {
+        let ua = r.ua.clone().unwrap_or_default();
+        if !shorturl_common::clicks::is_bot(&ua) {
+            let ip: std::net::IpAddr = r.xff.as_deref().unwrap_or("127.0.0.1").parse().unwrap();
+            r.visitor = Some(uniq::visitor(
+                salt.as_bytes(),
+                &link_rules::split_key(ip),
+                ua.as_bytes(),
+            ));
+        }
+    }
+    let want = clicks::lines_of(&clicks::expected(&reqs, &answers[0]));
+    let p = clicks::lines_of(&from_pingora);
+    let l = clicks::lines_of(&from_lua);
+    assert_eq!(p, l, "the two edges' lines");
+    assert_eq!(p, want, "the lines against common::clicks::Accumulator");
+    let city = |v: &str| {
+        p.iter()
+            .find(|(k, _)| k.0 == 'x' && k.3 == format!("city:{v}"))
+            .map(|(_, n)| *n)
+    };
+    // London: twice from 81.2.69.5 (i = 0 sends once; the header's once).
+    assert_eq!(city("GB-London"), Some(2), "{p:?}");
+    assert_eq!(city("SE-Link%C3%B6ping"), Some(2), "{p:?}");
+    assert_eq!(city("BR-S%C3%A3o%20Paulo"), Some(1), "{p:?}");
+    assert_eq!(city("~other"), Some(1), "{p:?}");
+    assert_eq!(city("DE-Berlin"), Some(1), "{p:?}");
+    assert!(city("unknown").is_none(), "a default is never sent: {p:?}");
+}

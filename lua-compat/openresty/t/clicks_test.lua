@@ -5,7 +5,8 @@
 -- version (3 with a per-domain key, else 2 with `t` lines, else 1).
 -- With clicks.dimensions (protocol 3.7) a human click is also counted by
 -- its dimensions (clicks_dims.lua): the `x` lines after the `t` lines,
--- version 4; the first part runs with it off, the old bodies. And then
+-- version 4; the first part runs with it off, the old bodies; with
+-- clicks.city the city too, the last dimension. And then
 -- (protocol 3.7) the unique visitors (clicks_uniq.lua): the visitor hash,
 -- registers, sketches, the salts in a stub Redis, and the `u` lines.
 -- And the paced flush: a build with a pace gives the same batches byte for
@@ -70,11 +71,11 @@ local repo = ngx.var.su_repo
 -- The link rules' in-app patterns (edge.lua loads them at start): the
 -- browser dimension looks for them first.
 assert(link_rules.load_inapp(repo .. "/common/data/inapp.txt") > 0)
-local function init(dimensions, max_bytes, max_clicks)
+local function init(dimensions, max_bytes, max_clicks, city)
     clicks.init({ clicks = { enabled = true, bots_file = repo .. "/common/data/bots.txt", edge_name = "t",
         flush_interval_ms = 50, max_buffered_clicks = max_clicks or 100000,
         max_buffered_bytes = max_bytes or 67108864,
-        dimensions = dimensions,
+        dimensions = dimensions, city = city,
         families_file = repo .. "/common/data/ua_families.txt" }, redis_conn = {} })
 end
 -- The clicks of protocol 3.6 first, dimensions off: the bodies of before.
@@ -423,6 +424,90 @@ do -- per link-day and dimension the top 20 by clicks (ties by value), the rest 
     want[#want + 1] = "utm_source:~zz 2"
     eq(table.concat(xs, ","), table.concat(want, ","), "ties by value at the cut; lines in value byte order")
 end
+
+---------------------------------------------------------------- the city (clicks.city): the last dimension
+do -- clicks.city off: the city never asked, no city line
+    local asked = 0
+    clicks.count("aB3xYz", SHOP, false, PLAIN_UA, nil, nil, "https://d.example/", "/aB3xYz", nil, "GB", nil,
+        function()
+            asked = asked + 1
+            return "GB-London"
+        end)
+    local b = flushed()
+    eq(asked, 0, "city off: never asked")
+    ok(b[1] and not b[1].body:find("city:", 1, true), "city off: no city line")
+end
+
+init(true, nil, nil, true)
+do -- a human click's city after its UTM values, in value byte order; bots in none, their city never asked
+    local h, d = hour_day()
+    local k = "aB3xYz"
+    local asked = 0
+    local function city_of(v)
+        return function()
+            asked = asked + 1
+            return v
+        end
+    end
+    local LOC = "https://dest.example/p?utm_campaign=spring"
+    clicks.count(k, SHOP, false, CHROME_WIN, nil, nil, LOC, "/aB3xYz", nil, "GB", nil, "GB-London")
+    clicks.count(k, SHOP, false, CHROME_WIN, nil, nil, LOC, "/aB3xYz", nil, "GB", nil, city_of("GB-London"))
+    clicks.count(k, SHOP, false, CHROME_WIN, nil, nil, LOC, "/aB3xYz", nil, "SE", nil, city_of("SE-Link%C3%B6ping"))
+    clicks.count(k, SHOP, false, CHROME_WIN, nil, nil, LOC, "/aB3xYz", nil, "BR", nil, "BR-S%C3%A3o%20Paulo")
+    clicks.count(k, SHOP, false, CHROME_WIN, nil, nil, LOC, "/aB3xYz", nil, "CN", nil, city_of("~other"))
+    clicks.count(k, SHOP, false, CHROME_WIN, nil, nil, LOC, "/aB3xYz", nil, "US", nil, city_of(nil))
+    -- Only a city: its line alone.
+    clicks.count(k, SHOP, false, PLAIN_UA, nil, nil, nil, nil, nil, nil, nil, city_of("DE-Berlin"))
+    -- Bots: in no dimension, their city never asked.
+    clicks.count(k, SHOP, true, CHROME_WIN, nil, nil, LOC, "/aB3xYz", nil, "GB", nil, city_of("GB-London"))
+    clicks.count(k, SHOP, false, "curl/8.4", nil, nil, LOC, "/aB3xYz", nil, "GB", nil, city_of("GB-London"))
+    eq(asked, 5, "city: asked for the human clicks only")
+    local b = flushed()
+    eq(#b, 1, "city: one batch")
+    eq(b[1] and b[1].v, "5", "city: the batch version unchanged")
+    local function x(what, n)
+        return string.format("x %s %d %s %d", k, d, what, n)
+    end
+    local want = table.concat({
+        string.format("h %s %d 7 2", k, h),
+        string.format("d %s %d desktop 6", k, d),
+        string.format("d %s %d other 1", k, d),
+        x("country:BR", 1), x("country:CN", 1), x("country:GB", 2), x("country:SE", 1), x("country:US", 1),
+        x("browser:chrome", 6),
+        x("os:windows", 6),
+        x("utm_campaign:spring", 6),
+        x("city:BR-S%C3%A3o%20Paulo", 1), x("city:DE-Berlin", 1), x("city:GB-London", 2),
+        x("city:SE-Link%C3%B6ping", 1), x("city:~other", 1),
+    }, "\n") .. "\n"
+    eq(b[1] and b[1].body, want, "city: the last dimension, after utm_campaign, in value byte order")
+end
+
+do -- the city's top 20 by clicks (ties by value), the rest and a ~other as ~other
+    local _, d = hour_day()
+    -- c01..c22: c<i> has 1 click, c21 and c22 3; and a name past 64 bytes twice.
+    for i = 1, 22 do
+        for _ = 1, i > 20 and 3 or 1 do
+            clicks.count("abcdef", SHOP, false, PLAIN_UA, nil, nil, nil, "/abcdef", nil, nil, nil,
+                string.format("XX-c%02d", i))
+        end
+    end
+    clicks.count("abcdef", SHOP, false, PLAIN_UA, nil, nil, nil, "/abcdef", nil, nil, nil, "~other")
+    clicks.count("abcdef", SHOP, false, PLAIN_UA, nil, nil, nil, "/abcdef", nil, nil, nil, "~other")
+    local b = flushed()
+    local xs = {}
+    for line in (b[1] and b[1].body or ""):gmatch("x abcdef " .. d .. " ([^\n]*)\n") do
+        xs[#xs + 1] = line
+    end
+    local want = {}
+    for i = 1, 18 do
+        want[#want + 1] = string.format("city:XX-c%02d 1", i)
+    end
+    want[#want + 1] = "city:XX-c21 3"
+    want[#want + 1] = "city:XX-c22 3"
+    want[#want + 1] = "city:~other " .. (2 + 2)
+    eq(table.concat(xs, ","), table.concat(want, ","), "city: top 20, the rest (a ~other folded in) as ~other")
+end
+init(true)
 
 do -- the version is per batch: 4 only for the batch with x lines
     local h, d = hour_day()
@@ -1073,6 +1158,25 @@ do
     good, c = load("{ clicks = { dimensions = false } }", { bots_file = nginx.bots_file, inapp_file = nginx.inapp_file,
         crawlers_file = nginx.crawlers_file })
     ok(good, "config: no family file needed with dimensions off: " .. tostring(c))
+    -- clicks.city: off by default; needs the database and dimensions.
+    good, c = load("{}")
+    eq(good and c.clicks.city, false, "config: city off by default")
+    good, c = load('{ clicks = { city = true }, geo = { mmdb_path = "/x/city.mmdb" } }')
+    ok(good and c.clicks.city == true, "config: city with a database: " .. tostring(c))
+    good, c = load("{ clicks = { city = true } }")
+    ok(not good and tostring(c):find("clicks.city needs geo.mmdb_path", 1, true),
+        "config: city without a database refused: " .. tostring(c))
+    good, c = load('{ clicks = { city = true, dimensions = false }, geo = { mmdb_path = "/x/city.mmdb" } }')
+    ok(not good and tostring(c):find("clicks.city needs clicks.dimensions", 1, true),
+        "config: city without dimensions refused: " .. tostring(c))
+    good, c = load("{ clicks = { city = true, dimensions = false } }")
+    ok(not good and tostring(c):find("clicks.city needs clicks.dimensions", 1, true),
+        "config: city without either: the dimensions named first (as the Pingora edge): " .. tostring(c))
+    good, c = load('{ clicks = { city = true, enabled = false }, geo = { mmdb_path = "/x/city.mmdb" } }')
+    ok(good, "config: city with clicks off: accepted (nothing counted): " .. tostring(c))
+    good, c = load('{ clicks = { city = 1 }, geo = { mmdb_path = "/x/city.mmdb" } }')
+    ok(not good and tostring(c):find("clicks.city must be a boolean", 1, true),
+        "config: city refused unless boolean: " .. tostring(c))
 end
 
 ---------------------------------------------------------------- report

@@ -2,7 +2,9 @@
 -- and the MaxMind DB lookup through libmaxminddb, against a small
 -- database this file writes (the MaxMind DB format: a binary search tree
 -- of 24-bit records, the data section, the metadata map). Without
--- libmaxminddb the database part is skipped (and said so).
+-- libmaxminddb the database part is skipped (and said so). And the
+-- `city` dimension's values (clicks.city) from the committed city
+-- database testkit/data/city-test.mmdb (testkit/src/mmdb.rs writes it).
 -- Run by t/run.sh (content_by_lua_file).
 local geo = require("shorturl.geo")
 local net = require("shorturl.net")
@@ -247,6 +249,68 @@ else
     eq(bad, false, "a file that is not a database stops the start")
     geo.init(cfg(""))
     eq(geo.status_part(), "", "no database: no status member")
+
+    -- The city (clicks.city): `<CC>-<name>`, the name percent-encoded,
+    -- `~other` past 64 bytes; the database only.
+    eq(geo.city_value("GB", "London"), "GB-London", "city value: as it is")
+    eq(geo.city_value("XX", "az.AZ_09~-"), "XX-az.AZ_09~-", "city value: [A-Za-z0-9._~-] as they are")
+    eq(geo.city_value("XX", "a b/c%d+e'f\0"), "XX-a%20b%2Fc%25d%2Be%27f%00", "city value: others %XX")
+    eq(geo.city_value("SE", "Link\195\182ping"), "SE-Link%C3%B6ping", "city value: UTF-8 byte by byte, upper-case hex")
+    eq(geo.city_value("US", string.rep("a", 61)), "US-" .. string.rep("a", 61), "city value: 64 bytes as it is")
+    eq(geo.city_value("US", string.rep("a", 62)), "~other", "city value: 65 bytes: ~other")
+    eq(geo.city_value("US", string.rep("a", 19) .. "\195\169"), "US-" .. string.rep("a", 19) .. "%C3%A9",
+        "city value: counted once encoded")
+    eq(geo.city("81.2.69.5"), nil, "city: no database, none")
+    local city_db = ngx.var.su_repo .. "/testkit/data/city-test.mmdb"
+    local opened_city, cerr = pcall(geo.init, cfg("CF-IPCountry", city_db))
+    eq(opened_city, true, "city database opened: " .. tostring(cerr))
+    if opened_city then
+        local lookups = 0
+        local real_lookup = geo.city_lookup
+        geo.city_lookup = function(addr)
+            lookups = lookups + 1
+            return real_lookup(addr)
+        end
+        -- (testkit::mmdb::CITY_TEST_NETWORKS, and more.)
+        for _, c in ipairs({
+            { "81.2.69.5", "GB-London", "city.names.en, country.iso_code" },
+            { "89.160.20.9", "SE-Link%C3%B6ping", "a UTF-8 name" },
+            { "2.125.160.1", "BR-S%C3%A3o%20Paulo", "city as a string, country_code (ip-location-db)" },
+            { "67.43.156.7", nil, "a record without a city" },
+            { "175.16.199.3", "~other", "a name past 64 bytes" },
+            { "216.160.83.4", nil, "an empty name" },
+            { "2001:db8:1::5", "DE-Berlin", "IPv6" },
+            { "2001:db8:2::5", nil, "IPv6 not in the database" },
+            { "::ffff:89.160.20.9", "SE-Link%C3%B6ping", "IPv4-mapped IPv6 as IPv4" },
+            { "10.0.0.1", nil, "no record" },
+            { "not-an-address", nil, "not an address" },
+        }) do
+            eq(geo.city(c[1]), c[2], "city: " .. c[3] .. " (" .. c[1] .. ")")
+        end
+        eq(geo.lookup("67.43.156.7"), "US", "city database: its country for the country dimension")
+        eq(geo.lookup("2.125.160.1"), "BR", "city database: country_code")
+        -- The header is the country's, never the city's.
+        eq(geo.country({ ["cf-ipcountry"] = "fr" }, "127.0.0.1", "81.2.69.5"), "FR",
+            "city database: the header's country")
+        eq(geo.city("81.2.69.5"), "GB-London", "city: the database's despite the header")
+        -- The last address's answer is remembered: a repeat costs no lookup.
+        lookups = 0
+        eq(geo.city("81.2.69.5"), "GB-London", "city memo: a repeat")
+        eq(geo.city("81.2.69.5"), "GB-London", "city memo: again")
+        eq(lookups, 0, "city memo: a repeat looks nothing up")
+        eq(geo.city("67.43.156.7"), nil, "city memo: another address")
+        eq(geo.city("67.43.156.7"), nil, "city memo: its none remembered too")
+        eq(geo.city("81.2.69.5"), "GB-London", "city memo: back to the first")
+        eq(lookups, 2, "city memo: one lookup per change of address")
+        eq(geo.city(nil), nil, "city: no address")
+        -- Another load never answers from the memo of the last one.
+        geo.init(cfg("", path))
+        lookups = 0
+        eq(geo.city("81.2.69.5"), nil, "city memo: a new database looked up (it has no city)")
+        eq(lookups, 1, "city memo: not taken from another load")
+        geo.city_lookup = real_lookup
+    end
+    geo.init(cfg(""))
 
     -- The database scripts/deps.sh installs (the conformance suite's).
     local real = "/usr/local/share/shorturl/country.mmdb"

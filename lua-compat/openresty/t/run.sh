@@ -19,7 +19,8 @@
 #    request without Host), the protocol 3.6 click keys (the batches in
 #    the stream), the protocol 3.7 click dimensions (their x lines, qr=1
 #    never forwarded) and unique visitors (the day's salt in Redis, the
-#    `u` lines).
+#    `u` lines); and a second module with clicks.city on the committed
+#    city database (testkit/data/city-test.mmdb): its `city` x lines.
 #
 # Ports: SU_T_PORT1..5 (the unit nginx, Redis, the module, an origin port
 # nobody listens on until the page checks at the end, the module's
@@ -641,7 +642,32 @@ check_clicks "screen: block is not a click" scrnb1 ""
 check_clicks "screen: warn is not a click" scrnw1 ""
 check_clicks "screen: a screened password link is not a click" scrnp1 ""
 check_clicks "screen: a screened card link is not a click (crawlers neither)" scrng1 ""
-if grep -E '\[(error|crit|alert|emerg)\]' "$tmp/edge/logs/error.log" | grep -v -E 'connect\(\) failed|health|origin' | head -5 | grep .; then
+# The city dimension (clicks.city): a second module, on the unit tests'
+# port, with the committed city database; clicks through the trusted
+# proxy (X-Forwarded-For), from London, Sao Paulo, an address in no record
+# and a bot (in none).
+city_db="$repo/testkit/data/city-test.mmdb"
+if [ -n "$mmdb" ] && [ -s "$city_db" ]; then
+  SU_REDIS_TIMEOUT_MS=1000 SU_DIE_WITH_MASTER=1 SU_CLICKS_FLUSH_INTERVAL_MS=50 SU_DEFAULT_DOMAIN=s.test \
+    SU_TRUSTED_PROXIES=127.0.0.1/32 SU_GEO_MMDB_PATH="$city_db" SU_CLICKS_CITY=1 SU_ACCESS_LOG=off SU_UNKNOWN_LIMIT=0 \
+    "$openresty/start.sh" "$tmp/edge-city" "$port" "127.0.0.1:$rport" "127.0.0.1:$oport" >"$tmp/edge-city.log" 2>&1 &
+  pids+=("$!")
+  wait_port "$port"
+  rset city01 "2 1 $far s.test https://x.example/c"
+  eport="$port" e2e "city: a click from London" 302 "https://x.example/c" "/city01" -A "$DESKTOP" \
+    -H "X-Forwarded-For: 81.2.69.5"
+  eport="$port" e2e "city: from Sao Paulo" 302 "https://x.example/c" "/city01" -A "$DESKTOP" \
+    -H "X-Forwarded-For: 2.125.160.7"
+  eport="$port" e2e "city: an address in no record" 302 "https://x.example/c" "/city01" -A "$DESKTOP" \
+    -H "X-Forwarded-For: 192.0.2.1"
+  eport="$port" e2e "city: a bot" 302 "https://x.example/c" "/city01" -A "$DESKTOP" -H "X-Forwarded-For: 81.2.69.5" -I
+  check_dims "city: the x lines (the city the last dimension's, percent-encoded)" city01 \
+    "browser:chrome 3,city:BR-S%C3%A3o%20Paulo 1,city:GB-London 1,country:BR 1,country:GB 1,os:windows 3,"
+else
+  echo "  (no libmaxminddb or no $city_db: the city checks skipped)"
+fi
+if { cat "$tmp/edge/logs/error.log"; cat "$tmp/edge-city/logs/error.log" 2>/dev/null || true; } |
+  grep -E '\[(error|crit|alert|emerg)\]' | grep -v -E 'connect\(\) failed|health|origin' | head -5 | grep .; then
   echo "  FAIL errors in the edge's error.log"
   failed=1
 fi

@@ -577,10 +577,11 @@ mod tests {
         assert!(dim_defaults(&b).is_empty());
         b.counted_dims = true;
         let d = dim_defaults(&b);
-        // The country is all named; seven defaults of 6; the day of bots
+        // The country is all named; eight defaults of 6; the day of bots
         // only has none.
         let want: Vec<(Group<'_>, &str, u64)> = vec![
             (("abcdef", day, "browser"), "other", 6),
+            (("abcdef", day, "city"), "unknown", 6),
             (("abcdef", day, "lang"), "-", 6),
             (("abcdef", day, "os"), "other", 6),
             (("abcdef", day, "source"), "link", 6),

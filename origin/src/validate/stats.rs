@@ -279,6 +279,7 @@ mod tests {
                 "utm_source",
                 "utm_medium",
                 "utm_campaign",
+                "city",
                 "destination"
             ]
         );

@@ -32,6 +32,8 @@ pub struct Req {
     pub xff: Option<String>,
     pub country: Option<[u8; 2]>,
     pub location: Option<String>,
+    /// The `city` value the click gets (protocol 3.9).
+    pub city: Option<String>,
     /// The unique visitor the click is counted as (`uniq::visitor`).
     pub visitor: Option<u64>,
 }
@@ -51,6 +53,7 @@ impl Req {
             xff: None,
             country: None,
             location: None,
+            city: None,
             visitor: None,
         }
     }
@@ -210,6 +213,7 @@ pub fn expected(reqs: &[Req], answers: &[(u16, u64)]) -> Vec<Batch> {
                 country: r.country,
                 query: r.query.as_deref(),
                 location: r.location.as_deref(),
+                city: r.city.as_deref(),
                 visitor: r.visitor,
                 ..Click::new(&key, *at)
             }));

@@ -11,7 +11,8 @@
 --
 -- With `clicks.dimensions` (protocol 3.7, the default) a human click is
 -- also counted by its dimensions (clicks_dims.lua: country, browser, OS,
--- language, source, UTM), the batches' `x` lines; a bot is in none. And
+-- language, source, UTM; and with `clicks.city` the city, geo.city), the
+-- batches' `x` lines; a bot is in none. And
 -- its visitor (clicks_uniq.lua: an HMAC of its client key and user agent
 -- under the day's fleet-wide salt) goes into its link-day's sketch of
 -- unique visitors, the `u` lines; the salts are fetched by the flush
@@ -47,6 +48,8 @@ local BOT = clicks_ua.BOT
 M.enabled = false
 -- Whether human clicks are counted by their dimensions (clicks.dimensions).
 M.dimensions = false
+-- And by their city (clicks.city, which needs dimensions).
+M.city = false
 local cfg
 local device_class, ref_host = clicks_ua.device_class, clicks_ref.host
 local families, lang_of, has_qr, utm_of = clicks_dims.families, clicks_dims.lang, clicks_dims.has_qr,
@@ -129,9 +132,14 @@ end
 -- Counts the dimensions of one human click in link-day counts `dc`
 -- (Dims::read, DayDims::count): `facts` the user agent's (classify), the
 -- rest as M.count takes them.
-local function count_dims(dc, facts, location, pq, headers, country)
+local function count_dims(dc, facts, location, pq, headers, country, city)
     if type(country) == "function" then
         country = country(headers)
+    end
+    if not M.city then
+        city = nil
+    elseif type(city) == "function" then
+        city = city()
     end
     local lang = headers and headers["accept-language"]
     if type(lang) == "table" then
@@ -145,7 +153,7 @@ local function count_dims(dc, facts, location, pq, headers, country)
     end
     local us, um, uc = utm_of(location)
     local browser, os = facts[2], facts[3]
-    if not (country or browser or os or lang or qr or us or um or uc) then
+    if not (country or browser or os or lang or qr or us or um or uc or city) then
         return -- every default: nothing kept
     end
     local x = dc.x
@@ -176,6 +184,9 @@ local function count_dims(dc, facts, location, pq, headers, country)
     end
     if uc then
         bump(x, 8, uc)
+    end
+    if city then
+        bump(x, 9, city)
     end
 end
 
@@ -230,8 +241,10 @@ end
 -- bot's click). `client`: the client's split key (link_rules.split_key:
 -- the client behind trusted proxies, IPv6 by /64; nil without an
 -- address), or a function answering it, called only for a human click
--- with dimensions on: its unique visitor.
-function M.count(code, domain, head, ua, referer, dest, location, pq, headers, country, client)
+-- with dimensions on: its unique visitor. `city`: the client's city
+-- (geo.city; nil: none), or a function answering it, called only for a
+-- human click with clicks.city on (else never: no lookup).
+function M.count(code, domain, head, ua, referer, dest, location, pq, headers, country, client, city)
     if not M.enabled then
         return
     end
@@ -270,7 +283,7 @@ function M.count(code, domain, head, ua, referer, dest, location, pq, headers, c
         local tc = dc.t
         tc[label] = (tc[label] or 0) + 1
         if M.dimensions then
-            count_dims(dc, facts, location, pq, headers, country)
+            count_dims(dc, facts, location, pq, headers, country, city)
             count_visitor(dc, day, facts, client)
         end
     end
@@ -575,6 +588,7 @@ function M.init(c)
     cfg = c
     M.enabled = c.clicks.enabled
     M.dimensions = c.clicks.enabled and c.clicks.dimensions
+    M.city = M.dimensions and c.clicks.city or false
     if ua_cache then
         ua_cache:flush_all() -- a worker's (tests): its facts were read with the old setting
     end

@@ -4,9 +4,10 @@
 -- and OS families of the User-Agent (common/data/ua_families.txt, after
 -- the in-app browsers of common/data/inapp.txt), the language (the first
 -- Accept-Language range's primary subtag), the source (`qr` for a request
--- whose query carries `qr=1`) and the UTM parameters of the redirect's
--- Location. Every function answers nil for a dimension's default (which a
--- batch never sends).
+-- whose query carries `qr=1`), the UTM parameters of the redirect's
+-- Location and, with `clicks.city`, the city (the caller's: geo.city).
+-- Every function answers nil for a dimension's default (which a batch
+-- never sends).
 --
 -- The family file is read once in the master (`init_by_lua`, as the bot
 -- list); the caller (clicks.lua) caches a user agent's families with its
@@ -20,9 +21,9 @@ local M = {}
 
 -- The dimensions in the order a batch lists them (Dim::ALL), and their
 -- defaults (never sent).
-M.DIMS = { "country", "browser", "os", "lang", "source", "utm_source", "utm_medium", "utm_campaign" }
+M.DIMS = { "country", "browser", "os", "lang", "source", "utm_source", "utm_medium", "utm_campaign", "city" }
 M.DEFAULTS = { country = "unknown", browser = "other", os = "other", lang = "-", source = "link",
-    utm_source = "-", utm_medium = "-", utm_campaign = "-" }
+    utm_source = "-", utm_medium = "-", utm_campaign = "-", city = "unknown" }
 -- Values of a dimension named per link-day in a batch (TOP_VALUES); the
 -- rest are summed under `~other`.
 M.TOP_VALUES = 20

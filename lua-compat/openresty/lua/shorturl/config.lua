@@ -109,6 +109,9 @@ local function defaults()
             -- common/data/ua_families.txt (the browser and OS families);
             -- "" = the path start.sh rendered.
             families_file = "",
+            -- Human clicks also counted by city (`city:<CC>-<name>`), from
+            -- the geo.mmdb_path database only; needs it and dimensions.
+            city = false,
         },
         -- The shared TLS store's key material (protocol section 3.3), the
         -- Pingora edge's `tls.store_key` / `store_old_keys`: base64 of 32
@@ -308,6 +311,14 @@ local function check_clicks(c, nginx)
     end
     if k.enabled and k.dimensions and k.families_file == "" then
         error("clicks.families_file must name the browser and OS families (common/data/ua_families.txt)", 0)
+    end
+    -- The city is one of the dimensions, and comes from the database alone
+    -- (checked in the Pingora edge's order).
+    if k.city and not k.dimensions then
+        error("clicks.city needs clicks.dimensions", 0)
+    end
+    if k.city and c.geo.mmdb_path == "" then
+        error("clicks.city needs geo.mmdb_path (a city database such as GeoLite2-City)", 0)
     end
 end
 

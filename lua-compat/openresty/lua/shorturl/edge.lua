@@ -209,6 +209,12 @@ local function visitor_country(v)
     return request_country(v.headers)
 end
 
+-- The client's city (geo.lua, the database only), for the clicks' `city`
+-- dimension: asked only with clicks.city on.
+local function request_city()
+    return geo.city((clients.client()))
+end
+
 -- The client's split key (the rules' splits; and the client key of a
 -- click's unique visitor, protocol 3.4).
 local function visitor_key()
@@ -250,7 +256,7 @@ end
 -- page answered on `/{code}` itself: the same URL redirects others.
 local function card(code, host, head, url, pq)
     clicks.count(code, host, head.method == "HEAD", head.ua, head.referer, "link", url, pq, head.headers,
-        request_country, visitor_key)
+        request_country, visitor_key, request_city)
     return page_instead(code, host, "card", nil)
 end
 
@@ -338,7 +344,7 @@ local function redirect_by_rules(code, ans, head, pq)
         -- country as the rules found it, if they asked (v.country: the
         -- memo, or still the function).
         clicks.count(code, ans.domain, head.method == "HEAD", head.ua, head.referer, dest, url, pq, head.headers,
-            v.country == visitor_country and request_country or v.country, visitor_key)
+            v.country == visitor_country and request_country or v.country, visitor_key, request_city)
         return respond.redirect(url, o.p)
     end
     clients.count_unknown()
@@ -358,7 +364,7 @@ local function redirect_or_404(code, host, head, pq)
     local verdict = decide(ans, host)
     if verdict == "live" then
         clicks.count(code, host, head.method == "HEAD", head.ua, head.referer, nil, ans.url, pq, head.headers,
-            request_country, visitor_key)
+            request_country, visitor_key, request_city)
         return respond.redirect(ans.url)
     elseif verdict == "unav" then
         return unavailable()

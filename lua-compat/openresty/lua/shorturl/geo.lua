@@ -13,10 +13,14 @@
 -- every worker each `geo.reload_interval_ms` and loaded again when its
 -- modification time or size changed; a file that does not load keeps the
 -- last good database (logged, counted).
+--
+-- With `clicks.city` the same database also gives a human click's `city`
+-- dimension (M.city): the database only, never the header.
 local net = require("shorturl.net")
 local json = require("shorturl.json")
 
 local find, upper, type, concat, format = string.find, string.upper, type, table.concat, string.format
+local byte, gsub = string.byte, string.gsub
 
 local M = {}
 
@@ -114,9 +118,13 @@ local STATX_MTIME_SIZE = 0x40 + 0x200
 
 local cfg
 local ffi, lib, data, gai_err, mmdb_err, stx
-local path_cc, path_iso, path_keys
-local db         -- the loaded database: { h = su_mmdb, stamp =, database_type =, build_epoch = }
+local path_cc, path_iso, path_city, path_city_en, path_keys
+local db         -- the loaded database: { h = su_mmdb, stamp =, database_type =, build_epoch =, gen = }
 local loads, load_failures = 0, 0
+local generation = 0 -- of the last load: a memo of another file's answer is never taken for this one's
+-- M.city's memo: the last address asked, the load that answered, the
+-- value (false: none).
+local last_addr, last_gen, last_city
 local timer_started = false
 
 local function setup()
@@ -137,9 +145,12 @@ local function setup()
     gai_err, mmdb_err = ffi.new("int[1]"), ffi.new("int[1]")
     stx = ffi.new("struct su_statx")
     local k1, k2, k3 = ffi.new("char[13]", "country_code"), ffi.new("char[8]", "country"), ffi.new("char[9]", "iso_code")
+    local k4, k5, k6 = ffi.new("char[5]", "city"), ffi.new("char[6]", "names"), ffi.new("char[3]", "en")
     path_cc = ffi.new("const char *[2]", k1, nil)
     path_iso = ffi.new("const char *[3]", k2, k3, nil)
-    path_keys = { k1, k2, k3 } -- what the paths point to, kept alive
+    path_city = ffi.new("const char *[2]", k4, nil)
+    path_city_en = ffi.new("const char *[4]", k4, k5, k6, nil)
+    path_keys = { k1, k2, k3, k4, k5, k6 } -- what the paths point to, kept alive
 end
 
 -- What identifies the file's content (Geo's `stamp`: modification time
@@ -192,11 +203,13 @@ local function load(path)
     end
     ffi.gc(h, close) -- unmapped when replaced, or when this Lua state goes (a reload of nginx)
     local meta = h.db.metadata
+    generation = generation + 1
     return {
         h = h,
         stamp = before,
         database_type = meta.database_type ~= nil and ffi.string(meta.database_type) or "",
         build_epoch = tonumber(meta.build_epoch),
+        gen = generation,
     }
 end
 M.load = load
@@ -285,9 +298,9 @@ local function string_at(entry, path)
     return ffi.string(data.utf8_string, data.data_size)
 end
 
--- The database's country for address `addr` (a string; an IPv4-mapped
--- IPv6 address is looked up as its IPv4), or nil.
-function M.lookup(addr)
+-- The database's record for address `addr` (a string; an IPv4-mapped
+-- IPv6 address is looked up as its IPv4): the lookup's result, or nil.
+local function record(addr)
     local ip = db and addr and net.parse_ip(addr)
     if not ip then
         return nil
@@ -299,11 +312,74 @@ function M.lookup(addr)
     if gai_err[0] ~= 0 or mmdb_err[0] ~= MMDB_SUCCESS or not res.found_entry then
         return nil
     end
-    local code = string_at(res.entry, path_cc)
+    return res
+end
+
+-- The country of a record: `country_code`, else `country.iso_code`.
+local function country_at(entry)
+    local code = string_at(entry, path_cc)
     if code == nil then
-        code = string_at(res.entry, path_iso)
+        code = string_at(entry, path_iso)
     end
     return code and code_of(code) or nil
+end
+
+-- The database's country for address `addr`, or nil.
+function M.lookup(addr)
+    local res = record(addr)
+    return res and country_at(res.entry) or nil
+end
+
+local MAX_CITY_VALUE = 64
+
+local function pct(c)
+    return format("%%%02X", byte(c))
+end
+
+-- The `city` value of country `cc` (two upper-case letters) and city
+-- `name` (bytes): `<cc>-<name>`, every byte of the name but
+-- [A-Za-z0-9._~-] as `%XX` (upper-case hex); longer than 64 bytes:
+-- `~other` (clicks_dims.OTHER).
+function M.city_value(cc, name)
+    local v = cc .. "-" .. gsub(name, "[^A-Za-z0-9._~%-]", pct)
+    return #v <= MAX_CITY_VALUE and v or "~other"
+end
+
+-- The city of a record, as the Pingora edge's `city_of` reads it: the
+-- name is `city` when that is a string (ip-location-db's city files),
+-- else `city.names.en` (GeoLite2-City, where `city` is a map); the
+-- country `country_code` when that is a string, else `country.iso_code`.
+-- nil without a name or a two-letter country.
+local function city_at(entry)
+    local name = string_at(entry, path_city) or string_at(entry, path_city_en)
+    if not name or name == "" then
+        return nil
+    end
+    local cc = string_at(entry, path_cc) or string_at(entry, path_iso)
+    cc = cc and code_of(cc)
+    return cc and M.city_value(cc, name) or nil
+end
+
+-- The database's `city` value for address `addr`, or nil (looked up).
+function M.city_lookup(addr)
+    local res = record(addr)
+    return res and city_at(res.entry) or nil
+end
+
+-- The `city` dimension's value for the client address `addr` (the
+-- database only: the country header does not apply), or nil. The last
+-- address's answer is remembered (per worker, per load): the clicks of
+-- a visitor come in runs, a repeat costs no lookup.
+function M.city(addr)
+    if not db or not addr then
+        return nil
+    end
+    if addr == last_addr and db.gen == last_gen then
+        return last_city or nil
+    end
+    local v = M.city_lookup(addr) or false -- (through the module: the tests count the calls)
+    last_addr, last_gen, last_city = addr, db.gen, v
+    return v or nil
 end
 
 -- Whether there is any source of a country (a header or a database):

@@ -7,6 +7,7 @@
 use super::super::countries;
 use super::super::html::{esc, num};
 use crate::clicks::{GroupBy, GroupCount};
+use shorturl_common::clicks::dims::city_label;
 use shorturl_common::clicks::{Dim, OTHER_REFERRER};
 use std::fmt::Write;
 
@@ -21,17 +22,19 @@ fn title(g: GroupBy) -> &'static str {
         "utm_source" => "UTM source",
         "utm_medium" => "UTM medium",
         "utm_campaign" => "UTM campaign",
+        "city" => "Cities",
         _ => "Destinations",
     }
 }
 
 /// A value as people read it (escaped): `-` is "(none)", `~other`
 /// "(others)", a country code is followed by its name (a code the table
-/// lacks, or `unknown`, stands alone).
+/// lacks, or `unknown`, stands alone), a city is its name and country.
 fn label(g: GroupBy, value: &str) -> String {
     match value {
         "-" => "(none)".into(),
         OTHER_REFERRER => "(others)".into(),
+        v if g == GroupBy::Dim(Dim::City) => esc(&city_label(v)),
         v => match countries::name(v).filter(|_| g == GroupBy::Dim(Dim::Country)) {
             Some(name) => format!("<code>{}</code> {}", esc(v), esc(name)),
             None => esc(v),
@@ -63,6 +66,11 @@ pub fn tables(heading: &str, csv_base: &str, dims: &[(GroupBy, Vec<GroupCount>)]
         esc(heading)
     );
     for (g, groups) in dims {
+        // Cities are counted only by edges with a city database: without
+        // one every click's city is `unknown`, a table not worth showing.
+        if *g == GroupBy::Dim(Dim::City) && groups.iter().all(|c| c.value == "unknown") {
+            continue;
+        }
         let name = g.as_str();
         let _ = write!(
             s,
@@ -116,6 +124,10 @@ mod tests {
                 vec![count("a<b>", 2), count("-", 2)],
             ),
             (GroupBy::Dim(Dim::Os), vec![]),
+            (
+                GroupBy::Dim(Dim::City),
+                vec![count("BR-S%C3%A3o%20Paulo", 2), count("unknown", 1)],
+            ),
         ];
         let h = tables("By <dimension>", "/admin/links/abc?", &dims);
         assert!(h.contains("<h2>By &lt;dimension&gt;</h2>"), "{h}");
@@ -135,6 +147,16 @@ mod tests {
         );
         assert!(h.contains("<td>(none)</td><td class=\"n\">2</td>"), "{h}");
         assert!(h.contains("No clicks counted."), "{h}");
+        assert!(
+            h.contains("<td>São Paulo, BR</td><td class=\"n\">2</td>"),
+            "{h}"
+        );
+        let no_city = tables(
+            "x",
+            "/",
+            &[(GroupBy::Dim(Dim::City), vec![count("unknown", 4)])],
+        );
+        assert!(!no_city.contains("dim-city"), "{no_city}");
         // A browser named like a country code is not a country.
         assert_eq!(label(GroupBy::Dim(Dim::Browser), "DE"), "DE");
         assert!(h.contains(
