@@ -29,10 +29,13 @@
 # CLICKS=1 flushes every second: the flusher's work is in the count, so
 # CLICKS=0/1 give counting's cost per click; CLICKS=2 is CLICKS=1 without
 # the dimensions and unique visitors (`dimensions: false`), so CLICKS=2/1
-# give theirs. Needs valgrind, redis-server, wrk, curl, scripts/deps.sh's
+# give theirs; CLICKS=3 is CLICKS=1 with the city too (`city: true`, the
+# test city database testkit/data/city-test.mmdb as the geo database and,
+# with BENCH_HEADERS=1, client 81.2.69.5, London), so CLICKS=1/3 give its
+# cost. Needs valgrind, redis-server, wrk, curl, scripts/deps.sh's
 # country database.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,25p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,36p' "$0"; exit 2; }
 PATH_KIND=${PATH_KIND:-memory}
 case "$PATH_KIND" in
   memory) MAX_BYTES=67108864; COUNTED=hit ;;
@@ -56,11 +59,17 @@ case "${CLICKS:-}" in
   0) CLICKS_LINE="clicks: { enabled: false }" ;;
   1) CLICKS_LINE="clicks: { enabled: true, edge_name: bench, flush_interval_ms: 1000 }" ;;
   2) CLICKS_LINE="clicks: { enabled: true, edge_name: bench, flush_interval_ms: 1000, dimensions: false }" ;;
+  3) CLICKS_LINE="clicks: { enabled: true, edge_name: bench, flush_interval_ms: 1000, city: true }" ;;
 esac
+GEO_DB=/usr/local/share/shorturl/country.mmdb
+if [ "${CLICKS:-}" = 3 ]; then
+  GEO_DB="$(cd "$(dirname "$0")/../.." && pwd)/testkit/data/city-test.mmdb"
+  export BENCH_XFF=${BENCH_XFF:-81.2.69.5}
+fi
 GEO_LINES=""
-if [ -e /usr/local/share/shorturl/country.mmdb ] && [ "${GEO:-1}" = 1 ]; then
-  GEO_LINES='trusted_proxies: ["127.0.0.1/32"]
-  geo: { mmdb_path: /usr/local/share/shorturl/country.mmdb }'
+if [ -e "$GEO_DB" ] && [ "${GEO:-1}" = 1 ]; then
+  GEO_LINES="trusted_proxies: [\"127.0.0.1/32\"]
+  geo: { mmdb_path: $GEO_DB }"
 fi
 bench_redis "$REDIS_PORT" "$CODES"
 bench_wrk_scripts "$CODES"

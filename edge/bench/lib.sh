@@ -29,10 +29,11 @@ bench_redis() {
 }
 
 # The bench requests' headers: Host, and with BENCH_HEADERS=1 those of a
-# desktop browser in English behind a trusted proxy, client 8.8.8.8 (US).
+# desktop browser in English behind a trusted proxy, client BENCH_XFF
+# (default 8.8.8.8, US).
 bench_headers() {
   if [ "${BENCH_HEADERS:-0}" = 1 ]; then
-    printf '%s' '{ ["Host"] = "s.shop55.com", ["User-Agent"] = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/126.0 Safari/537.36", ["Accept-Language"] = "en-US,en;q=0.9", ["X-Forwarded-For"] = "8.8.8.8" }'
+    printf '%s' '{ ["Host"] = "s.shop55.com", ["User-Agent"] = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/126.0 Safari/537.36", ["Accept-Language"] = "en-US,en;q=0.9", ["X-Forwarded-For"] = "'"${BENCH_XFF:-8.8.8.8}"'" }'
   else
     printf '%s' '{ ["Host"] = "s.shop55.com" }'
   fi
