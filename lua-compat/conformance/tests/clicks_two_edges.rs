@@ -160,6 +160,62 @@ fn the_pingora_edge_and_the_module_count_the_same_requests_alike() {
         .all(|k| k.1 == link_key(routed, "localhost") || k.1 == link_key(expired, "localhost")));
 }
 
+/// The two edges over `redis`, behind a trusted proxy (loopback) with the
+/// country header and `mmdb` as their geo database, flushing every 100 ms
+/// as `<name>-pingora` and `<name>-lua`; `city`: counting cities too.
+fn edges_behind_a_proxy(
+    redis: &Redis,
+    mmdb: &std::path::Path,
+    name: &str,
+    city: bool,
+) -> (Edge, Edge) {
+    let origin = format!("127.0.0.1:{}", free_port());
+    let pingora = Edge::pingora_with(
+        &redis.url(),
+        &origin,
+        &format!(
+            "  trusted_proxies: [\"127.0.0.1/32\"]\n  geo: {{ country_header: CF-IPCountry, mmdb_path: \"{}\" }}\n  clicks: {{ enabled: true, flush_interval_ms: 100, edge_name: {name}-pingora, city: {city} }}\n",
+            mmdb.display()
+        ),
+    );
+    let lua = Edge::openresty_with(
+        &format!("127.0.0.1:{}", redis.port()),
+        &origin,
+        &[
+            ("SU_CLICKS_EDGE_NAME", format!("{name}-lua")),
+            ("SU_CLICKS_FLUSH_INTERVAL_MS", "100".into()),
+            ("SU_CLICKS_CITY", city.to_string()),
+            ("SU_TRUSTED_PROXIES", "127.0.0.1/32".into()),
+            ("SU_GEO_COUNTRY_HEADER", "CF-IPCountry".into()),
+            ("SU_GEO_MMDB_PATH", mmdb.display().to_string()),
+        ],
+    );
+    (pingora, lua)
+}
+
+/// Sets each human request's unique visitor, by the salt of `day` both
+/// edges fetched from Redis (at `url`), as `uniq::visitor` computes it.
+fn with_visitors(url: &str, reqs: &mut [Req], day: u64) {
+    let salt: String =
+        redis::from_redis_value(support::redis_cmd(url, &["GET", &uniq::salt_key(day)]).unwrap())
+            .unwrap();
+    assert!(
+        uniq::is_salt(salt.as_bytes()),
+        "the day's salt is 32 hex digits"
+    );
+    for r in reqs {
+        let ua = r.ua.clone().unwrap_or_default();
+        if !shorturl_common::clicks::is_bot(&ua) {
+            let ip: std::net::IpAddr = r.xff.as_deref().unwrap_or("127.0.0.1").parse().unwrap();
+            r.visitor = Some(uniq::visitor(
+                salt.as_bytes(),
+                &link_rules::split_key(ip),
+                ua.as_bytes(),
+            ));
+        }
+    }
+}
+
 /// The dimensions of protocol 3.7 (batch version 4) alike on both edges
 /// and as `common::clicks::Accumulator::with_dimensions` counts them: both
 /// behind a trusted proxy (loopback) with the country header and the
@@ -189,26 +245,7 @@ fn the_two_edges_count_dimensions_alike() {
         .unwrap();
     }
     let mmdb = testkit::country_mmdb();
-    let origin = format!("127.0.0.1:{}", free_port());
-    let pingora = Edge::pingora_with(
-        &url,
-        &origin,
-        &format!(
-            "  trusted_proxies: [\"127.0.0.1/32\"]\n  geo: {{ country_header: CF-IPCountry, mmdb_path: \"{}\" }}\n  clicks: {{ enabled: true, flush_interval_ms: 100, edge_name: dim-pingora }}\n",
-            mmdb.display()
-        ),
-    );
-    let lua = Edge::openresty_with(
-        &format!("127.0.0.1:{}", redis.port()),
-        &origin,
-        &[
-            ("SU_CLICKS_EDGE_NAME", "dim-lua".into()),
-            ("SU_CLICKS_FLUSH_INTERVAL_MS", "100".into()),
-            ("SU_TRUSTED_PROXIES", "127.0.0.1/32".into()),
-            ("SU_GEO_COUNTRY_HEADER", "CF-IPCountry".into()),
-            ("SU_GEO_MMDB_PATH", mmdb.display().to_string()),
-        ],
-    );
+    let (pingora, lua) = edges_behind_a_proxy(&redis, &mmdb, "dim", false);
     // The database's answer for the addresses the requests come from.
     let db = maxminddb::Reader::open_readfile(&mmdb).expect("the country database");
     let db_country = |ip: &str| -> Option<[u8; 2]> {
@@ -289,24 +326,7 @@ fn the_two_edges_count_dimensions_alike() {
     }
     // The visitors, by the day's salt both edges fetched from Redis.
     let day = shorturl_common::clicks::day_start(answers[0][0].1);
-    let salt: String =
-        redis::from_redis_value(support::redis_cmd(&url, &["GET", &uniq::salt_key(day)]).unwrap())
-            .unwrap();
-    assert!(
-        uniq::is_salt(salt.as_bytes()),
-        "the day's salt is 32 hex digits"
-    );
-    for r in &mut reqs {
-        let ua = r.ua.clone().unwrap_or_default();
-        if !shorturl_common::clicks::is_bot(&ua) {
-            let ip: std::net::IpAddr = r.xff.as_deref().unwrap_or("127.0.0.1").parse().unwrap();
-            r.visitor = Some(uniq::visitor(
-                salt.as_bytes(),
-                &link_rules::split_key(ip),
-                ua.as_bytes(),
-            ));
-        }
-    }
+    with_visitors(&url, &mut reqs, day);
     let want = clicks::lines_of(&clicks::expected(&reqs, &answers[0]));
     let want_uniques = clicks::uniques_of(&clicks::expected(&reqs, &answers[0]));
     let (pu, lu) = (
@@ -377,27 +397,7 @@ fn the_two_edges_count_cities_alike() {
     )
     .unwrap();
     let mmdb = testkit::mmdb::city_test_db_path();
-    let origin = format!("127.0.0.1:{}", free_port());
-    let pingora = Edge::pingora_with(
-        &url,
-        &origin,
-        &format!(
-            "  trusted_proxies: [\"127.0.0.1/32\"]\n  geo: {{ country_header: CF-IPCountry, mmdb_path: \"{}\" }}\n  clicks: {{ enabled: true, flush_interval_ms: 100, edge_name: city-pingora, city: true }}\n",
-            mmdb.display()
-        ),
-    );
-    let lua = Edge::openresty_with(
-        &format!("127.0.0.1:{}", redis.port()),
-        &origin,
-        &[
-            ("SU_CLICKS_EDGE_NAME", "city-lua".into()),
-            ("SU_CLICKS_FLUSH_INTERVAL_MS", "100".into()),
-            ("SU_CLICKS_CITY", "true".into()),
-            ("SU_TRUSTED_PROXIES", "127.0.0.1/32".into()),
-            ("SU_GEO_COUNTRY_HEADER", "CF-IPCountry".into()),
-            ("SU_GEO_MMDB_PATH", mmdb.display().to_string()),
-        ],
-    );
+    let (pingora, lua) = edges_behind_a_proxy(&redis, &mmdb, "city", true);
     let country = |city: &str| -> Option<[u8; 2]> { city.as_bytes()[..2].try_into().ok() };
     let mut reqs = Vec::new();
     for (i, (ip, city)) in testkit::mmdb::CITY_TEST_NETWORKS
@@ -443,22 +443,11 @@ fn the_two_edges_count_cities_alike() {
     let n = reqs.len() as u64;
     let from_pingora = clicks::await_clicks(&url, "city-pingora:", n);
     let from_lua = clicks::await_clicks(&url, "city-lua:", n);
-    // The visitors are another test's (the_two_edges_count_dimensions_alike).
-    let day = shorturl_common::clicks::day_start(answers[0][0].1);
-    let salt: String =
-        redis::from_redis_value(support::redis_cmd(&url, &["GET", &uniq::salt_key(day)]).unwrap())
-            .unwrap();
-    for r in &mut reqs {
-        let ua = r.ua.clone().unwrap_or_default();
-        if !shorturl_common::clicks::is_bot(&ua) {
-            let ip: std::net::IpAddr = r.xff.as_deref().unwrap_or("127.0.0.1").parse().unwrap();
-            r.visitor = Some(uniq::visitor(
-                salt.as_bytes(),
-                &link_rules::split_key(ip),
-                ua.as_bytes(),
-            ));
-        }
-    }
+    with_visitors(
+        &url,
+        &mut reqs,
+        shorturl_common::clicks::day_start(answers[0][0].1),
+    );
     let want = clicks::lines_of(&clicks::expected(&reqs, &answers[0]));
     let p = clicks::lines_of(&from_pingora);
     let l = clicks::lines_of(&from_lua);
