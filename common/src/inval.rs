@@ -35,12 +35,15 @@ impl<'a> Invalidation<'a> {
     /// `<digits> <code> <domain>` nor the legacy `<digits> <code>`, with a
     /// code of the protocol grammar and a normalised domain.
     pub fn decode(msg: &'a str) -> Option<Message<'a>> {
-        let (v, rest) = msg.split_once(' ')?;
+        // Split by byte search: an edge decodes every message of a storm
+        // (`str::split_once` cost ~140 instructions a call, callgrind).
+        let space = |s: &'a str| memchr::memchr(b' ', s.as_bytes()).map(|i| (&s[..i], &s[i + 1..]));
+        let (v, rest) = space(msg)?;
         if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
         let version = v.parse().ok()?;
-        let Some((code, domain)) = rest.split_once(' ') else {
+        let Some((code, domain)) = space(rest) else {
             return is_valid_code(rest).then_some(Message::Legacy);
         };
         let normalised = host_part(domain).is_some_and(|h| h == domain)

@@ -354,3 +354,71 @@ fn a_silent_subscription_is_noticed_by_its_ping() {
     edge.wait_subscribed();
     assert_eq!(edge.inval().reconnects, 1);
 }
+
+/// The subscriber speaks the protocol itself (`inval/resp.rs`) and
+/// authenticates as the URL says: a password alone, or an ACL user and
+/// its password; with a wrong one it never counts as subscribed.
+#[test]
+fn the_subscription_authenticates_as_the_url_says() {
+    let redis = Redis::start();
+    let admin = redis::Client::open(redis.url()).unwrap();
+    let mut c = admin.get_connection().unwrap();
+    for args in [
+        &[
+            "ACL", "SETUSER", "edge", "on", ">edge-pw", "~*", "&*", "+@all",
+        ][..],
+        &["CONFIG", "SET", "requirepass", "sekret"],
+    ] {
+        let mut cmd = redis::cmd(args[0]);
+        args[1..].iter().for_each(|a| {
+            cmd.arg(*a);
+        });
+        cmd.query::<()>(&mut c).unwrap();
+    }
+    let port = redis.port();
+    for url in [
+        format!("redis://:sekret@127.0.0.1:{port}/"),
+        format!("redis://edge:edge-pw@127.0.0.1:{port}/"),
+    ] {
+        let edge = start_edge(EdgeOpts::new(url.clone(), vec!["127.0.0.1:1".into()]));
+        edge.wait_subscribed();
+        let before = edge.inval().messages;
+        let mut p = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let heard: i64 = redis::cmd("PUBLISH")
+            .arg(shorturl_common::keys::INVAL_CHANNEL)
+            .arg("3 abcdef localhost")
+            .query(&mut p)
+            .unwrap();
+        assert_eq!(heard, 1, "{url}: one subscriber");
+        wait_for("the message heard", TIMEOUT, || {
+            edge.inval().messages == before + 1
+        });
+    }
+    let edge = start_edge(EdgeOpts::new(
+        format!("redis://:wrong@127.0.0.1:{port}/"),
+        vec!["127.0.0.1:1".into()],
+    ));
+    wait_for("the refused password in the edge's log", TIMEOUT, || {
+        edge.log().contains("cannot subscribe to invalidations")
+    });
+    assert!(
+        !edge.inval().subscribed,
+        "a wrong password subscribes nothing"
+    );
+    assert!(edge.log().contains("WRONGPASS"), "{}", edge.log());
+    let mut admin = redis::Client::open(format!("redis://:sekret@127.0.0.1:{port}/").as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    wait_for("no subscriber left", TIMEOUT, || {
+        let n: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(shorturl_common::keys::INVAL_CHANNEL)
+            .query(&mut admin)
+            .unwrap();
+        n.get(1) == Some(&redis::Value::Int(0))
+    });
+}

@@ -17,7 +17,7 @@ use super::config::{node_info, ConnOptions, RedisTopology};
 use super::manager::{manager_config, setup_error};
 use super::sentinel::SentinelMaster;
 use arc_swap::ArcSwapOption;
-use redis::aio::{ConnectionLike, ConnectionManager, PubSub};
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
@@ -97,21 +97,20 @@ impl RedisConn {
         })
     }
 
-    /// A new pub/sub connection. `attempt` counts the caller's consecutive
-    /// failures: on a cluster it rotates through the seed nodes (PUBLISH is
-    /// broadcast to every node, so any one serves); on Sentinel the master
-    /// is resolved afresh; a single server is always the same.
-    pub async fn pubsub(&self, attempt: usize) -> RedisResult<PubSub> {
+    /// Where a new pub/sub connection goes (its address and credentials:
+    /// the edge's subscriber speaks the protocol itself). `attempt` counts
+    /// the caller's consecutive failures: on a cluster it rotates through
+    /// the seed nodes (PUBLISH is broadcast to every node, so any one
+    /// serves); on Sentinel the master is resolved afresh; a single server
+    /// is always the same.
+    pub async fn pubsub_info(&self, attempt: usize) -> RedisResult<redis::ConnectionInfo> {
         match &*self.inner {
-            Inner::Single { client, .. } => client.get_async_pubsub().await,
-            Inner::Cluster(c) => {
-                let Some(node) = c.nodes.get(attempt % c.nodes.len().max(1)) else {
-                    return Err(setup_error("no cluster node".into()));
-                };
-                let client = redis::Client::open(node.clone())?;
-                client.get_async_pubsub().await
-            }
-            Inner::Sentinel(s) => s.pubsub().await,
+            Inner::Single { client, .. } => Ok(client.get_connection_info().clone()),
+            Inner::Cluster(c) => match c.nodes.get(attempt % c.nodes.len().max(1)) {
+                Some(node) => Ok(node.clone()),
+                None => Err(setup_error("no cluster node".into())),
+            },
+            Inner::Sentinel(s) => s.pubsub_info().await,
         }
     }
 

@@ -19,7 +19,7 @@
 use super::config::{node_info, ConnOptions};
 use super::manager::{is_failover_error, manager_config, setup_error};
 use arc_swap::ArcSwapOption;
-use redis::aio::{ConnectionLike, ConnectionManager, PubSub};
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, ConnectionInfo, Pipeline, RedisResult, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,11 +99,11 @@ impl SentinelMaster {
         self.after(&r, out)
     }
 
-    /// A pub/sub connection to the master as the Sentinels name it now.
-    pub(crate) async fn pubsub(&self) -> RedisResult<PubSub> {
+    /// Where a pub/sub connection goes: the master as the Sentinels name
+    /// it now.
+    pub(crate) async fn pubsub_info(&self) -> RedisResult<redis::ConnectionInfo> {
         let addr = self.ask_sentinels().await?;
-        let client = redis::Client::open(node_info(&addr, self.template.as_deref())?)?;
-        client.get_async_pubsub().await
+        node_info(&addr, self.template.as_deref())
     }
 
     fn after<T>(&self, used: &Arc<Resolved>, out: RedisResult<T>) -> RedisResult<T> {

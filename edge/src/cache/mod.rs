@@ -362,7 +362,7 @@ impl LocalCache {
         let change = {
             let mut st = shard.lock();
             st.tombs.raise(
-                &tomb,
+                tomb,
                 version,
                 now,
                 now.saturating_add(Self::ttl_ticks(keep)),

@@ -42,14 +42,16 @@ impl Tombstones {
 
     /// Remembers that `code` is at `version` or later until `until`. A
     /// higher version already remembered is kept; the deadline is renewed.
-    pub(super) fn raise(&mut self, code: &str, version: u64, now: u64, until: u64) {
+    /// `code` is taken owned: its bytes become the key without a copy
+    /// (a storm of messages raises one a message).
+    pub(super) fn raise(&mut self, code: String, version: u64, now: u64, until: u64) {
         self.expire(now);
-        if let Some(t) = self.map.get_mut(code) {
+        if let Some(t) = self.map.get_mut(code.as_str()) {
             t.version = t.version.max(version);
             t.until = until;
             return;
         }
-        self.map.put(code.into(), Tomb { version, until });
+        self.map.put(code.into_boxed_str(), Tomb { version, until });
         while self.map.len() > self.cap {
             self.map.pop_lru();
         }
@@ -82,8 +84,8 @@ mod tests {
     #[test]
     fn versions_rise_expire_and_stay_bounded() {
         let mut t = Tombstones::new(3);
-        t.raise("aaaaaa", 5, 0, 100);
-        t.raise("aaaaaa", 3, 10, 110);
+        t.raise("aaaaaa".into(), 5, 0, 100);
+        t.raise("aaaaaa".into(), 3, 10, 110);
         assert_eq!(
             t.version("aaaaaa", 50),
             Some(5),
@@ -93,14 +95,14 @@ mod tests {
         assert_eq!(t.version("aaaaaa", 110), None);
         assert_eq!(t.version("bbbbbb", 0), None);
         // Full: the oldest goes.
-        t.raise("bbbbbb", 1, 20, 120);
-        t.raise("cccccc", 1, 21, 121);
-        t.raise("dddddd", 1, 22, 122);
+        t.raise("bbbbbb".into(), 1, 20, 120);
+        t.raise("cccccc".into(), 1, 21, 121);
+        t.raise("dddddd".into(), 1, 22, 122);
         assert_eq!(t.len(), 3);
         assert_eq!(t.version("aaaaaa", 30), None);
         assert_eq!(t.version("dddddd", 30), Some(1));
         // Expired ones are popped as new ones arrive.
-        t.raise("eeeeee", 1, 121, 221);
+        t.raise("eeeeee".into(), 1, 121, 221);
         assert_eq!(t.len(), 2);
     }
 }

@@ -22,6 +22,7 @@
 //! a purge only costs a refetch), and all pages are dropped whenever the
 //! subscription is lost past its grace or established again.
 
+pub mod resp;
 pub mod subscriber;
 
 use crate::cache::{Invalidated, Key, LocalCache};

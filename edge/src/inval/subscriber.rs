@@ -1,5 +1,5 @@
 //! The invalidation subscriber: a Pingora background service holding its
-//! own Redis pub/sub connection to `su:1:inval`.
+//! own Redis pub/sub connection to `su:1:inval` (spoken by `resp.rs`).
 //!
 //! * **Connection.** Made inside the service (no Tokio runtime exists
 //!   before Pingora starts its services, and `-d` forks), bounded by
@@ -21,20 +21,19 @@
 //! * **Shutdown.** It keeps running through Pingora's graceful shutdown:
 //!   requests are still served from the cache then.
 
+use super::resp::{Frame, Subscription};
 use crate::config::{CacheConfig, RedisConfig};
 use crate::lookup::Resolver;
 use crate::metrics::Metrics;
 use crate::pages::store::PageStore;
 use async_trait::async_trait;
 use futures::future::OptionFuture;
-use futures::StreamExt;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use shorturl_common::keys::INVAL_CHANNEL;
 use shorturl_common::redis::RedisConn;
 use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +55,8 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub enum SubscribeError {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error(transparent)]
+    Resp(#[from] super::resp::RespError),
     #[error("no subscription within {0:?}")]
     Timeout(Duration),
 }
@@ -103,13 +104,13 @@ impl Subscriber {
         })
     }
 
-    async fn connect(&self) -> Result<redis::aio::PubSub, SubscribeError> {
+    async fn connect(&self) -> Result<Subscription, SubscribeError> {
         let attempt = async {
             let n = self.attempts.fetch_add(1, Ordering::Relaxed);
-            let mut ps = self.conn.pubsub(n).await?;
-            ps.subscribe(INVAL_CHANNEL).await?;
+            let info = self.conn.pubsub_info(n).await?;
+            let sub = Subscription::open(&info, INVAL_CHANNEL).await?;
             self.attempts.store(0, Ordering::Relaxed);
-            Ok::<_, redis::RedisError>(ps)
+            Ok::<_, SubscribeError>(sub)
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
             Ok(r) => Ok(r?),
@@ -204,46 +205,59 @@ impl Subscriber {
     }
 
     /// Applies messages until the connection is lost; returns its last
-    /// sign of life.
-    async fn serve(&self, pubsub: redis::aio::PubSub) -> Instant {
-        let (sink, mut stream) = pubsub.split();
+    /// sign of life. Each message is applied from the read buffer as it
+    /// stands, without a copy.
+    async fn serve(&self, mut sub: Subscription) -> Instant {
         let mut last_alive = Instant::now();
         let mut tick = tokio::time::interval_at(last_alive + PING_INTERVAL, PING_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        type Ping = Pin<Box<dyn Future<Output = bool> + Send>>;
-        let mut ping: Option<Ping> = None;
+        // The deadline of the PING in flight, if one is.
+        let mut ping: Option<Instant> = None;
         loop {
-            tokio::select! {
-                biased;
-                msg = stream.next() => match msg {
-                    Some(msg) => {
+            loop {
+                match sub.frame() {
+                    Ok(Some((frame, n))) => {
                         last_alive = Instant::now();
-                        super::apply(
-                            &self.resolver.cache,
-                            self.pages,
-                            msg.get_payload_bytes(),
-                            self.tombstone_ttl,
-                            &self.metrics.inval,
-                        );
+                        match frame {
+                            Frame::Message(payload) => super::apply(
+                                &self.resolver.cache,
+                                self.pages,
+                                &sub.bytes()[payload],
+                                self.tombstone_ttl,
+                                &self.metrics.inval,
+                            ),
+                            Frame::Pong => ping = None,
+                            Frame::Ok => {}
+                            Frame::Error(e) => {
+                                tracing::warn!(error = %e, "invalidation subscription: redis answered an error");
+                                return last_alive;
+                            }
+                        }
+                        sub.consume(n);
                     }
-                    None => return last_alive,
-                },
-                Some(ok) = OptionFuture::from(ping.as_mut()) => {
-                    ping = None;
-                    if !ok {
-                        tracing::debug!("invalidation subscription did not answer a ping");
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "invalidation subscription: unreadable answer");
                         return last_alive;
                     }
-                    last_alive = Instant::now();
+                }
+            }
+            let ping_due: OptionFuture<_> = ping.map(tokio::time::sleep_until).into();
+            tokio::select! {
+                biased;
+                read = sub.fill() => match read {
+                    Ok(0) | Err(_) => return last_alive,
+                    Ok(_) => {}
+                },
+                Some(()) = ping_due => {
+                    tracing::debug!("invalidation subscription did not answer a ping");
+                    return last_alive;
                 }
                 _ = tick.tick(), if ping.is_none() => {
-                    let mut sink = sink.clone();
-                    ping = Some(Box::pin(async move {
-                        matches!(
-                            tokio::time::timeout(PING_TIMEOUT, sink.ping::<redis::Value>()).await,
-                            Ok(Ok(_))
-                        )
-                    }));
+                    match tokio::time::timeout(PING_TIMEOUT, sub.ping()).await {
+                        Ok(Ok(())) => ping = Some(Instant::now() + PING_TIMEOUT),
+                        _ => return last_alive,
+                    }
                 }
             }
         }
