@@ -617,8 +617,9 @@ impl Clicks {
         if st.spare.is_none() {
             st.spare = spare;
         }
+        let answering = self.sending.load(Ordering::Relaxed);
         for u in unsent {
-            let dropped = st.pending.push(u);
+            let dropped = st.pending.push(u, answering);
             if dropped > 0 {
                 self.metrics.dropped_buffer_full.inc_by(dropped);
                 tracing::warn!(
