@@ -77,21 +77,9 @@ bench_wrk_scripts "$CODES"
 for bin in "$@"; do
 for fp in ${FAST_PATHS:-true false}; do
   fp_line=""; [ "$fp" = "-" ] || fp_line="fast_path: { enabled: $fp }"
-  cat >"$WORK/edge.yaml" <<YAML
-server:
-  version: 1
-  threads: 1
-  pid_file: $WORK/edge.pid
-  upgrade_sock: $WORK/edge.sock
-  grace_period_seconds: 1
-  graceful_shutdown_timeout_seconds: 1
-edge:
-  listen: ["127.0.0.1:$EDGE_PORT"]
-  default_domain: s.shop55.com
-  # Generous timeouts: under callgrind everything is ~50x slower, and a
-  # Redis read that times out would turn hits into origin misses.
-  redis: { url: "redis://127.0.0.1:$REDIS_PORT/", timeout_ms: 2000, connect_timeout_ms: 2000 }
-  origin: { servers: ["127.0.0.1:1"] }
+  # Generous Redis timeouts (bench_edge_head): a Redis read that timed out
+  # under callgrind would turn hits into origin misses.
+  { bench_edge_head "$WORK" "$EDGE_PORT" "$REDIS_PORT"; cat <<YAML
   cache: { max_bytes: $MAX_BYTES, positive_ttl_secs: 3600 }
   ${EDGE_LIMITS:-"limits: { unknown_per_ip_per_sec: 0, max_connections_per_ip: 0 }"}
   access_log: { path: off }
@@ -99,6 +87,7 @@ edge:
   $CLICKS_LINE
   $GEO_LINES
 YAML
+  } >"$WORK/edge.yaml"
   rm -f "$WORK"/callgrind.out.*
   # shellcheck disable=SC2086 # CALLGRIND_OPTS: extra options, word-split on purpose
   RUST_LOG=error valgrind --tool=callgrind ${CALLGRIND_OPTS:-} --callgrind-out-file="$WORK/callgrind.out.%p" \

@@ -27,22 +27,11 @@ inval_field() { curl -s -H 'Host: s.shop55.com' "http://127.0.0.1:$EDGE_PORT/sho
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$WORK/redis.log" 2>&1 &
 PIDS+=($!); wait_tcp "$REDIS_PORT"
 for bin in "$@"; do
-  cat >"$WORK/edge.yaml" <<YAML
-server:
-  version: 1
-  threads: 1
-  pid_file: $WORK/edge.pid
-  upgrade_sock: $WORK/edge.sock
-  grace_period_seconds: 1
-  graceful_shutdown_timeout_seconds: 1
-edge:
-  listen: ["127.0.0.1:$EDGE_PORT"]
-  default_domain: s.shop55.com
-  redis: { url: "redis://127.0.0.1:$REDIS_PORT/", timeout_ms: 2000, connect_timeout_ms: 2000 }
-  origin: { servers: ["127.0.0.1:1"] }
+  { bench_edge_head "$WORK" "$EDGE_PORT" "$REDIS_PORT"; cat <<YAML
   access_log: { path: off }
   clicks: { enabled: false }
 YAML
+  } >"$WORK/edge.yaml"
   rm -f "$WORK"/callgrind.out.*
   RUST_LOG=error valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
     "$bin" -c "$WORK/edge.yaml" >"$WORK/edge.log" 2>&1 &

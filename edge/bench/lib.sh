@@ -5,6 +5,27 @@
 # wait_tcp PORT: up to WAIT_TCP_SECS (default 30) for a listener.
 wait_tcp() { for _ in $(seq 1 $(( ${WAIT_TCP_SECS:-30} * 20 ))); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "no listener on $1" >&2; exit 1; }
 
+# bench_edge_head DIR PORT REDIS_PORT: the start of a bench edge's config
+# (one server thread, its files under DIR, listening on PORT, the bench
+# Redis on REDIS_PORT with generous timeouts: under callgrind everything is
+# ~50x slower, no origin); the caller appends its own `edge:` keys.
+bench_edge_head() {
+  cat <<YAML
+server:
+  version: 1
+  threads: 1
+  pid_file: $1/edge.pid
+  upgrade_sock: $1/edge.sock
+  grace_period_seconds: 1
+  graceful_shutdown_timeout_seconds: 1
+edge:
+  listen: ["127.0.0.1:$2"]
+  default_domain: s.shop55.com
+  redis: { url: "redis://127.0.0.1:$3/", timeout_ms: 2000, connect_timeout_ms: 2000 }
+  origin: { servers: ["127.0.0.1:1"] }
+YAML
+}
+
 # bench_redis PORT N: Redis on PORT (pinned to REDIS_CPU when set) with N
 # records, valid for a day, under
 # both key forms (protocol 3.5 `{domain}/{code}` and the code-only form of
