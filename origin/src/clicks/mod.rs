@@ -90,7 +90,7 @@ impl ClickMetrics {
         let pruned = IntCounterVec::new(
             Opts::new(
                 "clicks_pruned_rows_total",
-                "Click rows removed by the retention, by table (click_hour, click_day_referrer, click_batches)",
+                "Click rows removed by the retention, by table (click_hour, click_day_referrer, click_batches; stream: applied entries of su:1:clicks past the live hour)",
             ),
             &["table"],
         )?;

@@ -14,7 +14,15 @@
 //!   start adds a consumer, and a dead one's pending entries have been
 //!   claimed by then. Removing a live one would lose nothing either: a
 //!   consumer with nothing pending holds nothing, and its next read
-//!   creates it again.
+//!   creates it again;
+//! * the stream's entries applied and older than [`STREAM_KEEP_MS`] are
+//!   trimmed (`XTRIM MINID`): `XACK` leaves an entry in the stream, so
+//!   without this it held every batch ever sent up to the edges' `MAXLEN`
+//!   bound (a million batches: gigabytes of Redis memory, and every later
+//!   batch counted `stream_full` by the edges though nothing was lost).
+//!   The live view tails the last hour of the stream (`live.rs`), so an
+//!   hour and a minute stay; an entry not yet read by the group, or read
+//!   and not acknowledged, stays whatever its age.
 
 use super::stream::{self, ConsumerInfo};
 use super::ClickMetrics;
@@ -26,6 +34,21 @@ use shorturl_common::clicks::{CONSUMER_GROUP, STREAM_KEY};
 use shorturl_common::redis::{ConnOptions, RedisConn, RedisTopology};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// How long an applied batch stays in the stream: the live view reads the
+/// last hour of it (an origin restarted rebuilds the hour from it).
+pub const STREAM_KEEP_MS: u64 = 61 * 60 * 1000;
+
+/// The `MINID` below which entries may go at `now_ms`: older than
+/// [`STREAM_KEEP_MS`], and older than the millisecond of the group's last
+/// delivered entry and of its oldest unacknowledged one (entries of that
+/// same millisecond stay: `MINID <ms>-0` keeps them).
+pub fn trim_bound(now_ms: u64, last_delivered_ms: u64, oldest_pending_ms: Option<u64>) -> u64 {
+    now_ms
+        .saturating_sub(STREAM_KEEP_MS)
+        .min(last_delivered_ms)
+        .min(oldest_pending_ms.unwrap_or(u64::MAX))
+}
 
 /// Rows one `DELETE` removes at most (a short transaction).
 const PRUNE_BATCH: usize = 1000;
@@ -48,6 +71,7 @@ pub struct Removed {
     pub referrer_rows: u64,
     pub batch_ids: u64,
     pub consumers: u64,
+    pub stream_entries: u64,
 }
 
 /// The click-data pruner.
@@ -102,6 +126,13 @@ impl Retention {
                 tracing::warn!(error = %e, "click retention: removing idle consumers failed");
             }
         }
+        match self.trim_stream(now).await {
+            Ok(n) => removed.stream_entries = n,
+            Err(e) => {
+                self.metrics.redis_errors.inc();
+                tracing::warn!(error = %e, "click retention: trimming the stream failed");
+            }
+        }
         if removed != Removed::default() {
             tracing::info!(?removed, "click retention: pruned");
         }
@@ -124,6 +155,54 @@ impl Retention {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// Trims the stream of applied entries older than [`STREAM_KEEP_MS`]
+    /// ([`trim_bound`]); returns how many went.
+    async fn trim_stream(&self, now: u64) -> Result<u64, RetentionError> {
+        let opts = ConnOptions {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+        };
+        let mut conn = RedisConn::new(&self.redis, opts)?;
+        let groups: Result<Value, redis::RedisError> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(STREAM_KEY)
+            .query_async(&mut conn)
+            .await;
+        let groups = match groups {
+            Ok(v) => v,
+            // No stream yet: nothing to trim.
+            Err(e) if e.code() == Some("ERR") => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        // No group yet: nothing was read, everything stays.
+        let Some(last) = stream::last_delivered(&groups, CONSUMER_GROUP)? else {
+            return Ok(0);
+        };
+        let pending: Value = redis::cmd("XPENDING")
+            .arg(STREAM_KEY)
+            .arg(CONSUMER_GROUP)
+            .query_async(&mut conn)
+            .await?;
+        let bad = |what| stream::ReplyError {
+            command: "XINFO GROUPS",
+            what,
+        };
+        let last_ms = stream::id_ms(&last).ok_or_else(|| bad("last-delivered-id"))?;
+        let oldest = stream::oldest_pending(&pending).and_then(|id| stream::id_ms(&id));
+        let bound = trim_bound(now.saturating_mul(1000), last_ms, oldest);
+        if bound == 0 {
+            return Ok(0);
+        }
+        let n: u64 = redis::cmd("XTRIM")
+            .arg(STREAM_KEY)
+            .arg("MINID")
+            .arg(format!("{bound}-0"))
+            .query_async(&mut conn)
+            .await?;
+        self.metrics.pruned.with_label_values(&["stream"]).inc_by(n);
+        Ok(n)
     }
 
     async fn remove_idle_consumers(&self) -> Result<u64, RetentionError> {
@@ -162,5 +241,24 @@ impl Retention {
         }
         self.metrics.consumers_removed.inc_by(removed);
         Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{trim_bound, STREAM_KEEP_MS};
+
+    #[test]
+    fn the_trim_keeps_the_live_hour_and_what_the_group_has_not_done() {
+        let now = 10 * STREAM_KEEP_MS;
+        let hour_ago = now - STREAM_KEEP_MS;
+        // Everything read and acknowledged: the live hour stays.
+        assert_eq!(trim_bound(now, now, None), hour_ago);
+        // Entries not yet delivered to the group stay, whatever their age.
+        assert_eq!(trim_bound(now, 5, None), 5);
+        // Nor one read and not acknowledged.
+        assert_eq!(trim_bound(now, now, Some(7)), 7);
+        // Nothing delivered yet (`0-0`): nothing goes.
+        assert_eq!(trim_bound(now, 0, None), 0);
     }
 }

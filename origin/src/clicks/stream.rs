@@ -165,6 +165,60 @@ pub fn pending_count(v: &Value) -> Option<i64> {
     }
 }
 
+/// `XPENDING key group` (summary form): the id of the oldest entry read
+/// and not acknowledged, if any.
+pub fn oldest_pending(v: &Value) -> Option<String> {
+    match v {
+        Value::Array(parts) if pending_count(v).is_some_and(|n| n > 0) => {
+            parts.get(1).and_then(text)
+        }
+        _ => None,
+    }
+}
+
+/// The milliseconds of a stream id `<ms>-<seq>`.
+pub fn id_ms(id: &str) -> Option<u64> {
+    id.split_once('-').map_or(id, |(ms, _)| ms).parse().ok()
+}
+
+/// A flat `[k, v, ...]` array (RESP2) or a map (RESP3) as pairs.
+fn pairs(v: &Value) -> Option<Vec<(&Value, &Value)>> {
+    match v {
+        Value::Array(kv) if kv.len() % 2 == 0 => {
+            Some(kv.chunks(2).map(|p| (&p[0], &p[1])).collect())
+        }
+        Value::Map(kv) => Some(kv.iter().map(|(k, v)| (k, v)).collect()),
+        _ => None,
+    }
+}
+
+fn field<'a>(pairs: &[(&'a Value, &'a Value)], name: &str) -> Option<&'a Value> {
+    pairs
+        .iter()
+        .find(|(k, _)| text(k).as_deref() == Some(name))
+        .map(|(_, v)| *v)
+}
+
+/// `XINFO GROUPS key`: the `last-delivered-id` of the group `name`
+/// (`None`: no such group).
+pub fn last_delivered(v: &Value, name: &str) -> Result<Option<String>, ReplyError> {
+    const C: &str = "XINFO GROUPS";
+    let bad = |what| ReplyError { command: C, what };
+    let Value::Array(list) = v else {
+        return Err(bad("reply is not an array"));
+    };
+    for g in list {
+        let kv = pairs(g).ok_or_else(|| bad("group is not a map"))?;
+        if field(&kv, "name").and_then(text).as_deref() == Some(name) {
+            return field(&kv, "last-delivered-id")
+                .and_then(text)
+                .map(Some)
+                .ok_or_else(|| bad("last-delivered-id"));
+        }
+    }
+    Ok(None)
+}
+
 /// One consumer of the group, from `XINFO CONSUMERS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerInfo {
@@ -185,19 +239,8 @@ pub fn consumers(v: &Value) -> Result<Vec<ConsumerInfo>, ReplyError> {
     };
     list.iter()
         .map(|c| {
-            let pairs: Vec<(&Value, &Value)> = match c {
-                Value::Array(kv) if kv.len() % 2 == 0 => {
-                    kv.chunks(2).map(|p| (&p[0], &p[1])).collect()
-                }
-                Value::Map(kv) => kv.iter().map(|(k, v)| (k, v)).collect(),
-                _ => return Err(bad("consumer is not a map")),
-            };
-            let get = |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| text(k).as_deref() == Some(name))
-                    .map(|(_, v)| *v)
-            };
+            let kv = pairs(c).ok_or_else(|| bad("consumer is not a map"))?;
+            let get = |name: &str| field(&kv, name);
             let int = |name: &str| match get(name) {
                 Some(Value::Int(n)) => Ok(*n),
                 _ => Err(bad("consumer field is not an integer")),
@@ -219,6 +262,28 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn trimming_inputs() {
+        assert_eq!(id_ms("1700000000123-4"), Some(1_700_000_000_123));
+        assert_eq!(id_ms("0-0"), Some(0));
+        assert_eq!(id_ms("x-1"), None);
+        let pending = Value::Array(vec![Value::Int(2), bulk("5-1"), bulk("9-0"), Value::Nil]);
+        assert_eq!(oldest_pending(&pending).as_deref(), Some("5-1"));
+        let none = Value::Array(vec![Value::Int(0), Value::Nil, Value::Nil, Value::Nil]);
+        assert_eq!(oldest_pending(&none), None);
+        let groups = Value::Array(vec![Value::Array(vec![
+            bulk("name"),
+            bulk("origins"),
+            bulk("pending"),
+            Value::Int(0),
+            bulk("last-delivered-id"),
+            bulk("42-3"),
+        ])]);
+        assert_eq!(last_delivered(&groups, "origins"), Ok(Some("42-3".into())));
+        assert_eq!(last_delivered(&groups, "others"), Ok(None));
+        assert!(last_delivered(&Value::Int(1), "origins").is_err());
     }
 
     #[test]
