@@ -157,14 +157,19 @@ impl Retention {
         }
     }
 
+    /// A connection of its own for one step (a run is rare: none is kept).
+    fn conn(&self, response_timeout: Duration) -> Result<RedisConn, RetentionError> {
+        let opts = ConnOptions {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout,
+        };
+        Ok(RedisConn::new(&self.redis, opts)?)
+    }
+
     /// Trims the stream of applied entries older than [`STREAM_KEEP_MS`]
     /// ([`trim_bound`]); returns how many went.
     async fn trim_stream(&self, now: u64) -> Result<u64, RetentionError> {
-        let opts = ConnOptions {
-            connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(5),
-        };
-        let mut conn = RedisConn::new(&self.redis, opts)?;
+        let mut conn = self.conn(Duration::from_secs(5))?;
         let groups: Result<Value, redis::RedisError> = redis::cmd("XINFO")
             .arg("GROUPS")
             .arg(STREAM_KEY)
@@ -206,11 +211,7 @@ impl Retention {
     }
 
     async fn remove_idle_consumers(&self) -> Result<u64, RetentionError> {
-        let opts = ConnOptions {
-            connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(2),
-        };
-        let mut conn = RedisConn::new(&self.redis, opts)?;
+        let mut conn = self.conn(Duration::from_secs(2))?;
         let r: Result<Value, redis::RedisError> = redis::cmd("XINFO")
             .arg("CONSUMERS")
             .arg(STREAM_KEY)
