@@ -217,7 +217,6 @@ impl Subscriber {
             loop {
                 match sub.frame() {
                     Ok(Some((frame, n))) => {
-                        last_alive = Instant::now();
                         match frame {
                             Frame::Message(payload) => super::apply(
                                 &self.resolver.cache,
@@ -245,9 +244,11 @@ impl Subscriber {
             let ping_due: OptionFuture<_> = ping.map(tokio::time::sleep_until).into();
             tokio::select! {
                 biased;
+                // Bytes from Redis are its sign of life: read once per
+                // read, not per message.
                 read = sub.fill() => match read {
                     Ok(0) | Err(_) => return last_alive,
-                    Ok(_) => {}
+                    Ok(_) => last_alive = Instant::now(),
                 },
                 Some(()) = ping_due => {
                     tracing::debug!("invalidation subscription did not answer a ping");

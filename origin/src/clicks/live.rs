@@ -386,11 +386,7 @@ enum TailError {
 
 /// The Unix second of a stream id (`<ms>-<seq>`).
 fn id_secs(id: &str) -> Option<u64> {
-    id.split_once('-')?
-        .0
-        .parse::<u64>()
-        .ok()
-        .map(|ms| ms / 1000)
+    stream::id_ms(id).map(|ms| ms / 1000)
 }
 
 async fn session(

@@ -178,7 +178,7 @@ pub fn oldest_pending(v: &Value) -> Option<String> {
 
 /// The milliseconds of a stream id `<ms>-<seq>`.
 pub fn id_ms(id: &str) -> Option<u64> {
-    id.split_once('-').map_or(id, |(ms, _)| ms).parse().ok()
+    id.split_once('-')?.0.parse().ok()
 }
 
 /// A flat `[k, v, ...]` array (RESP2) or a map (RESP3) as pairs.
