@@ -17,6 +17,7 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
@@ -44,12 +45,27 @@ type Slot<V> = watch::Receiver<Option<V>>;
 /// Concurrent calls for one key share one execution of the work.
 pub struct SingleFlight<K, V> {
     table: Mutex<HashMap<K, Slot<V>>>,
+    /// Followers waiting on a flight right now (a gauge for ops: how many
+    /// requests a slow lookup holds up).
+    waiting: AtomicUsize,
 }
 
 impl<K, V> Default for SingleFlight<K, V> {
     fn default() -> Self {
         SingleFlight {
             table: Mutex::new(HashMap::new()),
+            waiting: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Counts a follower as waiting until it has its value or is cancelled.
+struct Waiting<'a>(Option<&'a AtomicUsize>);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.0 {
+            w.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -94,6 +110,11 @@ where
         self.lock().len()
     }
 
+    /// Number of callers waiting on another caller's flight (metrics, tests).
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
     /// The value for `key`: joins the flight in progress, or, when there is
     /// none and `recheck` finds nothing, spawns `work(key)` as the leader.
     ///
@@ -116,6 +137,7 @@ where
         let (mut rx, role) = {
             let mut table = self.lock();
             if let Some(rx) = table.get(key) {
+                self.waiting.fetch_add(1, Ordering::Relaxed);
                 (rx.clone(), Role::Follower)
             } else {
                 if let Some(v) = recheck() {
@@ -142,6 +164,7 @@ where
                 (rx, Role::Leader)
             }
         };
+        let _waiting = Waiting((role == Role::Follower).then_some(&self.waiting));
         let got = rx
             .wait_for(Option::is_some)
             .await
@@ -258,5 +281,52 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert_eq!(done.load(Ordering::SeqCst), 1, "work was cancelled");
         assert_eq!(sf.in_flight(), 0);
+    }
+
+    /// Followers count as waiting from joining until they have the value,
+    /// or until they give up (a cancelled request).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiting_counts_the_followers_until_they_leave() {
+        let sf: Arc<SingleFlight<String, u64>> = SingleFlight::new();
+        let (release, gate) = tokio::sync::oneshot::channel::<()>();
+        let leader = {
+            let sf = Arc::clone(&sf);
+            tokio::spawn(async move {
+                sf.run(
+                    "k",
+                    || None,
+                    |_| async move {
+                        let _ = gate.await;
+                        4
+                    },
+                )
+                .await
+            })
+        };
+        while sf.in_flight() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let followers: Vec<_> = (0..3)
+            .map(|_| {
+                let sf = Arc::clone(&sf);
+                tokio::spawn(async move { sf.run("k", || None, |_| async { 0 }).await })
+            })
+            .collect();
+        let quitter = {
+            let sf = Arc::clone(&sf);
+            tokio::spawn(async move { sf.run("k", || None, |_| async { 0 }).await })
+        };
+        while sf.waiting() < 4 {
+            tokio::task::yield_now().await;
+        }
+        quitter.abort();
+        let _ = quitter.await;
+        assert_eq!(sf.waiting(), 3, "a cancelled follower still counted");
+        let _ = release.send(());
+        assert_eq!(leader.await.unwrap(), Ok((4, Role::Leader)));
+        for f in followers {
+            assert_eq!(f.await.unwrap(), Ok((4, Role::Follower)));
+        }
+        assert_eq!(sf.waiting(), 0);
     }
 }

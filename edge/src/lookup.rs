@@ -31,6 +31,12 @@ use crate::metrics::Metrics;
 use crate::origin::OriginPool;
 use crate::outcome::Outcome;
 use crate::redis_store::RedisStore;
+use pingora_prometheus::prometheus::{
+    self,
+    core::{Collector, Desc},
+    proto::MetricFamily,
+    IntGauge,
+};
 use shorturl_common::failpoint;
 use shorturl_common::keys::link_key;
 use shorturl_common::record::Lookup;
@@ -89,6 +95,19 @@ impl Resolver {
             metrics,
             ttl,
         }
+    }
+
+    /// Registers `shorturl_edge_lookup_waiting`: requests waiting right now
+    /// on another request's lookup (how many a slow Redis or origin holds up).
+    pub fn register_metrics(&self) -> Result<(), prometheus::Error> {
+        let gauge = IntGauge::new(
+            "shorturl_edge_lookup_waiting",
+            "Requests waiting on another request's lookup of the same code.",
+        )?;
+        prometheus::register(Box::new(WaitingGauge {
+            flight: Arc::clone(&self.flight),
+            gauge,
+        }))
     }
 
     /// Resolves `key` after an in-process cache miss, joining an in-flight
@@ -264,5 +283,23 @@ fn to_answer(l: Lookup) -> Answer {
     match l {
         Lookup::Found(r) => Answer::Found(Arc::new(r)),
         Lookup::Negative(v) => Answer::Negative(v),
+    }
+}
+
+/// The flight's waiters, read at scrape time.
+struct WaitingGauge {
+    flight: Arc<SingleFlight<String, Resolved>>,
+    gauge: IntGauge,
+}
+
+impl Collector for WaitingGauge {
+    fn desc(&self) -> Vec<&Desc> {
+        self.gauge.desc()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.gauge
+            .set(i64::try_from(self.flight.waiting()).unwrap_or(i64::MAX));
+        self.gauge.collect()
     }
 }

@@ -75,6 +75,9 @@ pub fn build(opt: Opt, loaded: Loaded) -> Result<Server, StartError> {
     if let Err(e) = resolver.cache.register_metrics() {
         tracing::warn!(error = %e, "cache metrics not exported");
     }
+    if let Err(e) = resolver.register_metrics() {
+        tracing::warn!(error = %e, "lookup metrics not exported");
+    }
     let pages = PageCache::leak(&edge_cfg.pages_cache)?;
     let tls = TlsRuntime::build(
         &edge_cfg.tls,

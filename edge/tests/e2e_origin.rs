@@ -9,7 +9,7 @@ use support::http::{get, request};
 use support::{
     create_link, origin_route_count, redis_del, redis_get, start_edge, EdgeOpts, Origin,
 };
-use testkit::{wait_for, Redis};
+use testkit::{wait_for, Redis, TempDir};
 
 const DOMAIN: &str = "s.shop55.com";
 
@@ -30,7 +30,18 @@ fn code_of(created: &support::http::Response) -> String {
 fn creation_origin_miss_coalescing_and_merged_status() {
     let redis = Redis::start();
     let origin = Origin::start(&redis, 2000);
-    let edge = start_edge(EdgeOpts::new(redis.url(), vec![origin.addr()]));
+    // The coalescing check below holds the first lookup (after its read)
+    // while the file `hold` exists, so the others surely find it in flight.
+    let dir = TempDir::new("hold");
+    let hold = dir.path().join("hold");
+    let held = dir.path().join("hold.held");
+    let edge = start_edge(EdgeOpts {
+        env: vec![(
+            "SHORTURL_FAILPOINTS",
+            format!("edge.lookup.hold=*@{}", hold.display()),
+        )],
+        ..EdgeOpts::new(redis.url(), vec![origin.addr()])
+    });
 
     // Creation through the edge, then following the link through the edge.
     let created = create_link(edge.port, "https://example.com/created", Some(DOMAIN));
@@ -80,10 +91,13 @@ fn creation_origin_miss_coalescing_and_merged_status() {
         "one origin lookup, then the cached negative answer"
     );
 
-    // Coalescing: 100 concurrent requests for a cold code → one origin lookup.
+    // Coalescing: 100 concurrent requests for a cold code → one origin
+    // lookup. The first one's lookup is held until the 99 others wait on it
+    // (on a loaded machine it could otherwise finish before they arrive).
     let created = create_link(edge.port, "https://example.com/cold", Some(DOMAIN));
     let cold = code_of(&created);
     redis_del(&redis, &format!("su:1:link:{DOMAIN}/{cold}"));
+    std::fs::write(&hold, b"").unwrap();
     let st0 = edge.status();
     let barrier = Arc::new(Barrier::new(100));
     let port = edge.port;
@@ -100,8 +114,16 @@ fn creation_origin_miss_coalescing_and_merged_status() {
             })
         })
         .collect();
+    wait_for("the first lookup to hold", support::TIMEOUT, || {
+        held.exists()
+    });
+    wait_for("99 requests waiting on it", support::TIMEOUT, || {
+        edge.metric("shorturl_edge_lookup_waiting") == 99.0
+    });
+    std::fs::remove_file(&hold).unwrap();
     let statuses: Vec<u16> = threads.into_iter().map(|t| t.join().unwrap_or(0)).collect();
     assert!(statuses.iter().all(|s| *s == 302), "{statuses:?}");
+    assert_eq!(edge.metric("shorturl_edge_lookup_waiting"), 0.0);
     let st1 = edge.status();
     let delta = |d: &str, k: &str| st1[d][k].as_u64().unwrap() - st0[d][k].as_u64().unwrap();
     assert_eq!(
@@ -111,12 +133,9 @@ fn creation_origin_miss_coalescing_and_merged_status() {
     );
     assert_eq!(delta("redis", "miss"), 1);
     assert_eq!(delta("local", "hit") + delta("local", "miss"), 100);
-    // Misses that found the lookup in flight waited on it (lock.get).
-    assert!(
-        delta("lock", "get") >= 1,
-        "no request waited on the in-flight lookup: {st1}"
-    );
-    assert!(delta("lock", "get") < delta("local", "miss"));
+    // The misses that found the lookup in flight waited on it (lock.get).
+    assert_eq!(delta("lock", "get"), 99, "{st1}");
+    assert_eq!(delta("local", "miss"), 100, "{st1}");
     // The origin wrote the record back to Redis for the next edge.
     wait_for("origin write-back", support::TIMEOUT, || {
         redis_get(&redis, &format!("su:1:link:{DOMAIN}/{cold}")).is_some()
