@@ -181,6 +181,21 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
+    type Joined = Result<(u64, Role), FlightError>;
+
+    /// One caller of `sf.run("k", …)` with `work`, as its own task.
+    fn spawn_caller<F, Fut>(
+        sf: &Arc<SingleFlight<String, u64>>,
+        work: F,
+    ) -> tokio::task::JoinHandle<Joined>
+    where
+        F: FnOnce(String) -> Fut + Send + 'static,
+        Fut: Future<Output = u64> + Send + 'static,
+    {
+        let sf = Arc::clone(sf);
+        tokio::spawn(async move { sf.run("k", || None, work).await })
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_callers_share_one_execution() {
         let sf: Arc<SingleFlight<String, u64>> = SingleFlight::new();
@@ -228,20 +243,10 @@ mod tests {
     #[tokio::test]
     async fn followers_of_a_dead_leader_are_released() {
         let sf: Arc<SingleFlight<String, u64>> = SingleFlight::new();
-        let leader = {
-            let sf = Arc::clone(&sf);
-            tokio::spawn(async move {
-                sf.run(
-                    "k",
-                    || None,
-                    |_| async {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        panic!("test: leader dies")
-                    },
-                )
-                .await
-            })
-        };
+        let leader = spawn_caller(&sf, |_| async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            panic!("test: leader dies")
+        });
         tokio::time::sleep(Duration::from_millis(10)).await;
         let follower = sf.run("k", || None, |_| async { 9 }).await;
         assert_eq!(follower, Err(FlightError::Abandoned));
@@ -289,33 +294,15 @@ mod tests {
     async fn waiting_counts_the_followers_until_they_leave() {
         let sf: Arc<SingleFlight<String, u64>> = SingleFlight::new();
         let (release, gate) = tokio::sync::oneshot::channel::<()>();
-        let leader = {
-            let sf = Arc::clone(&sf);
-            tokio::spawn(async move {
-                sf.run(
-                    "k",
-                    || None,
-                    |_| async move {
-                        let _ = gate.await;
-                        4
-                    },
-                )
-                .await
-            })
-        };
+        let leader = spawn_caller(&sf, |_| async move {
+            let _ = gate.await;
+            4
+        });
         while sf.in_flight() == 0 {
             tokio::task::yield_now().await;
         }
-        let followers: Vec<_> = (0..3)
-            .map(|_| {
-                let sf = Arc::clone(&sf);
-                tokio::spawn(async move { sf.run("k", || None, |_| async { 0 }).await })
-            })
-            .collect();
-        let quitter = {
-            let sf = Arc::clone(&sf);
-            tokio::spawn(async move { sf.run("k", || None, |_| async { 0 }).await })
-        };
+        let followers: Vec<_> = (0..3).map(|_| spawn_caller(&sf, |_| async { 0 })).collect();
+        let quitter = spawn_caller(&sf, |_| async { 0 });
         while sf.waiting() < 4 {
             tokio::task::yield_now().await;
         }
