@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use url::Url;
 
-/// How often the tasks look when nothing woke them.
+/// How often the tasks look when nothing woke them. With no enabled
+/// endpoint anywhere they look every [`REFRESH`] instead: an idle origin
+/// would otherwise send the meta database a dozen statements a second.
 const POLL: Duration = Duration::from_millis(200);
 /// After a change wrote events, the dispatcher waits this long before its
 /// pass (10 ms of delivery delay against a pass per creation under load).
@@ -35,6 +37,15 @@ const RECORD_BATCH: usize = 500;
 /// How often subscriptions are re-read and finished deliveries pruned.
 const REFRESH: Duration = Duration::from_secs(1);
 const PRUNE: Duration = Duration::from_secs(60);
+
+/// How long the tasks wait when nothing woke them.
+fn poll(hooks: &crate::store::webhooks::Subscriptions) -> Duration {
+    if hooks.is_empty() {
+        REFRESH
+    } else {
+        POLL
+    }
+}
 
 /// The `leases` row of an endpoint's sender.
 fn lease_name(endpoint: u64) -> String {
@@ -105,7 +116,7 @@ impl Webhooks {
             }
             if !more {
                 tokio::select! {
-                    _ = tokio::time::sleep(POLL) => {}
+                    _ = tokio::time::sleep(poll(&hooks)) => {}
                     // The change's commit follows its notice closely; the
                     // pause lets a busy stream of changes share one pass.
                     _ = hooks.written.notified() => tokio::time::sleep(GATHER).await,
@@ -197,11 +208,18 @@ impl Webhooks {
     /// looks again when an endpoint's queue is half drained, else every
     /// 200 ms. Its leases are given up when it stops.
     pub async fn run_sender(self: Arc<Self>) {
+        let hooks = Arc::clone(self.store.subscriptions());
         loop {
-            let started = self.send_once().await;
+            // No enabled endpoint: nothing to send (the list is at most a
+            // refresh old; a new endpoint's first delivery waits for it).
+            let started = if hooks.is_empty() {
+                0
+            } else {
+                self.send_once().await
+            };
             if started == 0 {
                 tokio::select! {
-                    _ = tokio::time::sleep(POLL) => {}
+                    _ = tokio::time::sleep(poll(&hooks)) => {}
                     _ = self.ready.notified() => {}
                 }
             }
@@ -496,7 +514,24 @@ fn backoff_ms(base: u64, max: u64, attempts: u32, random: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::backoff_ms;
+    use super::{backoff_ms, poll, POLL, REFRESH};
+    use crate::store::webhooks::{EventMask, EventType, Subscriptions};
+
+    #[test]
+    fn an_origin_without_endpoints_looks_once_a_second() {
+        let hooks = Subscriptions::default();
+        assert!(hooks.is_empty());
+        assert_eq!(poll(&hooks), REFRESH);
+        let apps = [(
+            "shop".to_owned(),
+            EventMask::default().with(EventType::Created),
+        )];
+        hooks.replace(apps.into_iter().collect());
+        assert!(!hooks.is_empty());
+        assert_eq!(poll(&hooks), POLL);
+        hooks.replace(Default::default());
+        assert_eq!(poll(&hooks), REFRESH);
+    }
 
     #[test]
     fn backoff_doubles_jitters_and_is_capped() {

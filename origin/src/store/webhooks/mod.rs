@@ -127,6 +127,13 @@ pub struct Subscriptions {
 }
 
 impl Subscriptions {
+    /// No enabled endpoint anywhere (as of the last refresh): no change
+    /// writes an event and no delivery is due, so the webhook tasks look
+    /// once a second instead of five times.
+    pub fn is_empty(&self) -> bool {
+        self.apps.load().is_empty()
+    }
+
     pub fn wants(&self, app: &str, t: EventType) -> bool {
         let apps = self.apps.load();
         !apps.is_empty() && apps.get(app).is_some_and(|m| m.has(t))
