@@ -16,7 +16,7 @@ use url::Url;
 
 /// How often the tasks look when nothing woke them. With no enabled
 /// endpoint anywhere they look every [`REFRESH`] instead: an idle origin
-/// would otherwise send the meta database a dozen statements a second.
+/// would otherwise send the meta database some twenty statements a second.
 const POLL: Duration = Duration::from_millis(200);
 /// After a change wrote events, the dispatcher waits this long before its
 /// pass (10 ms of delivery delay against a pass per creation under load).
@@ -91,7 +91,7 @@ fn failure(e: &reqwest::Error) -> String {
 
 impl Webhooks {
     /// The dispatcher: copies every shard's events into deliveries; wakes
-    /// when a change here wrote events, else every 200 ms. Also re-reads
+    /// when a change here wrote events, else after [`poll`]. Also re-reads
     /// the subscriptions every second and prunes old finished deliveries.
     pub async fn run_dispatcher(self: Arc<Self>) {
         let hooks = Arc::clone(self.store.subscriptions());
@@ -205,8 +205,8 @@ impl Webhooks {
     /// `max_in_flight_per_endpoint` holds fleet-wide and no delivery is
     /// taken by a commit of its own), reads the due deliveries and sends
     /// each in its own task, at most `max_in_flight_per_endpoint` at once;
-    /// looks again when an endpoint's queue is half drained, else every
-    /// 200 ms. Its leases are given up when it stops.
+    /// looks again when an endpoint's queue is half drained, else after
+    /// [`poll`]. Its leases are given up when it stops.
     pub async fn run_sender(self: Arc<Self>) {
         let hooks = Arc::clone(self.store.subscriptions());
         loop {
