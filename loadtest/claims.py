@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """MariaDB's raw durable single-row claim rate, for loadtest/run: runs
-`shorturl-origin bench raw-claims` (CONNS connections, each an autocommit
-`UPDATE short_code ... WHERE id = ? AND state = free`, one redo-log flush
-per claim) against the kit's MariaDB and prints its result as the one-line
+`shorturl-origin bench raw-claims` (CONNS connections, each claim one
+transaction in one round trip: the link row inserted from the free code's
+`code_pool` row, that row deleted; one redo-log flush per claim) against the kit's MariaDB and prints its result as the one-line
 JSON summary of the wrk scripts (loadtest/common.lua): the anchor of
 `create-origin`, creations through the origin's API (issue 30, item 2).
 

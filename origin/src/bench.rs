@@ -4,8 +4,10 @@
 //! - `issuer`: ids/s handed out by the issuer over the configured
 //!   backend's counter (`issuer.backend`; the counter is named `bench`).
 //! - `raw-claims`: the raw capacity of the same MariaDB for durable
-//!   single-row claims (one autocommit `UPDATE ... WHERE id = ? AND state = free`
-//!   per claim, `concurrency` connections), the figure group commit must beat.
+//!   single-row claims (per claim one transaction in one round trip that
+//!   inserts the link row from the free code's `code_pool` row and deletes
+//!   that row: what one creation must write, with one log flush;
+//!   `concurrency` connections), the figure group commit must beat.
 //! - `rollups`: click-rollup rows/s through the consumer's own `apply`
 //!   (one transaction per batch with its id), `concurrency` origins'
 //!   worth of batches of [`ROLLUP_LINKS`] links each (the capacity plan's
@@ -139,6 +141,8 @@ pub async fn run(
                         if issuer.next_id().await.is_err() {
                             break;
                         }
+                        // Every id from the top down to earlier claims is a
+                        // free pre-generated code (a bench database).
                         n.fetch_add(1, Ordering::Relaxed);
                     }
                 }));
@@ -182,18 +186,25 @@ pub async fn run(
                         if id == 0 {
                             break;
                         }
+                        // The whole claim of one code in one round trip
+                        // and one commit: the link row from the pool row,
+                        // the pool row gone.
                         let r = conn
-                            .exec_drop(
-                                "UPDATE short_code SET state = ?, long_url = 'https://bench.example/raw', \
-                                 domain = 'bench', created_at = UNIX_TIMESTAMP() WHERE id = ? AND state = ?",
-                                (RowState::Reserved, id, RowState::Free),
-                            )
+                            .query_drop(format!(
+                                "START TRANSACTION; \
+                                 INSERT INTO short_code (id, code, state, long_url, domain, created_at, version) \
+                                 SELECT id, code, {}, 'https://bench.example/raw', 'bench', UNIX_TIMESTAMP(), \
+                                 version + 1 FROM code_pool WHERE id = {id}; \
+                                 DELETE FROM code_pool WHERE id = {id}; COMMIT",
+                                RowState::Reserved.code()
+                            ))
                             .await;
                         if r.is_err() {
                             break;
                         }
-                        // Only a row that was free counts (one committed claim).
-                        n.fetch_add(conn.affected_rows(), Ordering::Relaxed);
+                        // Every id from the top down to earlier claims is a
+                        // free pre-generated code (a bench database).
+                        n.fetch_add(1, Ordering::Relaxed);
                     }
                 }));
             }

@@ -93,6 +93,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
         "click_uniques",
         include_str!("../migrations/0021_click_uniques.sql"),
     ),
+    (
+        22,
+        "code_pool",
+        include_str!("../migrations/0022_code_pool.sql"),
+    ),
 ];
 
 /// Size of the `short_code.long_url` column (bytes; the column is ASCII):

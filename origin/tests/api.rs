@@ -321,7 +321,7 @@ async fn custom_codes_conflict_and_reserve_pregenerated_rows() {
 
     // Take a pre-generated code that has not been issued yet (the last row).
     let future_code = s
-        .sql("SELECT code FROM short_code WHERE id = 200")
+        .sql("SELECT code FROM code_pool WHERE id = 200")
         .trim()
         .to_owned();
     assert_eq!(

@@ -517,14 +517,14 @@ async fn pregen_is_resumable_extendable_uniform_and_extends_a_running_origin() {
     // Extend: the next block of ids.
     pregen(&cfg, 80_000);
     assert!(pregen(&cfg, 80_000).contains("nothing to do"));
-    let stats = m.sql(&format!("SELECT COUNT(*), COUNT(DISTINCT code), MIN(id), MAX(id), COUNT(DISTINCT LEFT(code, 1)) FROM `{db}`.short_code"));
+    let stats = m.sql(&format!("SELECT COUNT(*), COUNT(DISTINCT code), MIN(id), MAX(id), COUNT(DISTINCT LEFT(code, 1)) FROM `{db}`.code_pool"));
     assert_eq!(
         stats.trim(),
         "80000\t80000\t1\t80000\t62",
         "rows, distinct codes, ids, first-char spread"
     );
     // Every code is 6 base62 chars.
-    assert_eq!(m.sql(&format!("SELECT COUNT(*) FROM `{db}`.short_code WHERE code NOT REGEXP BINARY '^[0-9A-Za-z]{{6}}$'")).trim(), "0");
+    assert_eq!(m.sql(&format!("SELECT COUNT(*) FROM `{db}`.code_pool WHERE code NOT REGEXP BINARY '^[0-9A-Za-z]{{6}}$'")).trim(), "0");
 
     // A running origin sees an extension without a restart.
     let small_db = fresh_db("pgx");

@@ -17,6 +17,7 @@ mod clicks_faults;
 mod clicks_live;
 mod clicks_retention;
 mod coalescing;
+mod code_pool;
 mod concurrency;
 mod faults;
 mod import;

@@ -377,7 +377,9 @@ async fn the_reaper_reads_an_index_range() {
         o.extra_yaml = "lifecycle: {enabled: false}\n".into();
     });
     s.sql(
-        "UPDATE short_code SET state = 1, created_at = 1, expires_at = 4000000000 WHERE id <= 1900; \
+        "INSERT INTO short_code (id, code, state, created_at, expires_at) \
+         SELECT id, code, 1, 1, 4000000000 FROM code_pool WHERE id <= 1900; \
+         DELETE FROM code_pool WHERE id <= 1900; \
          UPDATE short_code SET expires_at = 1000 WHERE id <= 5; ANALYZE TABLE short_code",
     );
     let sql = shorturl_origin::store::lifecycle::REAP_FROM

@@ -139,9 +139,9 @@ async fn a_recycled_code_never_resolves_to_its_old_link_and_is_issued_again_abov
     assert_eq!(
         one(
             &s,
-            &format!("SELECT id, state, version, long_url FROM short_code WHERE code = '{old}'")
+            &format!("SELECT id, version FROM code_pool WHERE code = '{old}'")
         ),
-        "11\t0\t3\tNULL"
+        "11\t3"
     );
     assert_eq!(
         one(&s, "SELECT value FROM meta WHERE name = 'pregen_done'"),
@@ -326,9 +326,9 @@ async fn an_expired_link_is_recycled_from_its_reaping() {
     assert_eq!(
         one(
             &s,
-            &format!("SELECT state, id FROM short_code WHERE code = '{code}'")
+            &format!("SELECT id, version FROM code_pool WHERE code = '{code}'")
         ),
-        "0\t5001"
+        "5001\t3"
     );
     // pregen extends the pool after the appended row: new ids, new codes,
     // the recycled row untouched, no code twice.
@@ -340,7 +340,7 @@ async fn an_expired_link_is_recycled_from_its_reaping() {
     assert_eq!(
         one(
             &s,
-            "SELECT COUNT(*), COUNT(DISTINCT code), MIN(id), MAX(id) FROM short_code \
+            "SELECT COUNT(*), COUNT(DISTINCT code), MIN(id), MAX(id) FROM code_pool \
              WHERE id > 5000 AND id < 1099511627776"
         ),
         "10\t10\t5001\t5010"
@@ -348,7 +348,7 @@ async fn an_expired_link_is_recycled_from_its_reaping() {
     assert_eq!(
         one(
             &s,
-            &format!("SELECT id FROM short_code WHERE code = '{code}'")
+            &format!("SELECT id FROM code_pool WHERE code = '{code}'")
         ),
         "5001"
     );
@@ -679,7 +679,9 @@ async fn the_recycler_reads_an_index_range_after_its_cursor() {
         o.extra_yaml = "lifecycle: {enabled: false}\n".into();
     });
     s.sql(
-        "UPDATE short_code SET state = 1, created_at = 1, expires_at = 4000000000 WHERE id <= 1900; \
+        "INSERT INTO short_code (id, code, state, created_at, expires_at) \
+         SELECT id, code, 1, 1, 4000000000 FROM code_pool WHERE id <= 1900; \
+         DELETE FROM code_pool WHERE id <= 1900; \
          UPDATE short_code SET state = 4, ended_at = 1000 WHERE id <= 100; \
          UPDATE short_code SET state = 4, ended_at = UNIX_TIMESTAMP() WHERE id > 100 AND id <= 200; \
          ANALYZE TABLE short_code",

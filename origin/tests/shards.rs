@@ -151,9 +151,9 @@ async fn creations_cross_the_boundary_and_every_change_goes_to_the_links_shard()
     let out = pregen(&o, &[]);
     assert!(out.contains("shard a: pregen: ids 1..=300"), "{out}");
     assert!(out.contains("shard b: pregen: ids 301..=2000"), "{out}");
-    assert_eq!(a.count("SELECT COUNT(*) FROM short_code"), 300);
-    assert_eq!(b.count("SELECT COUNT(*) FROM short_code"), 1700);
-    assert_eq!(b.count("SELECT MIN(id) FROM short_code"), 301);
+    assert_eq!(a.count("SELECT COUNT(*) FROM code_pool"), 300);
+    assert_eq!(b.count("SELECT COUNT(*) FROM code_pool"), 1700);
+    assert_eq!(b.count("SELECT MIN(id) FROM code_pool"), 301);
     let origin = Origin::start(o);
 
     // 400 creations: ids 1..=400 in order, the first 300 on a, 100 on b.
@@ -588,8 +588,8 @@ async fn resolution_reads_the_replica_and_falls_back_to_the_primary_for_a_fresh_
     // asked (a row made active there by hand stays unseen).
     let never = perm_of(&a).code_for_id(900).unwrap();
     a.sql(&format!(
-        "UPDATE short_code SET state = 1, long_url = 'https://primary.example/', domain = 'sho.rt', \
-         created_at = 1, expires_at = 4102444800, version = 1 WHERE code = '{never}'"
+        "INSERT INTO short_code (id, code, state, long_url, domain, created_at, expires_at, version) \
+         VALUES (900, '{never}', 1, 'https://primary.example/', 'sho.rt', 1, 4102444800, 1)"
     ));
     flush(&redis).await;
     assert_eq!(origin.follow("sho.rt", &never).await.0, 404);

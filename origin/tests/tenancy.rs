@@ -263,7 +263,7 @@ async fn refused_custom_codes_look_alike_and_are_metered() {
         "mine"
     );
     let pregenerated = s
-        .sql("SELECT code FROM short_code WHERE id = 4000")
+        .sql("SELECT code FROM code_pool WHERE id = 4000")
         .trim()
         .to_owned();
     let pregenerated_issued = o.create_ok(json!({"url": "https://issued.example/"})).await;

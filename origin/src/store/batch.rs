@@ -2,9 +2,7 @@
 
 use super::audit::{self, AuditAction, AuditRow};
 use super::CREATED_VERSION;
-use super::{
-    new_row_marks, Claimed, DbError, LinkData, RowState, Store, NEW_LINK_COLUMNS, NEW_LINK_VALUES,
-};
+use super::{new_row_marks, Claimed, DbError, LinkData, Store, NEW_LINK_COLUMNS, NEW_LINK_VALUES};
 use mysql_async::prelude::*;
 use mysql_async::TxOpts;
 use shorturl_common::failpoint;
@@ -15,20 +13,20 @@ use std::sync::Arc;
 pub type ClaimItem = (u64, Arc<LinkData>);
 
 impl Store {
-    /// Claims each `(id, code, link)` whose row is free, in ONE transaction
-    /// (group commit: one log flush for the whole batch) and in a constant
-    /// number of round trips: lock the free rows of the batch, write them all
-    /// with one multi-row upsert (every row exists and is locked, so it only
-    /// updates), one multi-row insert of their audit rows, commit. The lock is on primary-key records only (`FORCE
-    /// INDEX`): through the `(state, id)` index it would take next-key locks
-    /// that block other origins' blocks. Returns, per item, the claimed
-    /// row's code and the link's version (`None`: not free or missing, skip
-    /// that id). The code is the row's, not computed from the id: a recycled
-    /// code sits at an id past the pre-generated ones. The version continues
-    /// above the free row's (0 for a pre-generated row, above the old
-    /// link's for a recycled one), so no record of an earlier life of the
-    /// code can win a compare-and-set against the new link's. On error
-    /// nothing of the batch is written.
+    /// Claims each `(id, link)` whose code is still free (in `code_pool`),
+    /// in ONE transaction (group commit: one log flush for the whole batch)
+    /// and in a constant number of round trips: take the batch's free rows
+    /// out of the pool (`DELETE … RETURNING`, primary-key records only, so
+    /// other origins' blocks are never locked), insert the links with one
+    /// multi-row insert, one multi-row insert of their audit rows, commit.
+    /// Returns, per item, the claimed code and the link's version (`None`:
+    /// not free or missing, skip that id). The code is the pool row's, not
+    /// computed from the id: a recycled code sits at an id past the
+    /// pre-generated ones. The version continues above the free row's (0
+    /// for a pre-generated code, above the old link's for a recycled one),
+    /// so no record of an earlier life of the code can win a
+    /// compare-and-set against the new link's. On error nothing of the
+    /// batch is written.
     ///
     /// Sharded, each shard's items are claimed in that shard's own
     /// transaction (an id in no range is not free); the first failure fails
@@ -64,79 +62,131 @@ impl Store {
         self.metrics.mysql_update.inc_by(items.len() as u64);
         self.bounded(async {
             let mut conn = self.pool.get_conn().await?;
-            let mut tx = conn.start_transaction(TxOpts::default()).await?;
-            let marks = vec!["?"; items.len()].join(",");
-            let mut params: Vec<mysql_async::Value> =
-                items.iter().map(|(id, _)| (*id).into()).collect();
-            params.push(RowState::Free.into());
-            let free: Vec<(u64, String, u64)> = tx
-                .exec(
-                    format!(
-                        "SELECT id, code, version FROM short_code FORCE INDEX (PRIMARY) WHERE id IN ({marks}) \
-                         AND state = ? FOR UPDATE"
-                    ),
-                    params,
-                )
-                .await?;
-            let claimed: Vec<Option<Claimed>> = items
-                .iter()
-                .map(|(id, _)| {
-                    free.iter().find(|(f, _, _)| f == id).map(|(_, code, v)| Claimed {
-                        code: code.clone(),
-                        version: v + CREATED_VERSION,
-                    })
-                })
-                .collect();
-            if !free.is_empty() {
-                let rows = vec![new_row_marks(); free.len()].join(",");
-                let mut params: Vec<mysql_async::Value> =
-                    Vec::with_capacity(free.len() * (NEW_LINK_VALUES + 2));
-                let mut created = Vec::with_capacity(free.len());
-                for ((id, d), c) in items.iter().zip(&claimed) {
-                    let Some(c) = c else { continue };
-                    created.push((c.code.as_str(), d.app.as_str(), d.row(&c.code, c.version)));
-                    params.push((*id).into());
-                    params.push(c.code.as_str().into());
-                    params.extend(d.new_link_values());
+            match claim_tx(&mut conn, items, &self.hooks, Stale::Trust).await? {
+                Some(claimed) => Ok(claimed),
+                // A free row whose code or id is already a link's (a custom
+                // code filed before pre-generation reached it): once more,
+                // leaving out the stale rows, which go.
+                None => {
+                    tracing::warn!(
+                        items = items.len(),
+                        "a claim met a free code that is already a link's; claiming again without it"
+                    );
+                    claim_tx(&mut conn, items, &self.hooks, Stale::Check)
+                        .await?
+                        .ok_or(DbError::Meta("code_pool"))
                 }
-                tx.exec_drop(
-                    format!(
-                        "INSERT INTO short_code (id, code, {NEW_LINK_COLUMNS}) VALUES {rows} ON DUPLICATE KEY UPDATE \
-                         state = VALUES(state), long_url = VALUES(long_url), domain = VALUES(domain), app = VALUES(app), \
-                         client_app = VALUES(client_app), client_version = VALUES(client_version), \
-                         kdt_id = VALUES(kdt_id), created_at = VALUES(created_at), updated_at = VALUES(updated_at), \
-                         expires_at = VALUES(expires_at), version = version + VALUES(version), \
-                         redirect_status = VALUES(redirect_status), options = VALUES(options), tags = VALUES(tags)"
-                    ),
-                    params,
-                )
-                .await?;
-                let at_ms = now_unix_ms();
-                let audit_rows: Vec<AuditRow<'_>> = created
-                    .iter()
-                    .map(|(code, app, row)| AuditRow {
-                        code,
-                        at_ms,
-                        actor: app,
-                        action: AuditAction::Create,
-                        before: None,
-                        after: row,
-                    })
-                    .collect();
-                audit::insert(&mut tx, &audit_rows, &self.hooks).await?;
             }
-            // Test hook: the batch fails after its writes, as a row the
-            // server refuses would, and must leave nothing behind.
-            if items
-                .iter()
-                .any(|(_, d)| failpoint::hit_contains("origin.claim.poison", &d.url))
-            {
-                tx.rollback().await?;
-                return Err(DbError::Poisoned);
-            }
-            tx.commit().await?;
-            Ok(claimed)
         })
         .await
     }
+}
+
+/// Whether a claim reads `short_code` for the batch's free rows first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stale {
+    /// No: a duplicate key on the insert rolls back and answers `None`.
+    Trust,
+    /// Yes, and free rows already used are deleted, not claimed.
+    Check,
+}
+
+/// The claim transaction: take the batch's free rows out of `code_pool`
+/// (`DELETE … RETURNING`, which locks them: a racing custom takeover or
+/// issuer waits, then finds nothing), insert the links (one multi-row
+/// insert into `short_code`, through its indexes once), their audit rows,
+/// commit. `None`: with [`Stale::Trust`], a free row turned out stale and
+/// nothing was written.
+async fn claim_tx(
+    conn: &mut mysql_async::Conn,
+    items: &[ClaimItem],
+    hooks: &super::webhooks::Subscriptions,
+    stale: Stale,
+) -> Result<Option<Vec<Option<Claimed>>>, DbError> {
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    let marks = vec!["?"; items.len()].join(",");
+    let ids: Vec<mysql_async::Value> = items.iter().map(|(id, _)| (*id).into()).collect();
+    let mut free: Vec<(u64, String, u64)> = tx
+        .exec(
+            format!("DELETE FROM code_pool WHERE id IN ({marks}) RETURNING id, code, version"),
+            ids.clone(),
+        )
+        .await?;
+    if stale == Stale::Check && !free.is_empty() {
+        let codes = vec!["?"; free.len()].join(",");
+        let mut params = ids;
+        params.extend(free.iter().map(|(_, c, _)| c.as_str().into()));
+        let used: Vec<(u64, String)> = tx
+            .exec(
+                format!(
+                    "SELECT id, code FROM short_code WHERE id IN ({marks}) \
+                     OR (code IN ({codes}) AND code_scope = '')"
+                ),
+                params,
+            )
+            .await?;
+        free.retain(|(id, code, _)| !used.iter().any(|(i, c)| i == id || c == code));
+    }
+    let claimed: Vec<Option<Claimed>> = items
+        .iter()
+        .map(|(id, _)| {
+            free.iter()
+                .find(|(f, _, _)| f == id)
+                .map(|(_, code, v)| Claimed {
+                    code: code.clone(),
+                    version: v + CREATED_VERSION,
+                })
+        })
+        .collect();
+    if !free.is_empty() {
+        let rows = vec![new_row_marks(); free.len()].join(",");
+        let mut params: Vec<mysql_async::Value> =
+            Vec::with_capacity(free.len() * (NEW_LINK_VALUES + 2));
+        let mut created = Vec::with_capacity(free.len());
+        for ((id, d), c) in items.iter().zip(&claimed) {
+            let Some(c) = c else { continue };
+            created.push((c.code.as_str(), d.app.as_str(), d.row(&c.code, c.version)));
+            params.push((*id).into());
+            params.push(c.code.as_str().into());
+            params.extend(d.new_link_values(c.version));
+        }
+        let inserted = tx
+            .exec_drop(
+                format!("INSERT INTO short_code (id, code, {NEW_LINK_COLUMNS}) VALUES {rows}"),
+                params,
+            )
+            .await;
+        match inserted {
+            Ok(()) => {}
+            Err(mysql_async::Error::Server(e)) if e.code == 1062 && stale == Stale::Trust => {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let at_ms = now_unix_ms();
+        let audit_rows: Vec<AuditRow<'_>> = created
+            .iter()
+            .map(|(code, app, row)| AuditRow {
+                code,
+                at_ms,
+                actor: app,
+                action: AuditAction::Create,
+                before: None,
+                after: row,
+            })
+            .collect();
+        audit::insert(&mut tx, &audit_rows, hooks).await?;
+    }
+    // Test hook: the batch fails after its writes, as a row the
+    // server refuses would, and must leave nothing behind.
+    if items
+        .iter()
+        .any(|(_, d)| failpoint::hit_contains("origin.claim.poison", &d.url))
+    {
+        tx.rollback().await?;
+        return Err(DbError::Poisoned);
+    }
+    tx.commit().await?;
+    Ok(Some(claimed))
 }

@@ -4,11 +4,15 @@
 //! lock, and two creations of different codes in one gap then deadlock on
 //! their inserts. Instead the write is one statement whose own condition
 //! decides the race (committed together with its audit row):
-//! * a free pre-generated row: `UPDATE ... WHERE id = ? AND state = free`
-//!   (0 rows: the issuer or another caller got it first, so it is taken);
-//! * no row: a new id from the `custom` counter, then `INSERT`; a duplicate
-//!   on `uk_code` (code, scope) means another caller created that code
-//!   first (on this domain, for a per-domain code; protocol 3.6).
+//! * a free code (a row of `code_pool`): `DELETE ... WHERE id = ? AND
+//!   version = ?` (0 rows: the issuer or another caller got it first, so it
+//!   is taken), then the link's `INSERT` at that id;
+//! * no link and no free code: a new id from the `custom` counter, then
+//!   `INSERT`; a duplicate on `uk_code` (code, scope) means another caller
+//!   created that code first (on this domain, for a per-domain code;
+//!   protocol 3.6). A pre-generation run that files the same code as free
+//!   meanwhile leaves a stale pool row, which the issuer's claim drops
+//!   (`store::batch`).
 //!
 //! Deadlocks and lock-wait timeouts that remain (against claim batches) are
 //! retried a bounded number of times.
@@ -18,7 +22,7 @@ use super::error::{is_lock_conflict, server_code};
 use super::key::{LinkKey, BY_KEY};
 use super::shards::Shard;
 use super::webhooks::Subscriptions;
-use super::{new_row_marks, DbError, LinkData, RowState, Store, CREATED_VERSION, NEW_LINK_COLUMNS};
+use super::{new_row_marks, DbError, LinkData, Store, CREATED_VERSION, NEW_LINK_COLUMNS};
 use mysql_async::prelude::*;
 use mysql_async::{Conn, TxOpts};
 use shorturl_common::time::now_unix_ms;
@@ -110,72 +114,71 @@ async fn claim_once(
     hooks: &Subscriptions,
 ) -> Result<CustomClaim, mysql_async::Error> {
     let code = key.code();
-    let row: Option<(u64, u8, u64)> = conn
+    let row: Option<u64> = conn
         .exec_first(
-            format!("SELECT id, state, version FROM short_code WHERE {BY_KEY}"),
+            format!("SELECT id FROM short_code WHERE {BY_KEY}"),
             key.params(),
         )
         .await?;
-    let id = match row {
-        Some((id, state, v)) if state == RowState::Free.code() => Some((id, v)),
-        Some(_) => return Ok(CustomClaim::Taken),
-        None => None,
+    if row.is_some() {
+        return Ok(CustomClaim::Taken);
+    }
+    // A free code (fleet scope only) is taken over at its pool id.
+    let free: Option<(u64, u64)> = if key.scope().is_empty() {
+        conn.exec_first("SELECT id, version FROM code_pool WHERE code = ?", (code,))
+            .await?
+    } else {
+        None
     };
-    let id = match id {
-        Some(id) => Err(id),
+    let id = match free {
+        Some(free) => Err(free),
         // Outside the transaction: holding the counter row's lock until the
         // link commits would serialise every custom creation.
         None => Ok(shard.next_custom_id(conn).await?),
     };
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
-    let claimed = match id {
-        // A free pre-generated (or recycled) row: the statement's own
-        // condition decides the race; the version continues above the
-        // row's (a recycled code's earlier life).
+    let (id, version) = match id {
+        // A free pre-generated (or recycled) code: the delete's own
+        // condition decides the race with the issuer and other callers
+        // (0 rows: taken); the version continues above the free row's (a
+        // recycled code's earlier life).
         Err((id, free_version)) => {
             tx.exec_drop(
-                "UPDATE short_code SET state = ?, long_url = ?, domain = ?, app = ?, client_app = ?, \
-                 client_version = ?, kdt_id = ?, created_at = ?, updated_at = ?, expires_at = ?, \
-                 version = version + ?, redirect_status = ?, options = ?, tags = ? \
-                 WHERE id = ? AND state = ? AND version = ?",
-                mysql_async::Params::Positional(
-                    d.new_link_values()
-                        .into_iter()
-                        .chain([id.into(), RowState::Free.into(), free_version.into()])
-                        .collect(),
-                ),
+                "DELETE FROM code_pool WHERE id = ? AND version = ?",
+                (id, free_version),
             )
             .await?;
-            (tx.affected_rows() == 1).then_some(free_version + CREATED_VERSION)
-        }
-        Ok(id) => {
-            let r = tx
-                .exec_drop(
-                    format!(
-                        "INSERT INTO short_code (id, code, {NEW_LINK_COLUMNS}) VALUES {}",
-                        new_row_marks()
-                    ),
-                    mysql_async::Params::Positional(
-                        [id.into(), code.into()]
-                            .into_iter()
-                            .chain(d.new_link_values())
-                            .collect(),
-                    ),
-                )
-                .await;
-            match r {
-                Ok(()) => Some(CREATED_VERSION),
-                // Another caller (or a pregen run) created this code first.
-                Err(mysql_async::Error::Server(s))
-                    if s.code == 1062 && s.message.contains("uk_code") =>
-                {
-                    None
-                }
-                Err(e) => {
-                    tracing::debug!(code, mysql = ?server_code(&e), "custom insert failed");
-                    return Err(e);
-                }
+            if tx.affected_rows() != 1 {
+                tx.rollback().await?;
+                return Ok(CustomClaim::Taken);
             }
+            (id, free_version + CREATED_VERSION)
+        }
+        Ok(id) => (id, CREATED_VERSION),
+    };
+    let r = tx
+        .exec_drop(
+            format!(
+                "INSERT INTO short_code (id, code, {NEW_LINK_COLUMNS}) VALUES {}",
+                new_row_marks()
+            ),
+            mysql_async::Params::Positional(
+                [id.into(), code.into()]
+                    .into_iter()
+                    .chain(d.new_link_values(version))
+                    .collect(),
+            ),
+        )
+        .await;
+    let claimed = match r {
+        Ok(()) => Some(version),
+        // Another caller created this code first.
+        Err(mysql_async::Error::Server(s)) if s.code == 1062 && s.message.contains("uk_code") => {
+            None
+        }
+        Err(e) => {
+            tracing::debug!(code, mysql = ?server_code(&e), "custom insert failed");
+            return Err(e);
         }
     };
     let Some(version) = claimed else {

@@ -61,6 +61,12 @@ impl LinkKey {
     pub fn params(&self) -> (&str, &str) {
         (&self.code, &self.scope)
     }
+
+    /// [`BY_KEY`]'s parameters, then the same for a fleet code's free row
+    /// in `code_pool` (`code = ? AND ? = ''`).
+    pub fn pool_params(&self) -> (&str, &str, &str, &str) {
+        (&self.code, &self.scope, &self.code, &self.scope)
+    }
 }
 
 impl fmt::Display for LinkKey {

@@ -5,7 +5,6 @@
 //! statements, rather than in `db`, so the pool module needs no type from
 //! above it.
 
-use super::state::RowState;
 use crate::cursor::CursorKey;
 use crate::permutation::Permutation;
 use crate::schema::{CUSTOM_ID_BASE, PERMANENT_UNTIL};
@@ -73,26 +72,17 @@ pub async fn pool_stats(pool: &Pool) -> Result<PoolStats, mysql_async::Error> {
     })
 }
 
-/// Highest pre-generated id of a row that is not free: the floor for a
-/// lost Redis counter, and how far the pool was issued. Uses the
-/// `(state, id)` index, one dive per state, so it is never a scan.
+/// Highest pre-generated id of a link (free codes are not in
+/// `short_code`): the floor for a lost Redis counter, and how far the pool
+/// was issued. One dive into the primary key, never a scan.
 pub async fn highest_used_id(pool: &Pool) -> Result<u64, mysql_async::Error> {
-    const USED: [RowState; 5] = [
-        RowState::Active,
-        RowState::Reserved,
-        RowState::Disabled,
-        RowState::Deleted,
-        RowState::Expired,
-    ];
-    let one = "COALESCE((SELECT MAX(id) FROM short_code WHERE state = ? AND id < ?), 0)";
-    let sql = format!("SELECT GREATEST({})", vec![one; USED.len()].join(", "));
-    let mut params: Vec<mysql_async::Value> = Vec::with_capacity(USED.len() * 2);
-    for s in USED {
-        params.push(s.into());
-        params.push(CUSTOM_ID_BASE.into());
-    }
     let mut conn = pool.get_conn().await?;
-    let v: Option<Option<u64>> = conn.exec_first(sql, params).await?;
+    let v: Option<Option<u64>> = conn
+        .exec_first(
+            "SELECT MAX(id) FROM short_code WHERE id < ?",
+            (CUSTOM_ID_BASE,),
+        )
+        .await?;
     Ok(v.flatten().unwrap_or(0))
 }
 

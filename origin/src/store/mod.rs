@@ -119,11 +119,11 @@ impl LinkData {
         }
     }
 
-    /// Column values of a newly created link, in the order of
+    /// Column values of a newly created link at `version`, in the order of
     /// [`NEW_LINK_COLUMNS`]: the single list every creation statement binds
     /// (group commit, custom-code insert and takeover), so the three never
     /// drift apart.
-    pub fn new_link_values(&self) -> [mysql_async::Value; NEW_LINK_VALUES] {
+    pub fn new_link_values(&self, version: u64) -> [mysql_async::Value; NEW_LINK_VALUES] {
         [
             RowState::Active.into(),
             self.url.as_str().into(),
@@ -135,7 +135,7 @@ impl LinkData {
             self.created_at.into(),
             self.created_at.into(),
             self.expires_at.into(),
-            CREATED_VERSION.into(),
+            version.into(),
             self.redirect_status.into(),
             self.options.as_deref().into(),
             self.tags.as_deref().into(),
@@ -194,6 +194,20 @@ type LookupCols = (
 
 /// The columns of [`LookupCols`], in order.
 pub(crate) const LOOKUP_COLUMNS: &str = "state, long_url, domain, expires_at, version, options";
+
+/// A key's [`LookupCols`]: its link's row, else, for a free code (in
+/// `code_pool`, fleet scope only), a free row at the pool's version. A
+/// recycled code's pool version is above its old link's, and a negative
+/// carries it (protocol 3.5), so the answer is the same as when free
+/// codes were rows of `short_code`. One round trip; the link wins if a
+/// stale pool row shares its code (`state` 0 sorts last).
+static LOOKUP_WITH_POOL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {LOOKUP_COLUMNS} FROM short_code WHERE {BY_KEY} \
+         UNION ALL SELECT 0, NULL, NULL, NULL, version, NULL FROM code_pool WHERE code = ? AND ? = '' \
+         ORDER BY 1 DESC LIMIT 1"
+    )
+});
 
 /// What a row in `LookupCols` form resolves to at `now`: its record while
 /// active and unexpired; a disabled or expired link with an expiry
@@ -441,10 +455,7 @@ impl Store {
             .bounded(async {
                 let mut conn = pool.get_conn().await?;
                 Ok(conn
-                    .exec_first(
-                        format!("SELECT {LOOKUP_COLUMNS} FROM short_code WHERE {BY_KEY}"),
-                        key.params(),
-                    )
+                    .exec_first(LOOKUP_WITH_POOL.as_str(), key.pool_params())
                     .await?)
             })
             .await?;

@@ -183,11 +183,17 @@ impl Store {
             codes.sort_unstable();
             codes.dedup();
             let marks = vec!["?"; codes.len()].join(",");
-            let params: Vec<Value> = codes.iter().map(|c| (*c).into()).collect();
+            let mut params: Vec<Value> = codes.iter().map(|c| (*c).into()).collect();
+            params.extend(codes.iter().map(|c| (*c).into()));
+            // A free code's row is in `code_pool` (a recycled code's, at a
+            // version above its old link's), unless a link has its code.
             let current: Vec<CodeLookupCols> = tx
                 .exec(
                     format!(
-                        "SELECT code, {LOOKUP_COLUMNS} FROM short_code WHERE code IN ({marks})"
+                        "SELECT code, {LOOKUP_COLUMNS} FROM short_code WHERE code IN ({marks}) \
+                         UNION ALL SELECT p.code, 0, NULL, NULL, NULL, p.version, NULL FROM code_pool p \
+                         WHERE p.code IN ({marks}) AND NOT EXISTS \
+                         (SELECT 1 FROM short_code s WHERE s.code = p.code AND s.code_scope = '')"
                     ),
                     params,
                 )

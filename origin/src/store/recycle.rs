@@ -2,8 +2,8 @@
 //! quarantine is over from a cursor, let the domain decide which codes are
 //! reusable ([`crate::lifecycle::recycle`]), and for those, in ONE
 //! transaction: archive the old row (`short_code_archive`), delete it,
-//! append the code to the pool as a free row at the next id past the end of
-//! the table (`meta.pregen_done` moves with it, so the issuer hands it out
+//! append the code to the pool (`code_pool`) as a free row at the next id
+//! past the end of the pool (`meta.pregen_done` moves with it, so the issuer hands it out
 //! in turn, exactly once), with its audit (`recycle`) and outbox rows.
 //!
 //! The cursor (`meta.recycle_cursor`, `<ended_at>:<id>`) moves past every
@@ -247,21 +247,24 @@ async fn append(
     )
     .await?;
     // The free rows: the next ids, the same codes, a version above the old
-    // link's (its records can never win over the free row's or the next link's).
+    // link's (its records can never win over the free row's or the next
+    // link's). A code already free at a later id (a custom code filed before
+    // pre-generation reached its id: a stale pool row) keeps that id and
+    // takes the higher version.
     let free: Vec<LinkRow> = old.iter().map(|r| freed(r)).collect();
-    let mut params: Vec<Value> = Vec::with_capacity(free.len() * 4);
+    let mut params: Vec<Value> = Vec::with_capacity(free.len() * 3);
     for (i, r) in free.iter().enumerate() {
         params.extend([
             (end + 1 + i as u64).into(),
             r.code.as_str().into(),
-            RowState::Free.into(),
             r.version.into(),
         ]);
     }
     tx.exec_drop(
         format!(
-            "INSERT INTO short_code (id, code, state, version) VALUES {}",
-            vec!["(?,?,?,?)"; free.len()].join(",")
+            "INSERT INTO code_pool (id, code, version) VALUES {} \
+             ON DUPLICATE KEY UPDATE version = GREATEST(version, VALUES(version))",
+            vec!["(?,?,?)"; free.len()].join(",")
         ),
         params,
     )
